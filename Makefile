@@ -1,0 +1,64 @@
+# sparsejit developer entry points. Two commands do everything on a fresh machine:
+#   make demo   - set up, build, and train a GCN with sparsejit vs pure PyTorch
+#   make test   - set up, build, and run every C++ and Python test
+PYTHON ?= python3
+BUILD  ?= build
+JOBS   ?= $(shell nproc)
+# Pinned: 2.13.0 is the CPU build (an unpinned torch pulls a multi-GB CUDA build).
+TORCH_SPEC ?= torch==2.13.0
+APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache
+PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest
+
+.PHONY: all setup build develop install test test-cpp test-python demo bench format clean
+
+all: build
+
+# System and Python packages, installed only when missing.
+setup:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "== apt-get install$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest" 2>/dev/null || \
+	  { echo "== pip install $(PIP_PACKAGES)"; $(PYTHON) -m pip install -q $(PIP_PACKAGES); }
+
+$(BUILD)/build.ninja: CMakeLists.txt | setup
+	cmake -S . -B $(BUILD) -G Ninja \
+	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+	  -Dpybind11_DIR="$$($(PYTHON) -m pybind11 --cmakedir)" \
+	  -DPython_EXECUTABLE="$$(command -v $(PYTHON))" \
+	  -DCMAKE_INSTALL_PREFIX="$(CURDIR)/$(BUILD)/install"
+
+build: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+	cmake --install $(BUILD) > /dev/null
+	@$(MAKE) --no-print-directory develop
+
+# Development install: a .pth file puts python/ on the active interpreter's path, so
+# `import sparsejit` works from any directory and picks up rebuilt libraries at once.
+develop:
+	@site=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	echo "$(CURDIR)/python" > $$site/sparsejit-dev.pth; \
+	echo "== sparsejit development install: $$site/sparsejit-dev.pth -> $(CURDIR)/python"
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python: build
+	cd tests/python && $(PYTHON) -m pytest -q -ra .
+
+test: test-cpp test-python
+
+demo: build
+	$(PYTHON) -m sparsejit.demo $(ARGS)
+
+bench: build
+	$(PYTHON) -m sparsejit.bench $(ARGS)
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
+
+clean:
+	rm -rf $(BUILD) python/sparsejit/*.so

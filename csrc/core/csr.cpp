@@ -1,0 +1,138 @@
+#include "csrc/core/csr.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace sparsejit {
+
+template <typename I>
+ValidationResult validate_csr(const I* rowptr, int64_t rowptr_len, const I* col, int64_t nnz,
+                              int64_t cols) {
+  ValidationResult r;
+  auto fail = [&](std::string msg) {
+    r.ok = false;
+    r.message = std::move(msg);
+    return r;
+  };
+  if (rowptr_len < 1) return fail("indptr must have at least one entry (rows + 1); got size 0");
+  if (cols < 0) {
+    std::ostringstream os;
+    os << "number of columns must be >= 0; got " << cols;
+    return fail(os.str());
+  }
+  if (rowptr[0] != 0) {
+    std::ostringstream os;
+    os << "indptr[0] must be 0; got " << static_cast<int64_t>(rowptr[0]);
+    return fail(os.str());
+  }
+  const int64_t rows = rowptr_len - 1;
+  for (int64_t i = 0; i < rows; ++i) {
+    if (rowptr[i + 1] < rowptr[i]) {
+      std::ostringstream os;
+      os << "indptr must be non-decreasing; indptr[" << i + 1
+         << "] = " << static_cast<int64_t>(rowptr[i + 1]) << " < indptr[" << i
+         << "] = " << static_cast<int64_t>(rowptr[i]);
+      return fail(os.str());
+    }
+  }
+  if (static_cast<int64_t>(rowptr[rows]) != nnz) {
+    std::ostringstream os;
+    os << "indptr[" << rows << "] = " << static_cast<int64_t>(rowptr[rows])
+       << " must equal the number of stored entries (indices has " << nnz << " entries)";
+    return fail(os.str());
+  }
+  // Find the first bad column in parallel; report the smallest position.
+  int64_t first_bad = nnz;
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+  for (int64_t p = 0; p < nnz; ++p) {
+    const int64_t c = col[p];
+    if ((c < 0 || c >= cols) && p < first_bad) first_bad = p;
+  }
+  if (first_bad < nnz) {
+    std::ostringstream os;
+    os << "indices[" << first_bad << "] = " << static_cast<int64_t>(col[first_bad])
+       << " is out of range for " << cols << " columns";
+    return fail(os.str());
+  }
+  return r;
+}
+
+template <typename I>
+void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I* t_rowptr,
+                   I* t_col, I* t_perm) {
+  const int64_t nnz = rowptr[rows];
+  std::vector<int64_t> count(cols + 1, 0);
+  for (int64_t p = 0; p < nnz; ++p) count[col[p] + 1]++;
+  for (int64_t c = 0; c < cols; ++c) count[c + 1] += count[c];
+  for (int64_t c = 0; c <= cols; ++c) t_rowptr[c] = static_cast<I>(count[c]);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+      const int64_t q = count[col[p]]++;
+      t_col[q] = static_cast<I>(i);
+      t_perm[q] = static_cast<I>(p);
+    }
+  }
+}
+
+template <typename I>
+RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols) {
+  RowStats s;
+  s.rows = rows;
+  s.cols = cols;
+  s.nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
+  s.log2_histogram.assign(1, 0);
+  double sum = 0, sumsq = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t len = rowptr[i + 1] - rowptr[i];
+    s.max_row = std::max(s.max_row, len);
+    sum += static_cast<double>(len);
+    sumsq += static_cast<double>(len) * static_cast<double>(len);
+    size_t bucket = 0;
+    if (len == 0) {
+      s.empty_rows++;
+    } else {
+      int64_t v = len;
+      while (v > 0) {
+        v >>= 1;
+        bucket++;
+      }
+    }
+    if (s.log2_histogram.size() <= bucket) s.log2_histogram.resize(bucket + 1, 0);
+    s.log2_histogram[bucket]++;
+  }
+  if (rows > 0) {
+    s.mean_row = sum / static_cast<double>(rows);
+    s.std_row = std::sqrt(std::max(0.0, sumsq / static_cast<double>(rows) - s.mean_row * s.mean_row));
+    s.skew = s.mean_row > 0 ? static_cast<double>(s.max_row) / s.mean_row : 0.0;
+  }
+  return s;
+}
+
+template <typename I>
+uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(rows));
+  mix(static_cast<uint64_t>(cols));
+  mix(static_cast<uint64_t>(nnz));
+  for (int64_t i = 0; i <= rows; ++i) mix(static_cast<uint64_t>(rowptr[i]));
+  for (int64_t p = 0; p < nnz; ++p) mix(static_cast<uint64_t>(col[p]));
+  return h;
+}
+
+#define SPARSEJIT_INSTANTIATE_CSR(I)                                                       \
+  template ValidationResult validate_csr<I>(const I*, int64_t, const I*, int64_t, int64_t); \
+  template void csr_transpose<I>(const I*, const I*, int64_t, int64_t, I*, I*, I*);        \
+  template RowStats row_stats<I>(const I*, int64_t, int64_t);                              \
+  template uint64_t fingerprint<I>(const I*, int64_t, const I*, int64_t, int64_t);
+
+SPARSEJIT_INSTANTIATE_CSR(int32_t)
+SPARSEJIT_INSTANTIATE_CSR(int64_t)
+
+}  // namespace sparsejit

@@ -1,0 +1,50 @@
+// Compressed sparse row structures: validation, transpose, row statistics.
+// Torch-free: raw pointers and sizes only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sparsejit {
+
+// Result of validating a CSR structure. `ok == false` carries a message that names the
+// argument, the position and the bad value, ready to be raised to the user.
+struct ValidationResult {
+  bool ok = true;
+  std::string message;
+};
+
+// Checks rowptr (size rows+1, rowptr[0] == 0, non-decreasing, rowptr[rows] == nnz) and
+// col (every entry in [0, cols)). O(rows + nnz), parallel over entries.
+template <typename I>
+ValidationResult validate_csr(const I* rowptr, int64_t rowptr_len, const I* col, int64_t nnz,
+                              int64_t cols);
+
+// Transpose of a CSR structure (equivalently CSR -> CSC). Outputs:
+//   t_rowptr[cols + 1], t_col[nnz] (original row of each transposed entry),
+//   t_perm[nnz] (original CSR position of each transposed entry).
+// Stable: within a transposed row, entries keep increasing original row order.
+template <typename I>
+void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I* t_rowptr,
+                   I* t_col, I* t_perm);
+
+// Per-structure inspector statistics used by planners and shown to users.
+struct RowStats {
+  int64_t rows = 0, cols = 0, nnz = 0;
+  int64_t empty_rows = 0;
+  int64_t max_row = 0;
+  double mean_row = 0, std_row = 0;
+  double skew = 0;  // max_row / mean_row (1 for perfectly regular rows)
+  // histogram[k] counts rows whose length lies in [2^(k-1), 2^k) (k = 0: empty rows).
+  std::vector<int64_t> log2_histogram;
+};
+
+template <typename I>
+RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols);
+
+// 64-bit FNV-1a style fingerprint of the index arrays and the shape.
+template <typename I>
+uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols);
+
+}  // namespace sparsejit

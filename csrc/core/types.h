@@ -1,0 +1,67 @@
+// Torch-free scalar and enum types shared by the core, the kernels and the adapters.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace sparsejit {
+
+// bfloat16 stored as its upper 16 bits of an IEEE float32. Layout-compatible with
+// c10::BFloat16, so the Torch adapter can hand its data pointer straight to the kernels.
+struct bf16 {
+  uint16_t bits;
+  bf16() = default;
+  explicit bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      bits = 0x7fc0;  // quiet NaN
+    } else {
+      // round to nearest even
+      u += 0x7fffu + ((u >> 16) & 1u);
+      bits = static_cast<uint16_t>(u >> 16);
+    }
+  }
+  operator float() const {
+    uint32_t u = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// The type a kernel accumulates in: float for float and bfloat16, double for double.
+template <typename T>
+struct AccType {
+  using type = float;
+};
+template <>
+struct AccType<double> {
+  using type = double;
+};
+template <typename T>
+using acc_t = typename AccType<T>::type;
+
+enum class Reduce { Sum, Mean, Max, Min };
+
+inline Reduce parse_reduce(const std::string& s) {
+  if (s == "sum" || s == "add") return Reduce::Sum;
+  if (s == "mean") return Reduce::Mean;
+  if (s == "max") return Reduce::Max;
+  if (s == "min") return Reduce::Min;
+  throw std::invalid_argument("reduce must be one of 'sum', 'mean', 'max', 'min'; got '" + s + "'");
+}
+
+inline const char* reduce_name(Reduce r) {
+  switch (r) {
+    case Reduce::Sum: return "sum";
+    case Reduce::Mean: return "mean";
+    case Reduce::Max: return "max";
+    case Reduce::Min: return "min";
+  }
+  return "?";
+}
+
+}  // namespace sparsejit

@@ -1,0 +1,123 @@
+// Generic CPU SDDMM and edge softmax.
+//
+// SDDMM work is one dot product per stored entry, so the stored entries are split into equal
+// contiguous ranges; each thread finds the row of its first entry by binary search.
+// Edge softmax is row-wise; rows are split by merge path (rows + entries balanced).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "csrc/core/partition.h"
+#include "kernels/cpu/kernels.h"
+
+namespace sparsejit::cpu {
+
+template <typename T, typename I>
+void sddmm(int64_t rows, int64_t heads, int64_t features, const I* rowptr, const I* col,
+           const T* q, const T* k, T* s, int num_threads) {
+  using A = acc_t<T>;
+  if (rows == 0) return;
+  const int64_t nnz = rowptr[rows];
+  if (nnz == 0) return;
+  const int64_t H = heads, F = features, HF = H * F;
+  int nt = std::max(1, num_threads);
+  if (nnz * std::max<int64_t>(HF, 1) < min_parallel_work()) nt = 1;
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    const int64_t per = (nnz + parts - 1) / parts;
+    const int64_t p0 = std::min<int64_t>(per * t, nnz);
+    const int64_t p1 = std::min<int64_t>(p0 + per, nnz);
+    if (p0 < p1) {
+      int64_t i = row_of_position(rowptr, rows, p0);
+      for (int64_t p = p0; p < p1; ++p) {
+        while (static_cast<int64_t>(rowptr[i + 1]) <= p) ++i;
+        const T* __restrict qr = q + i * HF;
+        const T* __restrict kr = k + static_cast<int64_t>(col[p]) * HF;
+        for (int64_t h = 0; h < H; ++h) {
+          A dot = A(0);
+          const T* __restrict qh = qr + h * F;
+          const T* __restrict kh = kr + h * F;
+          for (int64_t f = 0; f < F; ++f) dot += A(qh[f]) * A(kh[f]);
+          s[p * H + h] = T(dot);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Calls body(i) for every row, rows split between threads by merge path.
+template <typename I, typename Body>
+void for_each_row_balanced(int64_t rows, const I* rowptr, int num_threads, int64_t work_per_entry,
+                           Body body) {
+  if (rows == 0) return;
+  const int64_t nnz = rowptr[rows];
+  int nt = std::max(1, num_threads);
+  if ((rows + nnz) * std::max<int64_t>(work_per_entry, 1) < min_parallel_work()) nt = 1;
+#pragma omp parallel num_threads(nt)
+  {
+    MergeCoord b, e;
+    merge_path_piece(omp_get_thread_num(), omp_get_num_threads(), rowptr, rows, &b, &e);
+    // A piece owns the rows that end inside it; its first row may have started earlier,
+    // and is still processed whole by this piece (softmax needs the whole row).
+    for (int64_t i = b.row; i < e.row; ++i) body(i);
+  }
+}
+
+}  // namespace
+
+template <typename T, typename I>
+void edge_softmax(int64_t rows, int64_t heads, const I* rowptr, const T* s, T* out,
+                  int num_threads) {
+  using A = acc_t<T>;
+  const int64_t H = heads;
+  for_each_row_balanced(rows, rowptr, num_threads, H, [&](int64_t i) {
+    const int64_t lo = rowptr[i], hi = rowptr[i + 1];
+    for (int64_t h = 0; h < H; ++h) {
+      A m = -std::numeric_limits<A>::infinity();
+      for (int64_t p = lo; p < hi; ++p) m = std::max(m, A(s[p * H + h]));
+      A sum = A(0);
+      for (int64_t p = lo; p < hi; ++p) sum += std::exp(A(s[p * H + h]) - m);
+      const A inv = sum > A(0) ? A(1) / sum : A(0);
+      for (int64_t p = lo; p < hi; ++p) out[p * H + h] = T(std::exp(A(s[p * H + h]) - m) * inv);
+    }
+  });
+}
+
+template <typename T, typename I>
+void edge_softmax_backward(int64_t rows, int64_t heads, const I* rowptr, const T* y, const T* g,
+                           T* grad_s, int num_threads) {
+  using A = acc_t<T>;
+  const int64_t H = heads;
+  for_each_row_balanced(rows, rowptr, num_threads, H, [&](int64_t i) {
+    const int64_t lo = rowptr[i], hi = rowptr[i + 1];
+    for (int64_t h = 0; h < H; ++h) {
+      A dot = A(0);
+      for (int64_t p = lo; p < hi; ++p) dot += A(g[p * H + h]) * A(y[p * H + h]);
+      for (int64_t p = lo; p < hi; ++p)
+        grad_s[p * H + h] = T(A(y[p * H + h]) * (A(g[p * H + h]) - dot));
+    }
+  });
+}
+
+#define SPARSEJIT_INSTANTIATE_ROWWISE(T, I)                                                   \
+  template void sddmm<T, I>(int64_t, int64_t, int64_t, const I*, const I*, const T*,         \
+                            const T*, T*, int);                                               \
+  template void edge_softmax<T, I>(int64_t, int64_t, const I*, const T*, T*, int);            \
+  template void edge_softmax_backward<T, I>(int64_t, int64_t, const I*, const T*, const T*, \
+                                            T*, int);
+
+SPARSEJIT_INSTANTIATE_ROWWISE(float, int32_t)
+SPARSEJIT_INSTANTIATE_ROWWISE(float, int64_t)
+SPARSEJIT_INSTANTIATE_ROWWISE(double, int32_t)
+SPARSEJIT_INSTANTIATE_ROWWISE(double, int64_t)
+SPARSEJIT_INSTANTIATE_ROWWISE(bf16, int32_t)
+SPARSEJIT_INSTANTIATE_ROWWISE(bf16, int64_t)
+
+}  // namespace sparsejit::cpu

@@ -1,0 +1,28 @@
+"""sparsejit: sparse neural-network operators for PyTorch.
+
+    import sparsejit as sj
+    A = sj.SparseMatrix.from_edge_index(edge_index, num_nodes)
+    Y = sj.spmm(A, X, reduce="sum")      # message passing: sum over in-neighbours
+    S = sj.sddmm(A, Q, K)                # per-edge dot products
+    P = sj.edge_softmax(A, S)            # softmax over each row's entries
+
+Every op is a Torch custom op (``torch.ops.sparsejit.*``) with autograd and a fake
+implementation, so it works under torch.compile and torch.export.
+"""
+
+from . import _ops  # noqa: F401  (loads the op library, registers fakes and autograd)
+from .functional import edge_softmax, sddmm, spmm
+from .matrix import SparseMatrix
+from . import nn  # noqa: E402
+
+__version__ = "0.1.0"
+
+ops = _ops.ops
+
+
+def row_stats(A: SparseMatrix) -> dict:
+    """Inspector statistics of A's structure (see SparseMatrix.row_stats)."""
+    return A.row_stats()
+
+
+__all__ = ["nn", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "row_stats", "ops", "__version__"]

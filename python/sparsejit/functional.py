@@ -1,0 +1,97 @@
+"""The user-facing ops: spmm, sddmm, edge_softmax on SparseMatrix.
+
+Each call checks its arguments against the matrix (shapes, dtypes, devices) and calls the
+registered Torch op (``torch.ops.sparsejit.*``), passing the cached transpose when a
+gradient will need it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ._ops import ops
+from .matrix import SparseMatrix
+
+_REDUCES = ("sum", "mean", "max", "min")
+
+
+def _check_dense(A: SparseMatrix, t: torch.Tensor, name: str, rows: int, side: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor; got {type(t).__name__}")
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be [N, F] or [N, H, F]; got shape {tuple(t.shape)}")
+    if t.shape[0] != rows:
+        raise ValueError(
+            f"{name} has {t.shape[0]} rows but the sparse matrix has {rows} {side} "
+            f"(shape {A.shape})"
+        )
+    if t.device != A.device:
+        raise ValueError(f"{name} is on {t.device} but the sparse matrix is on {A.device}")
+    if t.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        raise TypeError(f"{name} must be float32, float64 or bfloat16; got {t.dtype}")
+
+
+def _needs_transpose(*tensors: Optional[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
+
+
+def spmm(A: SparseMatrix, X: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+    """``Y[i] = reduce_{j in row i} (a_ij * X[j])``; ``a_ij = 1`` when A has no values.
+
+    X is ``[cols, F]`` or ``[cols, H, F]``; A's values may be ``[nnz]`` or ``[nnz, H]``.
+    Rows with no stored entries give 0 for every reduce. Differentiable in X and A.values;
+    for max / min the gradient goes to the entry that attained the extremum (on ties, the
+    first stored entry of the row).
+    """
+    if reduce not in _REDUCES:
+        raise ValueError(f"reduce must be one of {_REDUCES}; got {reduce!r}")
+    _check_dense(A, X, "X", A.shape[1], "columns")
+    values = A.values
+    if values is not None:
+        if values.dtype != X.dtype:
+            raise TypeError(f"A.values dtype ({values.dtype}) must match X dtype ({X.dtype})")
+        if values.dim() == 2 and (X.dim() != 3 or X.shape[1] != values.shape[1]):
+            raise ValueError(
+                f"values of shape {tuple(values.shape)} need X of shape "
+                f"[{A.shape[1]}, {values.shape[1]}, F]; got {tuple(X.shape)}"
+            )
+    t = (None, None, None)
+    if _needs_transpose(X, values) and reduce in ("sum", "mean"):
+        t = A.transpose_arrays()
+    out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t)
+    return out
+
+
+def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """``S[p] = <Q[i], K[j]>`` for every stored entry ``p = (i, j)`` of A.
+
+    Q is ``[rows, F]`` and K ``[cols, F]`` (or both ``[., H, F]`` for ``S`` of shape
+    ``[nnz, H]``). A's values are not used. Differentiable in Q and K.
+    """
+    _check_dense(A, Q, "Q", A.shape[0], "rows")
+    _check_dense(A, K, "K", A.shape[1], "columns")
+    if Q.shape[1:] != K.shape[1:]:
+        raise ValueError(
+            f"Q and K feature shapes differ: {tuple(Q.shape)} vs {tuple(K.shape)}"
+        )
+    if Q.dtype != K.dtype:
+        raise TypeError(f"Q dtype ({Q.dtype}) must match K dtype ({K.dtype})")
+    t = A.transpose_arrays() if _needs_transpose(K) else (None, None, None)
+    return ops.sddmm(A.indptr, A.indices, Q, K, *t)
+
+
+def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
+    """Softmax of the scores ``S`` (``[nnz]`` or ``[nnz, H]``) over each row's entries."""
+    if not isinstance(S, torch.Tensor):
+        raise TypeError(f"S must be a tensor; got {type(S).__name__}")
+    if S.dim() not in (1, 2) or S.shape[0] != A.nnz:
+        raise ValueError(
+            f"S must be [nnz] or [nnz, H] with nnz = {A.nnz}; got shape {tuple(S.shape)}"
+        )
+    if S.device != A.device:
+        raise ValueError(f"S is on {S.device} but the sparse matrix is on {A.device}")
+    return ops.edge_softmax(A.indptr, S)

@@ -1,0 +1,104 @@
+import pytest
+import torch
+
+import sparsejit as sj
+from conftest import dense_reference_spmm, random_graph
+
+TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 3e-2}
+
+
+def _close(got, ref, dtype):
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    torch.testing.assert_close(got.double(), ref, atol=TOL[dtype] * scale, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("with_values", [False, True])
+def test_spmm_matches_reference(graph, reduce, dtype, index_dtype, with_values):
+    A = graph.to(index_dtype=index_dtype)
+    if with_values:
+        A = A.with_values(torch.randn(A.nnz).to(dtype))
+    X = torch.randn(A.shape[1], 16).to(dtype)
+    Y = sj.spmm(A, X, reduce)
+    assert Y.shape == (A.shape[0], 16) and Y.dtype == dtype
+    Aref = A if A.values is None else A.with_values(A.values.double())
+    _close(Y, dense_reference_spmm(Aref, X, reduce), dtype)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("value_heads", [0, 1, 4])
+def test_spmm_multihead(reduce, value_heads):
+    A = random_graph(200, 150, 5, power_law=True, seed=11)
+    H, F = 4, 8
+    if value_heads == 1:
+        A = A.with_values(torch.rand(A.nnz))
+    elif value_heads == 4:
+        A = A.with_values(torch.rand(A.nnz, H))
+    X = torch.randn(A.shape[1], H, F)
+    Y = sj.spmm(A, X, reduce)
+    assert Y.shape == (A.shape[0], H, F)
+    _close(Y, dense_reference_spmm(A, X, reduce), torch.float32)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_spmm_empty_rows_give_zero(reduce):
+    A = random_graph(60, 30, 3, seed=2, empty_frac=0.5)
+    X = torch.randn(30, 5) + 10.0  # all-positive: a missing zero-fill would show
+    Y = sj.spmm(A, X, reduce)
+    empty = A.degree() == 0
+    assert empty.any()
+    assert (Y[empty] == 0).all()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_spmm_zero_features_and_empty_matrix(reduce):
+    A = random_graph(10, 8, 3, seed=1)
+    assert sj.spmm(A, torch.randn(8, 0), reduce).shape == (10, 0)
+    E = random_graph(0, 0, 0)
+    assert sj.spmm(E, torch.randn(0, 4), reduce).shape == (0, 4)
+    Z = random_graph(5, 0, 0)
+    assert torch.equal(sj.spmm(Z, torch.randn(0, 3), reduce), torch.zeros(5, 3))
+
+
+def test_spmm_skewed_graph_many_threads():
+    """One row with most entries: the merge-path pieces must combine it exactly."""
+    n = 5000
+    src = torch.cat([torch.arange(n), torch.randint(0, n, (200,))])
+    dst = torch.cat([torch.zeros(n, dtype=torch.long), torch.randint(0, n, (200,))])
+    A = sj.SparseMatrix.from_edge_index(torch.stack([src, dst]), n)
+    X = torch.randn(n, 32, dtype=torch.float64)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            for reduce in ("sum", "mean", "max", "min"):
+                _close(sj.spmm(A, X, reduce), dense_reference_spmm(A, X, reduce), torch.float64)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_from_edge_index_matches_pyg_aggregation():
+    ei = torch.randint(0, 50, (2, 400))
+    X = torch.randn(50, 6)
+    A = sj.SparseMatrix.from_edge_index(ei, 50)
+    ref = torch.zeros(50, 6).index_add_(0, ei[1], X[ei[0]])
+    torch.testing.assert_close(sj.spmm(A, X), ref)
+    w = torch.rand(400)
+    Aw = sj.SparseMatrix.from_edge_index(ei, 50, values=w)
+    refw = torch.zeros(50, 6).index_add_(0, ei[1], X[ei[0]] * w[:, None])
+    torch.testing.assert_close(sj.spmm(Aw, X), refw)
+
+
+def test_scipy_and_dense_round_trip():
+    sp = pytest.importorskip("scipy.sparse")
+    m = sp.random(30, 20, density=0.2, format="csr", dtype="float64", random_state=0)
+    A = sj.SparseMatrix.from_scipy(m)
+    assert A.shape == (30, 20) and A.nnz == m.nnz
+    torch.testing.assert_close(A.to_dense(), torch.from_numpy(m.toarray()))
+    assert (A.to_scipy() != m.astype("float32")).nnz == 0
+    X = torch.randn(20, 4, dtype=torch.float64)
+    torch.testing.assert_close(sj.spmm(A, X), torch.from_numpy(m @ X.numpy()))
+    At = A.t()
+    torch.testing.assert_close(At.to_dense(), A.to_dense().T)

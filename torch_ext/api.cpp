@@ -1,0 +1,89 @@
+// The C++ API (include/sparsejit/sparsejit.h): thin wrappers that build CSR structures and
+// call the registered ops through the dispatcher.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "sparsejit/sparsejit.h"
+
+namespace sparsejit {
+namespace {
+
+const c10::OperatorHandle& op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+}  // namespace
+
+CsrMatrix CsrMatrix::from_csr(at::Tensor rowptr, at::Tensor col, int64_t num_cols,
+                              std::optional<at::Tensor> values) {
+  static auto validate =
+      op("sparsejit::validate_csr").typed<void(const at::Tensor&, const at::Tensor&, int64_t)>();
+  validate.call(rowptr, col, num_cols);
+  if (values.has_value()) {
+    TORCH_CHECK_VALUE(values->size(0) == col.numel(), "sparsejit: values has ", values->size(0),
+                      " entries but the structure stores ", col.numel());
+  }
+  CsrMatrix m;
+  m.rows = rowptr.numel() - 1;
+  m.cols = num_cols;
+  m.rowptr = std::move(rowptr);
+  m.col = std::move(col);
+  m.values = std::move(values);
+  return m;
+}
+
+CsrMatrix CsrMatrix::from_edge_index(const at::Tensor& edge_index, int64_t num_nodes,
+                                     std::optional<at::Tensor> values) {
+  TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2,
+                    "sparsejit: edge_index must have shape [2, E]; got ", edge_index.sizes());
+  auto ei = edge_index.to(at::kLong);
+  const int64_t e = ei.size(1);
+  if (num_nodes < 0) num_nodes = e > 0 ? ei.max().item<int64_t>() + 1 : 0;
+  auto src = ei[0], dst = ei[1];
+  if (e > 0) {
+    const int64_t lo = ei.min().item<int64_t>(), hi = ei.max().item<int64_t>();
+    TORCH_CHECK_VALUE(lo >= 0 && hi < num_nodes, "sparsejit: edge_index values must lie in [0, ",
+                      num_nodes, "); found range [", lo, ", ", hi, "]");
+  }
+  // Sort by (target, source); stable so duplicate edges keep their order.
+  auto key = dst * num_nodes + src;
+  auto perm = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  auto col = src.index_select(0, perm).contiguous();
+  auto counts = at::bincount(dst, /*weights=*/{}, num_nodes);
+  auto rowptr = at::zeros({num_nodes + 1}, ei.options());
+  if (num_nodes > 0) rowptr.slice(0, 1).copy_(counts.cumsum(0));
+  if (values.has_value()) values = values->index_select(0, perm);
+  return from_csr(rowptr, col, num_nodes, std::move(values));
+}
+
+at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& reduce) {
+  TORCH_CHECK_VALUE(x.size(0) == a.cols, "sparsejit.spmm: X has ", x.size(0),
+                    " rows but the sparse matrix has ", a.cols, " columns");
+  static auto h = op("sparsejit::spmm")
+                      .typed<std::tuple<at::Tensor, at::Tensor>(
+                          const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                          const at::Tensor&, c10::string_view, const std::optional<at::Tensor>&,
+                          const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>();
+  return std::get<0>(
+      h.call(a.rowptr, a.col, a.values, x, reduce, std::nullopt, std::nullopt, std::nullopt));
+}
+
+at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k) {
+  TORCH_CHECK_VALUE(k.size(0) == a.cols, "sparsejit.sddmm: K has ", k.size(0),
+                    " rows but the sparse matrix has ", a.cols, " columns");
+  static auto h = op("sparsejit::sddmm")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const std::optional<at::Tensor>&,
+                                        const std::optional<at::Tensor>&,
+                                        const std::optional<at::Tensor>&)>();
+  return h.call(a.rowptr, a.col, q, k, std::nullopt, std::nullopt, std::nullopt);
+}
+
+at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores) {
+  TORCH_CHECK_VALUE(scores.size(0) == a.nnz(), "sparsejit.edge_softmax: scores has ",
+                    scores.size(0), " entries but the sparse matrix stores ", a.nnz());
+  static auto h =
+      op("sparsejit::edge_softmax").typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return h.call(a.rowptr, scores);
+}
+
+}  // namespace sparsejit

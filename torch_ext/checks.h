@@ -1,0 +1,137 @@
+// Argument checks shared by every backend's op implementations. Each failure names the
+// argument, what was expected and what was given.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "csrc/core/types.h"
+
+namespace sparsejit {
+
+inline void check_index_pair(const at::Tensor& rowptr, const at::Tensor& col) {
+  TORCH_CHECK_TYPE(rowptr.scalar_type() == at::kInt || rowptr.scalar_type() == at::kLong,
+                   "sparsejit: indptr must be int32 or int64; got ", rowptr.scalar_type());
+  TORCH_CHECK_TYPE(col.scalar_type() == rowptr.scalar_type(),
+                   "sparsejit: indices dtype (", col.scalar_type(),
+                   ") must match indptr dtype (", rowptr.scalar_type(), ")");
+  TORCH_CHECK_VALUE(rowptr.dim() == 1 && col.dim() == 1,
+                    "sparsejit: indptr and indices must be 1-D; got shapes ", rowptr.sizes(),
+                    " and ", col.sizes());
+  TORCH_CHECK_VALUE(rowptr.numel() >= 1, "sparsejit: indptr must have rows + 1 >= 1 entries");
+  TORCH_CHECK_VALUE(rowptr.device() == col.device(), "sparsejit: indptr is on ", rowptr.device(),
+                    " but indices is on ", col.device());
+}
+
+inline void check_float(const at::Tensor& t, const char* name) {
+  const auto d = t.scalar_type();
+  TORCH_CHECK_TYPE(d == at::kFloat || d == at::kDouble || d == at::kBFloat16 || d == at::kHalf,
+                   "sparsejit: ", name, " must be float32, float64, bfloat16 or float16; got ",
+                   d);
+}
+
+inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* an,
+                              const char* bn) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), "sparsejit: ", an, " is on ", a.device(),
+                    " but ", bn, " is on ", b.device());
+}
+
+struct SpmmShape {
+  int64_t rows, heads, features, value_heads;
+  Reduce reduce;
+  std::vector<int64_t> out_sizes;
+};
+
+inline SpmmShape check_spmm_args(const at::Tensor& rowptr, const at::Tensor& col,
+                                 const std::optional<at::Tensor>& values, const at::Tensor& x,
+                                 c10::string_view reduce) {
+  check_index_pair(rowptr, col);
+  check_float(x, "X");
+  check_same_device(rowptr, x, "the sparse structure", "X");
+  SpmmShape s;
+  try {
+    s.reduce = parse_reduce(std::string(reduce));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "sparsejit.spmm: ", e.what());
+  }
+  TORCH_CHECK_VALUE(x.dim() == 2 || x.dim() == 3,
+                    "sparsejit.spmm: X must be [num_cols, F] or [num_cols, H, F]; got shape ",
+                    x.sizes());
+  s.rows = rowptr.numel() - 1;
+  s.heads = x.dim() == 3 ? x.size(1) : 1;
+  s.features = x.size(-1);
+  s.value_heads = 0;
+  const int64_t nnz = col.numel();
+  if (values.has_value()) {
+    const auto& v = *values;
+    TORCH_CHECK_TYPE(v.scalar_type() == x.scalar_type(), "sparsejit.spmm: values dtype (",
+                     v.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
+    check_same_device(v, x, "values", "X");
+    TORCH_CHECK_VALUE(v.size(0) == nnz && (v.dim() == 1 || v.dim() == 2),
+                      "sparsejit.spmm: values must be [nnz] or [nnz, H] with nnz = ", nnz,
+                      "; got shape ", v.sizes());
+    if (v.dim() == 2) {
+      TORCH_CHECK_VALUE(x.dim() == 3 && v.size(1) == s.heads,
+                        "sparsejit.spmm: values of shape ", v.sizes(),
+                        " need X of shape [num_cols, ", v.size(1), ", F]; got X of shape ",
+                        x.sizes());
+      s.value_heads = s.heads;
+    } else {
+      s.value_heads = 1;
+    }
+  }
+  s.out_sizes = x.sizes().vec();
+  s.out_sizes[0] = s.rows;
+  return s;
+}
+
+struct SddmmShape {
+  int64_t rows, heads, features;
+  std::vector<int64_t> out_sizes;
+};
+
+inline SddmmShape check_sddmm_args(const at::Tensor& rowptr, const at::Tensor& col,
+                                   const at::Tensor& q, const at::Tensor& k) {
+  check_index_pair(rowptr, col);
+  check_float(q, "Q");
+  check_float(k, "K");
+  check_same_device(rowptr, q, "the sparse structure", "Q");
+  check_same_device(q, k, "Q", "K");
+  TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), "sparsejit.sddmm: Q dtype (",
+                   q.scalar_type(), ") must match K dtype (", k.scalar_type(), ")");
+  TORCH_CHECK_VALUE(q.dim() == k.dim() && (q.dim() == 2 || q.dim() == 3),
+                    "sparsejit.sddmm: Q and K must both be [N, F] or both [N, H, F]; got ",
+                    q.sizes(), " and ", k.sizes());
+  TORCH_CHECK_VALUE(q.size(0) == rowptr.numel() - 1, "sparsejit.sddmm: Q has ", q.size(0),
+                    " rows but the sparse matrix has ", rowptr.numel() - 1);
+  TORCH_CHECK_VALUE(q.sizes().slice(1) == k.sizes().slice(1),
+                    "sparsejit.sddmm: Q and K feature shapes differ: ", q.sizes(), " vs ",
+                    k.sizes());
+  SddmmShape s;
+  s.rows = rowptr.numel() - 1;
+  s.heads = q.dim() == 3 ? q.size(1) : 1;
+  s.features = q.size(-1);
+  if (q.dim() == 3) {
+    s.out_sizes = {col.numel(), s.heads};
+  } else {
+    s.out_sizes = {col.numel()};
+  }
+  return s;
+}
+
+// Scores over stored entries: [nnz] or [nnz, H]. Returns H.
+inline int64_t check_edge_scores(const at::Tensor& rowptr, const at::Tensor& s,
+                                 const char* name) {
+  TORCH_CHECK_TYPE(rowptr.scalar_type() == at::kInt || rowptr.scalar_type() == at::kLong,
+                   "sparsejit: indptr must be int32 or int64; got ", rowptr.scalar_type());
+  check_float(s, name);
+  check_same_device(rowptr, s, "indptr", name);
+  TORCH_CHECK_VALUE(s.dim() == 1 || s.dim() == 2, "sparsejit.edge_softmax: ", name,
+                    " must be [nnz] or [nnz, H]; got shape ", s.sizes());
+  return s.dim() == 2 ? s.size(1) : 1;
+}
+
+}  // namespace sparsejit

@@ -1,0 +1,167 @@
+// CPU implementations of the sparsejit ops: argument checks, dtype dispatch, and calls into
+// the Torch-free kernels in kernels/cpu.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include "csrc/core/csr.h"
+#include "kernels/cpu/kernels.h"
+#include "torch_ext/checks.h"
+
+namespace sparsejit {
+namespace {
+
+template <typename F>
+void dispatch_index(const at::Tensor& t, F&& f) {
+  if (t.scalar_type() == at::kInt) {
+    f(int32_t{});
+  } else {
+    f(int64_t{});
+  }
+}
+
+// Calls f(T{}) with T the kernel scalar type matching `dtype`.
+template <typename F>
+void dispatch_float(at::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case at::kFloat: f(float{}); break;
+    case at::kDouble: f(double{}); break;
+    case at::kBFloat16: f(bf16{}); break;
+    default: TORCH_CHECK_TYPE(false, "sparsejit: unsupported dtype ", dtype);
+  }
+}
+
+template <typename T>
+T* ptr(const at::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+void validate_csr_cpu(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+  check_index_pair(rowptr, col);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    auto r = validate_csr<IT>(ptr<IT>(rp), rp.numel(), ptr<IT>(cl), cl.numel(), num_cols);
+    TORCH_CHECK_VALUE(r.ok, "sparsejit: invalid CSR structure: ", r.message);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tensor& rowptr,
+                                                                 const at::Tensor& col,
+                                                                 int64_t num_cols) {
+  check_index_pair(rowptr, col);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  const int64_t rows = rp.numel() - 1;
+  auto t_rowptr = at::empty({num_cols + 1}, rp.options());
+  auto t_col = at::empty({cl.numel()}, rp.options());
+  auto t_perm = at::empty({cl.numel()}, rp.options());
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    csr_transpose<IT>(ptr<IT>(rp), ptr<IT>(cl), rows, num_cols, ptr<IT>(t_rowptr), ptr<IT>(t_col),
+                      ptr<IT>(t_perm));
+  });
+  return {t_rowptr, t_col, t_perm};
+}
+
+std::tuple<at::Tensor, at::Tensor> spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                                            const std::optional<at::Tensor>& values,
+                                            const at::Tensor& x, c10::string_view reduce,
+                                            const std::optional<at::Tensor>&,
+                                            const std::optional<at::Tensor>&,
+                                            const std::optional<at::Tensor>&) {
+  const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  auto xc = x.contiguous();
+  at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
+  auto out = at::empty(s.out_sizes, x.options());
+  const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
+  auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
+                      : at::empty({0}, x.options().dtype(at::kLong));
+  cpu::SpmmArgs a;
+  a.rows = s.rows;
+  a.heads = s.heads;
+  a.features = s.features;
+  a.value_heads = s.value_heads;
+  a.reduce = s.reduce;
+  a.num_threads = at::get_num_threads();
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    dispatch_float(x.scalar_type(), [&](auto V) {
+      using T = decltype(V);
+      cpu::spmm<T, IT>(a, ptr<IT>(rp), ptr<IT>(cl), vc.defined() ? ptr<T>(vc) : nullptr,
+                       ptr<T>(xc), ptr<T>(out), with_arg ? ptr<int64_t>(arg) : nullptr);
+    });
+  });
+  return {out, arg};
+}
+
+at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
+                     const at::Tensor& k, const std::optional<at::Tensor>&,
+                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {
+  const SddmmShape s = check_sddmm_args(rowptr, col, q, k);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  auto qc = q.contiguous();
+  auto kc = k.contiguous();
+  auto out = at::empty(s.out_sizes, q.options());
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    dispatch_float(q.scalar_type(), [&](auto V) {
+      using T = decltype(V);
+      cpu::sddmm<T, IT>(s.rows, s.heads, s.features, ptr<IT>(rp), ptr<IT>(cl), ptr<T>(qc),
+                        ptr<T>(kc), ptr<T>(out), at::get_num_threads());
+    });
+  });
+  return out;
+}
+
+at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const at::Tensor& scores) {
+  const int64_t heads = check_edge_scores(rowptr, scores, "scores");
+  auto rp = rowptr.contiguous();
+  auto sc = scores.contiguous();
+  auto out = at::empty_like(sc);
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    dispatch_float(sc.scalar_type(), [&](auto V) {
+      using T = decltype(V);
+      cpu::edge_softmax<T, IT>(rp.numel() - 1, heads, ptr<IT>(rp), ptr<T>(sc), ptr<T>(out),
+                               at::get_num_threads());
+    });
+  });
+  return out;
+}
+
+at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr, const at::Tensor& y,
+                                     const at::Tensor& grad) {
+  const int64_t heads = check_edge_scores(rowptr, y, "y");
+  TORCH_CHECK_VALUE(grad.sizes() == y.sizes(), "sparsejit.edge_softmax_backward: grad has shape ",
+                    grad.sizes(), " but the softmax output has shape ", y.sizes());
+  auto rp = rowptr.contiguous();
+  auto yc = y.contiguous();
+  auto gc = grad.to(y.scalar_type()).contiguous();
+  auto out = at::empty_like(yc);
+  dispatch_index(rp, [&](auto I) {
+    using IT = decltype(I);
+    dispatch_float(yc.scalar_type(), [&](auto V) {
+      using T = decltype(V);
+      cpu::edge_softmax_backward<T, IT>(rp.numel() - 1, heads, ptr<IT>(rp), ptr<T>(yc),
+                                        ptr<T>(gc), ptr<T>(out), at::get_num_threads());
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("validate_csr", &validate_csr_cpu);
+  m.impl("csr_transpose", &csr_transpose_cpu);
+  m.impl("spmm", &spmm_cpu);
+  m.impl("sddmm", &sddmm_cpu);
+  m.impl("edge_softmax", &edge_softmax_cpu);
+  m.impl("edge_softmax_backward", &edge_softmax_backward_cpu);
+}
+
+}  // namespace sparsejit

@@ -1,0 +1,42 @@
+// sparsejit C++ API for LibTorch programs.
+//
+//   #include <sparsejit/sparsejit.h>
+//   auto A = sparsejit::CsrMatrix::from_edge_index(edge_index, num_nodes);
+//   at::Tensor Y = sparsejit::spmm(A, X, "sum");
+//
+// Link against the imported target `sparsejit::ops` (find_package(sparsejit)). Calls go
+// through the Torch dispatcher, so the same code runs on every device sparsejit supports.
+// Autograd formulas are registered from Python; from C++ these calls are forward-only.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+namespace sparsejit {
+
+// A validated CSR structure with optional values. rows = targets, cols = sources when
+// built from an edge index, so spmm(A, X) is message passing (sum over in-neighbours).
+struct CsrMatrix {
+  at::Tensor rowptr;                 // [rows + 1], int32 or int64
+  at::Tensor col;                    // [nnz], same dtype as rowptr
+  std::optional<at::Tensor> values;  // [nnz] or [nnz, H]
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t nnz() const { return col.numel(); }
+
+  // Validates (throws c10::ValueError naming the bad argument, position and value).
+  static CsrMatrix from_csr(at::Tensor rowptr, at::Tensor col, int64_t num_cols,
+                            std::optional<at::Tensor> values = std::nullopt);
+  // edge_index: [2, E], row 0 = sources, row 1 = targets. num_nodes < 0: 1 + max index.
+  static CsrMatrix from_edge_index(const at::Tensor& edge_index, int64_t num_nodes = -1,
+                                   std::optional<at::Tensor> values = std::nullopt);
+};
+
+at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& reduce = "sum");
+at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k);
+at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores);
+
+}  // namespace sparsejit
