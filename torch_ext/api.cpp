@@ -7,7 +7,7 @@
 namespace sparsejit {
 namespace {
 
-const c10::OperatorHandle& op(const char* name) {
+c10::OperatorHandle op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
 
