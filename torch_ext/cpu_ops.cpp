@@ -3,7 +3,10 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "codegen/cpu_jit.h"
+#include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
+#include "csrc/plan/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/checks.h"
 
@@ -64,12 +67,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tenso
   return {t_rowptr, t_col, t_perm};
 }
 
-std::tuple<at::Tensor, at::Tensor> spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
-                                            const std::optional<at::Tensor>& values,
-                                            const at::Tensor& x, c10::string_view reduce,
-                                            const std::optional<at::Tensor>&,
-                                            const std::optional<at::Tensor>&,
-                                            const std::optional<at::Tensor>&) {
+cpu::Act parse_activation(c10::string_view name) {
+  const std::string s(name);
+  if (s == "none" || s.empty()) return cpu::Act::None;
+  if (s == "relu") return cpu::Act::Relu;
+  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
+  if (s == "elu") return cpu::Act::Elu;
+  if (s == "gelu") return cpu::Act::Gelu;
+  TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
+                           "elu, gelu; got '", s, "'");
+}
+
+codegen::ScalarKind scalar_kind(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return codegen::ScalarKind::F64;
+    case at::kBFloat16: return codegen::ScalarKind::BF16;
+    default: return codegen::ScalarKind::F32;
+  }
+}
+
+plan::SpmmPlan cost_model_plan(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
+                               at::ScalarType dtype) {
+  return plan::choose_spmm(rows, cols, nnz, row_width, c10::elementSize(dtype),
+                           codegen::CpuJit::instance().enabled());
+}
+
+at::Tensor spmm_plan_cpu(const at::Tensor& rowptr, int64_t num_cols, int64_t row_width,
+                         at::ScalarType dtype) {
+  const int64_t rows = rowptr.numel() - 1;
+  const int64_t nnz = rows > 0 ? rowptr[rows].item<int64_t>() : 0;
+  auto header = at::empty({plan::kPlanWords}, rowptr.options().dtype(at::kLong));
+  plan::encode(cost_model_plan(rows, num_cols, nnz, row_width, dtype),
+               header.data_ptr<int64_t>());
+  return header;
+}
+
+std::tuple<at::Tensor, at::Tensor> spmm_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const std::optional<at::Tensor>& values,
+    const at::Tensor& x, c10::string_view reduce, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>& plan_header, const std::optional<at::Tensor>& bias,
+    c10::string_view activation, double act_param, double scale) {
   const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
@@ -79,6 +117,13 @@ std::tuple<at::Tensor, at::Tensor> spmm_cpu(const at::Tensor& rowptr, const at::
   const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
   auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
                       : at::empty({0}, x.options().dtype(at::kLong));
+  const int64_t row_width = s.heads * s.features;
+  at::Tensor bc;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
+                      " elements but each output row has ", row_width);
+    bc = bias->to(x.scalar_type()).contiguous();
+  }
   cpu::SpmmArgs a;
   a.rows = s.rows;
   a.heads = s.heads;
@@ -86,6 +131,39 @@ std::tuple<at::Tensor, at::Tensor> spmm_cpu(const at::Tensor& rowptr, const at::
   a.value_heads = s.value_heads;
   a.reduce = s.reduce;
   a.num_threads = at::get_num_threads();
+  a.min_parallel_work = cpu::min_parallel_work();
+  a.act = parse_activation(activation);
+  a.act_param = static_cast<float>(act_param);
+  a.scale = static_cast<float>(scale);
+  a.bias = bc.defined() ? bc.data_ptr() : nullptr;
+
+  plan::SpmmPlan p;
+  if (plan_header.has_value()) {
+    auto h = plan_header->to(at::kCPU).to(at::kLong).contiguous();
+    std::string err;
+    TORCH_CHECK_VALUE(plan::decode(h.data_ptr<int64_t>(), h.numel(), &p, &err),
+                      "sparsejit.spmm: ", err);
+  } else {
+    p = cost_model_plan(s.rows, x.size(0), cl.numel(), row_width, x.scalar_type());
+  }
+  codegen::SpmmFn fn = nullptr;
+  if (p.kernel == plan::Kernel::Jit && row_width > 0 && row_width <= plan::kMaxJitRowWidth) {
+    codegen::SpmmSpec spec;
+    spec.dtype = scalar_kind(x.scalar_type());
+    spec.index = rp.scalar_type() == at::kInt ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
+    spec.reduce = s.reduce;
+    spec.value_mode = s.value_heads == 0 ? 0 : (s.value_heads == 1 ? 1 : 2);
+    spec.heads = s.heads;
+    spec.features = s.features;
+    spec.act = a.act;
+    spec.prefetch = p.prefetch;
+    fn = codegen::CpuJit::instance().spmm(spec);
+  }
+  if (fn != nullptr) {
+    fn(&a, rp.data_ptr(), cl.data_ptr(), vc.defined() ? vc.data_ptr() : nullptr, xc.data_ptr(),
+       out.data_ptr(), with_arg ? arg.data_ptr<int64_t>() : nullptr);
+    return {out, arg};
+  }
   dispatch_index(rp, [&](auto I) {
     using IT = decltype(I);
     dispatch_float(x.scalar_type(), [&](auto V) {
@@ -155,6 +233,12 @@ at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr, const at::Tensor&
 
 }  // namespace
 
+// JIT warnings (unwritable cache, failed compile) reach Python as UserWarning.
+[[maybe_unused]] const bool kWarningsRouted = [] {
+  codegen::set_warning_handler([](const std::string& msg) { TORCH_WARN(msg); });
+  return true;
+}();
+
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("validate_csr", &validate_csr_cpu);
   m.impl("csr_transpose", &csr_transpose_cpu);
@@ -162,6 +246,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("sddmm", &sddmm_cpu);
   m.impl("edge_softmax", &edge_softmax_cpu);
   m.impl("edge_softmax_backward", &edge_softmax_backward_cpu);
+  m.impl("spmm_plan", &spmm_plan_cpu);
 }
 
 }  // namespace sparsejit

@@ -4,7 +4,9 @@
 //
 // Structure arguments come first (rowptr, col: int32 or int64, same dtype), then values,
 // then dense operands. The optional t_* arguments carry a cached transpose of the structure
-// (rowptr, col, perm) for the backward pass; forward never reads them.
+// (rowptr, col, perm) for the backward pass; forward never reads them. `plan` is an int64
+// plan header (csrc/plan/spmm_plan.h); without one the cost model picks the kernel. The
+// epilogue computes activation(scale * reduced + bias) in the output write.
 #include <torch/library.h>
 
 TORCH_LIBRARY(sparsejit, m) {
@@ -12,10 +14,14 @@ TORCH_LIBRARY(sparsejit, m) {
   m.def("csr_transpose(Tensor rowptr, Tensor col, int num_cols) -> (Tensor, Tensor, Tensor)");
   m.def(
       "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, "
-      "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None) -> (Tensor, Tensor)");
+      "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? plan=None, "
+      "Tensor? bias=None, str activation=\"none\", float act_param=0.01, float scale=1.0) "
+      "-> (Tensor, Tensor)");
   m.def(
       "sddmm(Tensor rowptr, Tensor col, Tensor q, Tensor k, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None) -> Tensor");
   m.def("edge_softmax(Tensor rowptr, Tensor s) -> Tensor");
   m.def("edge_softmax_backward(Tensor rowptr, Tensor y, Tensor grad) -> Tensor");
+  // Plan for spmm chosen by the cost model, as a header tensor (for explain / caching).
+  m.def("spmm_plan(Tensor rowptr, int num_cols, int row_width, ScalarType dtype) -> Tensor");
 }

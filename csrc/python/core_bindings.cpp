@@ -4,7 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "codegen/cpu_jit.h"
+#include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
+#include "csrc/plan/spmm_plan.h"
 
 namespace py = pybind11;
 
@@ -40,6 +43,79 @@ uint64_t fingerprint_impl(py::array_t<I, py::array::c_style> rowptr,
   return sparsejit::fingerprint<I>(rowptr.data(), rows, col.data(), col.size(), cols);
 }
 
+py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mode, int64_t heads,
+                  int64_t features, int act, int prefetch) {
+  using namespace sparsejit;
+  codegen::SpmmSpec spec;
+  spec.dtype = static_cast<codegen::ScalarKind>(dtype);
+  spec.index = static_cast<codegen::IndexKind>(index);
+  spec.reduce = parse_reduce(reduce);
+  spec.value_mode = value_mode;
+  spec.heads = heads;
+  spec.features = features;
+  spec.act = static_cast<cpu::Act>(act);
+  spec.prefetch = prefetch;
+  codegen::JitInfo info;
+  codegen::SpmmFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = codegen::CpuJit::instance().spmm(spec, &info);
+  }
+  py::dict d;
+  d["ok"] = fn != nullptr;
+  d["name"] = info.name;
+  d["source_path"] = info.source_path;
+  d["library_path"] = info.library_path;
+  d["disk_hit"] = info.disk_hit;
+  d["memory_hit"] = info.memory_hit;
+  d["compile_ms"] = info.compile_ms;
+  d["load_ms"] = info.load_ms;
+  d["error"] = info.error;
+  d["source"] = spec.source();
+  return d;
+}
+
+py::dict choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t width, int64_t elem) {
+  using namespace sparsejit;
+  auto p = plan::choose_spmm(rows, cols, nnz, width, elem, codegen::CpuJit::instance().enabled());
+  std::vector<int64_t> words(plan::kPlanWords);
+  plan::encode(p, words.data());
+  py::dict d;
+  d["kernel"] = p.kernel == plan::Kernel::Jit ? "jit" : "generic";
+  d["prefetch"] = p.prefetch;
+  d["reason"] = p.reason;
+  d["header"] = words;
+  return d;
+}
+
+py::dict decode_plan(const std::vector<int64_t>& words) {
+  using namespace sparsejit;
+  plan::SpmmPlan p;
+  std::string err;
+  if (!plan::decode(words.data(), static_cast<int64_t>(words.size()), &p, &err))
+    throw py::value_error(err);
+  py::dict d;
+  d["kernel"] = p.kernel == plan::Kernel::Jit ? "jit" : "generic";
+  d["prefetch"] = p.prefetch;
+  return d;
+}
+
+std::vector<int64_t> encode_plan(const std::string& kernel, int prefetch) {
+  using namespace sparsejit;
+  plan::SpmmPlan p;
+  if (kernel == "jit") {
+    p.kernel = plan::Kernel::Jit;
+  } else if (kernel == "generic") {
+    p.kernel = plan::Kernel::Generic;
+  } else {
+    throw py::value_error("kernel must be 'jit' or 'generic'; got '" + kernel + "'");
+  }
+  p.prefetch = prefetch;
+  std::vector<int64_t> words(plan::kPlanWords);
+  plan::encode(p, words.data());
+  return words;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -50,6 +126,25 @@ PYBIND11_MODULE(_core, m) {
         py::arg("num_cols"));
   m.def("fingerprint", &fingerprint_impl<int32_t>, py::arg("indptr"), py::arg("indices"),
         py::arg("num_cols"));
+  using sparsejit::codegen::CpuJit;
+  using sparsejit::codegen::DiskCache;
+  m.def("jit_spmm", &jit_spmm, "Compiles (or finds) a specialized SpMM; returns what it did",
+        py::arg("dtype"), py::arg("index"), py::arg("reduce"), py::arg("value_mode"),
+        py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
+  m.def("jit_enabled", [] { return CpuJit::instance().enabled(); });
+  m.def("jit_refresh_env", [] {
+    CpuJit::instance().refresh_env();
+    DiskCache::instance().reset_root_from_env();
+  });
+  m.def("jit_clear_memory_cache", [] { CpuJit::instance().clear_memory_cache(); });
+  m.def("compiler_command", [] { return CpuJit::instance().compiler_command(); });
+  m.def("compiler_version", [] { return CpuJit::instance().compiler_version(); });
+  m.def("cache_dir", [] { return DiskCache::instance().root(); });
+  m.def("choose_spmm", &choose_spmm, py::arg("rows"), py::arg("cols"), py::arg("nnz"),
+        py::arg("row_width"), py::arg("elem_size"));
+  m.def("decode_plan", &decode_plan, py::arg("words"));
+  m.def("encode_plan", &encode_plan, py::arg("kernel"), py::arg("prefetch"));
+  m.attr("max_jit_row_width") = sparsejit::plan::kMaxJitRowWidth;
 #ifdef _OPENMP
   m.attr("openmp") = true;
 #else

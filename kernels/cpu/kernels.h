@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "csrc/core/types.h"
+#include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit::cpu {
 
@@ -20,14 +21,7 @@ namespace sparsejit::cpu {
 int64_t min_parallel_work();
 void set_min_parallel_work(int64_t work);
 
-struct SpmmArgs {
-  int64_t rows = 0;
-  int64_t heads = 1;     // H
-  int64_t features = 0;  // F (per head)
-  int64_t value_heads = 0;  // 0: no values (all ones); 1: one value per entry; H: per head
-  Reduce reduce = Reduce::Sum;
-  int num_threads = 1;
-};
+
 
 template <typename T, typename I>
 void spmm(const SpmmArgs& a, const I* rowptr, const I* col, const T* values, const T* x, T* out,

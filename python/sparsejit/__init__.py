@@ -14,6 +14,7 @@ from . import _ops  # noqa: F401  (loads the op library, registers fakes and aut
 from .functional import edge_softmax, sddmm, spmm
 from .matrix import SparseMatrix
 from . import nn  # noqa: E402
+from .plan import clear_caches, explain, fingerprint, tune
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,4 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "row_stats", "ops", "__version__"]
+__all__ = ["nn", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "row_stats", "ops", "__version__"]

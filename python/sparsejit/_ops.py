@@ -56,7 +56,8 @@ def _csr_transpose_fake(rowptr, col, num_cols):
 
 
 @torch.library.register_fake("sparsejit::spmm")
-def _spmm_fake(rowptr, col, values, x, reduce, t_rowptr=None, t_col=None, t_perm=None):
+def _spmm_fake(rowptr, col, values, x, reduce, t_rowptr=None, t_col=None, t_perm=None,
+               plan=None, bias=None, activation="none", act_param=0.01, scale=1.0):
     out_shape = (rowptr.shape[0] - 1,) + tuple(x.shape[1:])
     out = x.new_empty(out_shape)
     if reduce in ("max", "min"):
@@ -76,6 +77,11 @@ def _sddmm_fake(rowptr, col, q, k, t_rowptr=None, t_col=None, t_perm=None):
 @torch.library.register_fake("sparsejit::edge_softmax")
 def _edge_softmax_fake(rowptr, s):
     return torch.empty_like(s)
+
+
+@torch.library.register_fake("sparsejit::spmm_plan")
+def _spmm_plan_fake(rowptr, num_cols, row_width, dtype):
+    return rowptr.new_empty((4,), dtype=torch.long)
 
 
 @torch.library.register_fake("sparsejit::edge_softmax_backward")
@@ -100,17 +106,52 @@ def _row_degree(rowptr):
 
 
 def _spmm_setup(ctx, inputs, output):
-    rowptr, col, values, x, reduce, t_rowptr, t_col, t_perm = inputs
-    _, arg = output
+    (rowptr, col, values, x, reduce, t_rowptr, t_col, t_perm, plan, bias, activation,
+     act_param, scale) = inputs
+    out, arg = output
     ctx.reduce = reduce
-    ctx.x_shape = x.shape
-    ctx.values_shape = None if values is None else values.shape
-    ctx.save_for_backward(rowptr, col, values, x, arg, t_rowptr, t_col, t_perm)
+    ctx.activation, ctx.act_param, ctx.scale = activation, act_param, scale
+    ctx.has_bias = bias is not None
+    # The output is saved only when the activation's derivative needs it.
+    saved_out = out if activation in ("relu", "leaky_relu", "elu") else None
+    ctx.save_for_backward(rowptr, col, values, x, arg, t_rowptr, t_col, t_perm, plan, bias,
+                          saved_out)
+
+
+def _activation_grad(ctx, grad_out, out, z_fn):
+    """Gradient w.r.t. the pre-activation z = scale * reduced + bias."""
+    act = ctx.activation
+    if act == "none":
+        return grad_out
+    if act == "relu":
+        return grad_out * (out > 0)
+    if act == "leaky_relu":
+        return torch.where(out > 0, grad_out, grad_out * ctx.act_param)
+    if act == "elu":
+        return torch.where(out > 0, grad_out, grad_out * (out + ctx.act_param))
+    if act == "gelu":
+        z = z_fn().float()
+        cdf = 0.5 * (1.0 + torch.erf(z * 0.7071067811865476))
+        pdf = torch.exp(-0.5 * z * z) * 0.3989422804014327
+        return (grad_out.float() * (cdf + z * pdf)).to(grad_out.dtype)
+    raise ValueError(f"unknown activation {act!r}")
 
 
 def _spmm_backward(ctx, grad_out, _grad_arg):
-    rowptr, col, values, x, arg, t_rowptr, t_col, t_perm = ctx.saved_tensors
+    (rowptr, col, values, x, arg, t_rowptr, t_col, t_perm, plan, bias,
+     saved_out) = ctx.saved_tensors
     reduce = ctx.reduce
+    grad_bias = None
+    if ctx.activation != "none" or ctx.has_bias or ctx.scale != 1.0:
+        def z_fn():
+            r, _ = ops.spmm(rowptr, col, values, x, reduce, plan=plan)
+            z = r * ctx.scale
+            return z + bias.view(z.shape[1:]) if bias is not None else z
+
+        grad_z = _activation_grad(ctx, grad_out, saved_out, z_fn)
+        if ctx.has_bias and ctx.needs_input_grad[9]:
+            grad_bias = grad_z.sum(0).reshape(bias.shape).to(bias.dtype)
+        grad_out = grad_z * ctx.scale
     need_values = values is not None and ctx.needs_input_grad[2]
     need_x = ctx.needs_input_grad[3]
     grad_values = grad_x = None
@@ -118,7 +159,8 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
         grad_values, grad_x = _spmm_arg_backward(
             col, values, x, arg, grad_out, need_values, need_x
         )
-        return None, None, grad_values, grad_x, None, None, None, None
+        return (None, None, grad_values, grad_x, None, None, None, None, None, grad_bias,
+                None, None, None)
 
     g = grad_out.contiguous()
     if reduce == "mean":
@@ -127,14 +169,15 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
     if need_x:
         trp, tcol, tperm = _transpose(rowptr, col, x.shape[0], t_rowptr, t_col, t_perm)
         tvals = None if values is None else values.index_select(0, tperm.to(torch.long))
-        grad_x, _ = ops.spmm(trp, tcol, tvals, g, "sum")
+        grad_x, _ = ops.spmm(trp, tcol, tvals, g, "sum", plan=plan)
     if need_values:
         if values.dim() == 1 and x.dim() == 3:
             # One value shared by all heads: per-head dot products, summed over heads.
             grad_values = ops.sddmm(rowptr, col, g, x).sum(-1)
         else:
             grad_values = ops.sddmm(rowptr, col, g, x)
-    return None, None, grad_values, grad_x, None, None, None, None
+    return (None, None, grad_values, grad_x, None, None, None, None, None, grad_bias, None,
+            None, None)
 
 
 def _spmm_arg_backward(col, values, x, arg, grad_out, need_values, need_x):

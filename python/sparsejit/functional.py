@@ -7,10 +7,12 @@ gradient will need it.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
+from . import plan as _plan
 from ._ops import ops
 from .matrix import SparseMatrix
 
@@ -33,22 +35,42 @@ def _check_dense(A: SparseMatrix, t: torch.Tensor, name: str, rows: int, side: s
         raise TypeError(f"{name} must be float32, float64 or bfloat16; got {t.dtype}")
 
 
+def _row_width(X: torch.Tensor) -> int:
+    return math.prod(X.shape[1:])
+
+
 def _needs_transpose(*tensors: Optional[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in tensors
     )
 
 
-def spmm(A: SparseMatrix, X: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-    """``Y[i] = reduce_{j in row i} (a_ij * X[j])``; ``a_ij = 1`` when A has no values.
+_ACTIVATIONS = (None, "none", "relu", "leaky_relu", "elu", "gelu")
 
-    X is ``[cols, F]`` or ``[cols, H, F]``; A's values may be ``[nnz]`` or ``[nnz, H]``.
-    Rows with no stored entries give 0 for every reduce. Differentiable in X and A.values;
-    for max / min the gradient goes to the entry that attained the extremum (on ties, the
-    first stored entry of the row).
+
+def spmm(
+    A: SparseMatrix,
+    X: torch.Tensor,
+    reduce: str = "sum",
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    negative_slope: float = 0.01,
+    alpha: float = 1.0,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """``Y[i] = act(scale * reduce_{j in row i} (a_ij * X[j]) + bias)``.
+
+    ``a_ij = 1`` when A has no values. X is ``[cols, F]`` or ``[cols, H, F]``; A's values
+    may be ``[nnz]`` or ``[nnz, H]``. Rows with no stored entries reduce to 0 for every
+    reduce (then ``act(bias)``). The epilogue (scale, bias ``[F]`` / ``[H, F]``, activation
+    relu / leaky_relu (``negative_slope``) / elu (``alpha``) / gelu) is fused into the
+    output write. Differentiable in X, A.values and bias; for max / min the gradient goes to
+    the entry that attained the extremum (on ties, the first stored entry of the row).
     """
     if reduce not in _REDUCES:
         raise ValueError(f"reduce must be one of {_REDUCES}; got {reduce!r}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {_ACTIVATIONS}; got {activation!r}")
     _check_dense(A, X, "X", A.shape[1], "columns")
     values = A.values
     if values is not None:
@@ -59,10 +81,22 @@ def spmm(A: SparseMatrix, X: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
                 f"values of shape {tuple(values.shape)} need X of shape "
                 f"[{A.shape[1]}, {values.shape[1]}, F]; got {tuple(X.shape)}"
             )
+    if bias is not None:
+        if bias.numel() != _row_width(X):
+            raise ValueError(
+                f"bias has {bias.numel()} elements but each output row has {_row_width(X)} "
+                f"(shape {tuple(X.shape[1:])})"
+            )
+        if bias.device != X.device:
+            raise ValueError(f"bias is on {bias.device} but X is on {X.device}")
     t = (None, None, None)
     if _needs_transpose(X, values) and reduce in ("sum", "mean"):
         t = A.transpose_arrays()
-    out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t)
+    act = activation or "none"
+    act_param = negative_slope if act == "leaky_relu" else alpha
+    plan = _plan.spmm_plan_for(A, _row_width(X), X.dtype)
+    out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t, plan=plan, bias=bias,
+                      activation=act, act_param=float(act_param), scale=float(scale))
     return out
 
 

@@ -98,6 +98,7 @@ void check_spmm(const Csr<int64_t>& a64, int64_t H, int64_t F, int64_t vh, Reduc
   args.value_heads = vh;
   args.reduce = r;
   args.num_threads = threads;
+  args.min_parallel_work = cpu::min_parallel_work();
   cpu::spmm<T, I>(args, a.rowptr.data(), a.col.data(), vh ? vals.data() : nullptr, x.data(),
                   out.data(), arg.data());
   auto ref = spmm_reference(a64, vd, vh, xd, H, F, r);

@@ -1,0 +1,320 @@
+#include "codegen/cpu_jit.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "codegen/disk_cache.h"
+#include "codegen/embedded_headers.h"
+
+#ifndef SPARSEJIT_VERSION
+#define SPARSEJIT_VERSION "0.0.0"
+#endif
+
+namespace sparsejit::codegen {
+
+namespace {
+
+const char* scalar_cpp(ScalarKind k) {
+  switch (k) {
+    case ScalarKind::F32: return "float";
+    case ScalarKind::F64: return "double";
+    case ScalarKind::BF16: return "sparsejit::bf16";
+  }
+  return "float";
+}
+const char* scalar_short(ScalarKind k) {
+  switch (k) {
+    case ScalarKind::F32: return "f32";
+    case ScalarKind::F64: return "f64";
+    case ScalarKind::BF16: return "bf16";
+  }
+  return "?";
+}
+const char* act_name(cpu::Act a) {
+  switch (a) {
+    case cpu::Act::None: return "none";
+    case cpu::Act::Relu: return "relu";
+    case cpu::Act::LeakyRelu: return "leaky_relu";
+    case cpu::Act::Elu: return "elu";
+    case cpu::Act::Gelu: return "gelu";
+    case cpu::Act::Runtime: return "runtime";
+  }
+  return "?";
+}
+const char* act_enum(cpu::Act a) {
+  switch (a) {
+    case cpu::Act::None: return "None";
+    case cpu::Act::Relu: return "Relu";
+    case cpu::Act::LeakyRelu: return "LeakyRelu";
+    case cpu::Act::Elu: return "Elu";
+    case cpu::Act::Gelu: return "Gelu";
+    case cpu::Act::Runtime: return "Runtime";
+  }
+  return "Runtime";
+}
+const char* reduce_enum(Reduce r) {
+  switch (r) {
+    case Reduce::Sum: return "Sum";
+    case Reduce::Mean: return "Mean";
+    case Reduce::Max: return "Max";
+    case Reduce::Min: return "Min";
+  }
+  return "Sum";
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs a shell command, returning its exit status and combined output.
+int run_command(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  output->clear();
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+bool on_path(const std::string& exe) {
+  if (exe.find('/') != std::string::npos) return access(exe.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::stringstream ss(path);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (!dir.empty() && access((dir + "/" + exe).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+std::string find_compiler() {
+  for (const char* var : {"SPARSEJIT_CXX", "CXX"}) {
+    if (const char* v = std::getenv(var); v && *v) return v;
+  }
+  for (const char* c : {"c++", "g++", "clang++"}) {
+    if (on_path(c)) return c;
+  }
+  return "";
+}
+
+// The CPU model line: part of the cache key, since -march=native differs per CPU.
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(f, line)) {
+    if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    if (!model.empty() && !flags.empty()) break;
+  }
+  return model + "|" + hash_hex(flags);
+}
+
+// Writes the embedded headers under <root>/include-<hash> once; returns that directory.
+std::string ensure_headers(const std::string& root, std::string* headers_hash) {
+  std::string all;
+  for (const auto& [path, text] : embedded_headers()) {
+    all += path;
+    all += '\n';
+    all += text;
+  }
+  *headers_hash = hash_hex(all);
+  const std::string dir = root + "/include-" + headers_hash->substr(0, 16);
+  for (const auto& [path, text] : embedded_headers()) {
+    const std::string full = dir + "/" + path;
+    struct stat st;
+    if (stat(full.c_str(), &st) == 0 && st.st_size == static_cast<off_t>(std::string(text).size()))
+      continue;
+    // mkdir -p for the header's folder
+    for (size_t i = 1; i < full.size(); ++i) {
+      if (full[i] == '/') mkdir(full.substr(0, i).c_str(), 0755);
+    }
+    DiskCache::write_atomic(full, text);
+  }
+  return dir;
+}
+
+struct Loaded {
+  SpmmFn fn = nullptr;
+  std::string source_path, library_path;
+};
+
+std::mutex g_mutex;
+std::map<std::string, Loaded> g_loaded;  // keyed by spec name
+
+}  // namespace
+
+std::string SpmmSpec::name() const {
+  std::ostringstream os;
+  os << "spmm_" << scalar_short(dtype) << "_" << (index == IndexKind::I32 ? "i32" : "i64") << "_"
+     << reduce_name(reduce) << "_v" << value_mode << "_h" << heads << "_f" << features << "_"
+     << act_name(act) << "_pf" << prefetch;
+  return os.str();
+}
+
+std::string SpmmSpec::source() const {
+  std::ostringstream os;
+  os << "// sparsejit generated kernel: " << name() << "\n"
+     << "// SpMM, " << scalar_short(dtype) << " values, "
+     << (index == IndexKind::I32 ? "int32" : "int64") << " indices, reduce=" << reduce_name(reduce)
+     << ", value mode " << value_mode << ", H=" << heads << ", F=" << features
+     << ", activation=" << act_name(act) << ", prefetch distance " << prefetch << ".\n"
+     << "#include \"kernels/cpu/spmm_kernel.h\"\n\n"
+     << "extern \"C\" void sparsejit_entry(const sparsejit::cpu::SpmmArgs* a, const void* rowptr,\n"
+     << "                                  const void* col, const void* values, const void* x,\n"
+     << "                                  void* out, int64_t* arg) {\n"
+     << "  using T = " << scalar_cpp(dtype) << ";\n"
+     << "  using I = " << (index == IndexKind::I32 ? "int32_t" : "int64_t") << ";\n"
+     << "  sparsejit::cpu::detail::spmm_run<T, I, sparsejit::Reduce::" << reduce_enum(reduce)
+     << ", " << value_mode << ", " << heads << ", " << features
+     << ", sparsejit::cpu::Act::" << act_enum(act) << ", " << prefetch << ">(\n"
+     << "      *a, static_cast<const I*>(rowptr), static_cast<const I*>(col),\n"
+     << "      static_cast<const T*>(values), static_cast<const T*>(x), static_cast<T*>(out), arg);\n"
+     << "}\n";
+  return os.str();
+}
+
+CpuJit& CpuJit::instance() {
+  static CpuJit jit;
+  return jit;
+}
+
+CpuJit::CpuJit() { refresh_env(); }
+
+void CpuJit::refresh_env() {
+  const char* v = std::getenv("SPARSEJIT_JIT");
+  enabled_ = !(v && (std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false"));
+}
+
+std::string CpuJit::compiler_command() const {
+  return find_compiler() +
+         " -O3 -march=native -std=c++17 -fPIC -shared -fopenmp -fno-math-errno -w";
+}
+
+std::string CpuJit::compiler_version() {
+  static std::mutex m;
+  static std::map<std::string, std::string> versions;
+  const std::string cxx = find_compiler();
+  std::lock_guard<std::mutex> g(m);
+  auto it = versions.find(cxx);
+  if (it != versions.end()) return it->second;
+  std::string out;
+  if (cxx.empty() || run_command(shell_quote(cxx) + " --version", &out) != 0) out = "";
+  out = out.substr(0, out.find('\n'));
+  versions[cxx] = out;
+  return out;
+}
+
+void CpuJit::clear_memory_cache() {
+  std::lock_guard<std::mutex> g(g_mutex);
+  g_loaded.clear();
+}
+
+SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
+  JitInfo local;
+  JitInfo& inf = info ? *info : local;
+  inf = JitInfo{};
+  inf.name = spec.name();
+  if (!enabled_) {
+    inf.error = "the JIT is off (SPARSEJIT_JIT=0)";
+    return nullptr;
+  }
+  const std::string cxx = find_compiler();
+  if (cxx.empty()) {
+    inf.error = "no host C++ compiler found (set SPARSEJIT_CXX or CXX)";
+    warn_once("no-compiler", "sparsejit JIT: " + inf.error +
+                                 "; using the precompiled generic kernels (same results)");
+    return nullptr;
+  }
+  // Warm path: the spec name determines the source, and the compiler, CPU and headers are
+  // fixed for the life of the process, so the name alone finds a loaded function.
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    auto it = g_loaded.find(inf.name);
+    if (it != g_loaded.end()) {
+      inf.memory_hit = true;
+      inf.source_path = it->second.source_path;
+      inf.library_path = it->second.library_path;
+      return it->second.fn;
+    }
+  }
+  DiskCache& cache = DiskCache::instance();
+  const std::string source = spec.source();
+  const std::string version = compiler_version();
+  std::string headers_hash;
+  const std::string include_dir = ensure_headers(cache.root(), &headers_hash);
+  const std::string command = compiler_command();
+  // Everything that changes the binary goes into the key.
+  const std::string key = hash_hex(source + "\n" + headers_hash + "\n" + command + "\n" + version +
+                                   "\n" + cpu_model() + "\n" SPARSEJIT_VERSION);
+  const std::string source_path = cache.path_for("cpu", inf.name, key, "cpp");
+  auto build = [&](const std::string& tmp_path, std::string& error) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Keep the source readable next to the library (for explain() and debugging).
+    const std::string src_dir = source_path.substr(0, source_path.rfind('/'));
+    mkdir(src_dir.c_str(), 0755);
+    if (!DiskCache::write_atomic(source_path, source)) {
+      error = "could not write the generated source to " + source_path;
+      return false;
+    }
+    std::string log;
+    const std::string cmd = command + " -I" + shell_quote(include_dir) + " " +
+                            shell_quote(source_path) + " -o " + shell_quote(tmp_path);
+    if (run_command(cmd, &log) != 0) {
+      error = "compiling " + inf.name + " failed:\n" + cmd + "\n" + log.substr(0, 4000);
+      return false;
+    }
+    inf.compile_ms = ms_since(t0);
+    return true;
+  };
+  std::string lib_path, error;
+  bool hit = false;
+  if (!cache.get_or_build("cpu", inf.name, key, "so", build, &lib_path, &error, &hit)) {
+    inf.error = error;
+    warn_once("compile:" + inf.name,
+              "sparsejit JIT: " + error + "\nusing the precompiled generic kernel instead");
+    return nullptr;
+  }
+  inf.disk_hit = hit;
+  inf.library_path = lib_path;
+  inf.source_path = source_path;
+  const auto t0 = std::chrono::steady_clock::now();
+  void* handle = dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  SpmmFn fn = handle ? reinterpret_cast<SpmmFn>(dlsym(handle, "sparsejit_entry")) : nullptr;
+  if (!fn) {
+    const char* why = dlerror();
+    inf.error = std::string("loading ") + lib_path + " failed: " + (why ? why : "no entry point");
+    warn_once("load:" + inf.name,
+              "sparsejit JIT: " + inf.error + "\nusing the precompiled generic kernel instead");
+    return nullptr;
+  }
+  inf.load_ms = ms_since(t0);
+  std::lock_guard<std::mutex> g(g_mutex);
+  g_loaded[inf.name] = Loaded{fn, source_path, lib_path};
+  return fn;
+}
+
+}  // namespace sparsejit::codegen

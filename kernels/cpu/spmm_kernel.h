@@ -1,0 +1,268 @@
+// SpMM loop nest, written once and instantiated twice: with run-time sizes for the
+// precompiled generic kernel (spmm_cpu.cpp), and with compile-time sizes, reduce, value mode,
+// activation and prefetch distance by the JIT (codegen/), where the constants let the
+// compiler unroll and vectorize the feature loops for the host's own instruction set.
+//
+// Y[i] = epilogue(reduce_{p in row i} a_p * X[col[p]]), merge-path partitioned: each thread
+// takes an equal piece of (row ends + stored entries). Rows whole inside a piece are written
+// directly. A row cut by piece boundaries leaves partial results ("head": the end of a row
+// that began in an earlier piece; "tail": the start of a row that ends in a later piece) that
+// a short serial fix-up combines in order, so one huge row is shared by all threads.
+//
+// Only the standard library and sparsejit's Torch-free headers are included: the JIT
+// compiles this file with nothing else on the include path.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "csrc/core/partition.h"
+#include "kernels/cpu/spmm_args.h"
+
+namespace sparsejit::cpu::detail {
+
+template <Reduce R, typename A>
+constexpr A reduce_identity() {
+  if constexpr (R == Reduce::Max) return -std::numeric_limits<A>::infinity();
+  if constexpr (R == Reduce::Min) return std::numeric_limits<A>::infinity();
+  return A(0);
+}
+
+// Compile-time size when K > 0, else the run-time value.
+template <int64_t K>
+inline int64_t size_or(int64_t runtime) {
+  return K > 0 ? K : runtime;
+}
+
+// VMODE: 0 = no values (all ones), 1 = one value per entry, 2 = one value per entry and head.
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
+inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T* __restrict values,
+                       const T* __restrict x, int64_t H_rt, int64_t F_rt, int64_t hi_bound,
+                       acc_t<T>* __restrict acc, int64_t* __restrict argacc) {
+  using A = acc_t<T>;
+  const int64_t H = size_or<kH>(H_rt), F = size_or<kF>(F_rt), HF = H * F;
+  for (int64_t p = lo; p < hi; ++p) {
+    if constexpr (kPrefetch > 0) {
+      // Random rows of X dominate the memory traffic: ask for them a few entries early.
+      if (p + kPrefetch < hi_bound) {
+        const char* next =
+            reinterpret_cast<const char*>(x + static_cast<int64_t>(col[p + kPrefetch]) * HF);
+        constexpr int64_t kLines = kH > 0 && kF > 0 ? (kH * kF * sizeof(T) + 63) / 64 : 1;
+#pragma GCC unroll 16
+        for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
+      }
+    }
+    const T* __restrict xr = x + static_cast<int64_t>(col[p]) * HF;
+    for (int64_t h = 0; h < H; ++h) {
+      A a = A(1);
+      if constexpr (VMODE == 1) a = A(values[p]);
+      if constexpr (VMODE == 2) a = A(values[p * H + h]);
+      A* __restrict ah = acc + h * F;
+      const T* __restrict xh = xr + h * F;
+      if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
+        if constexpr (VMODE == 0) {
+          for (int64_t f = 0; f < F; ++f) ah[f] += A(xh[f]);
+        } else {
+          for (int64_t f = 0; f < F; ++f) ah[f] += a * A(xh[f]);
+        }
+      } else {
+        int64_t* __restrict gh = argacc + h * F;
+        for (int64_t f = 0; f < F; ++f) {
+          const A v = a * A(xh[f]);
+          const bool better = (R == Reduce::Max) ? (v > ah[f]) : (v < ah[f]);
+          ah[f] = better ? v : ah[f];
+          gh[f] = better ? p : gh[f];
+        }
+      }
+    }
+  }
+}
+
+template <Reduce R, typename A>
+inline void combine(A* __restrict acc, int64_t* __restrict argacc, const A* __restrict other,
+                    const int64_t* __restrict other_arg, int64_t HF) {
+  if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
+    for (int64_t f = 0; f < HF; ++f) acc[f] += other[f];
+  } else {
+    // `other` covers later positions: on ties the earlier position (already in acc) wins.
+    for (int64_t f = 0; f < HF; ++f) {
+      const bool better = (R == Reduce::Max) ? (other[f] > acc[f]) : (other[f] < acc[f]);
+      if (better) {
+        acc[f] = other[f];
+        argacc[f] = other_arg[f];
+      }
+    }
+  }
+}
+
+template <typename A>
+inline A activate(Act act, A z, A param) {
+  switch (act) {
+    case Act::None: return z;
+    case Act::Relu: return z > A(0) ? z : A(0);
+    case Act::LeakyRelu: return z > A(0) ? z : z * param;
+    case Act::Elu: return z > A(0) ? z : param * (std::exp(z) - A(1));
+    case Act::Gelu: return A(0.5) * z * (A(1) + std::erf(z * A(0.70710678118654752440)));
+    default: return z;
+  }
+}
+
+// Writes one finished row: reduce finalisation, then scale, bias and activation.
+// kAct == Act::Runtime reads the activation from the arguments.
+template <Reduce R, Act kAct, bool kEpilogue, int64_t kHF, typename T>
+inline void write_row(const SpmmArgs& a, int64_t i, int64_t degree, const acc_t<T>* __restrict acc,
+                      const int64_t* __restrict argacc, int64_t HF_rt, T* __restrict out,
+                      int64_t* __restrict arg) {
+  using A = acc_t<T>;
+  const int64_t HF = size_or<kHF>(HF_rt);
+  T* __restrict o = out + i * HF;
+  A scale = A(1);
+  if constexpr (R == Reduce::Mean) scale = degree > 0 ? A(1) / A(degree) : A(0);
+  if constexpr (R == Reduce::Max || R == Reduce::Min) {
+    int64_t* __restrict g = arg + i * HF;
+    for (int64_t f = 0; f < HF; ++f) g[f] = degree > 0 ? argacc[f] : int64_t(-1);
+    if (degree == 0) scale = A(0);
+  }
+  if constexpr (!kEpilogue) {
+    if constexpr (R == Reduce::Sum) {
+      for (int64_t f = 0; f < HF; ++f) o[f] = T(acc[f]);
+    } else {
+      // scale is 0 for empty max / min rows, whose accumulators still hold +-inf.
+      for (int64_t f = 0; f < HF; ++f) o[f] = T(scale == A(0) ? A(0) : acc[f] * scale);
+    }
+  } else {
+    const Act act = kAct == Act::Runtime ? a.act : kAct;
+    const A param = A(a.act_param);
+    const A post = A(a.scale);
+    const T* __restrict bias = static_cast<const T*>(a.bias);
+    for (int64_t f = 0; f < HF; ++f) {
+      A z = scale == A(0) ? A(0) : acc[f] * scale;
+      z = z * post;
+      if (bias) z += A(bias[f]);
+      o[f] = T(activate<A>(act, z, param));
+    }
+  }
+}
+
+struct Partial {
+  int64_t row = -1;
+  int64_t count = 0;
+};
+
+template <typename T, typename I, Reduce R, int VMODE, int64_t kH, int64_t kF, Act kAct,
+          int kPrefetch>
+void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values, const T* x,
+              T* out, int64_t* arg) {
+  using A = acc_t<T>;
+  constexpr int64_t kHF = kH > 0 && kF > 0 ? kH * kF : -1;
+  const int64_t rows = a.rows, H = size_or<kH>(a.heads), F = size_or<kF>(a.features);
+  const int64_t HF = H * F;
+  if (rows == 0) return;
+  const int64_t nnz = rowptr[rows];
+  constexpr bool kArg = (R == Reduce::Max || R == Reduce::Min);
+  const bool epilogue = a.act != Act::None || a.bias != nullptr || a.scale != 1.0f;
+  // Small problems are not worth waking threads for.
+  const int64_t work = (rows + nnz) * std::max<int64_t>(HF, 1);
+  int nt = std::max(1, a.num_threads);
+  if (work < a.min_parallel_work) nt = 1;
+
+  std::vector<A> slot_acc(static_cast<size_t>(2 * nt * HF));
+  std::vector<int64_t> slot_arg(kArg ? static_cast<size_t>(2 * nt * HF) : 0);
+  std::vector<Partial> heads(nt), tails(nt);
+  int parts_used = nt;
+
+  auto finish = [&](int64_t i, int64_t degree, const A* acc, const int64_t* argacc) {
+    if (epilogue) {
+      write_row<R, kAct, true, kHF, T>(a, i, degree, acc, argacc, HF, out, arg);
+    } else {
+      write_row<R, kAct, false, kHF, T>(a, i, degree, acc, argacc, HF, out, arg);
+    }
+  };
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+#pragma omp single
+    parts_used = parts;
+    MergeCoord b, e;
+    merge_path_piece(t, parts, rowptr, rows, &b, &e);
+    std::vector<A> acc_vec(static_cast<size_t>(HF) + 16);
+    std::vector<int64_t> argacc_vec(kArg ? static_cast<size_t>(HF) : 0);
+    A* __restrict acc = acc_vec.data();
+    int64_t* __restrict argacc = argacc_vec.data();
+    auto reset = [&] {
+      for (int64_t f = 0; f < HF; ++f) acc[f] = reduce_identity<R, A>();
+      if constexpr (kArg) std::fill(argacc_vec.begin(), argacc_vec.end(), int64_t(-1));
+    };
+    auto save = [&](Partial& slot, A* sacc, int64_t* sarg, int64_t row, int64_t count) {
+      slot.row = row;
+      slot.count = count;
+      std::copy(acc, acc + HF, sacc);
+      if constexpr (kArg) std::copy(argacc, argacc + HF, sarg);
+    };
+    A* head_acc = slot_acc.data() + (2 * t) * HF;
+    A* tail_acc = slot_acc.data() + (2 * t + 1) * HF;
+    int64_t* head_arg = kArg ? slot_arg.data() + (2 * t) * HF : nullptr;
+    int64_t* tail_arg = kArg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
+
+    for (int64_t i = b.row; i < e.row; ++i) {
+      const int64_t start = rowptr[i], end = rowptr[i + 1];
+      const int64_t lo = std::max<int64_t>(start, b.pos);
+      reset();
+      accumulate<R, VMODE, kH, kF, kPrefetch>(lo, end, col, values, x, H, F, e.pos, acc, argacc);
+      if (start < b.pos) {
+        save(heads[t], head_acc, head_arg, i, end - lo);  // began in an earlier piece
+      } else {
+        finish(i, end - start, acc, argacc);
+      }
+    }
+    if (e.row < rows) {
+      const int64_t lo = std::max<int64_t>(rowptr[e.row], b.pos);
+      if (e.pos > lo) {
+        reset();
+        accumulate<R, VMODE, kH, kF, kPrefetch>(lo, e.pos, col, values, x, H, F, e.pos, acc,
+                                                argacc);
+        save(tails[t], tail_acc, tail_arg, e.row, e.pos - lo);
+      }
+    }
+  }
+
+  // Serial fix-up, in piece order: tails of a row are followed by the head that finishes it.
+  std::vector<A> run(static_cast<size_t>(HF));
+  std::vector<int64_t> run_arg(kArg ? static_cast<size_t>(HF) : 0);
+  int64_t run_row = -1;
+  for (int t = 0; t < parts_used; ++t) {
+    const A* h_acc = slot_acc.data() + (2 * t) * HF;
+    const int64_t* h_arg = kArg ? slot_arg.data() + (2 * t) * HF : nullptr;
+    const A* t_acc = slot_acc.data() + (2 * t + 1) * HF;
+    const int64_t* t_arg = kArg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
+    if (heads[t].row >= 0) {
+      const int64_t i = heads[t].row;
+      if (run_row == i) {
+        combine<R, A>(run.data(), run_arg.data(), h_acc, h_arg, HF);
+      } else {
+        std::copy(h_acc, h_acc + HF, run.begin());
+        if constexpr (kArg) std::copy(h_arg, h_arg + HF, run_arg.begin());
+      }
+      finish(i, rowptr[i + 1] - rowptr[i], run.data(), run_arg.data());
+      run_row = -1;
+    }
+    if (tails[t].row >= 0) {
+      if (run_row == tails[t].row) {
+        combine<R, A>(run.data(), run_arg.data(), t_acc, t_arg, HF);
+      } else {
+        run_row = tails[t].row;
+        std::copy(t_acc, t_acc + HF, run.begin());
+        if constexpr (kArg) std::copy(t_arg, t_arg + HF, run_arg.begin());
+      }
+    }
+  }
+}
+
+}  // namespace sparsejit::cpu::detail
