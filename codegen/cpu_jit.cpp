@@ -211,7 +211,7 @@ void CpuJit::refresh_env() {
 
 std::string CpuJit::compiler_command() const {
   return find_compiler() +
-         " -O3 -march=native -std=c++17 -fPIC -shared -fopenmp -fno-math-errno -w";
+         " -O3 -march=native -std=c++17 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno -w";
 }
 
 std::string CpuJit::compiler_version() {
@@ -265,13 +265,15 @@ SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
   const std::string source = spec.source();
   const std::string version = compiler_version();
   std::string headers_hash;
-  const std::string include_dir = ensure_headers(cache.root(), &headers_hash);
+  const std::string include_dir = ensure_headers(cache.writable_root("cpu"), &headers_hash);
   const std::string command = compiler_command();
   // Everything that changes the binary goes into the key.
   const std::string key = hash_hex(source + "\n" + headers_hash + "\n" + command + "\n" + version +
                                    "\n" + cpu_model() + "\n" SPARSEJIT_VERSION);
-  const std::string source_path = cache.path_for("cpu", inf.name, key, "cpp");
+  std::string source_path;
   auto build = [&](const std::string& tmp_path, std::string& error) {
+    // The source sits next to the library (kept readable for explain() and debugging).
+    source_path = tmp_path.substr(0, tmp_path.find(".so.build.")) + ".cpp";
     const auto t0 = std::chrono::steady_clock::now();
     // Keep the source readable next to the library (for explain() and debugging).
     const std::string src_dir = source_path.substr(0, source_path.rfind('/'));
@@ -299,6 +301,7 @@ SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
     return nullptr;
   }
   inf.disk_hit = hit;
+  if (source_path.empty()) source_path = lib_path.substr(0, lib_path.size() - 3) + ".cpp";
   inf.library_path = lib_path;
   inf.source_path = source_path;
   const auto t0 = std::chrono::steady_clock::now();

@@ -160,6 +160,26 @@ bool DiskCache::usable_dir(const std::string& dir) {
   return access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
+std::string DiskCache::writable_root(const std::string& kind) {
+  std::lock_guard<std::mutex> g(g_build_mutex);
+  return writable_root_locked(kind);
+}
+
+std::string DiskCache::writable_root_locked(const std::string& kind) {
+  if (usable_dir(root_ + "/" + kind)) return root_;
+  warn_once("cache-unwritable:" + root_,
+            "the JIT cache directory '" + root_ + "' cannot be written; compiled kernels are "
+            "kept in a private temporary directory for this process only (set "
+            "SPARSEJIT_CACHE_DIR to a writable directory to keep them across runs)");
+  static const std::string private_root = [] {
+    char tmpl[] = "/tmp/sparsejit-private-XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    return std::string(d ? d : "");
+  }();
+  if (private_root.empty() || !usable_dir(private_root + "/" + kind)) return "";
+  return private_root;
+}
+
 bool DiskCache::write_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
@@ -181,22 +201,10 @@ bool DiskCache::get_or_build(
     const std::function<bool(const std::string& tmp_path, std::string& error)>& build,
     std::string* path, std::string* error, bool* hit) {
   std::lock_guard<std::mutex> g(g_build_mutex);
-  std::string root = root_;
-  if (!usable_dir(root + "/" + kind)) {
-    warn_once("cache-unwritable:" + root,
-              "the JIT cache directory '" + root + "' cannot be written; compiled kernels are "
-              "kept in a private temporary directory for this process only (set "
-              "SPARSEJIT_CACHE_DIR to a writable directory to keep them across runs)");
-    static std::string private_root = [] {
-      char tmpl[] = "/tmp/sparsejit-private-XXXXXX";
-      const char* d = mkdtemp(tmpl);
-      return std::string(d ? d : "/tmp");
-    }();
-    root = private_root;
-    if (!usable_dir(root + "/" + kind)) {
-      *error = "no writable directory for JIT artefacts";
-      return false;
-    }
+  const std::string root = writable_root_locked(kind);
+  if (root.empty()) {
+    *error = "no writable directory for JIT artefacts";
+    return false;
   }
   const std::string final_path = root + "/" + kind + "/" + prefix + "-" + key + "." + ext;
   *path = final_path;

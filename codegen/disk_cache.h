@@ -48,11 +48,16 @@ class DiskCache {
                     const std::function<bool(const std::string& tmp_path, std::string& error)>& build,
                     std::string* path, std::string* error, bool* hit = nullptr);
 
+  // The root artefacts of `kind` go under: root(), or a private temporary directory (with
+  // one warning) when root() cannot be written; empty if neither can.
+  std::string writable_root(const std::string& kind);
+
   // Writes `text` to path atomically (temp + rename). Returns false on failure.
   static bool write_atomic(const std::string& path, const std::string& text);
 
  private:
   bool usable_dir(const std::string& dir);
+  std::string writable_root_locked(const std::string& kind);
   std::string root_;
 };
 
