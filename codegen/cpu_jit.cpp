@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <sstream>
 
@@ -164,8 +165,19 @@ struct Loaded {
 
 std::mutex g_mutex;
 std::map<std::string, Loaded> g_loaded;  // keyed by spec name
+std::unordered_map<uint64_t, SpmmFn> g_fast;  // keyed by SpmmSpec::packed_key()
 
 }  // namespace
+
+uint64_t SpmmSpec::packed_key() const {
+  // heads < 2^16 and features < 2^20 hold for every width the JIT specializes (<= 1024).
+  return static_cast<uint64_t>(dtype) | static_cast<uint64_t>(index) << 2 |
+         static_cast<uint64_t>(reduce) << 3 | static_cast<uint64_t>(value_mode) << 5 |
+         static_cast<uint64_t>(static_cast<int32_t>(act) & 0x7f) << 7 |
+         static_cast<uint64_t>(prefetch & 0xff) << 14 |
+         static_cast<uint64_t>(heads & 0xffff) << 22 |
+         static_cast<uint64_t>(features & 0xfffff) << 38;
+}
 
 std::string SpmmSpec::name() const {
   std::ostringstream os;
@@ -231,22 +243,40 @@ std::string CpuJit::compiler_version() {
 void CpuJit::clear_memory_cache() {
   std::lock_guard<std::mutex> g(g_mutex);
   g_loaded.clear();
+  g_fast.clear();
 }
 
 SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
+  if (!enabled_) {
+    if (info) {
+      *info = JitInfo{};
+      info->name = spec.name();
+      info->error = "the JIT is off (SPARSEJIT_JIT=0)";
+    }
+    return nullptr;
+  }
+  // Hot path of every op call: one hash lookup on the packed spec, no strings, no syscalls.
+  // Failed specs are remembered too (as null) so a broken compiler is not retried per call.
+  const uint64_t packed = spec.packed_key();
+  if (!info) {
+    std::lock_guard<std::mutex> g(g_mutex);
+    auto it = g_fast.find(packed);
+    if (it != g_fast.end()) return it->second;
+  }
   JitInfo local;
   JitInfo& inf = info ? *info : local;
   inf = JitInfo{};
   inf.name = spec.name();
-  if (!enabled_) {
-    inf.error = "the JIT is off (SPARSEJIT_JIT=0)";
-    return nullptr;
-  }
+  auto remember_failure = [&] {
+    std::lock_guard<std::mutex> g(g_mutex);
+    g_fast[packed] = nullptr;
+  };
   const std::string cxx = find_compiler();
   if (cxx.empty()) {
     inf.error = "no host C++ compiler found (set SPARSEJIT_CXX or CXX)";
     warn_once("no-compiler", "sparsejit JIT: " + inf.error +
                                  "; using the precompiled generic kernels (same results)");
+    remember_failure();
     return nullptr;
   }
   // Warm path: the spec name determines the source, and the compiler, CPU and headers are
@@ -298,6 +328,7 @@ SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
     inf.error = error;
     warn_once("compile:" + inf.name,
               "sparsejit JIT: " + error + "\nusing the precompiled generic kernel instead");
+    remember_failure();
     return nullptr;
   }
   inf.disk_hit = hit;
@@ -312,11 +343,13 @@ SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
     inf.error = std::string("loading ") + lib_path + " failed: " + (why ? why : "no entry point");
     warn_once("load:" + inf.name,
               "sparsejit JIT: " + inf.error + "\nusing the precompiled generic kernel instead");
+    remember_failure();
     return nullptr;
   }
   inf.load_ms = ms_since(t0);
   std::lock_guard<std::mutex> g(g_mutex);
   g_loaded[inf.name] = Loaded{fn, source_path, lib_path};
+  g_fast[packed] = fn;
   return fn;
 }
 

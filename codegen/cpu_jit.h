@@ -28,6 +28,8 @@ struct SpmmSpec {
   cpu::Act act = cpu::Act::None;
   int32_t prefetch = 0;  // entries ahead to prefetch X rows (0: off)
 
+  // A 64-bit key unique among the specs the planner emits (in-memory lookup per call).
+  uint64_t packed_key() const;
   // Readable name, also the cache file prefix: spmm_f32_i32_sum_v1_h1_f64_relu_pf8.
   std::string name() const;
   // The full C++ source of the kernel.

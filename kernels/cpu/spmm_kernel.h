@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "csrc/core/partition.h"
@@ -80,6 +81,104 @@ inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T*
         }
       }
     }
+  }
+}
+
+// ---- Register-blocked accumulation for compile-time row widths (JIT) -------------------
+// The row's accumulators live in vector registers for the whole stored-entry loop (GCC
+// vector extensions: one 64-byte vector per 16 floats / 8 doubles), instead of being loaded
+// and stored for every entry.
+template <typename A>
+struct VecOf {
+  static constexpr int kLanes = 64 / static_cast<int>(sizeof(A));
+  typedef A type __attribute__((vector_size(64)));
+};
+
+template <typename T, typename A>
+inline typename VecOf<A>::type load_vec(const T* p) {
+  typename VecOf<A>::type v;
+  if constexpr (std::is_same_v<T, A>) {
+    __builtin_memcpy(&v, p, sizeof(v));
+  } else {  // bfloat16 -> float: widen to 32 bits and shift into the high half
+    typedef uint16_t u16v __attribute__((vector_size(32)));
+    typedef uint32_t u32v __attribute__((vector_size(64)));
+    u16v h;
+    __builtin_memcpy(&h, p, sizeof(h));
+    u32v w = __builtin_convertvector(h, u32v) << 16;
+    __builtin_memcpy(&v, &w, sizeof(v));
+  }
+  return v;
+}
+
+// True when the register-blocked path applies: compile-time width, sum / mean, and (for
+// per-head values) heads aligned to whole vectors.
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, typename A>
+constexpr bool kVectorPath = kH > 0 && kF > 0 && (R == Reduce::Sum || R == Reduce::Mean) &&
+                             kH * kF <= 512 &&
+                             (VMODE != 2 || kF % VecOf<A>::kLanes == 0);
+
+template <int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
+inline void accumulate_vec(int64_t lo, int64_t hi, const I* __restrict col,
+                           const T* __restrict values, const T* __restrict x, int64_t hi_bound,
+                           acc_t<T>* __restrict acc) {
+  using A = acc_t<T>;
+  using V = typename VecOf<A>::type;
+  constexpr int64_t kHF = kH * kF;
+  constexpr int kL = VecOf<A>::kLanes;
+  constexpr int64_t kNV = kHF / kL, kRem = kHF % kL;
+  V r[kNV > 0 ? kNV : 1];
+  A t[kRem > 0 ? kRem : 1];
+#pragma GCC unroll 64
+  for (int64_t v = 0; v < kNV; ++v) __builtin_memcpy(&r[v], acc + v * kL, sizeof(V));
+#pragma GCC unroll 64
+  for (int64_t k = 0; k < kRem; ++k) t[k] = acc[kNV * kL + k];
+  for (int64_t p = lo; p < hi; ++p) {
+    if constexpr (kPrefetch > 0) {
+      if (p + kPrefetch < hi_bound) {
+        const char* next =
+            reinterpret_cast<const char*>(x + static_cast<int64_t>(col[p + kPrefetch]) * kHF);
+        constexpr int64_t kLines = (kHF * sizeof(T) + 63) / 64;
+#pragma GCC unroll 16
+        for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
+      }
+    }
+    const T* __restrict xr = x + static_cast<int64_t>(col[p]) * kHF;
+    if constexpr (VMODE == 2) {
+      constexpr int64_t kPerHead = kF / kL;
+#pragma GCC unroll 64
+      for (int64_t v = 0; v < kNV; ++v) r[v] += A(values[p * kH + v / kPerHead]) * load_vec<T, A>(xr + v * kL);
+    } else {
+      A a = A(1);
+      if constexpr (VMODE == 1) a = A(values[p]);
+#pragma GCC unroll 64
+      for (int64_t v = 0; v < kNV; ++v) {
+        if constexpr (VMODE == 0) {
+          r[v] += load_vec<T, A>(xr + v * kL);
+        } else {
+          r[v] += a * load_vec<T, A>(xr + v * kL);
+        }
+      }
+#pragma GCC unroll 64
+      for (int64_t k = 0; k < kRem; ++k) t[k] += a * A(xr[kNV * kL + k]);
+    }
+  }
+#pragma GCC unroll 64
+  for (int64_t v = 0; v < kNV; ++v) __builtin_memcpy(acc + v * kL, &r[v], sizeof(V));
+#pragma GCC unroll 64
+  for (int64_t k = 0; k < kRem; ++k) acc[kNV * kL + k] = t[k];
+}
+
+// Dispatches to the register-blocked loop when it applies, else the plain one.
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
+inline void accumulate_any(int64_t lo, int64_t hi, const I* __restrict col,
+                           const T* __restrict values, const T* __restrict x, int64_t H_rt,
+                           int64_t F_rt, int64_t hi_bound, acc_t<T>* __restrict acc,
+                           int64_t* __restrict argacc) {
+  if constexpr (kVectorPath<R, VMODE, kH, kF, acc_t<T>>) {
+    accumulate_vec<VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, hi_bound, acc);
+  } else {
+    accumulate<R, VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, H_rt, F_rt, hi_bound, acc,
+                                            argacc);
   }
 }
 
@@ -215,7 +314,8 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
       const int64_t start = rowptr[i], end = rowptr[i + 1];
       const int64_t lo = std::max<int64_t>(start, b.pos);
       reset();
-      accumulate<R, VMODE, kH, kF, kPrefetch>(lo, end, col, values, x, H, F, e.pos, acc, argacc);
+      accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, end, col, values, x, H, F, e.pos, acc,
+                                                  argacc);
       if (start < b.pos) {
         save(heads[t], head_acc, head_arg, i, end - lo);  // began in an earlier piece
       } else {
@@ -226,8 +326,8 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
       const int64_t lo = std::max<int64_t>(rowptr[e.row], b.pos);
       if (e.pos > lo) {
         reset();
-        accumulate<R, VMODE, kH, kF, kPrefetch>(lo, e.pos, col, values, x, H, F, e.pos, acc,
-                                                argacc);
+        accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, e.pos, col, values, x, H, F, e.pos, acc,
+                                                    argacc);
         save(tails[t], tail_acc, tail_arg, e.row, e.pos - lo);
       }
     }
