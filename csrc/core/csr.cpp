@@ -109,21 +109,36 @@ RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols) {
   return s;
 }
 
+namespace {
+
+// Word-at-a-time mixing (splitmix64 finalizer), order-sensitive: ~1 ns per index.
+inline uint64_t mix64(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+template <typename I>
+uint64_t hash_range(const I* data, int64_t n, uint64_t h) {
+  // Four independent lanes keep the multiplier pipeline busy; combined at the end.
+  uint64_t lane[4] = {h, h ^ 0x1234567ull, h ^ 0x89abcdefull, h ^ 0x13579bdfull};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) lane[l] = mix64(lane[l], static_cast<uint64_t>(data[i + l]));
+  for (; i < n; ++i) lane[0] = mix64(lane[0], static_cast<uint64_t>(data[i]));
+  return mix64(mix64(lane[0], lane[1]), mix64(lane[2], lane[3]));
+}
+
+}  // namespace
+
 template <typename I>
 uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(static_cast<uint64_t>(rows));
-  mix(static_cast<uint64_t>(cols));
-  mix(static_cast<uint64_t>(nnz));
-  for (int64_t i = 0; i <= rows; ++i) mix(static_cast<uint64_t>(rowptr[i]));
-  for (int64_t p = 0; p < nnz; ++p) mix(static_cast<uint64_t>(col[p]));
-  return h;
+  uint64_t h = mix64(mix64(mix64(0x5350524a49545346ull, rows), cols), nnz);
+  h = hash_range(rowptr, rows + 1, h);
+  return hash_range(col, nnz, h);
 }
 
 #define SPARSEJIT_INSTANTIATE_CSR(I)                                                       \

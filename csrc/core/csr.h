@@ -43,7 +43,7 @@ struct RowStats {
 template <typename I>
 RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols);
 
-// 64-bit FNV-1a style fingerprint of the index arrays and the shape.
+// 64-bit fingerprint of the index arrays and the shape (order-sensitive word hashing).
 template <typename I>
 uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols);
 

@@ -14,7 +14,7 @@ import torch
 
 from . import plan as _plan
 from ._ops import ops
-from .matrix import SparseMatrix
+from .matrix import SparseMatrix, as_matrix
 
 _REDUCES = ("sum", "mean", "max", "min")
 
@@ -60,6 +60,9 @@ def spmm(
 ) -> torch.Tensor:
     """``Y[i] = act(scale * reduce_{j in row i} (a_ij * X[j]) + bias)``.
 
+    A is a SparseMatrix, or a raw PyG ``edge_index`` ``[2, E]`` (then the CSR structure is
+    built once and reused from a cache keyed by the edge_index content).
+
     ``a_ij = 1`` when A has no values. X is ``[cols, F]`` or ``[cols, H, F]``; A's values
     may be ``[nnz]`` or ``[nnz, H]``. Rows with no stored entries reduce to 0 for every
     reduce (then ``act(bias)``). The epilogue (scale, bias ``[F]`` / ``[H, F]``, activation
@@ -67,6 +70,7 @@ def spmm(
     output write. Differentiable in X, A.values and bias; for max / min the gradient goes to
     the entry that attained the extremum (on ties, the first stored entry of the row).
     """
+    A = as_matrix(A, X.shape[0] if isinstance(X, torch.Tensor) else None)
     if reduce not in _REDUCES:
         raise ValueError(f"reduce must be one of {_REDUCES}; got {reduce!r}")
     if activation not in _ACTIVATIONS:
@@ -106,6 +110,7 @@ def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     Q is ``[rows, F]`` and K ``[cols, F]`` (or both ``[., H, F]`` for ``S`` of shape
     ``[nnz, H]``). A's values are not used. Differentiable in Q and K.
     """
+    A = as_matrix(A, max(Q.shape[0], K.shape[0]) if isinstance(A, torch.Tensor) else None)
     _check_dense(A, Q, "Q", A.shape[0], "rows")
     _check_dense(A, K, "K", A.shape[1], "columns")
     if Q.shape[1:] != K.shape[1:]:
@@ -119,7 +124,10 @@ def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
 
 
 def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
-    """Softmax of the scores ``S`` (``[nnz]`` or ``[nnz, H]``) over each row's entries."""
+    """Softmax of the scores ``S`` (``[nnz]`` or ``[nnz, H]``) over each row's entries.
+
+    With a raw ``edge_index``, S is in the order of A's CSR entries (sorted by target)."""
+    A = as_matrix(A)
     if not isinstance(S, torch.Tensor):
         raise TypeError(f"S must be a tensor; got {type(S).__name__}")
     if S.dim() not in (1, 2) or S.shape[0] != A.nnz:

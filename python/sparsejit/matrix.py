@@ -8,6 +8,8 @@ shares the structure.
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
@@ -266,6 +268,62 @@ class SparseMatrix:
 
             self._s.stats = _core.row_stats(self.indptr.cpu().numpy(), self.shape[1])
         return dict(self._s.stats)
+
+
+# ---- drop-in calls with a raw edge_index ------------------------------------------------
+# Building CSR from an edge_index sorts it (O(E log E)); hashing it is ~1 ns per index. A
+# call that passes the same edge_index again therefore reuses the structure, its transpose,
+# statistics and plans from this LRU, keyed by the content fingerprint.
+
+_GRAPH_CACHE: "OrderedDict[tuple, SparseMatrix]" = OrderedDict()
+
+
+def _graph_cache_budget() -> int:
+    return int(os.environ.get("SPARSEJIT_GRAPH_CACHE_BYTES", str(512 << 20)))
+
+
+def _structure_bytes(A: "SparseMatrix") -> int:
+    s = A._s
+    n = s.indptr.numel() * s.indptr.element_size() + s.indices.numel() * s.indices.element_size()
+    return 3 * n  # structure plus a cached transpose
+
+
+def cached_from_edge_index(edge_index: torch.Tensor, num_nodes: Optional[int] = None) -> "SparseMatrix":
+    """SparseMatrix.from_edge_index through a process-wide LRU keyed by the content of
+    `edge_index` (bounded by SPARSEJIT_GRAPH_CACHE_BYTES, default 512 MiB)."""
+    from . import _core
+
+    ei = edge_index if edge_index.dtype in _INDEX_DTYPES else edge_index.to(torch.long)
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E]; got {tuple(ei.shape)}")
+    host = ei.detach().cpu().contiguous()
+    fp = _core.fingerprint(host[0].numpy(), host[1].numpy(), -1 if num_nodes is None else num_nodes)
+    key = (fp, num_nodes, ei.shape[1], str(ei.device))
+    A = _GRAPH_CACHE.get(key)
+    if A is not None:
+        _GRAPH_CACHE.move_to_end(key)
+        return A
+    A = SparseMatrix.from_edge_index(ei, num_nodes)
+    _GRAPH_CACHE[key] = A
+    budget = _graph_cache_budget()
+    while len(_GRAPH_CACHE) > 1 and sum(map(_structure_bytes, _GRAPH_CACHE.values())) > budget:
+        _GRAPH_CACHE.popitem(last=False)
+    return A
+
+
+def clear_graph_cache() -> None:
+    _GRAPH_CACHE.clear()
+
+
+def as_matrix(A, num_nodes: Optional[int] = None) -> "SparseMatrix":
+    """A itself, or the (cached) SparseMatrix of a raw ``edge_index`` tensor."""
+    if isinstance(A, SparseMatrix):
+        return A
+    if isinstance(A, torch.Tensor):
+        return cached_from_edge_index(A, num_nodes)
+    raise TypeError(
+        f"expected a sparsejit.SparseMatrix or an edge_index tensor [2, E]; got {type(A).__name__}"
+    )
 
 
 def _as_index(t, name: str) -> torch.Tensor:

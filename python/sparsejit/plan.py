@@ -293,7 +293,11 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
 
 
 def clear_caches() -> None:
-    """Drops in-memory caches: tuned-plan LRU and loaded JIT functions. Plans cached on
+    """Drops in-memory caches: the edge_index -> structure LRU, the tuned-plan LRU and loaded
+    JIT functions (shared objects stay mapped; their handles are dropped). Plans cached on
     live SparseMatrix objects go with those objects; the disk cache stays."""
+    from .matrix import clear_graph_cache
+
     _tuned_lru.clear()
+    clear_graph_cache()
     _core.jit_clear_memory_cache()

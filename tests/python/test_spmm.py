@@ -102,3 +102,21 @@ def test_scipy_and_dense_round_trip():
     torch.testing.assert_close(sj.spmm(A, X), torch.from_numpy(m @ X.numpy()))
     At = A.t()
     torch.testing.assert_close(At.to_dense(), A.to_dense().T)
+
+
+def test_drop_in_edge_index_reuses_the_structure():
+    sj.clear_caches()
+    ei = torch.randint(0, 300, (2, 3000))
+    X = torch.randn(300, 8, requires_grad=True)
+    ref = torch.zeros(300, 8).index_add_(0, ei[1], X.detach()[ei[0]])
+    torch.testing.assert_close(sj.spmm(ei, X), ref)
+    from sparsejit.matrix import _GRAPH_CACHE
+
+    (A,) = _GRAPH_CACHE.values()
+    sj.spmm(ei.clone(), X).sum().backward()  # same content, new tensor: cache hit
+    assert list(_GRAPH_CACHE.values()) == [A]
+    assert A._s.transpose is not None  # the transpose was built once and kept
+    sj.spmm(torch.randint(0, 300, (2, 3000)), X)
+    assert len(_GRAPH_CACHE) == 2
+    sj.clear_caches()
+    assert len(_GRAPH_CACHE) == 0
