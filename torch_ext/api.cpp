@@ -58,13 +58,16 @@ CsrMatrix CsrMatrix::from_edge_index(const at::Tensor& edge_index, int64_t num_n
 at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& reduce) {
   TORCH_CHECK_VALUE(x.size(0) == a.cols, "sparsejit.spmm: X has ", x.size(0),
                     " rows but the sparse matrix has ", a.cols, " columns");
-  static auto h = op("sparsejit::spmm")
-                      .typed<std::tuple<at::Tensor, at::Tensor>(
-                          const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                          const at::Tensor&, c10::string_view, const std::optional<at::Tensor>&,
-                          const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>();
-  return std::get<0>(
-      h.call(a.rowptr, a.col, a.values, x, reduce, std::nullopt, std::nullopt, std::nullopt));
+  using Opt = const std::optional<at::Tensor>&;
+  static auto h =
+      op("sparsejit::spmm")
+          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, Opt,
+                                                    const at::Tensor&, c10::string_view, Opt, Opt,
+                                                    Opt, Opt, Opt, c10::string_view, double,
+                                                    double)>();
+  // No plan: the op's cost model chooses; no epilogue.
+  return std::get<0>(h.call(a.rowptr, a.col, a.values, x, reduce, std::nullopt, std::nullopt,
+                            std::nullopt, std::nullopt, std::nullopt, "none", 0.01, 1.0));
 }
 
 at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k) {

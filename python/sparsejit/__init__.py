@@ -18,6 +18,14 @@ from .plan import clear_caches, explain, fingerprint, tune
 
 __version__ = "0.1.0"
 
+# SparseMatrix objects (structure, values, cached transpose and plans) load with
+# torch.load's default weights_only=True.
+import torch as _torch  # noqa: E402
+
+from .matrix import _Structure  # noqa: E402
+
+_torch.serialization.add_safe_globals([SparseMatrix, _Structure])
+
 ops = _ops.ops
 
 

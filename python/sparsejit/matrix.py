@@ -226,9 +226,12 @@ class SparseMatrix:
             raise ValueError("this matrix is too large for int32 indices")
         s = self._s
         conv = lambda t: t.to(device=device, dtype=idx_dtype)  # noqa: E731
-        st = _Structure(conv(s.indptr), conv(s.indices), s.shape)
+        st = _Structure(conv(s.indptr), conv(s.indices), s.shape, stats=s.stats)
         if s.transpose is not None:
             st.transpose = tuple(conv(t) for t in s.transpose)
+        # Plans (CPU header tensors) and the fingerprint do not depend on device or index
+        # width: they move with the structure.
+        st.extra = {k: (dict(v) if isinstance(v, dict) else v) for k, v in s.extra.items()}
         vals = None if self.values is None else self.values.to(device)
         return SparseMatrix(st, vals)
 

@@ -120,3 +120,26 @@ def test_drop_in_edge_index_reuses_the_structure():
     assert len(_GRAPH_CACHE) == 2
     sj.clear_caches()
     assert len(_GRAPH_CACHE) == 0
+
+
+def test_save_load_and_to_keep_structure_and_plans(tmp_path):
+    A = random_graph(500, 400, 8, seed=3)
+    A = A.with_values(torch.rand(A.nnz))
+    X = torch.randn(400, 16)
+    sj.tune(A, F=16, repeat=1, progress=False, store=False)
+    A.transpose_arrays()
+    torch.save(A, tmp_path / "A.pt")
+    B = torch.load(tmp_path / "A.pt")  # weights_only=True by default
+    assert torch.equal(sj.spmm(B, X), sj.spmm(A, X))
+    assert B._s.transpose is not None and B._s.extra["plans"]
+    C = A.to("cpu", index_dtype=torch.int32)
+    assert C.index_dtype == torch.int32 and C._s.extra["plans"] == A._s.extra["plans"]
+    torch.testing.assert_close(sj.spmm(C, X), sj.spmm(A, X))
+
+
+def test_device_mismatch_is_named():
+    A = random_graph(5, 4, 2, seed=1)
+    with pytest.raises(ValueError, match="X is on meta but the sparse matrix is on cpu"):
+        sj.spmm(A, torch.empty(4, 3, device="meta"))
+    with pytest.raises(ValueError, match="values is on meta"):
+        A.with_values(torch.empty(A.nnz, device="meta"))
