@@ -53,9 +53,9 @@ inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T*
       if (p + kPrefetch < hi_bound) {
         const char* next =
             reinterpret_cast<const char*>(x + static_cast<int64_t>(col[p + kPrefetch]) * HF);
-        constexpr int64_t kLines = kH > 0 && kF > 0 ? (kH * kF * sizeof(T) + 63) / 64 : 1;
+        const int64_t lines = std::min<int64_t>((HF * sizeof(T) + 63) / 64, 16);
 #pragma GCC unroll 16
-        for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
+        for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
       }
     }
     const T* __restrict xr = x + static_cast<int64_t>(col[p]) * HF;
