@@ -7,7 +7,8 @@ JOBS   ?= $(shell nproc)
 # Pinned: 2.13.0 is the CPU build (an unpinned torch pulls a multi-GB CUDA build).
 TORCH_SPEC ?= torch==2.13.0
 APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache
-PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest
+# nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
+PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.*
 
 .PHONY: all setup build develop install test test-cpp test-python demo bench format clean
 
@@ -21,7 +22,7 @@ setup:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest" 2>/dev/null || \
+	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13" 2>/dev/null || \
 	  { echo "== pip install $(PIP_PACKAGES)"; $(PYTHON) -m pip install -q $(PIP_PACKAGES); }
 
 $(BUILD)/build.ninja: CMakeLists.txt | setup

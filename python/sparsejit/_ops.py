@@ -15,7 +15,24 @@ import torch
 _HERE = Path(__file__).resolve().parent
 
 
-def _load_library() -> None:
+def def _point_at_nvrtc() -> None:
+    """Lets the CUDA backend find libnvrtc from the pip wheels (nvidia-cuda-nvrtc, or the
+    ones a CUDA build of torch depends on) without LD_LIBRARY_PATH."""
+    if os.environ.get("SPARSEJIT_NVRTC_DIRS"):
+        return
+    try:
+        import nvidia  # namespace package of NVIDIA's wheels
+    except ImportError:
+        return
+    dirs = [os.path.join(root, sub) for root in nvidia.__path__
+            for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib")]
+    found = [d for d in dirs if os.path.isdir(d)]
+    if found:
+        os.environ["SPARSEJIT_NVRTC_DIRS"] = os.pathsep.join(found)
+
+
+_point_at_nvrtc()
+_load_library() -> None:
     candidates = [_HERE / "libsparsejit_ops.so"]
     env = os.environ.get("SPARSEJIT_OPS_LIBRARY")
     if env:

@@ -1,0 +1,58 @@
+// Kernel parameter blocks of the CUDA kernels, shared by the host launcher (C++) and the
+// NVRTC-compiled kernels (embedded into the generated source). Each kernel takes one of these
+// by value, so host and device agree on the layout by construction. Plain C types only:
+// this header is compiled by the host compiler and by NVRTC without any system header.
+//
+// Layouts (contiguous, row-major):
+//   rowptr[rows + 1], col[nnz]          CSR structure (int32 or int64, the spec's index type)
+//   values[nnz] or [nnz, H], or null    edge values (spec value mode 0 / 1 / 2)
+//   x[n, H, F], out[rows, H, F]         SpMM dense operand and output
+//   arg[rows, H, F] (max / min only)    CSR position of the extremum, -1 for empty rows
+//   q[rows, H, F], k[n, H, F], s[nnz, H]  SDDMM
+#pragma once
+
+namespace sparsejit {
+namespace cuda {
+
+struct SpmmParams {
+  const void* rowptr;
+  const void* col;
+  const void* values;  // null when the spec's value mode is 0
+  const void* x;
+  const void* bias;  // [H * F] of the output dtype, or null
+  void* out;
+  long long* arg;  // max / min only
+  // nnz-balanced strategies only (null otherwise):
+  void* partial;           // accumulator type; segment: [chunks, 2, H*F]; atomic: [chunks, H*F]
+  long long* partial_arg;  // segment + max / min: [chunks, 2, H*F]
+  long long* tail_row;     // [chunks]: the row that starts in the chunk and ends after it, or -1
+  long long rows;
+  long long nnz;
+  long long chunk;       // stored entries per chunk
+  long long num_chunks;  // max(1, ceil(nnz / chunk))
+  float scale;           // epilogue: act(scale * reduced + bias)
+  float act_param;       // leaky_relu slope / elu alpha
+};
+
+struct SddmmParams {
+  const void* rowptr;
+  const void* col;
+  const void* q;
+  const void* k;
+  void* s;
+  long long rows;
+  long long nnz;
+};
+
+// Edge softmax (grad == null) and its backward (y = softmax output, grad = dL/dy).
+struct SoftmaxParams {
+  const void* rowptr;
+  const void* y;     // forward: the scores
+  const void* grad;  // backward only
+  void* out;
+  long long rows;
+  long long pad_;  // keeps the size a multiple of 16 on every compiler
+};
+
+}  // namespace cuda
+}  // namespace sparsejit
