@@ -15,7 +15,7 @@ import torch
 _HERE = Path(__file__).resolve().parent
 
 
-def def _point_at_nvrtc() -> None:
+def _point_at_nvrtc() -> None:
     """Lets the CUDA backend find libnvrtc from the pip wheels (nvidia-cuda-nvrtc, or the
     ones a CUDA build of torch depends on) without LD_LIBRARY_PATH."""
     if os.environ.get("SPARSEJIT_NVRTC_DIRS"):
@@ -31,8 +31,7 @@ def def _point_at_nvrtc() -> None:
         os.environ["SPARSEJIT_NVRTC_DIRS"] = os.pathsep.join(found)
 
 
-_point_at_nvrtc()
-_load_library() -> None:
+def _load_library() -> None:
     candidates = [_HERE / "libsparsejit_ops.so"]
     env = os.environ.get("SPARSEJIT_OPS_LIBRARY")
     if env:
@@ -48,6 +47,7 @@ _load_library() -> None:
     )
 
 
+_point_at_nvrtc()
 _load_library()
 
 ops = torch.ops.sparsejit

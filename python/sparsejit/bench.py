@@ -51,21 +51,27 @@ def median_ms(fn: Callable[[], object], warmup: int, repeat: int, device: str) -
 
 
 def _agrees(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> bool:
+    # Scaled by the output's magnitude: float32 sums over rows of 10^4+ entries legitimately
+    # differ by more than a fixed 1e-3 when peers add in another order.
     tol = 3e-2 if dtype == torch.bfloat16 else 1e-3
-    return bool(torch.allclose(got.double(), ref.double(), atol=tol, rtol=tol))
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    return bool(torch.allclose(got.double(), ref.double(), atol=tol * scale, rtol=tol))
 
 
 def _spmm_peers(A: SparseMatrix, X: torch.Tensor, reduce: str, src, dst, n: int):
     """name -> callable computing the same aggregation (only peers that support it)."""
     peers: Dict[str, Callable[[], torch.Tensor]] = {}
     F = X.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        csr = torch.sparse_csr_tensor(A.indptr, A.indices,
+                                      torch.ones(A.nnz, dtype=X.dtype, device=X.device),
+                                      size=A.shape)
     if reduce == "sum":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            csr = torch.sparse_csr_tensor(A.indptr, A.indices,
-                                          torch.ones(A.nnz, dtype=X.dtype, device=X.device),
-                                          size=A.shape)
         peers["torch.sparse"] = lambda: torch.sparse.mm(csr, X)
+    elif X.device.type == "cpu":  # CSR reductions: CPU only in PyTorch
+        torch_reduce = {"mean": "mean", "max": "amax", "min": "amin"}[reduce]
+        peers["torch.sparse"] = lambda: torch.sparse.mm(csr, X, torch_reduce)
     if reduce in ("sum", "mean"):
         deg = torch.bincount(dst, minlength=n).clamp(min=1).to(X.dtype).view(-1, 1)
 
