@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "csrc/core/types.h"
+#include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit {
 
@@ -132,6 +133,18 @@ inline int64_t check_edge_scores(const at::Tensor& rowptr, const at::Tensor& s,
   TORCH_CHECK_VALUE(s.dim() == 1 || s.dim() == 2, "sparsejit.edge_softmax: ", name,
                     " must be [nnz] or [nnz, H]; got shape ", s.sizes());
   return s.dim() == 2 ? s.size(1) : 1;
+}
+
+// The fused epilogue's activation, by name (shared by every backend).
+inline cpu::Act parse_activation(c10::string_view name) {
+  const std::string s(name);
+  if (s == "none" || s.empty()) return cpu::Act::None;
+  if (s == "relu") return cpu::Act::Relu;
+  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
+  if (s == "elu") return cpu::Act::Elu;
+  if (s == "gelu") return cpu::Act::Gelu;
+  TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
+                           "elu, gelu; got '", s, "'");
 }
 
 }  // namespace sparsejit

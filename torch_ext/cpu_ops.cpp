@@ -67,17 +67,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tenso
   return {t_rowptr, t_col, t_perm};
 }
 
-cpu::Act parse_activation(c10::string_view name) {
-  const std::string s(name);
-  if (s == "none" || s.empty()) return cpu::Act::None;
-  if (s == "relu") return cpu::Act::Relu;
-  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
-  if (s == "elu") return cpu::Act::Elu;
-  if (s == "gelu") return cpu::Act::Gelu;
-  TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
-                           "elu, gelu; got '", s, "'");
-}
-
 codegen::ScalarKind scalar_kind(at::ScalarType t) {
   switch (t) {
     case at::kDouble: return codegen::ScalarKind::F64;

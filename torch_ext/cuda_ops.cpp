@@ -184,19 +184,6 @@ SpmmResult spmm_on_cpu(const at::Tensor& rowptr, const at::Tensor& col,
   return {out.to(x.device(), x.scalar_type()), arg.to(x.device())};
 }
 
-cpu::Act parse_activation(c10::string_view name) {
-  const std::string s(name);
-  if (s == "none" || s.empty()) return cpu::Act::None;
-  if (s == "relu") return cpu::Act::Relu;
-  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
-  if (s == "elu") return cpu::Act::Elu;
-  if (s == "gelu") return cpu::Act::Gelu;
-  TORCH_CHECK_VALUE(false,
-                    "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
-                    "elu, gelu; got '",
-                    s, "'");
-}
-
 SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const std::optional<at::Tensor>& values, const at::Tensor& x,
                      c10::string_view reduce, const std::optional<at::Tensor>&,
