@@ -72,15 +72,43 @@ inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T*
           for (int64_t f = 0; f < F; ++f) ah[f] += a * A(xh[f]);
         }
       } else {
-        int64_t* __restrict gh = argacc + h * F;
+        // Values only here (a float select, which vectorizes); positions in a second pass.
+        // Written as the (ah < v ? v : ah) pattern that GCC maps to vector max / min
+        // instructions (same NaN and tie behaviour: the accumulator is kept).
         for (int64_t f = 0; f < F; ++f) {
           const A v = a * A(xh[f]);
-          const bool better = (R == Reduce::Max) ? (v > ah[f]) : (v < ah[f]);
-          ah[f] = better ? v : ah[f];
-          gh[f] = better ? p : gh[f];
+          if constexpr (R == Reduce::Max) {
+            ah[f] = ah[f] < v ? v : ah[f];
+          } else {
+            ah[f] = v < ah[f] ? v : ah[f];
+          }
         }
       }
     }
+  }
+  if constexpr (R == Reduce::Max || R == Reduce::Min) {
+    // Every accumulate() starts from the identity, so the extremum's position is the first
+    // entry whose value equals it (ties: the first wins, as with a strict comparison). The
+    // entries are walked backwards with an unconditional 32-bit select (the last write is
+    // the first match), which vectorizes like the values; tracking 64-bit positions inside
+    // the first pass did not, and mispredicted on every update (about 10x slower).
+    thread_local std::vector<int32_t> rel;
+    rel.assign(static_cast<size_t>(HF), -1);
+    int32_t* __restrict r32 = rel.data();
+    for (int64_t p = hi - 1; p >= lo; --p) {
+      const int32_t offset = static_cast<int32_t>(p - lo);
+      const T* __restrict xr = x + static_cast<int64_t>(col[p]) * HF;
+      for (int64_t h = 0; h < H; ++h) {
+        A a = A(1);
+        if constexpr (VMODE == 1) a = A(values[p]);
+        if constexpr (VMODE == 2) a = A(values[p * H + h]);
+        const A* __restrict ah = acc + h * F;
+        const T* __restrict xh = xr + h * F;
+        int32_t* __restrict rh = r32 + h * F;
+        for (int64_t f = 0; f < F; ++f) rh[f] = a * A(xh[f]) == ah[f] ? offset : rh[f];
+      }
+    }
+    for (int64_t f = 0; f < HF; ++f) argacc[f] = r32[f] < 0 ? int64_t(-1) : lo + r32[f];
   }
 }
 
