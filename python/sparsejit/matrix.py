@@ -231,7 +231,7 @@ class SparseMatrix:
             st.transpose = tuple(conv(t) for t in s.transpose)
         # Plans (CPU header tensors) and the fingerprint do not depend on device or index
         # width: they move with the structure.
-        st.extra = {k: (dict(v) if isinstance(v, dict) else v) for k, v in s.extra.items()}
+        st.extra = {k: (v.copy() if isinstance(v, (dict, set)) else v) for k, v in s.extra.items()}
         vals = None if self.values is None else self.values.to(device)
         return SparseMatrix(st, vals)
 

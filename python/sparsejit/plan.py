@@ -131,8 +131,16 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
         )
         if header is not None:
             plan = torch.tensor(header, dtype=torch.long)
+            A._s.extra.setdefault("tuned_keys", set()).add(key)
+    if plan is None and dtype in _DTYPE_KIND:
+        # The cost model's choice, made once per structure here rather than on every call.
+        plan = ops.spmm_plan(A.indptr, A.shape[1], width, dtype)
     plans[key] = plan
     return plan
+
+
+def _is_tuned(A: SparseMatrix, width: int, dtype: torch.dtype) -> bool:
+    return ("spmm", width, dtype) in A._s.extra.get("tuned_keys", ())
 
 
 def _store_exists(A: SparseMatrix) -> bool:
@@ -223,6 +231,7 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     width = F * heads
     key = _plan_key("spmm", width, dtype, reduce)
     A._s.extra.setdefault("plans", {})[("spmm", width, dtype)] = torch.tensor(best, dtype=torch.long)
+    A._s.extra.setdefault("tuned_keys", set()).add(("spmm", width, dtype))
     report = {"best": best_name, "times_ms": times, "key": key, "header": best}
     if store:
         fp = fingerprint(A)
@@ -249,9 +258,9 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     width = F * heads
     stats = A.row_stats()
     elem = torch.empty((), dtype=dtype).element_size()
-    tuned = spmm_plan_for(A, width, dtype, reduce)
-    if tuned is not None:
-        chosen = _core.decode_plan(tuned.tolist())
+    plan = spmm_plan_for(A, width, dtype, reduce)
+    if plan is not None and _is_tuned(A, width, dtype):
+        chosen = _core.decode_plan(plan.tolist())
         chosen["reason"] = "tuned (measured by sparsejit.tune)"
     else:
         chosen = _core.choose_spmm(A.shape[0], A.shape[1], A.nnz, width, elem)
