@@ -64,10 +64,12 @@ at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& redu
           .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, Opt,
                                                     const at::Tensor&, c10::string_view, Opt, Opt,
                                                     Opt, Opt, Opt, c10::string_view, double,
-                                                    double)>();
-  // No plan: the op's cost model chooses; no epilogue.
+                                                    double, bool)>();
+  // No plan: the op's cost model chooses; no epilogue. Autograd is Python-side, so the
+  // max / min positions are not needed here.
   return std::get<0>(h.call(a.rowptr, a.col, a.values, x, reduce, std::nullopt, std::nullopt,
-                            std::nullopt, std::nullopt, std::nullopt, "none", 0.01, 1.0));
+                            std::nullopt, std::nullopt, std::nullopt, "none", 0.01, 1.0,
+                            /*need_arg=*/false));
 }
 
 at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k) {

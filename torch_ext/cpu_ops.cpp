@@ -96,14 +96,14 @@ std::tuple<at::Tensor, at::Tensor> spmm_cpu(
     const at::Tensor& x, c10::string_view reduce, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>& plan_header, const std::optional<at::Tensor>& bias,
-    c10::string_view activation, double act_param, double scale) {
+    c10::string_view activation, double act_param, double scale, bool need_arg) {
   const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   auto xc = x.contiguous();
   at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
   auto out = at::empty(s.out_sizes, x.options());
-  const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
+  const bool with_arg = need_arg && (s.reduce == Reduce::Max || s.reduce == Reduce::Min);
   auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
                       : at::empty({0}, x.options().dtype(at::kLong));
   const int64_t row_width = s.heads * s.features;

@@ -170,17 +170,18 @@ using SpmmResult = std::tuple<at::Tensor, at::Tensor>;
 SpmmResult spmm_on_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                        const std::optional<at::Tensor>& values, const at::Tensor& x,
                        c10::string_view reduce, const std::optional<at::Tensor>& bias,
-                       c10::string_view activation, double act_param, double scale) {
+                       c10::string_view activation, double act_param, double scale,
+                       bool need_arg) {
   static auto op =
       op_handle("sparsejit::spmm")
           .typed<SpmmResult(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                             const at::Tensor&, c10::string_view, const std::optional<at::Tensor>&,
                             const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                             const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-                            c10::string_view, double, double)>();
-  auto [out, arg] =
-      op.call(rowptr.cpu(), col.cpu(), to_cpu(values), to_cpu(x), reduce, std::nullopt,
-              std::nullopt, std::nullopt, std::nullopt, to_cpu(bias), activation, act_param, scale);
+                            c10::string_view, double, double, bool)>();
+  auto [out, arg] = op.call(rowptr.cpu(), col.cpu(), to_cpu(values), to_cpu(x), reduce,
+                            std::nullopt, std::nullopt, std::nullopt, std::nullopt, to_cpu(bias),
+                            activation, act_param, scale, need_arg);
   return {out.to(x.device(), x.scalar_type()), arg.to(x.device())};
 }
 
@@ -190,7 +191,7 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                      const std::optional<at::Tensor>& /*plan: CPU schedules only*/,
                      const std::optional<at::Tensor>& bias, c10::string_view activation,
-                     double act_param, double scale) {
+                     double act_param, double scale, bool need_arg) {
   const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce);
   const cpu::Act act = parse_activation(activation);
   const int64_t row_width = s.heads * s.features;
@@ -203,7 +204,8 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   }
   c10::cuda::CUDAGuard guard(x.device());
   if (!gpu_kernels_available())
-    return spmm_on_cpu(rowptr, col, values, x, reduce, bias, activation, act_param, scale);
+    return spmm_on_cpu(rowptr, col, values, x, reduce, bias, activation, act_param, scale,
+                       need_arg);
 
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
@@ -254,6 +256,8 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                    c10::cuda::getCurrentCUDAStream().stream(), plan.launches, &p,
                                    &err))
     raise_cuda_error("spmm", err + "\n(schedule: " + choice.reason + ")");
+  // The CUDA kernels always record positions for max / min; dropped when not asked for.
+  if (!need_arg) arg = at::empty({0}, x.options().dtype(at::kLong));
   return {out, arg};
 }
 

@@ -6,7 +6,9 @@
 // then dense operands. The optional t_* arguments carry a cached transpose of the structure
 // (rowptr, col, perm) for the backward pass; forward never reads them. `plan` is an int64
 // plan header (csrc/plan/spmm_plan.h); without one the cost model picks the kernel. The
-// epilogue computes activation(scale * reduced + bias) in the output write.
+// epilogue computes activation(scale * reduced + bias) in the output write. For max / min
+// the second output holds the CSR position of each extremum (the gradient's routing) when
+// need_arg is true, and is empty otherwise (inference skips that work).
 #include <torch/library.h>
 
 TORCH_LIBRARY(sparsejit, m) {
@@ -15,7 +17,8 @@ TORCH_LIBRARY(sparsejit, m) {
   m.def(
       "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? plan=None, "
-      "Tensor? bias=None, str activation=\"none\", float act_param=0.01, float scale=1.0) "
+      "Tensor? bias=None, str activation=\"none\", float act_param=0.01, float scale=1.0, "
+      "bool need_arg=True) "
       "-> (Tensor, Tensor)");
   m.def(
       "sddmm(Tensor rowptr, Tensor col, Tensor q, Tensor k, "

@@ -6,7 +6,7 @@
 //   values[nnz * VH] or nullptr              VH = 1 (shared by all heads) or H
 //   x[n * H * F]                             dense operand, viewed as [n, H, F]
 //   out[rows * H * F]                        SpMM output
-//   arg[rows * H * F] (max / min only)       CSR position of the extremum, -1 for empty rows
+//   arg[rows * H * F] (max / min; may be null) CSR position of the extremum, -1 for empty rows
 #pragma once
 
 #include <cstdint>

@@ -40,6 +40,38 @@ inline int64_t size_or(int64_t runtime) {
   return K > 0 ? K : runtime;
 }
 
+// Positions of the extrema found by a values-only pass over entries [lo, hi): every
+// accumulation starts from the identity, so the extremum's position is the first entry whose
+// value equals it (ties: the first wins, as with a strict comparison). The entries are walked
+// backwards with an unconditional 32-bit select (the last write is the first match), which
+// vectorizes like the values; tracking 64-bit positions inside the values pass did not, and
+// mispredicted on every update (about 10x slower). Only run when a gradient needs them.
+template <int VMODE, int64_t kH, int64_t kF, typename T, typename I>
+inline void find_positions(int64_t lo, int64_t hi, const I* __restrict col,
+                           const T* __restrict values, const T* __restrict x, int64_t H_rt,
+                           int64_t F_rt, const acc_t<T>* __restrict acc,
+                           int64_t* __restrict argacc) {
+  using A = acc_t<T>;
+  const int64_t H = size_or<kH>(H_rt), F = size_or<kF>(F_rt), HF = H * F;
+  thread_local std::vector<int32_t> rel;
+  rel.assign(static_cast<size_t>(HF), -1);
+  int32_t* __restrict r32 = rel.data();
+  for (int64_t p = hi - 1; p >= lo; --p) {
+    const int32_t offset = static_cast<int32_t>(p - lo);
+    const T* __restrict xr = x + static_cast<int64_t>(col[p]) * HF;
+    for (int64_t h = 0; h < H; ++h) {
+      A a = A(1);
+      if constexpr (VMODE == 1) a = A(values[p]);
+      if constexpr (VMODE == 2) a = A(values[p * H + h]);
+      const A* __restrict ah = acc + h * F;
+      const T* __restrict xh = xr + h * F;
+      int32_t* __restrict rh = r32 + h * F;
+      for (int64_t f = 0; f < F; ++f) rh[f] = a * A(xh[f]) == ah[f] ? offset : rh[f];
+    }
+  }
+  for (int64_t f = 0; f < HF; ++f) argacc[f] = r32[f] < 0 ? int64_t(-1) : lo + r32[f];
+}
+
 // VMODE: 0 = no values (all ones), 1 = one value per entry, 2 = one value per entry and head.
 template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
 inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T* __restrict values,
@@ -87,39 +119,29 @@ inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T*
     }
   }
   if constexpr (R == Reduce::Max || R == Reduce::Min) {
-    // Every accumulate() starts from the identity, so the extremum's position is the first
-    // entry whose value equals it (ties: the first wins, as with a strict comparison). The
-    // entries are walked backwards with an unconditional 32-bit select (the last write is
-    // the first match), which vectorizes like the values; tracking 64-bit positions inside
-    // the first pass did not, and mispredicted on every update (about 10x slower).
-    thread_local std::vector<int32_t> rel;
-    rel.assign(static_cast<size_t>(HF), -1);
-    int32_t* __restrict r32 = rel.data();
-    for (int64_t p = hi - 1; p >= lo; --p) {
-      const int32_t offset = static_cast<int32_t>(p - lo);
-      const T* __restrict xr = x + static_cast<int64_t>(col[p]) * HF;
-      for (int64_t h = 0; h < H; ++h) {
-        A a = A(1);
-        if constexpr (VMODE == 1) a = A(values[p]);
-        if constexpr (VMODE == 2) a = A(values[p * H + h]);
-        const A* __restrict ah = acc + h * F;
-        const T* __restrict xh = xr + h * F;
-        int32_t* __restrict rh = r32 + h * F;
-        for (int64_t f = 0; f < F; ++f) rh[f] = a * A(xh[f]) == ah[f] ? offset : rh[f];
-      }
+    if (argacc != nullptr) {
+      find_positions<VMODE, kH, kF>(lo, hi, col, values, x, H_rt, F_rt, acc, argacc);
     }
-    for (int64_t f = 0; f < HF; ++f) argacc[f] = r32[f] < 0 ? int64_t(-1) : lo + r32[f];
   }
 }
 
 // ---- Register-blocked accumulation for compile-time row widths (JIT) -------------------
 // The row's accumulators live in vector registers for the whole stored-entry loop (GCC
-// vector extensions: one 64-byte vector per 16 floats / 8 doubles), instead of being loaded
-// and stored for every entry.
+// vector extensions), instead of being loaded and stored for every entry. The vector is the
+// target's native width (64 bytes with AVX-512, 32 with AVX, else 16): wider GCC vectors than
+// the target has are split through memory, which made this path slower than the plain loop.
+#if defined(__AVX512F__)
+inline constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+inline constexpr int kVecBytes = 32;
+#else
+inline constexpr int kVecBytes = 16;
+#endif
+
 template <typename A>
 struct VecOf {
-  static constexpr int kLanes = 64 / static_cast<int>(sizeof(A));
-  typedef A type __attribute__((vector_size(64)));
+  static constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(A));
+  typedef A type __attribute__((vector_size(kVecBytes)));
 };
 
 template <typename T, typename A>
@@ -128,8 +150,8 @@ inline typename VecOf<A>::type load_vec(const T* p) {
   if constexpr (std::is_same_v<T, A>) {
     __builtin_memcpy(&v, p, sizeof(v));
   } else {  // bfloat16 -> float: widen to 32 bits and shift into the high half
-    typedef uint16_t u16v __attribute__((vector_size(32)));
-    typedef uint32_t u32v __attribute__((vector_size(64)));
+    typedef uint16_t u16v __attribute__((vector_size(kVecBytes / 2)));
+    typedef uint32_t u32v __attribute__((vector_size(kVecBytes)));
     u16v h;
     __builtin_memcpy(&h, p, sizeof(h));
     u32v w = __builtin_convertvector(h, u32v) << 16;
@@ -138,34 +160,60 @@ inline typename VecOf<A>::type load_vec(const T* p) {
   return v;
 }
 
-// True when the register-blocked path applies: compile-time width, sum / mean, and (for
-// per-head values) heads aligned to whole vectors.
+// True when the register-blocked path applies: compile-time width and (for per-head values)
+// heads aligned to whole vectors.
 template <Reduce R, int VMODE, int64_t kH, int64_t kF, typename A>
-constexpr bool kVectorPath = kH > 0 && kF > 0 && (R == Reduce::Sum || R == Reduce::Mean) &&
-                             kH * kF <= 512 &&
+constexpr bool kVectorPath = kH > 0 && kF > 0 && kH * kF <= 1024 &&
                              (VMODE != 2 || kF % VecOf<A>::kLanes == 0);
 
-template <int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
-inline void accumulate_vec(int64_t lo, int64_t hi, const I* __restrict col,
-                           const T* __restrict values, const T* __restrict x, int64_t hi_bound,
-                           acc_t<T>* __restrict acc) {
+// acc <- reduce(acc, v) for sum / mean (add) and max / min (the select form of the scalar
+// loop, so NaN and tie behaviour match it exactly: the accumulator is kept).
+template <Reduce R, typename V>
+inline V fold(V acc, V v) {
+  if constexpr (R == Reduce::Max) {
+    return acc < v ? v : acc;
+  } else if constexpr (R == Reduce::Min) {
+    return v < acc ? v : acc;
+  } else {
+    return acc + v;
+  }
+}
+
+// Accumulators per register tile: what fits in the register file next to the loaded X
+// vector, the broadcast value and a product (16 registers without AVX-512, 32 with it).
+#ifndef SPARSEJIT_TILE_VECTORS
+#define SPARSEJIT_TILE_VECTORS (kVecBytes == 64 ? 24 : 12)
+#endif
+inline constexpr int64_t kMaxTileVectors = SPARSEJIT_TILE_VECTORS;
+
+// One register tile: vectors [kV0, kV0 + kNVt) of the row, plus the kRem trailing scalars
+// when kLast. Each output element still sees the entries in order, so the result is the
+// same bit for bit as the plain loop's.
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, int64_t kV0, int64_t kNVt,
+          bool kLast, typename T, typename I>
+inline void accumulate_tile(int64_t lo, int64_t hi, const I* __restrict col,
+                            const T* __restrict values, const T* __restrict x, int64_t hi_bound,
+                            acc_t<T>* __restrict acc) {
   using A = acc_t<T>;
   using V = typename VecOf<A>::type;
   constexpr int64_t kHF = kH * kF;
   constexpr int kL = VecOf<A>::kLanes;
-  constexpr int64_t kNV = kHF / kL, kRem = kHF % kL;
-  V r[kNV > 0 ? kNV : 1];
+  constexpr int64_t kNV = kHF / kL;
+  constexpr int64_t kRem = kLast ? kHF % kL : 0;
+  constexpr int64_t kOff = kV0 * kL;  // first element of the tile
+  V r[kNVt > 0 ? kNVt : 1];
   A t[kRem > 0 ? kRem : 1];
 #pragma GCC unroll 64
-  for (int64_t v = 0; v < kNV; ++v) __builtin_memcpy(&r[v], acc + v * kL, sizeof(V));
+  for (int64_t v = 0; v < kNVt; ++v) __builtin_memcpy(&r[v], acc + kOff + v * kL, sizeof(V));
 #pragma GCC unroll 64
   for (int64_t k = 0; k < kRem; ++k) t[k] = acc[kNV * kL + k];
   for (int64_t p = lo; p < hi; ++p) {
     if constexpr (kPrefetch > 0) {
       if (p + kPrefetch < hi_bound) {
-        const char* next =
-            reinterpret_cast<const char*>(x + static_cast<int64_t>(col[p + kPrefetch]) * kHF);
-        constexpr int64_t kLines = (kHF * sizeof(T) + 63) / 64;
+        const char* next = reinterpret_cast<const char*>(
+            x + static_cast<int64_t>(col[p + kPrefetch]) * kHF + kOff);
+        constexpr int64_t kBytes = (kNVt * kL + kRem) * static_cast<int64_t>(sizeof(T));
+        constexpr int64_t kLines = (kBytes + 63) / 64;
 #pragma GCC unroll 16
         for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
       }
@@ -174,26 +222,59 @@ inline void accumulate_vec(int64_t lo, int64_t hi, const I* __restrict col,
     if constexpr (VMODE == 2) {
       constexpr int64_t kPerHead = kF / kL;
 #pragma GCC unroll 64
-      for (int64_t v = 0; v < kNV; ++v) r[v] += A(values[p * kH + v / kPerHead]) * load_vec<T, A>(xr + v * kL);
+      for (int64_t v = 0; v < kNVt; ++v)
+        r[v] = fold<R>(r[v], A(values[p * kH + (kV0 + v) / kPerHead]) *
+                                 load_vec<T, A>(xr + kOff + v * kL));
     } else {
       A a = A(1);
       if constexpr (VMODE == 1) a = A(values[p]);
 #pragma GCC unroll 64
-      for (int64_t v = 0; v < kNV; ++v) {
+      for (int64_t v = 0; v < kNVt; ++v) {
         if constexpr (VMODE == 0) {
-          r[v] += load_vec<T, A>(xr + v * kL);
+          r[v] = fold<R>(r[v], load_vec<T, A>(xr + kOff + v * kL));
         } else {
-          r[v] += a * load_vec<T, A>(xr + v * kL);
+          r[v] = fold<R>(r[v], a * load_vec<T, A>(xr + kOff + v * kL));
         }
       }
 #pragma GCC unroll 64
-      for (int64_t k = 0; k < kRem; ++k) t[k] += a * A(xr[kNV * kL + k]);
+      for (int64_t k = 0; k < kRem; ++k) t[k] = fold<R>(t[k], a * A(xr[kNV * kL + k]));
     }
   }
 #pragma GCC unroll 64
-  for (int64_t v = 0; v < kNV; ++v) __builtin_memcpy(acc + v * kL, &r[v], sizeof(V));
+  for (int64_t v = 0; v < kNVt; ++v) __builtin_memcpy(acc + kOff + v * kL, &r[v], sizeof(V));
 #pragma GCC unroll 64
   for (int64_t k = 0; k < kRem; ++k) acc[kNV * kL + k] = t[k];
+}
+
+// Register tiles of balanced size over the row (F * H elements), one after the other.
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, int64_t kV0, typename T,
+          typename I>
+inline void accumulate_tiles(int64_t lo, int64_t hi, const I* __restrict col,
+                             const T* __restrict values, const T* __restrict x,
+                             int64_t hi_bound, acc_t<T>* __restrict acc) {
+  constexpr int64_t kNV = kH * kF / VecOf<acc_t<T>>::kLanes;
+  constexpr int64_t kTiles = kNV > 0 ? (kNV + kMaxTileVectors - 1) / kMaxTileVectors : 1;
+  constexpr int64_t kTileV = kNV > 0 ? (kNV + kTiles - 1) / kTiles : 0;
+  constexpr int64_t kNVt = kTileV < kNV - kV0 ? kTileV : kNV - kV0;
+  constexpr bool kLast = kV0 + kNVt >= kNV;
+  accumulate_tile<R, VMODE, kH, kF, kPrefetch, kV0, kNVt, kLast>(lo, hi, col, values, x,
+                                                                  hi_bound, acc);
+  if constexpr (!kLast) {
+    accumulate_tiles<R, VMODE, kH, kF, kPrefetch, kV0 + kNVt>(lo, hi, col, values, x, hi_bound,
+                                                              acc);
+  }
+}
+
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T, typename I>
+inline void accumulate_vec(int64_t lo, int64_t hi, const I* __restrict col,
+                           const T* __restrict values, const T* __restrict x, int64_t hi_bound,
+                           acc_t<T>* __restrict acc, int64_t* __restrict argacc) {
+  accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0>(lo, hi, col, values, x, hi_bound, acc);
+  if constexpr (R == Reduce::Max || R == Reduce::Min) {
+    if (argacc != nullptr) {
+      find_positions<VMODE, kH, kF>(lo, hi, col, values, x, kH, kF, acc, argacc);
+    }
+  }
 }
 
 // Dispatches to the register-blocked loop when it applies, else the plain one.
@@ -203,7 +284,7 @@ inline void accumulate_any(int64_t lo, int64_t hi, const I* __restrict col,
                            int64_t F_rt, int64_t hi_bound, acc_t<T>* __restrict acc,
                            int64_t* __restrict argacc) {
   if constexpr (kVectorPath<R, VMODE, kH, kF, acc_t<T>>) {
-    accumulate_vec<VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, hi_bound, acc);
+    accumulate_vec<R, VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, hi_bound, acc, argacc);
   } else {
     accumulate<R, VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, H_rt, F_rt, hi_bound, acc,
                                             argacc);
@@ -221,7 +302,7 @@ inline void combine(A* __restrict acc, int64_t* __restrict argacc, const A* __re
       const bool better = (R == Reduce::Max) ? (other[f] > acc[f]) : (other[f] < acc[f]);
       if (better) {
         acc[f] = other[f];
-        argacc[f] = other_arg[f];
+        if (argacc != nullptr) argacc[f] = other_arg[f];
       }
     }
   }
@@ -251,8 +332,10 @@ inline void write_row(const SpmmArgs& a, int64_t i, int64_t degree, const acc_t<
   A scale = A(1);
   if constexpr (R == Reduce::Mean) scale = degree > 0 ? A(1) / A(degree) : A(0);
   if constexpr (R == Reduce::Max || R == Reduce::Min) {
-    int64_t* __restrict g = arg + i * HF;
-    for (int64_t f = 0; f < HF; ++f) g[f] = degree > 0 ? argacc[f] : int64_t(-1);
+    if (arg != nullptr) {
+      int64_t* __restrict g = arg + i * HF;
+      for (int64_t f = 0; f < HF; ++f) g[f] = degree > 0 ? argacc[f] : int64_t(-1);
+    }
     if (degree == 0) scale = A(0);
   }
   if constexpr (!kEpilogue) {
@@ -291,7 +374,8 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   const int64_t HF = H * F;
   if (rows == 0) return;
   const int64_t nnz = rowptr[rows];
-  constexpr bool kArg = (R == Reduce::Max || R == Reduce::Min);
+  // Extremum positions (for the gradient of max / min) only when the caller asked for them.
+  const bool with_arg = (R == Reduce::Max || R == Reduce::Min) && arg != nullptr;
   const bool epilogue = a.act != Act::None || a.bias != nullptr || a.scale != 1.0f;
   // Small problems are not worth waking threads for.
   const int64_t work = (rows + nnz) * std::max<int64_t>(HF, 1);
@@ -299,7 +383,7 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   if (work < a.min_parallel_work) nt = 1;
 
   std::vector<A> slot_acc(static_cast<size_t>(2 * nt * HF));
-  std::vector<int64_t> slot_arg(kArg ? static_cast<size_t>(2 * nt * HF) : 0);
+  std::vector<int64_t> slot_arg(with_arg ? static_cast<size_t>(2 * nt * HF) : 0);
   std::vector<Partial> heads(nt), tails(nt);
   int parts_used = nt;
 
@@ -320,23 +404,23 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
     MergeCoord b, e;
     merge_path_piece(t, parts, rowptr, rows, &b, &e);
     std::vector<A> acc_vec(static_cast<size_t>(HF) + 16);
-    std::vector<int64_t> argacc_vec(kArg ? static_cast<size_t>(HF) : 0);
+    std::vector<int64_t> argacc_vec(with_arg ? static_cast<size_t>(HF) : 0);
     A* __restrict acc = acc_vec.data();
-    int64_t* __restrict argacc = argacc_vec.data();
+    int64_t* __restrict argacc = with_arg ? argacc_vec.data() : nullptr;
     auto reset = [&] {
       for (int64_t f = 0; f < HF; ++f) acc[f] = reduce_identity<R, A>();
-      if constexpr (kArg) std::fill(argacc_vec.begin(), argacc_vec.end(), int64_t(-1));
+      if (with_arg) std::fill(argacc_vec.begin(), argacc_vec.end(), int64_t(-1));
     };
     auto save = [&](Partial& slot, A* sacc, int64_t* sarg, int64_t row, int64_t count) {
       slot.row = row;
       slot.count = count;
       std::copy(acc, acc + HF, sacc);
-      if constexpr (kArg) std::copy(argacc, argacc + HF, sarg);
+      if (with_arg) std::copy(argacc, argacc + HF, sarg);
     };
     A* head_acc = slot_acc.data() + (2 * t) * HF;
     A* tail_acc = slot_acc.data() + (2 * t + 1) * HF;
-    int64_t* head_arg = kArg ? slot_arg.data() + (2 * t) * HF : nullptr;
-    int64_t* tail_arg = kArg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
+    int64_t* head_arg = with_arg ? slot_arg.data() + (2 * t) * HF : nullptr;
+    int64_t* tail_arg = with_arg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
 
     for (int64_t i = b.row; i < e.row; ++i) {
       const int64_t start = rowptr[i], end = rowptr[i + 1];
@@ -363,31 +447,32 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
 
   // Serial fix-up, in piece order: tails of a row are followed by the head that finishes it.
   std::vector<A> run(static_cast<size_t>(HF));
-  std::vector<int64_t> run_arg(kArg ? static_cast<size_t>(HF) : 0);
+  std::vector<int64_t> run_arg(with_arg ? static_cast<size_t>(HF) : 0);
+  int64_t* run_argp = with_arg ? run_arg.data() : nullptr;
   int64_t run_row = -1;
   for (int t = 0; t < parts_used; ++t) {
     const A* h_acc = slot_acc.data() + (2 * t) * HF;
-    const int64_t* h_arg = kArg ? slot_arg.data() + (2 * t) * HF : nullptr;
+    const int64_t* h_arg = with_arg ? slot_arg.data() + (2 * t) * HF : nullptr;
     const A* t_acc = slot_acc.data() + (2 * t + 1) * HF;
-    const int64_t* t_arg = kArg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
+    const int64_t* t_arg = with_arg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
     if (heads[t].row >= 0) {
       const int64_t i = heads[t].row;
       if (run_row == i) {
-        combine<R, A>(run.data(), run_arg.data(), h_acc, h_arg, HF);
+        combine<R, A>(run.data(), run_argp, h_acc, h_arg, HF);
       } else {
         std::copy(h_acc, h_acc + HF, run.begin());
-        if constexpr (kArg) std::copy(h_arg, h_arg + HF, run_arg.begin());
+        if (with_arg) std::copy(h_arg, h_arg + HF, run_arg.begin());
       }
-      finish(i, rowptr[i + 1] - rowptr[i], run.data(), run_arg.data());
+      finish(i, rowptr[i + 1] - rowptr[i], run.data(), run_argp);
       run_row = -1;
     }
     if (tails[t].row >= 0) {
       if (run_row == tails[t].row) {
-        combine<R, A>(run.data(), run_arg.data(), t_acc, t_arg, HF);
+        combine<R, A>(run.data(), run_argp, t_acc, t_arg, HF);
       } else {
         run_row = tails[t].row;
         std::copy(t_acc, t_acc + HF, run.begin());
-        if constexpr (kArg) std::copy(t_arg, t_arg + HF, run_arg.begin());
+        if (with_arg) std::copy(t_arg, t_arg + HF, run_arg.begin());
       }
     }
   }

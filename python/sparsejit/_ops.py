@@ -74,10 +74,11 @@ def _csr_transpose_fake(rowptr, col, num_cols):
 
 @torch.library.register_fake("sparsejit::spmm")
 def _spmm_fake(rowptr, col, values, x, reduce, t_rowptr=None, t_col=None, t_perm=None,
-               plan=None, bias=None, activation="none", act_param=0.01, scale=1.0):
+               plan=None, bias=None, activation="none", act_param=0.01, scale=1.0,
+               need_arg=True):
     out_shape = (rowptr.shape[0] - 1,) + tuple(x.shape[1:])
     out = x.new_empty(out_shape)
-    if reduce in ("max", "min"):
+    if reduce in ("max", "min") and need_arg:
         arg = x.new_empty(out_shape, dtype=torch.long)
     else:
         arg = x.new_empty((0,), dtype=torch.long)
@@ -124,7 +125,7 @@ def _row_degree(rowptr):
 
 def _spmm_setup(ctx, inputs, output):
     (rowptr, col, values, x, reduce, t_rowptr, t_col, t_perm, plan, bias, activation,
-     act_param, scale) = inputs
+     act_param, scale, _need_arg) = inputs
     out, arg = output
     ctx.reduce = reduce
     ctx.activation, ctx.act_param, ctx.scale = activation, act_param, scale
@@ -161,7 +162,7 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
     grad_bias = None
     if ctx.activation != "none" or ctx.has_bias or ctx.scale != 1.0:
         def z_fn():
-            r, _ = ops.spmm(rowptr, col, values, x, reduce, plan=plan)
+            r, _ = ops.spmm(rowptr, col, values, x, reduce, plan=plan, need_arg=False)
             z = r * ctx.scale
             return z + bias.view(z.shape[1:]) if bias is not None else z
 
@@ -173,11 +174,17 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
     need_x = ctx.needs_input_grad[3]
     grad_values = grad_x = None
     if reduce in ("max", "min"):
+        if (need_values or need_x) and arg.numel() != grad_out.numel():
+            raise RuntimeError(
+                "sparsejit.spmm: the gradient of reduce='max'/'min' w.r.t. X or values needs "
+                "the extremum positions, but the forward ran with need_arg=False (it was "
+                "called with no input requiring grad, or under torch.no_grad())"
+            )
         grad_values, grad_x = _spmm_arg_backward(
             col, values, x, arg, grad_out, need_values, need_x
         )
         return (None, None, grad_values, grad_x, None, None, None, None, None, grad_bias,
-                None, None, None)
+                None, None, None, None)
 
     g = grad_out.contiguous()
     if reduce == "mean":
@@ -194,7 +201,7 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
         else:
             grad_values = ops.sddmm(rowptr, col, g, x)
     return (None, None, grad_values, grad_x, None, None, None, None, None, grad_bias, None,
-            None, None)
+            None, None, None)
 
 
 def _spmm_arg_backward(col, values, x, arg, grad_out, need_values, need_x):

@@ -94,13 +94,15 @@ def spmm(
         if bias.device != X.device:
             raise ValueError(f"bias is on {bias.device} but X is on {X.device}")
     t = (None, None, None)
-    if _needs_transpose(X, values) and reduce in ("sum", "mean"):
+    needs_grad = _needs_transpose(X, values)
+    if needs_grad and reduce in ("sum", "mean"):
         t = A.transpose_arrays()
     act = activation or "none"
     act_param = negative_slope if act == "leaky_relu" else alpha
     plan = _plan.spmm_plan_for(A, _row_width(X), X.dtype)
     out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t, plan=plan, bias=bias,
-                      activation=act, act_param=float(act_param), scale=float(scale))
+                      activation=act, act_param=float(act_param), scale=float(scale),
+                      need_arg=needs_grad)
     return out
 
 

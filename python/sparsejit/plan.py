@@ -218,7 +218,8 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     ref = None
     for header in cands:
         plan = torch.tensor(header, dtype=torch.long)
-        fn = lambda: ops.spmm(A.indptr, A.indices, vals, X, reduce, plan=plan)  # noqa: E731
+        fn = lambda: ops.spmm(A.indptr, A.indices, vals, X, reduce,  # noqa: E731
+                              plan=plan, need_arg=False)
         out = fn()[0]
         if ref is None:
             ref = out

@@ -68,6 +68,25 @@ def test_max_gradient_goes_to_first_of_ties():
     assert torch.equal(X.grad, torch.tensor([[1.0, 1, 1], [0, 0, 0]]))
 
 
+def test_max_without_positions_refuses_backward():
+    """need_arg=False skips the position pass; a backward through it must not guess."""
+    A = _graph()
+    X = torch.randn(20, 4, requires_grad=True)
+    out, arg = sj.ops.spmm(A.indptr, A.indices, None, X, "max", need_arg=False)
+    assert arg.numel() == 0
+    with pytest.raises(RuntimeError, match="need_arg=False"):
+        out.sum().backward()
+
+
+def test_spmm_max_inference_skips_positions_same_values():
+    A = _graph()
+    X = torch.randn(20, 4, requires_grad=True)
+    with torch.no_grad():
+        inf = sj.spmm(A, X, "min")
+    train = sj.spmm(A, X, "min")
+    assert torch.equal(inf, train.detach())
+
+
 def _opcheck_cases():
     A = _graph()
     v = torch.rand(A.nnz, requires_grad=True)
@@ -82,6 +101,7 @@ def _opcheck_cases():
         ("spmm", (ip, ix, None, X, "mean")),
         ("spmm", (ip, ix, v, X, "max")),
         ("spmm", (ip, ix, None, X, "min")),
+        ("spmm", (ip, ix, v.detach(), X.detach(), "max", *[None] * 5, "none", 0.01, 1.0, False)),
         ("sddmm", (ip, ix, Q, K, *t)),
         ("sddmm", (ip, ix, Q[:, 0], K[:, 0])),
         ("edge_softmax", (ip, S)),
@@ -90,7 +110,7 @@ def _opcheck_cases():
     ]
 
 
-@pytest.mark.parametrize("case", range(9))
+@pytest.mark.parametrize("case", range(10))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.sparsejit, name).default, args)
