@@ -8,6 +8,7 @@
 #include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
 #include "csrc/plan/spmm_plan.h"
+#include "kernels/cpu/kernels.h"
 
 namespace py = pybind11;
 
@@ -140,6 +141,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("compiler_command", [] { return CpuJit::instance().compiler_command(); });
   m.def("compiler_version", [] { return CpuJit::instance().compiler_version(); });
   m.def("cache_dir", [] { return DiskCache::instance().root(); });
+  m.def("min_parallel_work", &sparsejit::cpu::min_parallel_work,
+        "Below this much work ((rows + nnz) * row width) SpMM runs on one thread");
+  m.def("set_min_parallel_work", &sparsejit::cpu::set_min_parallel_work, py::arg("work"));
   m.def("choose_spmm", &choose_spmm, py::arg("rows"), py::arg("cols"), py::arg("nnz"),
         py::arg("row_width"), py::arg("elem_size"));
   m.def("decode_plan", &decode_plan, py::arg("words"));

@@ -188,12 +188,14 @@ inline constexpr int64_t kMaxTileVectors = SPARSEJIT_TILE_VECTORS;
 
 // One register tile: vectors [kV0, kV0 + kNVt) of the row, plus the kRem trailing scalars
 // when kLast. Each output element still sees the entries in order, so the result is the
-// same bit for bit as the plain loop's.
+// same bit for bit as the plain loop's. kDirect: the registers start from the reduce's
+// identity instead of `acc`, and the result (times `mscale`, for mean) goes straight to
+// `acc` as the finished output row, which saves a reset pass and a copy per row.
 template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, int64_t kV0, int64_t kNVt,
-          bool kLast, typename T, typename I>
+          bool kLast, bool kDirect, typename T, typename I>
 inline void accumulate_tile(int64_t lo, int64_t hi, const I* __restrict col,
                             const T* __restrict values, const T* __restrict x, int64_t hi_bound,
-                            acc_t<T>* __restrict acc) {
+                            acc_t<T>* __restrict acc, acc_t<T> mscale) {
   using A = acc_t<T>;
   using V = typename VecOf<A>::type;
   constexpr int64_t kHF = kH * kF;
@@ -203,10 +205,18 @@ inline void accumulate_tile(int64_t lo, int64_t hi, const I* __restrict col,
   constexpr int64_t kOff = kV0 * kL;  // first element of the tile
   V r[kNVt > 0 ? kNVt : 1];
   A t[kRem > 0 ? kRem : 1];
+  if constexpr (kDirect) {
+    const A id = reduce_identity<R, A>();
 #pragma GCC unroll 64
-  for (int64_t v = 0; v < kNVt; ++v) __builtin_memcpy(&r[v], acc + kOff + v * kL, sizeof(V));
+    for (int64_t v = 0; v < kNVt; ++v) r[v] = V{} + id;
 #pragma GCC unroll 64
-  for (int64_t k = 0; k < kRem; ++k) t[k] = acc[kNV * kL + k];
+    for (int64_t k = 0; k < kRem; ++k) t[k] = id;
+  } else {
+#pragma GCC unroll 64
+    for (int64_t v = 0; v < kNVt; ++v) __builtin_memcpy(&r[v], acc + kOff + v * kL, sizeof(V));
+#pragma GCC unroll 64
+    for (int64_t k = 0; k < kRem; ++k) t[k] = acc[kNV * kL + k];
+  }
   for (int64_t p = lo; p < hi; ++p) {
     if constexpr (kPrefetch > 0) {
       if (p + kPrefetch < hi_bound) {
@@ -240,6 +250,12 @@ inline void accumulate_tile(int64_t lo, int64_t hi, const I* __restrict col,
       for (int64_t k = 0; k < kRem; ++k) t[k] = fold<R>(t[k], a * A(xr[kNV * kL + k]));
     }
   }
+  if constexpr (kDirect && R == Reduce::Mean) {
+#pragma GCC unroll 64
+    for (int64_t v = 0; v < kNVt; ++v) r[v] = r[v] * mscale;
+#pragma GCC unroll 64
+    for (int64_t k = 0; k < kRem; ++k) t[k] = t[k] * mscale;
+  }
 #pragma GCC unroll 64
   for (int64_t v = 0; v < kNVt; ++v) __builtin_memcpy(acc + kOff + v * kL, &r[v], sizeof(V));
 #pragma GCC unroll 64
@@ -247,21 +263,21 @@ inline void accumulate_tile(int64_t lo, int64_t hi, const I* __restrict col,
 }
 
 // Register tiles of balanced size over the row (F * H elements), one after the other.
-template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, int64_t kV0, typename T,
-          typename I>
+template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, int64_t kV0, bool kDirect,
+          typename T, typename I>
 inline void accumulate_tiles(int64_t lo, int64_t hi, const I* __restrict col,
                              const T* __restrict values, const T* __restrict x,
-                             int64_t hi_bound, acc_t<T>* __restrict acc) {
+                             int64_t hi_bound, acc_t<T>* __restrict acc, acc_t<T> mscale) {
   constexpr int64_t kNV = kH * kF / VecOf<acc_t<T>>::kLanes;
   constexpr int64_t kTiles = kNV > 0 ? (kNV + kMaxTileVectors - 1) / kMaxTileVectors : 1;
   constexpr int64_t kTileV = kNV > 0 ? (kNV + kTiles - 1) / kTiles : 0;
   constexpr int64_t kNVt = kTileV < kNV - kV0 ? kTileV : kNV - kV0;
   constexpr bool kLast = kV0 + kNVt >= kNV;
-  accumulate_tile<R, VMODE, kH, kF, kPrefetch, kV0, kNVt, kLast>(lo, hi, col, values, x,
-                                                                  hi_bound, acc);
+  accumulate_tile<R, VMODE, kH, kF, kPrefetch, kV0, kNVt, kLast, kDirect>(
+      lo, hi, col, values, x, hi_bound, acc, mscale);
   if constexpr (!kLast) {
-    accumulate_tiles<R, VMODE, kH, kF, kPrefetch, kV0 + kNVt>(lo, hi, col, values, x, hi_bound,
-                                                              acc);
+    accumulate_tiles<R, VMODE, kH, kF, kPrefetch, kV0 + kNVt, kDirect>(lo, hi, col, values, x,
+                                                                       hi_bound, acc, mscale);
   }
 }
 
@@ -269,7 +285,8 @@ template <Reduce R, int VMODE, int64_t kH, int64_t kF, int kPrefetch, typename T
 inline void accumulate_vec(int64_t lo, int64_t hi, const I* __restrict col,
                            const T* __restrict values, const T* __restrict x, int64_t hi_bound,
                            acc_t<T>* __restrict acc, int64_t* __restrict argacc) {
-  accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0>(lo, hi, col, values, x, hi_bound, acc);
+  accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0, false>(lo, hi, col, values, x, hi_bound, acc,
+                                                         acc_t<T>(1));
   if constexpr (R == Reduce::Max || R == Reduce::Min) {
     if (argacc != nullptr) {
       find_positions<VMODE, kH, kF>(lo, hi, col, values, x, kH, kF, acc, argacc);
@@ -376,7 +393,12 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   const int64_t nnz = rowptr[rows];
   // Extremum positions (for the gradient of max / min) only when the caller asked for them.
   const bool with_arg = (R == Reduce::Max || R == Reduce::Min) && arg != nullptr;
+  // Whole rows go straight from registers to the output when there is nothing else to do
+  // with them (no epilogue, no positions) and the output type is the accumulator type.
+  constexpr bool kDirectPath = kVectorPath<R, VMODE, kH, kF, A> && std::is_same_v<T, A>;
+
   const bool epilogue = a.act != Act::None || a.bias != nullptr || a.scale != 1.0f;
+  const bool direct = kDirectPath && !with_arg && !epilogue;
   // Small problems are not worth waking threads for.
   const int64_t work = (rows + nnz) * std::max<int64_t>(HF, 1);
   int nt = std::max(1, a.num_threads);
@@ -424,6 +446,19 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
 
     for (int64_t i = b.row; i < e.row; ++i) {
       const int64_t start = rowptr[i], end = rowptr[i + 1];
+      if constexpr (kDirectPath) {
+        if (direct && start >= b.pos) {  // a whole row: straight into the output
+          T* o = out + i * HF;
+          if (end > start) {
+            const A mscale = R == Reduce::Mean ? A(1) / A(end - start) : A(1);
+            accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0, true>(start, end, col, values, x,
+                                                                   e.pos, o, mscale);
+          } else {
+            for (int64_t f = 0; f < kHF; ++f) o[f] = T(0);
+          }
+          continue;
+        }
+      }
       const int64_t lo = std::max<int64_t>(start, b.pos);
       reset();
       accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, end, col, values, x, H, F, e.pos, acc,
