@@ -159,36 +159,59 @@ std::string ensure_headers(const std::string& root, std::string* headers_hash) {
 }
 
 struct Loaded {
-  SpmmFn fn = nullptr;
+  void* fn = nullptr;
   std::string source_path, library_path;
 };
 
 std::mutex g_mutex;
 std::map<std::string, Loaded> g_loaded;  // keyed by spec name
-std::unordered_map<uint64_t, SpmmFn> g_fast;  // keyed by SpmmSpec::packed_key()
+std::unordered_map<uint64_t, void*> g_fast;  // keyed by KernelSpec::packed_key()
 
 }  // namespace
 
-uint64_t SpmmSpec::packed_key() const {
+uint64_t KernelSpec::packed_key() const {
   // heads < 2^16 and features < 2^20 hold for every width the JIT specializes (<= 1024).
   return static_cast<uint64_t>(dtype) | static_cast<uint64_t>(index) << 2 |
          static_cast<uint64_t>(reduce) << 3 | static_cast<uint64_t>(value_mode) << 5 |
          static_cast<uint64_t>(static_cast<int32_t>(act) & 0x7f) << 7 |
          static_cast<uint64_t>(prefetch & 0xff) << 14 |
          static_cast<uint64_t>(heads & 0xffff) << 22 |
-         static_cast<uint64_t>(features & 0xfffff) << 38;
+         static_cast<uint64_t>(features & 0xfffff) << 38 |
+         static_cast<uint64_t>(static_cast<int32_t>(op) & 0x3) << 58;
 }
 
-std::string SpmmSpec::name() const {
+std::string KernelSpec::name() const {
   std::ostringstream os;
+  if (op == OpKind::Sddmm) {
+    os << "sddmm_" << scalar_short(dtype) << "_" << (index == IndexKind::I32 ? "i32" : "i64")
+       << "_h" << heads << "_f" << features;
+    return os.str();
+  }
   os << "spmm_" << scalar_short(dtype) << "_" << (index == IndexKind::I32 ? "i32" : "i64") << "_"
      << reduce_name(reduce) << "_v" << value_mode << "_h" << heads << "_f" << features << "_"
      << act_name(act) << "_pf" << prefetch;
   return os.str();
 }
 
-std::string SpmmSpec::source() const {
+std::string KernelSpec::source() const {
   std::ostringstream os;
+  if (op == OpKind::Sddmm) {
+    os << "// sparsejit generated kernel: " << name() << "\n"
+       << "// SDDMM, " << scalar_short(dtype) << " values, "
+       << (index == IndexKind::I32 ? "int32" : "int64") << " indices, H=" << heads
+       << ", F=" << features << ".\n"
+       << "#include \"kernels/cpu/sddmm_kernel.h\"\n\n"
+       << "extern \"C\" void sparsejit_entry(const sparsejit::cpu::SddmmArgs* a, const void* rowptr,\n"
+       << "                                  const void* col, const void* q, const void* k,\n"
+       << "                                  void* s) {\n"
+       << "  using T = " << scalar_cpp(dtype) << ";\n"
+       << "  using I = " << (index == IndexKind::I32 ? "int32_t" : "int64_t") << ";\n"
+       << "  sparsejit::cpu::detail::sddmm_run<T, I, " << heads << ", " << features << ">(\n"
+       << "      *a, static_cast<const I*>(rowptr), static_cast<const I*>(col),\n"
+       << "      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<T*>(s));\n"
+       << "}\n";
+    return os.str();
+  }
   os << "// sparsejit generated kernel: " << name() << "\n"
      << "// SpMM, " << scalar_short(dtype) << " values, "
      << (index == IndexKind::I32 ? "int32" : "int64") << " indices, reduce=" << reduce_name(reduce)
@@ -246,7 +269,17 @@ void CpuJit::clear_memory_cache() {
   g_fast.clear();
 }
 
-SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
+SpmmFn CpuJit::spmm(const KernelSpec& spec, JitInfo* info) {
+  if (spec.op != OpKind::Spmm) return nullptr;
+  return reinterpret_cast<SpmmFn>(lookup(spec, info));
+}
+
+SddmmFn CpuJit::sddmm(const KernelSpec& spec, JitInfo* info) {
+  if (spec.op != OpKind::Sddmm) return nullptr;
+  return reinterpret_cast<SddmmFn>(lookup(spec, info));
+}
+
+void* CpuJit::lookup(const KernelSpec& spec, JitInfo* info) {
   if (!enabled_) {
     if (info) {
       *info = JitInfo{};
@@ -337,7 +370,7 @@ SpmmFn CpuJit::spmm(const SpmmSpec& spec, JitInfo* info) {
   inf.source_path = source_path;
   const auto t0 = std::chrono::steady_clock::now();
   void* handle = dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  SpmmFn fn = handle ? reinterpret_cast<SpmmFn>(dlsym(handle, "sparsejit_entry")) : nullptr;
+  void* fn = handle ? dlsym(handle, "sparsejit_entry") : nullptr;
   if (!fn) {
     const char* why = dlerror();
     inf.error = std::string("loading ") + lib_path + " failed: " + (why ? why : "no entry point");

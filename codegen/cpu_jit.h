@@ -17,8 +17,12 @@ namespace sparsejit::codegen {
 enum class ScalarKind : int32_t { F32 = 0, F64 = 1, BF16 = 2 };
 enum class IndexKind : int32_t { I32 = 0, I64 = 1 };
 
-// Everything that changes the generated SpMM code.
-struct SpmmSpec {
+enum class OpKind : int32_t { Spmm = 0, Sddmm = 1 };
+
+// Everything that changes the generated code of one kernel. SDDMM uses dtype, index, heads
+// and features; the other fields keep their defaults.
+struct KernelSpec {
+  OpKind op = OpKind::Spmm;
   ScalarKind dtype = ScalarKind::F32;
   IndexKind index = IndexKind::I64;
   Reduce reduce = Reduce::Sum;
@@ -30,14 +34,18 @@ struct SpmmSpec {
 
   // A 64-bit key unique among the specs the planner emits (in-memory lookup per call).
   uint64_t packed_key() const;
-  // Readable name, also the cache file prefix: spmm_f32_i32_sum_v1_h1_f64_relu_pf8.
+  // Readable name, also the cache file prefix: spmm_f32_i32_sum_v1_h1_f64_relu_pf8,
+  // sddmm_f32_i64_h1_f64.
   std::string name() const;
   // The full C++ source of the kernel.
   std::string source() const;
 };
+using SpmmSpec = KernelSpec;
 
 using SpmmFn = void (*)(const cpu::SpmmArgs*, const void* rowptr, const void* col,
                         const void* values, const void* x, void* out, int64_t* arg);
+using SddmmFn = void (*)(const cpu::SddmmArgs*, const void* rowptr, const void* col,
+                         const void* q, const void* k, void* s);
 
 // What a lookup did, for explain() and the tests.
 struct JitInfo {
@@ -61,7 +69,8 @@ class CpuJit {
 
   // The compiled function for `spec`, or nullptr (with info->error) when the JIT is off,
   // no compiler is available, or the compile failed; callers then use the generic kernel.
-  SpmmFn spmm(const SpmmSpec& spec, JitInfo* info = nullptr);
+  SpmmFn spmm(const KernelSpec& spec, JitInfo* info = nullptr);
+  SddmmFn sddmm(const KernelSpec& spec, JitInfo* info = nullptr);
 
   // The compiler command used (without file names), e.g. "g++ -O3 -march=native ...".
   std::string compiler_command() const;
@@ -71,6 +80,8 @@ class CpuJit {
 
  private:
   CpuJit();
+  // The loaded entry point for any op kind (what spmm() / sddmm() cast).
+  void* lookup(const KernelSpec& spec, JitInfo* info);
   bool enabled_ = true;
 };
 

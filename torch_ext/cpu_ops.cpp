@@ -173,6 +173,26 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
   auto qc = q.contiguous();
   auto kc = k.contiguous();
   auto out = at::empty(s.out_sizes, q.options());
+  const int64_t row_width = s.heads * s.features;
+  std::string why;
+  if (plan::sddmm_use_jit(cl.numel(), row_width, codegen::CpuJit::instance().enabled(), &why)) {
+    codegen::KernelSpec spec;
+    spec.op = codegen::OpKind::Sddmm;
+    spec.dtype = scalar_kind(q.scalar_type());
+    spec.index = rp.scalar_type() == at::kInt ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
+    spec.heads = s.heads;
+    spec.features = s.features;
+    if (codegen::SddmmFn fn = codegen::CpuJit::instance().sddmm(spec)) {
+      cpu::SddmmArgs a;
+      a.rows = s.rows;
+      a.heads = s.heads;
+      a.features = s.features;
+      a.num_threads = at::get_num_threads();
+      a.min_parallel_work = cpu::min_parallel_work();
+      fn(&a, rp.data_ptr(), cl.data_ptr(), qc.data_ptr(), kc.data_ptr(), out.data_ptr());
+      return out;
+    }
+  }
   dispatch_index(rp, [&](auto I) {
     using IT = decltype(I);
     dispatch_float(q.scalar_type(), [&](auto V) {

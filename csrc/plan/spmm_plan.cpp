@@ -36,6 +36,23 @@ SpmmPlan choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
   return p;
 }
 
+bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::string* reason) {
+  if (!jit_available) {
+    *reason = "JIT unavailable or off";
+    return false;
+  }
+  if (row_width <= 0 || row_width > kMaxJitRowWidth) {
+    *reason = "row width outside the specialized range";
+    return false;
+  }
+  if (nnz * row_width < kMinJitWork) {
+    *reason = "small problem: the generic kernel is as fast and needs no compile";
+    return false;
+  }
+  *reason = "specialized kernel (compile-time H and F)";
+  return true;
+}
+
 void encode(const SpmmPlan& p, int64_t* words) {
   words[0] = kPlanMagic;
   words[1] = kPlanVersion;

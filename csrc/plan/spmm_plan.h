@@ -25,6 +25,10 @@ struct SpmmPlan {
 SpmmPlan choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
                      int64_t elem_size, bool jit_available);
 
+// SDDMM has no tunable schedule: the JIT-specialized kernel (compile-time H and F) when the
+// JIT is available, the width is specialized and the work (nnz * row width) is large enough.
+bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::string* reason);
+
 // Encodes / decodes the header. decode returns false (with `error`) for a foreign or newer
 // header.
 void encode(const SpmmPlan& p, int64_t* words);

@@ -44,6 +44,39 @@ uint64_t fingerprint_impl(py::array_t<I, py::array::c_style> rowptr,
   return sparsejit::fingerprint<I>(rowptr.data(), rows, col.data(), col.size(), cols);
 }
 
+py::dict info_dict(const sparsejit::codegen::KernelSpec& spec,
+                   const sparsejit::codegen::JitInfo& info, bool ok) {
+  py::dict d;
+  d["ok"] = ok;
+  d["name"] = info.name;
+  d["source_path"] = info.source_path;
+  d["library_path"] = info.library_path;
+  d["disk_hit"] = info.disk_hit;
+  d["memory_hit"] = info.memory_hit;
+  d["compile_ms"] = info.compile_ms;
+  d["load_ms"] = info.load_ms;
+  d["error"] = info.error;
+  d["source"] = spec.source();
+  return d;
+}
+
+py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
+  using namespace sparsejit;
+  codegen::KernelSpec spec;
+  spec.op = codegen::OpKind::Sddmm;
+  spec.dtype = static_cast<codegen::ScalarKind>(dtype);
+  spec.index = static_cast<codegen::IndexKind>(index);
+  spec.heads = heads;
+  spec.features = features;
+  codegen::JitInfo info;
+  codegen::SddmmFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = codegen::CpuJit::instance().sddmm(spec, &info);
+  }
+  return info_dict(spec, info, fn != nullptr);
+}
+
 py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mode, int64_t heads,
                   int64_t features, int act, int prefetch) {
   using namespace sparsejit;
@@ -62,18 +95,7 @@ py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mod
     py::gil_scoped_release nogil;
     fn = codegen::CpuJit::instance().spmm(spec, &info);
   }
-  py::dict d;
-  d["ok"] = fn != nullptr;
-  d["name"] = info.name;
-  d["source_path"] = info.source_path;
-  d["library_path"] = info.library_path;
-  d["disk_hit"] = info.disk_hit;
-  d["memory_hit"] = info.memory_hit;
-  d["compile_ms"] = info.compile_ms;
-  d["load_ms"] = info.load_ms;
-  d["error"] = info.error;
-  d["source"] = spec.source();
-  return d;
+  return info_dict(spec, info, fn != nullptr);
 }
 
 py::dict choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t width, int64_t elem) {
@@ -132,6 +154,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("jit_spmm", &jit_spmm, "Compiles (or finds) a specialized SpMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("reduce"), py::arg("value_mode"),
         py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
+  m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
+        py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
   m.def("jit_enabled", [] { return CpuJit::instance().enabled(); });
   m.def("jit_refresh_env", [] {
     CpuJit::instance().refresh_env();

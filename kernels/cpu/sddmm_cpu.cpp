@@ -1,7 +1,4 @@
-// Generic CPU SDDMM and edge softmax.
-//
-// SDDMM work is one dot product per stored entry, so the stored entries are split into equal
-// contiguous ranges; each thread finds the row of its first entry by binary search.
+// Generic CPU SDDMM (the loop nest of sddmm_kernel.h with run-time sizes) and edge softmax.
 // Edge softmax is row-wise; rows are split by merge path (rows + entries balanced).
 #include <omp.h>
 
@@ -12,42 +9,20 @@
 
 #include "csrc/core/partition.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/sddmm_kernel.h"
 
 namespace sparsejit::cpu {
 
 template <typename T, typename I>
 void sddmm(int64_t rows, int64_t heads, int64_t features, const I* rowptr, const I* col,
            const T* q, const T* k, T* s, int num_threads) {
-  using A = acc_t<T>;
-  if (rows == 0) return;
-  const int64_t nnz = rowptr[rows];
-  if (nnz == 0) return;
-  const int64_t H = heads, F = features, HF = H * F;
-  int nt = std::max(1, num_threads);
-  if (nnz * std::max<int64_t>(HF, 1) < min_parallel_work()) nt = 1;
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    const int parts = omp_get_num_threads();
-    const int64_t per = (nnz + parts - 1) / parts;
-    const int64_t p0 = std::min<int64_t>(per * t, nnz);
-    const int64_t p1 = std::min<int64_t>(p0 + per, nnz);
-    if (p0 < p1) {
-      int64_t i = row_of_position(rowptr, rows, p0);
-      for (int64_t p = p0; p < p1; ++p) {
-        while (static_cast<int64_t>(rowptr[i + 1]) <= p) ++i;
-        const T* __restrict qr = q + i * HF;
-        const T* __restrict kr = k + static_cast<int64_t>(col[p]) * HF;
-        for (int64_t h = 0; h < H; ++h) {
-          A dot = A(0);
-          const T* __restrict qh = qr + h * F;
-          const T* __restrict kh = kr + h * F;
-          for (int64_t f = 0; f < F; ++f) dot += A(qh[f]) * A(kh[f]);
-          s[p * H + h] = T(dot);
-        }
-      }
-    }
-  }
+  SddmmArgs a;
+  a.rows = rows;
+  a.heads = heads;
+  a.features = features;
+  a.num_threads = num_threads;
+  a.min_parallel_work = min_parallel_work();
+  detail::sddmm_run<T, I, -1, -1>(a, rowptr, col, q, k, s);
 }
 
 namespace {

@@ -26,4 +26,13 @@ struct SpmmArgs {
   const void* bias = nullptr;
 };
 
+// Arguments of a CPU SDDMM launch (generic and JIT-compiled kernels).
+struct SddmmArgs {
+  int64_t rows = 0;
+  int64_t heads = 1;     // H
+  int64_t features = 0;  // F (per head)
+  int32_t num_threads = 1;
+  int64_t min_parallel_work = 32768;
+};
+
 }  // namespace sparsejit::cpu

@@ -68,6 +68,7 @@ def spmm(
     negative_slope: float = 0.01,
     alpha: float = 1.0,
     scale: float = 1.0,
+    tune: bool = False,
 ) -> torch.Tensor:
     """``Y[i] = act(scale * reduce_{j in row i} (a_ij * X[j]) + bias)``.
 
@@ -80,6 +81,11 @@ def spmm(
     relu / leaky_relu (``negative_slope``) / elu (``alpha``) / gelu) is fused into the
     output write. Differentiable in X, A.values and bias; for max / min the gradient goes to
     the entry that attained the extremum (on ties, the first stored entry of the row).
+
+    ``tune=True`` measures the candidate plans for this structure and feature shape on the
+    first call (``sparsejit.tune``, with a progress bar on a terminal) and keeps the fastest
+    on A and on disk; later calls and later processes reuse it. Without it the cost model
+    chooses, without measuring.
     """
     A = as_matrix(A, X.shape[0] if isinstance(X, torch.Tensor) else None)
     if reduce not in _REDUCES:
@@ -110,7 +116,11 @@ def spmm(
         t = A.transpose_arrays()
     act = activation or "none"
     act_param = negative_slope if act == "leaky_relu" else alpha
-    plan = _plan.spmm_plan_for(A, _row_width(X), X.dtype)
+    if tune and not torch.compiler.is_compiling() and not _plan._is_tuned(A, _row_width(X),
+                                                                          X.dtype):
+        heads = X.shape[1] if X.dim() == 3 else 1
+        _plan.tune(A, "spmm", X.shape[-1], reduce, X.dtype, heads)
+    plan = _plan.spmm_plan_for(A, _row_width(X), X.dtype, reduce)
     with _without_autograd(X, values, bias):
         out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t, plan=plan, bias=bias,
                           activation=act, act_param=float(act_param), scale=float(scale),

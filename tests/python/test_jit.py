@@ -98,6 +98,49 @@ def test_jit_matches_generic_across_threads(reduce):
         _core.set_min_parallel_work(old_work)
 
 
+@pytest.fixture(scope="module")
+def sddmm_graph():
+    # Big enough (nnz * H * F >= 2^17) that the op picks the specialized SDDMM.
+    return random_graph(2500, 1800, 8, power_law=True, seed=31, empty_frac=0.1)
+
+
+def _generic_only(fn):
+    """fn() with the JIT switched off in this process (then back on)."""
+    old = os.environ.get("SPARSEJIT_JIT")
+    os.environ["SPARSEJIT_JIT"] = "0"
+    _core.jit_refresh_env()
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ["SPARSEJIT_JIT"]
+        else:
+            os.environ["SPARSEJIT_JIT"] = old
+        _core.jit_refresh_env()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("heads,F", [(1, 13), (1, 64), (2, 16), (4, 3)])
+def test_sddmm_jit_matches_generic(sddmm_graph, dtype, index_dtype, heads, F):
+    """The specialized SDDMM sums in the generic kernel's fixed order: bit-identical."""
+    if not _core.jit_enabled():
+        pytest.skip("JIT off in this environment")
+    A = sddmm_graph.to(index_dtype=index_dtype)
+    info = _core.jit_sddmm(DTYPES.index(dtype), int(index_dtype == torch.int64), heads, F)
+    assert info["ok"], info["error"]
+    shape = (lambda n: (n, heads, F)) if heads > 1 else (lambda n: (n, F))
+    Q = torch.randn(shape(A.shape[0])).to(dtype)
+    K = torch.randn(shape(A.shape[1])).to(dtype)
+    s_jit = sj.sddmm(A, Q, K)
+    s_gen = _generic_only(lambda: sj.sddmm(A, Q, K))
+    assert torch.equal(s_jit, s_gen)
+    rows = A.row_indices()
+    ref = (Q.double()[rows] * K.double()[A.indices.long()]).sum(-1)
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(s_jit.double(), ref, atol=tol * 4, rtol=tol)
+
+
 @pytest.mark.parametrize("F", [1, 64, 256, 1000])
 def test_jit_feature_widths(skewed, F):
     X = torch.randn(skewed.shape[1], F)
@@ -184,6 +227,42 @@ def test_tune_and_explain(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "tuned" in text and "row lengths" in text and "measured:" in text
     assert info["plan"]["kernel"] in ("jit", "generic")
+
+
+TUNE_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    import sparsejit as sj
+    g = torch.Generator().manual_seed(1)
+    ei = torch.randint(0, 2000, (2, 30000), generator=g)
+    X = torch.randn(2000, 24, generator=g)
+    out = sj.spmm(ei, X, "mean", tune=sys.argv[1] == "tune")
+    from sparsejit.matrix import as_matrix
+    A = as_matrix(ei, 2000)
+    ref = torch.zeros(2000, 24).index_add_(0, ei[1], X[ei[0]])
+    deg = torch.bincount(ei[1], minlength=2000).clamp(min=1).unsqueeze(1)
+    print("RESULT", torch.allclose(out, ref / deg, atol=1e-5),
+          sj.plan._is_tuned(A, 24, torch.float32))
+    """
+)
+
+
+def test_spmm_tune_option_persists_across_processes(tmp_path):
+    """tune=True measures once (progress on stderr), and a new process starts tuned."""
+    env = dict(os.environ, SPARSEJIT_CACHE_DIR=str(tmp_path / "c"))
+
+    def run(mode):
+        r = subprocess.run([sys.executable, "-c", TUNE_SCRIPT, mode], env=env, text=True,
+                           capture_output=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT"))
+        return line.split()[1:], r.stderr
+
+    first, _ = run("tune")
+    assert first == ["True", "True"]
+    assert list((tmp_path / "c" / "tuned").glob("*.json"))
+    second, _ = run("plain")  # no tune=True: the stored plan is found by fingerprint
+    assert second == ["True", "True"]
 
 
 # ---- processes: the disk cache in real life -----------------------------------------------
