@@ -102,10 +102,11 @@ def spmm(
                 f"values of shape {tuple(values.shape)} need X of shape "
                 f"[{A.shape[1]}, {values.shape[1]}, F]; got {tuple(X.shape)}"
             )
+    width = _row_width(X)
     if bias is not None:
-        if bias.numel() != _row_width(X):
+        if bias.numel() != width:
             raise ValueError(
-                f"bias has {bias.numel()} elements but each output row has {_row_width(X)} "
+                f"bias has {bias.numel()} elements but each output row has {width} "
                 f"(shape {tuple(X.shape[1:])})"
             )
         if bias.device != X.device:
@@ -116,15 +117,20 @@ def spmm(
         t = A.transpose_arrays()
     act = activation or "none"
     act_param = negative_slope if act == "leaky_relu" else alpha
-    if tune and not torch.compiler.is_compiling() and not _plan._is_tuned(A, _row_width(X),
-                                                                          X.dtype):
+    if tune and not torch.compiler.is_compiling() and not _plan._is_tuned(A, width, X.dtype):
         heads = X.shape[1] if X.dim() == 3 else 1
         _plan.tune(A, "spmm", X.shape[-1], reduce, X.dtype, heads)
-    plan = _plan.spmm_plan_for(A, _row_width(X), X.dtype, reduce)
-    with _without_autograd(X, values, bias):
-        out, _ = ops.spmm(A.indptr, A.indices, values, X, reduce, *t, plan=plan, bias=bias,
-                          activation=act, act_param=float(act_param), scale=float(scale),
-                          need_arg=needs_grad)
+    plan = _plan.spmm_plan_for(A, width, X.dtype, reduce)
+    # Positional call of the overload (no keyword or overload resolution on the hot path).
+    args = (A.indptr, A.indices, values, X, reduce, *t, plan, bias, act, float(act_param),
+            float(scale), needs_grad)
+    if needs_grad or (bias is not None and bias.requires_grad and torch.is_grad_enabled()) \
+            or torch.compiler.is_compiling():
+        out, _ = ops.spmm.default(*args)
+    else:
+        # Nothing to record: below the Autograd key (see _without_autograd).
+        with torch._C._AutoDispatchBelowAutograd():
+            out, _ = ops.spmm.default(*args)
     return out
 
 
