@@ -127,19 +127,33 @@ std::tuple<at::Tensor, at::Tensor> spmm_cpu(
   a.bias = bc.defined() ? bc.data_ptr() : nullptr;
 
   plan::SpmmPlan p;
+  at::Tensor h;  // keeps a bucketed plan's arrays alive for the call
   if (plan_header.has_value()) {
-    auto h = plan_header->to(at::kCPU).to(at::kLong).contiguous();
+    h = plan_header->to(at::kCPU).to(at::kLong).contiguous();
     std::string err;
-    TORCH_CHECK_VALUE(plan::decode(h.data_ptr<int64_t>(), h.numel(), &p, &err),
+    TORCH_CHECK_VALUE(plan::decode(h.data_ptr<int64_t>(), h.numel(), &p, &err, s.rows,
+                                   cl.numel()),
                       "sparsejit.spmm: ", err);
   } else {
     p = cost_model_plan(s.rows, x.size(0), cl.numel(), row_width, x.scalar_type());
   }
+  const bool bucketed = p.kernel == plan::Kernel::Bucketed;
+  at::Tensor pos;
+  if (bucketed) {
+    // The decomposed structure (int64) replaces the CSR arrays; values follow their entries.
+    pos = at::from_blob(const_cast<int64_t*>(p.pos), {cl.numel()}, h.options());
+    if (vc.defined()) vc = vc.index_select(0, pos);
+    a.out_rows = p.row_map;
+  }
+  const bool idx32 = !bucketed && rp.scalar_type() == at::kInt;
+  const void* rows_ptr = bucketed ? static_cast<const void*>(p.rowptr) : rp.data_ptr();
+  const void* cols_ptr = bucketed ? static_cast<const void*>(p.col) : cl.data_ptr();
   codegen::SpmmFn fn = nullptr;
-  if (p.kernel == plan::Kernel::Jit && row_width > 0 && row_width <= plan::kMaxJitRowWidth) {
-    codegen::SpmmSpec spec;
+  if ((p.kernel == plan::Kernel::Jit || bucketed) && row_width > 0 &&
+      row_width <= plan::kMaxJitRowWidth) {
+    codegen::KernelSpec spec;
     spec.dtype = scalar_kind(x.scalar_type());
-    spec.index = rp.scalar_type() == at::kInt ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
+    spec.index = idx32 ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
     spec.reduce = s.reduce;
     spec.value_mode = s.value_heads == 0 ? 0 : (s.value_heads == 1 ? 1 : 2);
     spec.heads = s.heads;
@@ -148,20 +162,50 @@ std::tuple<at::Tensor, at::Tensor> spmm_cpu(
     spec.prefetch = p.prefetch;
     fn = codegen::CpuJit::instance().spmm(spec);
   }
+  int64_t* arg_ptr = with_arg ? arg.data_ptr<int64_t>() : nullptr;
   if (fn != nullptr) {
-    fn(&a, rp.data_ptr(), cl.data_ptr(), vc.defined() ? vc.data_ptr() : nullptr, xc.data_ptr(),
-       out.data_ptr(), with_arg ? arg.data_ptr<int64_t>() : nullptr);
-    return {out, arg};
+    fn(&a, rows_ptr, cols_ptr, vc.defined() ? vc.data_ptr() : nullptr, xc.data_ptr(),
+       out.data_ptr(), arg_ptr);
+  } else {
+    auto run = [&](auto I) {
+      using IT = decltype(I);
+      dispatch_float(x.scalar_type(), [&](auto V) {
+        using T = decltype(V);
+        cpu::spmm<T, IT>(a, static_cast<const IT*>(rows_ptr), static_cast<const IT*>(cols_ptr),
+                         vc.defined() ? ptr<T>(vc) : nullptr, ptr<T>(xc), ptr<T>(out), arg_ptr);
+      });
+    };
+    if (idx32) {
+      run(int32_t{});
+    } else {
+      run(int64_t{});
+    }
   }
+  if (bucketed && with_arg && arg.numel() > 0 && pos.numel() > 0) {
+    // Positions were found in the decomposed layout: map them back to CSR positions.
+    arg = at::where(arg >= 0, pos.index({arg.clamp_min(0)}), arg);
+  }
+  return {out, arg};
+}
+
+at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                                  int64_t max_log2, int64_t prefetch) {
+  check_index_pair(rowptr, col);
+  TORCH_CHECK_VALUE(max_log2 >= 0 && max_log2 <= 20,
+                    "sparsejit.spmm_bucketed_plan: max_log2 must be in [0, 20]; got ", max_log2);
+  TORCH_CHECK_VALUE(prefetch >= 0 && prefetch <= 64,
+                    "sparsejit.spmm_bucketed_plan: prefetch must be in [0, 64]; got ", prefetch);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  const int64_t rows = rp.numel() - 1;
+  auto words = at::empty({plan::bucketed_plan_words(rows, cl.numel())},
+                         rp.options().dtype(at::kLong));
   dispatch_index(rp, [&](auto I) {
     using IT = decltype(I);
-    dispatch_float(x.scalar_type(), [&](auto V) {
-      using T = decltype(V);
-      cpu::spmm<T, IT>(a, ptr<IT>(rp), ptr<IT>(cl), vc.defined() ? ptr<T>(vc) : nullptr,
-                       ptr<T>(xc), ptr<T>(out), with_arg ? ptr<int64_t>(arg) : nullptr);
-    });
+    plan::build_bucketed_plan<IT>(ptr<IT>(rp), ptr<IT>(cl), rows, static_cast<int>(max_log2),
+                                  static_cast<int32_t>(prefetch), words.data_ptr<int64_t>());
   });
-  return {out, arg};
+  return words;
 }
 
 at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
@@ -256,6 +300,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("edge_softmax", &edge_softmax_cpu);
   m.impl("edge_softmax_backward", &edge_softmax_backward_cpu);
   m.impl("spmm_plan", &spmm_plan_cpu);
+  m.impl("spmm_bucketed_plan", &spmm_bucketed_plan_cpu);
 }
 
 }  // namespace sparsejit

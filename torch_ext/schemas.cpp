@@ -27,4 +27,6 @@ TORCH_LIBRARY(sparsejit, m) {
   m.def("edge_softmax_backward(Tensor rowptr, Tensor y, Tensor grad) -> Tensor");
   // Plan for spmm chosen by the cost model, as a header tensor (for explain / caching).
   m.def("spmm_plan(Tensor rowptr, int num_cols, int row_width, ScalarType dtype) -> Tensor");
+  // A Bucketed spmm plan: rows regrouped by length (csrc/plan/spmm_plan.h), as one tensor.
+  m.def("spmm_bucketed_plan(Tensor rowptr, Tensor col, int max_log2=3, int prefetch=0) -> Tensor");
 }

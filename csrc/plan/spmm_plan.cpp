@@ -1,6 +1,7 @@
 #include "csrc/plan/spmm_plan.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace sparsejit::plan {
 
@@ -55,12 +56,58 @@ bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::stri
 
 void encode(const SpmmPlan& p, int64_t* words) {
   words[0] = kPlanMagic;
-  words[1] = kPlanVersion;
+  words[1] = p.kernel == Kernel::Bucketed ? 2 : 1;
   words[2] = static_cast<int64_t>(p.kernel);
   words[3] = p.prefetch;
 }
 
-bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error) {
+template <typename I>
+void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int max_log2,
+                         int32_t prefetch, int64_t* words) {
+  const int64_t nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
+  const int64_t cap = int64_t(1) << std::clamp(max_log2, 0, 30);
+  words[0] = kPlanMagic;
+  words[1] = 2;
+  words[2] = static_cast<int64_t>(Kernel::Bucketed);
+  words[3] = prefetch;
+  words[4] = max_log2;
+  words[5] = rows;
+  words[6] = nnz;
+  words[7] = 0;
+  int64_t* row_map = words + kBucketedWords;
+  int64_t* out_rowptr = row_map + rows;
+  int64_t* out_col = out_rowptr + rows + 1;
+  int64_t* out_pos = out_col + nnz;
+  // Counting sort of the rows by length, lengths above `cap` all in the last bucket (which
+  // keeps the original row order, like every bucket: the sort is stable).
+  std::vector<int64_t> start(static_cast<size_t>(cap + 3), 0);  // buckets 0..cap+1, plus one
+  auto bucket = [&](int64_t i) {
+    const int64_t len = static_cast<int64_t>(rowptr[i + 1]) - static_cast<int64_t>(rowptr[i]);
+    return std::min(len, cap + 1);
+  };
+  for (int64_t i = 0; i < rows; ++i) ++start[static_cast<size_t>(bucket(i)) + 1];
+  for (size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
+  for (int64_t i = 0; i < rows; ++i) row_map[start[static_cast<size_t>(bucket(i))]++] = i;
+  out_rowptr[0] = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = row_map[r];
+    const int64_t lo = rowptr[i], hi = rowptr[i + 1];
+    int64_t o = out_rowptr[r];
+    for (int64_t p = lo; p < hi; ++p, ++o) {
+      out_col[o] = static_cast<int64_t>(col[p]);
+      out_pos[o] = p;
+    }
+    out_rowptr[r + 1] = o;
+  }
+}
+
+template void build_bucketed_plan<int32_t>(const int32_t*, const int32_t*, int64_t, int, int32_t,
+                                           int64_t*);
+template void build_bucketed_plan<int64_t>(const int64_t*, const int64_t*, int64_t, int, int32_t,
+                                           int64_t*);
+
+bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error, int64_t rows,
+            int64_t nnz) {
   if (n < kPlanWords || words[0] != kPlanMagic) {
     *error = "not a sparsejit SpMM plan (bad size or magic)";
     return false;
@@ -71,13 +118,34 @@ bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error) {
     return false;
   }
   if (words[2] != static_cast<int64_t>(Kernel::Generic) &&
-      words[2] != static_cast<int64_t>(Kernel::Jit)) {
+      words[2] != static_cast<int64_t>(Kernel::Jit) &&
+      words[2] != static_cast<int64_t>(Kernel::Bucketed)) {
     *error = "unknown kernel id " + std::to_string(words[2]) + " in plan";
     return false;
   }
   p->kernel = static_cast<Kernel>(words[2]);
   p->prefetch = static_cast<int32_t>(std::clamp<int64_t>(words[3], 0, 64));
   p->reason = "from plan";
+  if (p->kernel == Kernel::Bucketed) {
+    if (n < kBucketedWords) {
+      *error = "a bucketed plan needs its arrays (got only the recipe; build it with "
+               "sparsejit.ops.spmm_bucketed_plan)";
+      return false;
+    }
+    const int64_t prow = words[5], pnnz = words[6];
+    if ((rows >= 0 && prow != rows) || (nnz >= 0 && pnnz != nnz) || prow < 0 || pnnz < 0 ||
+        n != bucketed_plan_words(prow, pnnz)) {
+      *error = "bucketed plan built for another structure (" + std::to_string(prow) +
+               " rows, " + std::to_string(pnnz) + " entries; this one has " +
+               std::to_string(rows) + " rows, " + std::to_string(nnz) + " entries)";
+      return false;
+    }
+    p->max_log2 = static_cast<int32_t>(words[4]);
+    p->row_map = words + kBucketedWords;
+    p->rowptr = p->row_map + prow;
+    p->col = p->rowptr + prow + 1;
+    p->pos = p->col + pnnz;
+  }
   return true;
 }
 

@@ -9,14 +9,36 @@ namespace sparsejit::plan {
 
 // Plan header layout (int64 words).
 constexpr int64_t kPlanMagic = 0x534A504C;  // "SJPL"
-constexpr int64_t kPlanVersion = 1;
+constexpr int64_t kPlanVersion = 2;
 constexpr int kPlanWords = 4;  // magic, version, kernel, prefetch
 
-enum class Kernel : int64_t { Generic = 1, Jit = 2 };
+// Generic / Jit: the merge-path CSR kernel. Bucketed: the same kernel on a decomposition of
+// the structure (below), run by the JIT when it is available, else by the generic kernel.
+enum class Kernel : int64_t { Generic = 1, Jit = 2, Bucketed = 3 };
+
+// A Bucketed plan (version 2) is one int64 tensor:
+//   [magic, 2, 3, prefetch, max_log2, rows, nnz, 0,          header (kBucketedWords)
+//    row_map[rows],      output row of each decomposed row
+//    rowptr[rows + 1],   decomposed CSR: rows of exactly 0, 1, ..., 2^max_log2 entries
+//    col[nnz],           (one bucket per length, original order inside a bucket), then the
+//    pos[nnz]]           longer rows in original order; pos: CSR position of each entry
+// Entries keep their order inside each row, so on one thread results are bit-identical to the
+// CSR kernel's (with several threads, the merge-path split shares other rows between
+// threads, and a shared row's sum is rounded in two parts). Rows of one length sit together,
+// so the row loop's exit branch is predictable; the split still shares long rows between
+// threads. This is hyb(1, k) from SparseTIR adapted to the CPU: exact-length buckets instead
+// of power-of-two ELL padding (no lockstep lanes to fill), long rows kept as CSR. Its recipe (the first 5
+// words) is what sparsejit.tune stores; the arrays are rebuilt from the structure.
+constexpr int kBucketedWords = 8;
 
 struct SpmmPlan {
   Kernel kernel = Kernel::Generic;
   int32_t prefetch = 0;
+  int32_t max_log2 = 0;          // Bucketed: rows up to 2^max_log2 entries get own buckets
+  const int64_t* row_map = nullptr;  // Bucketed: views into the plan tensor
+  const int64_t* rowptr = nullptr;
+  const int64_t* col = nullptr;
+  const int64_t* pos = nullptr;
   std::string reason;  // why the cost model chose it (for explain)
 };
 
@@ -30,9 +52,19 @@ SpmmPlan choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
 bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::string* reason);
 
 // Encodes / decodes the header. decode returns false (with `error`) for a foreign or newer
-// header.
+// header, or a Bucketed plan whose sizes do not match `rows` / `nnz` (another structure).
 void encode(const SpmmPlan& p, int64_t* words);
-bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error);
+bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error,
+            int64_t rows = -1, int64_t nnz = -1);
+
+// Size in words of the Bucketed plan of a structure.
+inline int64_t bucketed_plan_words(int64_t rows, int64_t nnz) {
+  return kBucketedWords + rows + (rows + 1) + 2 * nnz;
+}
+// Builds the Bucketed plan of a CSR structure into `words` (bucketed_plan_words long).
+template <typename I>
+void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int max_log2,
+                         int32_t prefetch, int64_t* words);
 
 // Largest row width (H * F) the JIT specializes; wider rows use the generic kernel.
 constexpr int64_t kMaxJitRowWidth = 1024;

@@ -113,6 +113,15 @@ py::dict choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t width, int
 
 py::dict decode_plan(const std::vector<int64_t>& words) {
   using namespace sparsejit;
+  if (words.size() >= 5 && words[0] == plan::kPlanMagic &&
+      words[2] == static_cast<int64_t>(plan::Kernel::Bucketed)) {
+    // A bucketed plan or just its recipe (what tune stores): the header words suffice.
+    py::dict d;
+    d["kernel"] = "bucketed";
+    d["prefetch"] = words[3];
+    d["max_log2"] = words[4];
+    return d;
+  }
   plan::SpmmPlan p;
   std::string err;
   if (!plan::decode(words.data(), static_cast<int64_t>(words.size()), &p, &err))
@@ -123,15 +132,20 @@ py::dict decode_plan(const std::vector<int64_t>& words) {
   return d;
 }
 
-std::vector<int64_t> encode_plan(const std::string& kernel, int prefetch) {
+std::vector<int64_t> encode_plan(const std::string& kernel, int prefetch, int max_log2) {
   using namespace sparsejit;
   plan::SpmmPlan p;
+  if (kernel == "bucketed") {
+    // The recipe only; sparsejit.ops.spmm_bucketed_plan builds the arrays for a structure.
+    return {plan::kPlanMagic, 2, static_cast<int64_t>(plan::Kernel::Bucketed), prefetch,
+            max_log2};
+  }
   if (kernel == "jit") {
     p.kernel = plan::Kernel::Jit;
   } else if (kernel == "generic") {
     p.kernel = plan::Kernel::Generic;
   } else {
-    throw py::value_error("kernel must be 'jit' or 'generic'; got '" + kernel + "'");
+    throw py::value_error("kernel must be 'jit', 'generic' or 'bucketed'; got '" + kernel + "'");
   }
   p.prefetch = prefetch;
   std::vector<int64_t> words(plan::kPlanWords);
@@ -171,7 +185,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("choose_spmm", &choose_spmm, py::arg("rows"), py::arg("cols"), py::arg("nnz"),
         py::arg("row_width"), py::arg("elem_size"));
   m.def("decode_plan", &decode_plan, py::arg("words"));
-  m.def("encode_plan", &encode_plan, py::arg("kernel"), py::arg("prefetch"));
+  m.def("encode_plan", &encode_plan, py::arg("kernel"), py::arg("prefetch"),
+        py::arg("max_log2") = 3);
   m.attr("max_jit_row_width") = sparsejit::plan::kMaxJitRowWidth;
 #ifdef _OPENMP
   m.attr("openmp") = true;

@@ -24,6 +24,8 @@ struct SpmmArgs {
   float act_param = 0.01f;  // negative slope (leaky_relu) or alpha (elu)
   float scale = 1.0f;
   const void* bias = nullptr;
+  // Output row of each (decomposed) input row, or null for the identity (plain CSR).
+  const int64_t* out_rows = nullptr;
 };
 
 // Arguments of a CPU SDDMM launch (generic and JIT-compiled kernels).

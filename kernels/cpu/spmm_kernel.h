@@ -409,11 +409,14 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   std::vector<Partial> heads(nt), tails(nt);
   int parts_used = nt;
 
+  // Row i of the (possibly decomposed) structure is output row orow(i).
+  const int64_t* __restrict out_rows = a.out_rows;
+  auto orow = [out_rows](int64_t i) { return out_rows != nullptr ? out_rows[i] : i; };
   auto finish = [&](int64_t i, int64_t degree, const A* acc, const int64_t* argacc) {
     if (epilogue) {
-      write_row<R, kAct, true, kHF, T>(a, i, degree, acc, argacc, HF, out, arg);
+      write_row<R, kAct, true, kHF, T>(a, orow(i), degree, acc, argacc, HF, out, arg);
     } else {
-      write_row<R, kAct, false, kHF, T>(a, i, degree, acc, argacc, HF, out, arg);
+      write_row<R, kAct, false, kHF, T>(a, orow(i), degree, acc, argacc, HF, out, arg);
     }
   };
 
@@ -448,7 +451,7 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
       const int64_t start = rowptr[i], end = rowptr[i + 1];
       if constexpr (kDirectPath) {
         if (direct && start >= b.pos) {  // a whole row: straight into the output
-          T* o = out + i * HF;
+          T* o = out + orow(i) * HF;
           if (end > start) {
             const A mscale = R == Reduce::Mean ? A(1) / A(end - start) : A(1);
             accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0, true>(start, end, col, values, x,

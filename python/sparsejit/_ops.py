@@ -102,6 +102,12 @@ def _spmm_plan_fake(rowptr, num_cols, row_width, dtype):
     return rowptr.new_empty((4,), dtype=torch.long)
 
 
+@torch.library.register_fake("sparsejit::spmm_bucketed_plan")
+def _spmm_bucketed_plan_fake(rowptr, col, max_log2=3, prefetch=0):
+    rows = rowptr.shape[0] - 1
+    return rowptr.new_empty((8 + rows + (rows + 1) + 2 * col.shape[0],), dtype=torch.long)
+
+
 @torch.library.register_fake("sparsejit::edge_softmax_backward")
 def _edge_softmax_backward_fake(rowptr, y, grad):
     return torch.empty_like(y)
@@ -193,7 +199,10 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
     if need_x:
         trp, tcol, tperm = _transpose(rowptr, col, x.shape[0], t_rowptr, t_col, t_perm)
         tvals = None if values is None else values.index_select(0, tperm.to(torch.long))
-        grad_x, _ = ops.spmm(trp, tcol, tvals, g, "sum", plan=plan)
+        # A header-only plan (kernel choice) carries over to the transpose; a bucketed plan
+        # (arrays of the forward structure, more than 4 words) does not.
+        t_plan = plan if plan is not None and plan.numel() == 4 else None
+        grad_x, _ = ops.spmm(trp, tcol, tvals, g, "sum", plan=t_plan)
     if need_values:
         if values.dim() == 1 and x.dim() == 3:
             # One value shared by all heads: per-head dot products, summed over heads.

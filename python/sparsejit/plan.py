@@ -31,6 +31,7 @@ from .matrix import SparseMatrix
 _DTYPE_KIND = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
 _REDUCES = ("sum", "mean", "max", "min")
 _LRU_SIZE = 256
+_BUCKETED = 3  # kernel id of a bucketed plan (csrc/plan/spmm_plan.h)
 _tuned_lru: "OrderedDict[str, Dict[str, List[int]]]" = OrderedDict()
 
 
@@ -130,7 +131,7 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
             _plan_key("spmm", width, dtype, "sum")
         )
         if header is not None:
-            plan = torch.tensor(header, dtype=torch.long)
+            plan = _materialize(A, header)
             A._s.extra.setdefault("tuned_keys", set()).add(key)
     if plan is None and dtype in _DTYPE_KIND:
         # The cost model's choice, made once per structure here rather than on every call.
@@ -156,11 +157,28 @@ def _candidates() -> List[List[int]]:
     cands = [_core.encode_plan("generic", 0)]
     if _core.jit_enabled():
         cands += [_core.encode_plan("jit", pf) for pf in (0, 4, 8, 16, 32)]
+    # Rows regrouped by length (csrc/plan/spmm_plan.h): up to 8 or 32 entries per bucket.
+    cands += [_core.encode_plan("bucketed", pf, k) for k, pf in ((3, 0), (5, 0), (5, 16))]
     return cands
 
 
+def _is_bucketed(header) -> bool:
+    return len(header) >= 5 and int(header[2]) == _BUCKETED
+
+
+def _materialize(A: SparseMatrix, header) -> torch.Tensor:
+    """The plan tensor for a header or recipe: bucketed plans get their arrays, built from
+    A's structure (once per structure: callers cache the result on A)."""
+    if _is_bucketed(header):
+        return ops.spmm_bucketed_plan(A.indptr.cpu(), A.indices.cpu(), int(header[4]),
+                                      int(header[3]))
+    return torch.tensor(list(header), dtype=torch.long)
+
+
 def _describe(header: List[int]) -> str:
-    d = _core.decode_plan(header)
+    d = _core.decode_plan(list(header[:8]))
+    if d["kernel"] == "bucketed":
+        return f"bucketed(max_log2={d['max_log2']}, prefetch={d['prefetch']})"
     return d["kernel"] if d["kernel"] == "generic" else f"jit(prefetch={d['prefetch']})"
 
 
@@ -217,7 +235,7 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     times: Dict[str, float] = {}
     ref = None
     for header in cands:
-        plan = torch.tensor(header, dtype=torch.long)
+        plan = _materialize(A, header)
         fn = lambda: ops.spmm(A.indptr, A.indices, vals, X, reduce,  # noqa: E731
                               plan=plan, need_arg=False)
         out = fn()[0]
@@ -231,7 +249,7 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     best = next(h for h in cands if _describe(h) == best_name)
     width = F * heads
     key = _plan_key("spmm", width, dtype, reduce)
-    A._s.extra.setdefault("plans", {})[("spmm", width, dtype)] = torch.tensor(best, dtype=torch.long)
+    A._s.extra.setdefault("plans", {})[("spmm", width, dtype)] = _materialize(A, best)
     A._s.extra.setdefault("tuned_keys", set()).add(("spmm", width, dtype))
     report = {"best": best_name, "times_ms": times, "key": key, "header": best}
     if store:
@@ -261,16 +279,17 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     elem = torch.empty((), dtype=dtype).element_size()
     plan = spmm_plan_for(A, width, dtype, reduce)
     if plan is not None and _is_tuned(A, width, dtype):
-        chosen = _core.decode_plan(plan.tolist())
+        chosen = _core.decode_plan(plan[:8].tolist())
         chosen["reason"] = "tuned (measured by sparsejit.tune)"
     else:
         chosen = _core.choose_spmm(A.shape[0], A.shape[1], A.nnz, width, elem)
     info = {"stats": stats, "plan": chosen, "jit_enabled": _core.jit_enabled()}
-    if chosen["kernel"] == "jit":
+    if chosen["kernel"] in ("jit", "bucketed") and _core.jit_enabled():
         vmode = 0 if A.values is None else (1 if A.values.dim() == 1 else 2)
-        info["kernel"] = _core.jit_spmm(
-            _DTYPE_KIND[dtype], 0 if A.index_dtype == torch.int32 else 1, reduce, vmode, heads,
-            F, 0, int(chosen["prefetch"]))
+        # Bucketed plans run on their own int64 arrays.
+        index = 0 if (A.index_dtype == torch.int32 and chosen["kernel"] == "jit") else 1
+        info["kernel"] = _core.jit_spmm(_DTYPE_KIND[dtype], index, reduce, vmode, heads, F, 0,
+                                        int(chosen["prefetch"]))
     if time_it:
         shape = (A.shape[1], F) if heads == 1 else (A.shape[1], heads, F)
         X = torch.randn(shape).to(dtype)
@@ -286,7 +305,8 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     print("  row lengths (log2 buckets 0,1,2-3,4-7,...): " + " ".join(map(str, hist)), file=out)
     print(f"  problem: F={F} heads={heads} dtype={str(dtype).replace('torch.', '')} "
           f"reduce={reduce} threads={torch.get_num_threads()}", file=out)
-    print(f"  kernel: {chosen['kernel']} prefetch={chosen['prefetch']} ({chosen.get('reason', '')})",
+    extra = f" max_log2={chosen['max_log2']}" if chosen['kernel'] == 'bucketed' else ''
+    print(f"  kernel: {chosen['kernel']} prefetch={chosen['prefetch']}{extra} ({chosen.get('reason', '')})",
           file=out)
     k = info.get("kernel")
     if k:

@@ -107,10 +107,12 @@ def _opcheck_cases():
         ("edge_softmax", (ip, S)),
         ("edge_softmax_backward", (ip, torch.rand(A.nnz, 2), torch.randn(A.nnz, 2))),
         ("csr_transpose", (ip, ix, 20)),
+        ("spmm_bucketed_plan", (ip, ix, 3, 0)),
+        ("spmm", (ip, ix, v, X, "sum", *t, torch.ops.sparsejit.spmm_bucketed_plan(ip, ix, 2, 0))),
     ]
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(12))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.sparsejit, name).default, args)

@@ -141,6 +141,67 @@ def test_sddmm_jit_matches_generic(sddmm_graph, dtype, index_dtype, heads, F):
     torch.testing.assert_close(s_jit.double(), ref, atol=tol * 4, rtol=tol)
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("vmode", [0, 1, 2])
+@pytest.mark.parametrize("max_log2", [0, 3, 6])
+def test_bucketed_plan_matches_csr(skewed, reduce, vmode, max_log2):
+    """Rows regrouped by length: same results as the CSR kernel (bit for bit on one thread),
+    extremum positions mapped back to CSR positions, across thread counts and plans run by
+    the JIT or (JIT off) the generic kernel."""
+    A = skewed.to(index_dtype=torch.int32)
+    heads, F = (2, 16) if vmode == 2 else (1, 24)
+    if vmode == 1:
+        A = A.with_values(torch.randn(A.nnz))
+    elif vmode == 2:
+        A = A.with_values(torch.randn(A.nnz, heads))
+    X = torch.randn((A.shape[1], heads, F) if vmode == 2 else (A.shape[1], F))
+    plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, max_log2, 0)
+    assert _core.decode_plan(plan[:8].tolist())["kernel"] == "bucketed"
+    old_threads, old_work = torch.get_num_threads(), _core.min_parallel_work()
+    try:
+        _core.set_min_parallel_work(0)
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            out_b, arg_b = _run(A, X, reduce, plan)
+            out_c, arg_c = _run(A, X, reduce, JIT)
+            out_g, _ = _generic_only(lambda: _run(A, X, reduce, plan))
+            if threads == 1:
+                assert torch.equal(out_b, out_c) and torch.equal(out_g, out_b)
+            Aref = A if A.values is None else A.with_values(A.values.double())
+            ref = dense_reference_spmm(Aref, X.double(), reduce)
+            torch.testing.assert_close(out_b.double(), ref, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(out_g.double(), ref, atol=1e-4, rtol=1e-4)
+            if reduce in ("max", "min"):
+                assert torch.equal(arg_b, arg_c)  # CSR positions, first entry on ties
+                out_n, arg_n = _run(A, X, reduce, plan, need_arg=False)
+                assert arg_n.numel() == 0 and torch.equal(out_n, out_b)
+    finally:
+        torch.set_num_threads(old_threads)
+        _core.set_min_parallel_work(old_work)
+
+
+def test_bucketed_plan_edge_cases_and_errors():
+    X = torch.randn(5, 8)
+    empty = sj.SparseMatrix.from_csr(torch.zeros(4, dtype=torch.long),
+                                     torch.zeros(0, dtype=torch.long), shape=(3, 5))
+    one = sj.SparseMatrix.from_csr(torch.tensor([0, 0, 1, 1]), torch.tensor([4]), shape=(3, 5))
+    none = sj.SparseMatrix.from_csr(torch.zeros(1, dtype=torch.long),
+                                    torch.zeros(0, dtype=torch.long), shape=(0, 5))
+    for A in (empty, one, none):
+        plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, 3, 0)
+        for reduce in ("sum", "mean", "max", "min"):
+            out, _ = _run(A, X, reduce, plan)
+            torch.testing.assert_close(out.double(), dense_reference_spmm(A, X.double(), reduce))
+    other = sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 3, 0)
+    with pytest.raises(ValueError, match="another structure"):
+        _run(empty, X, "sum", other)
+    recipe = torch.tensor(_core.encode_plan("bucketed", 0, 3))
+    with pytest.raises(ValueError, match="needs its arrays"):
+        _run(one, X, "sum", recipe)
+    with pytest.raises(ValueError, match="max_log2"):
+        sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 40, 0)
+
+
 @pytest.mark.parametrize("F", [1, 64, 256, 1000])
 def test_jit_feature_widths(skewed, F):
     X = torch.randn(skewed.shape[1], F)
@@ -226,7 +287,24 @@ def test_tune_and_explain(tmp_path, capsys):
     info = sj.explain(A, F=32)
     text = capsys.readouterr().out
     assert "tuned" in text and "row lengths" in text and "measured:" in text
-    assert info["plan"]["kernel"] in ("jit", "generic")
+    assert info["plan"]["kernel"] in ("jit", "generic", "bucketed")
+
+
+def test_stored_bucketed_recipe_is_rebuilt_for_the_structure(monkeypatch):
+    """The tuned store keeps a bucketed plan's 5-word recipe; the arrays are rebuilt from
+    the structure when a process looks the plan up."""
+    from sparsejit import plan as P
+
+    A = random_graph(400, 300, 5, power_law=True, seed=8, empty_frac=0.1)
+    X = torch.randn(300, 16)
+    recipe = _core.encode_plan("bucketed", 0, 4)
+    monkeypatch.setattr(P, "_store_exists", lambda A: True)
+    monkeypatch.setattr(P, "_load_store", lambda fp: {P._plan_key("spmm", 16, X.dtype, "sum"): recipe})
+    out = sj.spmm(A, X)
+    plan = A._s.extra["plans"][("spmm", 16, X.dtype)]
+    assert plan.numel() > 8 and int(plan[2]) == 3 and P._is_tuned(A, 16, X.dtype)
+    torch.testing.assert_close(out.double(), dense_reference_spmm(A, X.double(), "sum"),
+                               atol=1e-4, rtol=1e-4)
 
 
 TUNE_SCRIPT = textwrap.dedent(
