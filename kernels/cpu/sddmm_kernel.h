@@ -25,15 +25,11 @@
 
 #include "csrc/core/partition.h"
 #include "kernels/cpu/spmm_args.h"
+#include "kernels/cpu/vec.h"
 
 namespace sparsejit::cpu::detail {
 
 inline constexpr int64_t kSddmmLanes = 32;
-
-template <int64_t K>
-inline int64_t sddmm_size_or(int64_t runtime) {
-  return K > 0 ? K : runtime;
-}
 
 // Eight lanes of the accumulator type as one GCC vector (one AVX2 register for float).
 template <typename A>
@@ -45,18 +41,7 @@ using Lanes8 = typename Lanes8Of<A>::type;
 
 template <typename T, typename A>
 inline Lanes8<A> load8(const T* p) {
-  Lanes8<A> v;
-  if constexpr (std::is_same_v<T, A>) {
-    __builtin_memcpy(&v, p, sizeof(v));
-  } else {  // bfloat16 -> float: widen to 32 bits and shift into the high half
-    typedef uint16_t u16x8 __attribute__((vector_size(16)));
-    typedef uint32_t u32x8 __attribute__((vector_size(32)));
-    u16x8 h;
-    __builtin_memcpy(&h, p, sizeof(h));
-    u32x8 w = __builtin_convertvector(h, u32x8) << 16;
-    __builtin_memcpy(&v, &w, sizeof(v));
-  }
-  return v;
+  return load_lanes<Lanes8<A>, A>(p);
 }
 
 // <q[0:F], k[0:F]> in the fixed order described above, with explicit 8-lane vectors (the
@@ -66,7 +51,7 @@ template <int64_t kF, typename T>
 inline acc_t<T> dot_fixed_order(const T* __restrict q, const T* __restrict k, int64_t F_rt) {
   using A = acc_t<T>;
   using V = Lanes8<A>;
-  const int64_t F = sddmm_size_or<kF>(F_rt);
+  const int64_t F = size_or<kF>(F_rt);
   constexpr int64_t L = kSddmmLanes;  // 32 = 4 vectors of 8
   V p[4] = {};
   const int64_t full = F - F % L;
@@ -96,7 +81,7 @@ void sddmm_run(const SddmmArgs& a, const I* rowptr, const I* col, const T* q, co
   if (rows == 0) return;
   const int64_t nnz = rowptr[rows];
   if (nnz == 0) return;
-  const int64_t H = sddmm_size_or<kH>(a.heads), F = sddmm_size_or<kF>(a.features);
+  const int64_t H = size_or<kH>(a.heads), F = size_or<kF>(a.features);
   const int64_t HF = H * F;
   int nt = std::max(1, a.num_threads);
   if (nnz * std::max<int64_t>(HF, 1) < a.min_parallel_work) nt = 1;

@@ -24,6 +24,7 @@
 
 #include "csrc/core/partition.h"
 #include "kernels/cpu/spmm_args.h"
+#include "kernels/cpu/vec.h"
 
 namespace sparsejit::cpu::detail {
 
@@ -32,12 +33,6 @@ constexpr A reduce_identity() {
   if constexpr (R == Reduce::Max) return -std::numeric_limits<A>::infinity();
   if constexpr (R == Reduce::Min) return std::numeric_limits<A>::infinity();
   return A(0);
-}
-
-// Compile-time size when K > 0, else the run-time value.
-template <int64_t K>
-inline int64_t size_or(int64_t runtime) {
-  return K > 0 ? K : runtime;
 }
 
 // Positions of the extrema found by a values-only pass over entries [lo, hi): every
@@ -146,18 +141,7 @@ struct VecOf {
 
 template <typename T, typename A>
 inline typename VecOf<A>::type load_vec(const T* p) {
-  typename VecOf<A>::type v;
-  if constexpr (std::is_same_v<T, A>) {
-    __builtin_memcpy(&v, p, sizeof(v));
-  } else {  // bfloat16 -> float: widen to 32 bits and shift into the high half
-    typedef uint16_t u16v __attribute__((vector_size(kVecBytes / 2)));
-    typedef uint32_t u32v __attribute__((vector_size(kVecBytes)));
-    u16v h;
-    __builtin_memcpy(&h, p, sizeof(h));
-    u32v w = __builtin_convertvector(h, u32v) << 16;
-    __builtin_memcpy(&v, &w, sizeof(v));
-  }
-  return v;
+  return load_lanes<typename VecOf<A>::type, A>(p);
 }
 
 // True when the register-blocked path applies: compile-time width and (for per-head values)

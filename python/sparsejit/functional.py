@@ -124,13 +124,8 @@ def spmm(
     # Positional call of the overload (no keyword or overload resolution on the hot path).
     args = (A.indptr, A.indices, values, X, reduce, *t, plan, bias, act, float(act_param),
             float(scale), needs_grad)
-    if needs_grad or (bias is not None and bias.requires_grad and torch.is_grad_enabled()) \
-            or torch.compiler.is_compiling():
+    with _without_autograd(X, values, bias):
         out, _ = ops.spmm.default(*args)
-    else:
-        # Nothing to record: below the Autograd key (see _without_autograd).
-        with torch._C._AutoDispatchBelowAutograd():
-            out, _ = ops.spmm.default(*args)
     return out
 
 

@@ -1,0 +1,43 @@
+// Small helpers shared by the CPU kernel templates (spmm_kernel.h, sddmm_kernel.h): sizes
+// that are compile-time constants in JIT instantiations, and loads into GCC vectors.
+// Standard library only: the JIT compiles this file with nothing else on the include path.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "csrc/core/types.h"
+
+namespace sparsejit::cpu::detail {
+
+// Compile-time size when K > 0, else the run-time value.
+template <int64_t K>
+inline int64_t size_or(int64_t runtime) {
+  return K > 0 ? K : runtime;
+}
+
+// Integer vectors for widening N bfloat16 values.
+template <int N>
+struct Bf16Lanes {
+  typedef uint16_t narrow __attribute__((vector_size(2 * N)));
+  typedef uint32_t wide __attribute__((vector_size(4 * N)));
+};
+
+// Loads one GCC vector V of A from p (T == A, or bfloat16 widened to float: the 16 bits go
+// to the high half of each 32-bit lane).
+template <typename V, typename A, typename T>
+inline V load_lanes(const T* p) {
+  V v;
+  if constexpr (std::is_same_v<T, A>) {
+    __builtin_memcpy(&v, p, sizeof(v));
+  } else {
+    using L = Bf16Lanes<static_cast<int>(sizeof(V) / sizeof(A))>;
+    typename L::narrow h;
+    __builtin_memcpy(&h, p, sizeof(h));
+    typename L::wide w = __builtin_convertvector(h, typename L::wide) << 16;
+    __builtin_memcpy(&v, &w, sizeof(v));
+  }
+  return v;
+}
+
+}  // namespace sparsejit::cpu::detail
