@@ -17,14 +17,14 @@ PROBE = textwrap.dedent(
     """
     import json, sys, time, torch
     import sparsejit as sj
-    from sparsejit import _core
+    from sparsejit import _core, plans
     g = torch.Generator().manual_seed(0)
     n = 20000
     indptr = torch.arange(0, 16 * n + 1, 16)
     A = sj.SparseMatrix.from_csr(indptr, torch.randint(0, n, (16 * n,), generator=g), shape=(n, n))
     X = torch.randn(n, 40, generator=g)
-    plan = torch.tensor(_core.encode_plan("jit", 16))
-    run = lambda: sj.ops.spmm(A.indptr, A.indices, None, X, "sum", plan=plan)
+    plan = plans.materialize(A, _core.spmm_recipe("jit", 16))
+    run = lambda: sj.ops.spmm(A.indptr, A.indices, None, X, "sum", n, plan=plan)
     t0 = time.perf_counter(); info = _core.jit_spmm(0, 1, "sum", 0, 1, 40, 0, 16)
     lookup_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter(); run(); first_ms = (time.perf_counter() - t0) * 1e3

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/out}
 mkdir -p "$out"
-python3 -m sparsejit.bench --ops spmm sddmm --reduce sum mean max min \
+python3 -m sparsejit.tools.bench --ops spmm sddmm --reduce sum mean max min \
   --features 32 64 128 256 --repeat ${REPEAT:-7} --verbose \
   --out-json "$out/cpu.json" --out-md "$out/cpu.md"
 python3 benchmarks/plot.py "$out/cpu.json" "$out/cpu.svg"

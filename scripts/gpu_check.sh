@@ -10,7 +10,7 @@
 # machine with 16 cores; each step stays under 10 minutes so it can run as one remote command).
 #
 # Environment: OUT, BUILD_DIR (default build-gpu), JOBS, PYTHON (default python3),
-# BENCH_ARGS (extra arguments for `python3 -m sparsejit.bench`), SANITIZE_K (pytest -k
+# BENCH_ARGS (extra arguments for `python3 -m sparsejit.tools.bench`), SANITIZE_K (pytest -k
 # expression for the sanitizer run; default: the CUDA tests without the largest matrices).
 set -u -o pipefail
 
@@ -120,13 +120,13 @@ step_pytest() {
 }
 
 step_bench() {
-  if ! "$PYTHON" -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("sparsejit.bench") else 1)'; then
-    echo "sparsejit.bench is not in this tree: step skipped"
+  if ! "$PYTHON" -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("sparsejit.tools.bench") else 1)'; then
+    echo "sparsejit.tools.bench is not in this tree: step skipped"
     return 0
   fi
   # BENCH_ARGS lets the harness's own flags through (e.g. a suite name or repeat count).
   # shellcheck disable=SC2086
-  "$PYTHON" -m sparsejit.bench --device cuda --out-json "$OUT/bench_cuda.json" \
+  "$PYTHON" -m sparsejit.tools.bench --device cuda --out-json "$OUT/bench_cuda.json" \
     --out-md "$OUT/bench_cuda.md" ${BENCH_ARGS:-}
 }
 

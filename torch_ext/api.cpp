@@ -62,14 +62,14 @@ at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& redu
   static auto h =
       op("sparsejit::spmm")
           .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, Opt,
-                                                    const at::Tensor&, c10::string_view, Opt, Opt,
-                                                    Opt, Opt, Opt, c10::string_view, double,
-                                                    double, bool)>();
+                                                    const at::Tensor&, c10::string_view, int64_t,
+                                                    Opt, Opt, Opt, Opt, Opt, c10::string_view,
+                                                    double, double, bool)>();
   // No plan: the op's cost model chooses; no epilogue. Autograd is Python-side, so the
   // max / min positions are not needed here.
-  return std::get<0>(h.call(a.rowptr, a.col, a.values, x, reduce, std::nullopt, std::nullopt,
-                            std::nullopt, std::nullopt, std::nullopt, "none", 0.01, 1.0,
-                            /*need_arg=*/false));
+  return std::get<0>(h.call(a.rowptr, a.col, a.values, x, reduce, a.cols, std::nullopt,
+                            std::nullopt, std::nullopt, std::nullopt, std::nullopt, "none", 0.01,
+                            1.0, /*need_arg=*/false));
 }
 
 at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k) {
@@ -77,10 +77,11 @@ at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k) {
                     " rows but the sparse matrix has ", a.cols, " columns");
   static auto h = op("sparsejit::sddmm")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const at::Tensor&, const std::optional<at::Tensor>&,
+                                        const at::Tensor&, int64_t,
+                                        const std::optional<at::Tensor>&,
                                         const std::optional<at::Tensor>&,
                                         const std::optional<at::Tensor>&)>();
-  return h.call(a.rowptr, a.col, q, k, std::nullopt, std::nullopt, std::nullopt);
+  return h.call(a.rowptr, a.col, q, k, a.cols, std::nullopt, std::nullopt, std::nullopt);
 }
 
 at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores) {

@@ -1,6 +1,7 @@
 #include "csrc/plan/spmm_plan.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace sparsejit::plan {
@@ -54,27 +55,34 @@ bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::stri
   return true;
 }
 
-void encode(const SpmmPlan& p, int64_t* words) {
-  words[0] = kPlanMagic;
-  words[1] = p.kernel == Kernel::Bucketed ? 2 : 1;
-  words[2] = static_cast<int64_t>(p.kernel);
-  words[3] = p.prefetch;
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Generic: return "generic";
+    case Kernel::Jit: return "jit";
+    case Kernel::Bucketed: return "bucketed";
+  }
+  throw std::invalid_argument("unknown SpMM kernel id " + std::to_string(static_cast<int64_t>(k)));
+}
+
+Kernel parse_kernel(const std::string& name) {
+  if (name == "generic") return Kernel::Generic;
+  if (name == "jit") return Kernel::Jit;
+  if (name == "bucketed") return Kernel::Bucketed;
+  throw std::invalid_argument("kernel must be 'generic', 'jit' or 'bucketed'; got '" + name + "'");
+}
+
+void encode(const SpmmPlan& p, const StructureStamp& s, int64_t* words) {
+  write_header(words, OpFamily::Spmm, static_cast<int64_t>(p.kernel), p.prefetch, p.max_log2, s);
 }
 
 template <typename I>
-void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int max_log2,
+void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int64_t cols, int max_log2,
                          int32_t prefetch, int64_t* words) {
   const int64_t nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
   const int64_t cap = int64_t(1) << std::clamp(max_log2, 0, 30);
-  words[0] = kPlanMagic;
-  words[1] = 2;
-  words[2] = static_cast<int64_t>(Kernel::Bucketed);
-  words[3] = prefetch;
-  words[4] = max_log2;
-  words[5] = rows;
-  words[6] = nnz;
-  words[7] = 0;
-  int64_t* row_map = words + kBucketedWords;
+  write_header(words, OpFamily::Spmm, static_cast<int64_t>(Kernel::Bucketed), prefetch, max_log2,
+               stamp_structure(rowptr, col, rows, cols));
+  int64_t* row_map = words + kHeaderWords;
   int64_t* out_rowptr = row_map + rows;
   int64_t* out_col = out_rowptr + rows + 1;
   int64_t* out_pos = out_col + nnz;
@@ -101,50 +109,56 @@ void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int max_lo
   }
 }
 
-template void build_bucketed_plan<int32_t>(const int32_t*, const int32_t*, int64_t, int, int32_t,
-                                           int64_t*);
-template void build_bucketed_plan<int64_t>(const int64_t*, const int64_t*, int64_t, int, int32_t,
-                                           int64_t*);
+template void build_bucketed_plan<int32_t>(const int32_t*, const int32_t*, int64_t, int64_t,
+                                           int, int32_t, int64_t*);
+template void build_bucketed_plan<int64_t>(const int64_t*, const int64_t*, int64_t, int64_t,
+                                           int, int32_t, int64_t*);
 
-bool decode(const int64_t* words, int64_t n, SpmmPlan* p, std::string* error, int64_t rows,
-            int64_t nnz) {
-  if (n < kPlanWords || words[0] != kPlanMagic) {
-    *error = "not a sparsejit SpMM plan (bad size or magic)";
+bool decode(const int64_t* words, int64_t n, const StructureStamp& s, SpmmPlan* p,
+            std::string* error) {
+  if (!check_header(words, n, OpFamily::Spmm, s, error)) return false;
+  const int64_t kernel = words[kWordKernel];
+  if (kernel < static_cast<int64_t>(Kernel::Generic) ||
+      kernel > static_cast<int64_t>(Kernel::Bucketed)) {
+    *error = "unknown SpMM kernel id " + std::to_string(kernel) + " in plan";
     return false;
   }
-  if (words[1] > kPlanVersion) {
-    *error = "plan version " + std::to_string(words[1]) + " is newer than this sparsejit (" +
-             std::to_string(kPlanVersion) + ")";
-    return false;
-  }
-  if (words[2] != static_cast<int64_t>(Kernel::Generic) &&
-      words[2] != static_cast<int64_t>(Kernel::Jit) &&
-      words[2] != static_cast<int64_t>(Kernel::Bucketed)) {
-    *error = "unknown kernel id " + std::to_string(words[2]) + " in plan";
-    return false;
-  }
-  p->kernel = static_cast<Kernel>(words[2]);
-  p->prefetch = static_cast<int32_t>(std::clamp<int64_t>(words[3], 0, 64));
+  p->kernel = static_cast<Kernel>(kernel);
+  p->prefetch = static_cast<int32_t>(std::clamp<int64_t>(words[kWordPrefetch], 0, 64));
   p->reason = "from plan";
-  if (p->kernel == Kernel::Bucketed) {
-    if (n < kBucketedWords) {
-      *error = "a bucketed plan needs its arrays (got only the recipe; build it with "
-               "sparsejit.ops.spmm_bucketed_plan)";
+  if (p->kernel != Kernel::Bucketed) {
+    if (n != kHeaderWords) {
+      *error = "a " + std::string(kernel_name(p->kernel)) + " plan has " +
+               std::to_string(kHeaderWords) + " words; got " + std::to_string(n);
       return false;
     }
-    const int64_t prow = words[5], pnnz = words[6];
-    if ((rows >= 0 && prow != rows) || (nnz >= 0 && pnnz != nnz) || prow < 0 || pnnz < 0 ||
-        n != bucketed_plan_words(prow, pnnz)) {
-      *error = "bucketed plan built for another structure (" + std::to_string(prow) +
-               " rows, " + std::to_string(pnnz) + " entries; this one has " +
-               std::to_string(rows) + " rows, " + std::to_string(nnz) + " entries)";
+    return true;
+  }
+  if (n != bucketed_plan_words(s.rows, s.nnz)) {
+    *error = n == kHeaderWords
+                 ? "a bucketed plan needs its arrays (got only the recipe; build it with "
+                   "sparsejit.ops.spmm_bucketed_plan)"
+                 : "bucketed plan has " + std::to_string(n) + " words; a structure with " +
+                       std::to_string(s.rows) + " rows and " + std::to_string(s.nnz) +
+                       " entries needs " + std::to_string(bucketed_plan_words(s.rows, s.nnz));
+    return false;
+  }
+  p->max_log2 = static_cast<int32_t>(words[kWordParam]);
+  p->row_map = words + kHeaderWords;
+  p->rowptr = p->row_map + s.rows;
+  p->col = p->rowptr + s.rows + 1;
+  p->pos = p->col + s.nnz;
+  // O(rows) checks of the decomposed arrays, so that a damaged plan cannot send the kernel
+  // outside its inputs' rows (the column range is guaranteed by the plan op's stamp).
+  if (s.rows >= 0 && (p->rowptr[0] != 0 || p->rowptr[s.rows] != s.nnz)) {
+    *error = "bucketed plan arrays are damaged (decomposed rowptr does not span the entries)";
+    return false;
+  }
+  for (int64_t r = 0; r < s.rows; ++r) {
+    if (p->row_map[r] < 0 || p->row_map[r] >= s.rows || p->rowptr[r + 1] < p->rowptr[r]) {
+      *error = "bucketed plan arrays are damaged at decomposed row " + std::to_string(r);
       return false;
     }
-    p->max_log2 = static_cast<int32_t>(words[4]);
-    p->row_map = words + kBucketedWords;
-    p->rowptr = p->row_map + prow;
-    p->col = p->rowptr + prow + 1;
-    p->pos = p->col + pnnz;
   }
   return true;
 }

@@ -7,6 +7,7 @@
 #include "codegen/cpu_jit.h"
 #include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
+#include "csrc/plan/plan_header.h"
 #include "csrc/plan/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
@@ -101,56 +102,99 @@ py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mod
 py::dict choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t width, int64_t elem) {
   using namespace sparsejit;
   auto p = plan::choose_spmm(rows, cols, nnz, width, elem, codegen::CpuJit::instance().enabled());
-  std::vector<int64_t> words(plan::kPlanWords);
-  plan::encode(p, words.data());
   py::dict d;
-  d["kernel"] = p.kernel == plan::Kernel::Jit ? "jit" : "generic";
+  d["kernel"] = plan::kernel_name(p.kernel);
   d["prefetch"] = p.prefetch;
+  d["max_log2"] = p.max_log2;
   d["reason"] = p.reason;
-  d["header"] = words;
   return d;
 }
 
-py::dict decode_plan(const std::vector<int64_t>& words) {
-  using namespace sparsejit;
-  if (words.size() >= 5 && words[0] == plan::kPlanMagic &&
-      words[2] == static_cast<int64_t>(plan::Kernel::Bucketed)) {
-    // A bucketed plan or just its recipe (what tune stores): the header words suffice.
-    py::dict d;
-    d["kernel"] = "bucketed";
-    d["prefetch"] = words[3];
-    d["max_log2"] = words[4];
-    return d;
-  }
-  plan::SpmmPlan p;
-  std::string err;
-  if (!plan::decode(words.data(), static_cast<int64_t>(words.size()), &p, &err))
-    throw py::value_error(err);
+// The header fields of a plan (or a recipe), without checking it against a structure.
+py::dict describe_plan(const std::vector<int64_t>& w) {
+  using namespace sparsejit::plan;
+  if (static_cast<int64_t>(w.size()) < kHeaderWords || w[kWordMagic] != kPlanMagic)
+    throw py::value_error("not a sparsejit plan (" + std::to_string(w.size()) + " words)");
+  if (w[kWordVersion] != kPlanVersion)
+    throw py::value_error("plan version " + std::to_string(w[kWordVersion]) +
+                          " but this sparsejit reads " + std::to_string(kPlanVersion));
   py::dict d;
-  d["kernel"] = p.kernel == plan::Kernel::Jit ? "jit" : "generic";
-  d["prefetch"] = p.prefetch;
+  const int64_t op = w[kWordOp];
+  d["op"] = op >= 1 && op <= static_cast<int64_t>(OpFamily::FilterConv)
+                ? op_family_name(static_cast<OpFamily>(op))
+                : "unknown";
+  const int64_t k = w[kWordKernel];
+  d["kernel"] = op == static_cast<int64_t>(OpFamily::Spmm) && k >= 1 && k <= 3
+                    ? kernel_name(static_cast<Kernel>(k))
+                    : "unknown";
+  d["prefetch"] = w[kWordPrefetch];
+  d["max_log2"] = w[kWordParam];
+  d["rows"] = w[kWordRows];
+  d["nnz"] = w[kWordNnz];
+  d["cols"] = w[kWordCols];
+  d["stamp"] = w[kWordStamp];
   return d;
 }
 
-std::vector<int64_t> encode_plan(const std::string& kernel, int prefetch, int max_log2) {
-  using namespace sparsejit;
-  plan::SpmmPlan p;
-  if (kernel == "bucketed") {
-    // The recipe only; sparsejit.ops.spmm_bucketed_plan builds the arrays for a structure.
-    return {plan::kPlanMagic, 2, static_cast<int64_t>(plan::Kernel::Bucketed), prefetch,
-            max_log2};
+// A recipe: an SpMM plan header for no structure in particular (what tune stores); the
+// plan ops (or stamp_plan) make it a plan for one structure.
+std::vector<int64_t> spmm_recipe(const std::string& kernel, int prefetch, int max_log2) {
+  using namespace sparsejit::plan;
+  Kernel k;
+  try {
+    k = parse_kernel(kernel);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
   }
-  if (kernel == "jit") {
-    p.kernel = plan::Kernel::Jit;
-  } else if (kernel == "generic") {
-    p.kernel = plan::Kernel::Generic;
-  } else {
-    throw py::value_error("kernel must be 'jit', 'generic' or 'bucketed'; got '" + kernel + "'");
-  }
-  p.prefetch = prefetch;
-  std::vector<int64_t> words(plan::kPlanWords);
-  plan::encode(p, words.data());
+  std::vector<int64_t> words(kHeaderWords);
+  write_header(words.data(), OpFamily::Spmm, static_cast<int64_t>(k), prefetch, max_log2,
+               StructureStamp{-1, -1, -1, 0});
   return words;
+}
+
+// The recipe's header stamped for a structure (header-only kernels: a ready plan).
+template <typename I>
+std::vector<int64_t> stamp_plan(std::vector<int64_t> words, py::array_t<I, py::array::c_style> rp,
+                                py::array_t<I, py::array::c_style> col, int64_t cols) {
+  using namespace sparsejit::plan;
+  if (static_cast<int64_t>(words.size()) < kHeaderWords || words[kWordMagic] != kPlanMagic)
+    throw py::value_error("not a sparsejit plan header");
+  const int64_t rows = static_cast<int64_t>(rp.size()) - 1;
+  if (rows < 0) throw py::value_error("indptr must have at least one entry");
+  if (static_cast<int64_t>(col.size()) != static_cast<int64_t>(rp.data()[rows]))
+    throw py::value_error("indices has " + std::to_string(col.size()) + " entries but indptr[-1] = " +
+                          std::to_string(rp.data()[rows]));
+  const StructureStamp s = stamp_structure<I>(rp.data(), col.data(), rows, cols);
+  write_header(words.data(), static_cast<OpFamily>(words[kWordOp]), words[kWordKernel],
+               words[kWordPrefetch], words[kWordParam], s);
+  return words;
+}
+
+py::dict plan_layout() {
+  using namespace sparsejit::plan;
+  py::dict d, words, ops, kernels;
+  d["magic"] = kPlanMagic;
+  d["version"] = kPlanVersion;
+  d["header_words"] = static_cast<int64_t>(kHeaderWords);
+  words["magic"] = static_cast<int>(kWordMagic);
+  words["version"] = static_cast<int>(kWordVersion);
+  words["op"] = static_cast<int>(kWordOp);
+  words["kernel"] = static_cast<int>(kWordKernel);
+  words["prefetch"] = static_cast<int>(kWordPrefetch);
+  words["param"] = static_cast<int>(kWordParam);
+  words["rows"] = static_cast<int>(kWordRows);
+  words["nnz"] = static_cast<int>(kWordNnz);
+  words["cols"] = static_cast<int>(kWordCols);
+  words["stamp"] = static_cast<int>(kWordStamp);
+  for (auto op : {OpFamily::Spmm, OpFamily::Sddmm, OpFamily::Rgms, OpFamily::PointConv,
+                  OpFamily::FilterConv})
+    ops[op_family_name(op)] = static_cast<int64_t>(op);
+  for (auto k : {Kernel::Generic, Kernel::Jit, Kernel::Bucketed})
+    kernels[kernel_name(k)] = static_cast<int64_t>(k);
+  d["words"] = words;
+  d["ops"] = ops;
+  d["spmm_kernels"] = kernels;
+  return d;
 }
 
 }  // namespace
@@ -184,10 +228,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_min_parallel_work", &sparsejit::cpu::set_min_parallel_work, py::arg("work"));
   m.def("choose_spmm", &choose_spmm, py::arg("rows"), py::arg("cols"), py::arg("nnz"),
         py::arg("row_width"), py::arg("elem_size"));
-  m.def("decode_plan", &decode_plan, py::arg("words"));
-  m.def("encode_plan", &encode_plan, py::arg("kernel"), py::arg("prefetch"),
+  m.def("describe_plan", &describe_plan, py::arg("words"));
+  m.def("spmm_recipe", &spmm_recipe, py::arg("kernel"), py::arg("prefetch"),
         py::arg("max_log2") = 3);
-  m.attr("max_jit_row_width") = sparsejit::plan::kMaxJitRowWidth;
+  m.def("stamp_plan", &stamp_plan<int64_t>, py::arg("words"), py::arg("indptr"),
+        py::arg("indices"), py::arg("num_cols"));
+  m.def("stamp_plan", &stamp_plan<int32_t>, py::arg("words"), py::arg("indptr"),
+        py::arg("indices"), py::arg("num_cols"));
+  m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
 #ifdef _OPENMP
   m.attr("openmp") = true;
 #else

@@ -10,11 +10,12 @@ Every op is a Torch custom op (``torch.ops.sparsejit.*``) with autograd and a fa
 implementation, so it works under torch.compile and torch.export.
 """
 
-from . import _ops  # noqa: F401  (loads the op library, registers fakes and autograd)
-from .functional import edge_softmax, sddmm, spmm
+from . import _library  # noqa: F401  (loads the op library)
 from .matrix import SparseMatrix
+from .ops import edge_softmax, sddmm, spmm  # also registers every fake and autograd formula
 from . import nn  # noqa: E402
-from .plan import clear_caches, explain, fingerprint, tune
+from .plans import clear_caches, fingerprint
+from .tuning import explain, tune
 
 __version__ = "0.1.0"
 
@@ -26,7 +27,7 @@ from .matrix import _Structure  # noqa: E402
 
 _torch.serialization.add_safe_globals([SparseMatrix, _Structure])
 
-ops = _ops.ops
+ops = _library.ops
 
 
 def row_stats(A: SparseMatrix) -> dict:

@@ -15,7 +15,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from . import _ops
+from . import _library as _ops
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -318,11 +318,29 @@ def clear_graph_cache() -> None:
     _GRAPH_CACHE.clear()
 
 
+def traced_from_edge_index(edge_index: torch.Tensor, num_nodes: int) -> "SparseMatrix":
+    """The structure of an ``edge_index`` built by a registered op (``csr_from_edge_index``,
+    with a fake), so torch.compile traces it into the graph with no break. The content-keyed
+    cache is a Python dict keyed by a hash of the data: it is consulted only outside compiled
+    code (inside, the build is part of the graph and reruns with it)."""
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E]; got {tuple(edge_index.shape)}")
+    indptr, indices, _perm = _ops.ops.csr_from_edge_index(edge_index, num_nodes)
+    return SparseMatrix(_Structure(indptr, indices, (num_nodes, num_nodes)))
+
+
 def as_matrix(A, num_nodes: Optional[int] = None) -> "SparseMatrix":
     """A itself, or the (cached) SparseMatrix of a raw ``edge_index`` tensor."""
     if isinstance(A, SparseMatrix):
         return A
     if isinstance(A, torch.Tensor):
+        if torch.compiler.is_compiling():
+            if num_nodes is None:
+                raise ValueError(
+                    "sparsejit: under torch.compile an edge_index needs num_nodes (the "
+                    "wrappers take it from X's rows)"
+                )
+            return traced_from_edge_index(A, num_nodes)
         return cached_from_edge_index(A, num_nodes)
     raise TypeError(
         f"expected a sparsejit.SparseMatrix or an edge_index tensor [2, E]; got {type(A).__name__}"

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .functional import edge_softmax, spmm
+from .ops import edge_softmax, spmm
 from .matrix import SparseMatrix
 
 

@@ -174,12 +174,12 @@ void check_bucketed(const Csr<int64_t>& a, int max_log2, int64_t F, Reduce r, in
                     uint64_t seed) {
   const int64_t nnz = a.nnz();
   std::vector<int64_t> words(plan::bucketed_plan_words(a.rows, nnz));
-  plan::build_bucketed_plan<int64_t>(a.rowptr.data(), a.col.data(), a.rows, max_log2, 0,
-                                     words.data());
+  plan::build_bucketed_plan<int64_t>(a.rowptr.data(), a.col.data(), a.rows, a.cols, max_log2,
+                                     0, words.data());
   plan::SpmmPlan p;
   std::string err;
-  ASSERT_TRUE(plan::decode(words.data(), static_cast<int64_t>(words.size()), &p, &err, a.rows,
-                           nnz))
+  const auto stamp = plan::stamp_structure(a.rowptr.data(), a.col.data(), a.rows, a.cols);
+  ASSERT_TRUE(plan::decode(words.data(), static_cast<int64_t>(words.size()), stamp, &p, &err))
       << err;
   // Rows come bucket by bucket: non-decreasing length up to the cap, each output row once.
   std::vector<int> seen(a.rows, 0);

@@ -97,22 +97,26 @@ def _opcheck_cases():
     t = A.transpose_arrays()
     ip, ix = A.indptr, A.indices
     return [
-        ("spmm", (ip, ix, v, X, "sum", *t)),
+        ("spmm", (ip, ix, v, X, "sum", 20, *t)),
         ("spmm", (ip, ix, None, X, "mean")),
         ("spmm", (ip, ix, v, X, "max")),
         ("spmm", (ip, ix, None, X, "min")),
-        ("spmm", (ip, ix, v.detach(), X.detach(), "max", *[None] * 5, "none", 0.01, 1.0, False)),
-        ("sddmm", (ip, ix, Q, K, *t)),
+        ("spmm", (ip, ix, v.detach(), X.detach(), "max", -1, *[None] * 5, "none", 0.01, 1.0,
+                  False)),
+        ("sddmm", (ip, ix, Q, K, 20, *t)),
         ("sddmm", (ip, ix, Q[:, 0], K[:, 0])),
         ("edge_softmax", (ip, S)),
         ("edge_softmax_backward", (ip, torch.rand(A.nnz, 2), torch.randn(A.nnz, 2))),
         ("csr_transpose", (ip, ix, 20)),
-        ("spmm_bucketed_plan", (ip, ix, 3, 0)),
-        ("spmm", (ip, ix, v, X, "sum", *t, torch.ops.sparsejit.spmm_bucketed_plan(ip, ix, 2, 0))),
+        ("spmm_bucketed_plan", (ip, ix, 20, 3, 0)),
+        ("spmm", (ip, ix, v, X, "sum", 20, *t,
+                  torch.ops.sparsejit.spmm_bucketed_plan(ip, ix, 20, 2, 0))),
+        ("spmm_plan", (ip, ix, 20, 4, torch.float32)),
+        ("csr_from_edge_index", (torch.randint(0, 20, (2, 50)), 20)),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(14))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.sparsejit, name).default, args)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sparsejit import bench, data, demo
+from sparsejit.tools import bench, data, demo
 
 
 def test_generators_are_seeded_and_sized():

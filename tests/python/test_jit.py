@@ -12,12 +12,14 @@ import pytest
 import torch
 
 import sparsejit as sj
-from sparsejit import _core
+from sparsejit import _core, plans
+
+HEADER = _core.plan_layout()["header_words"]
 from conftest import dense_reference_spmm, random_graph
 
-JIT = torch.tensor(_core.encode_plan("jit", 16))
-JIT0 = torch.tensor(_core.encode_plan("jit", 0))
-GENERIC = torch.tensor(_core.encode_plan("generic", 0))
+JIT = torch.tensor(_core.spmm_recipe("jit", 16))
+JIT0 = torch.tensor(_core.spmm_recipe("jit", 0))
+GENERIC = torch.tensor(_core.spmm_recipe("generic", 0))
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
@@ -27,7 +29,11 @@ def skewed():
 
 
 def _run(A, X, reduce, plan, **kw):
-    return sj.ops.spmm(A.indptr, A.indices, A.values, X, reduce, plan=plan, **kw)
+    """The raw op with `plan`; a recipe (a header stamped for no structure) is first stamped
+    for A, as sparsejit.plans does with tuned recipes."""
+    if plan is not None and plan.numel() == HEADER and int(plan[_core.plan_layout()["words"]["rows"]]) == -1:
+        plan = plans.materialize(A, plan.tolist())
+    return sj.ops.spmm(A.indptr, A.indices, A.values, X, reduce, A.shape[1], plan=plan, **kw)
 
 
 # Widths: narrow ones take the scalar loops; "vec" widths (whole 64-byte vectors plus a
@@ -155,8 +161,8 @@ def test_bucketed_plan_matches_csr(skewed, reduce, vmode, max_log2):
     elif vmode == 2:
         A = A.with_values(torch.randn(A.nnz, heads))
     X = torch.randn((A.shape[1], heads, F) if vmode == 2 else (A.shape[1], F))
-    plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, max_log2, 0)
-    assert _core.decode_plan(plan[:8].tolist())["kernel"] == "bucketed"
+    plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, A.shape[1], max_log2, 0)
+    assert _core.describe_plan(plan[:HEADER].tolist())["kernel"] == "bucketed"
     old_threads, old_work = torch.get_num_threads(), _core.min_parallel_work()
     try:
         _core.set_min_parallel_work(0)
@@ -188,18 +194,19 @@ def test_bucketed_plan_edge_cases_and_errors():
     none = sj.SparseMatrix.from_csr(torch.zeros(1, dtype=torch.long),
                                     torch.zeros(0, dtype=torch.long), shape=(0, 5))
     for A in (empty, one, none):
-        plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, 3, 0)
+        plan = sj.ops.spmm_bucketed_plan(A.indptr, A.indices, A.shape[1], 3, 0)
         for reduce in ("sum", "mean", "max", "min"):
             out, _ = _run(A, X, reduce, plan)
             torch.testing.assert_close(out.double(), dense_reference_spmm(A, X.double(), reduce))
-    other = sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 3, 0)
+    other = sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 5, 3, 0)
     with pytest.raises(ValueError, match="another structure"):
         _run(empty, X, "sum", other)
-    recipe = torch.tensor(_core.encode_plan("bucketed", 0, 3))
+    recipe = _core.spmm_recipe("bucketed", 0, 3)
+    stamped = torch.tensor(_core.stamp_plan(recipe, one.indptr.numpy(), one.indices.numpy(), 5))
     with pytest.raises(ValueError, match="needs its arrays"):
-        _run(one, X, "sum", recipe)
+        _run(one, X, "sum", stamped)
     with pytest.raises(ValueError, match="max_log2"):
-        sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 40, 0)
+        sj.ops.spmm_bucketed_plan(one.indptr, one.indices, 5, 40, 0)
 
 
 @pytest.mark.parametrize("F", [1, 64, 256, 1000])
@@ -253,15 +260,15 @@ def test_fused_epilogue_gradcheck(activation, reduce):
 
 
 def test_plan_tensor_round_trips(tmp_path, skewed):
-    header = sj.ops.spmm_plan(skewed.indptr, skewed.shape[1], 64, torch.float32)
+    header = sj.ops.spmm_plan(skewed.indptr, skewed.indices, skewed.shape[1], 64, torch.float32)
     path = tmp_path / "plan.pt"
     torch.save({"plan": header, "indptr": skewed.indptr}, path)
     loaded = torch.load(path)
     assert torch.equal(loaded["plan"], header)
-    assert _core.decode_plan(header.tolist())["kernel"] in ("jit", "generic")
+    assert _core.describe_plan(header.tolist())["kernel"] in ("jit", "generic")
     X = torch.randn(skewed.shape[1], 64)
     assert torch.equal(_run(skewed, X, "sum", loaded["plan"])[0], _run(skewed, X, "sum", None)[0])
-    with pytest.raises(ValueError, match="not a sparsejit SpMM plan"):
+    with pytest.raises(ValueError, match="not a sparsejit plan"):
         _run(skewed, X, "sum", torch.tensor([1, 2, 3, 4]))
 
 
@@ -293,16 +300,17 @@ def test_tune_and_explain(tmp_path, capsys):
 def test_stored_bucketed_recipe_is_rebuilt_for_the_structure(monkeypatch):
     """The tuned store keeps a bucketed plan's 5-word recipe; the arrays are rebuilt from
     the structure when a process looks the plan up."""
-    from sparsejit import plan as P
+    from sparsejit import plans as P
 
     A = random_graph(400, 300, 5, power_law=True, seed=8, empty_frac=0.1)
     X = torch.randn(300, 16)
-    recipe = _core.encode_plan("bucketed", 0, 4)
+    recipe = _core.spmm_recipe("bucketed", 0, 4)
     monkeypatch.setattr(P, "_store_exists", lambda A: True)
     monkeypatch.setattr(P, "_load_store", lambda fp: {P._plan_key("spmm", 16, X.dtype, "sum"): recipe})
     out = sj.spmm(A, X)
-    plan = A._s.extra["plans"][("spmm", 16, X.dtype)]
-    assert plan.numel() > 8 and int(plan[2]) == 3 and P._is_tuned(A, 16, X.dtype)
+    plan = A._s.extra["plans"][("spmm", 16, X.dtype, "sum")]
+    kernel = P.layout()["words"]["kernel"]
+    assert plan.numel() > HEADER and int(plan[kernel]) == 3 and P.is_tuned(A, 16, X.dtype)
     torch.testing.assert_close(out.double(), dense_reference_spmm(A, X.double(), "sum"),
                                atol=1e-4, rtol=1e-4)
 
@@ -320,7 +328,7 @@ TUNE_SCRIPT = textwrap.dedent(
     ref = torch.zeros(2000, 24).index_add_(0, ei[1], X[ei[0]])
     deg = torch.bincount(ei[1], minlength=2000).clamp(min=1).unsqueeze(1)
     print("RESULT", torch.allclose(out, ref / deg, atol=1e-5),
-          sj.plan._is_tuned(A, 24, torch.float32))
+          sj.plans.is_tuned(A, 24, torch.float32, "mean"))
     """
 )
 
@@ -350,13 +358,13 @@ SCRIPT = textwrap.dedent(
     import sys, time, torch, warnings
     warnings.simplefilter("always")
     import sparsejit as sj
-    from sparsejit import _core
+    from sparsejit import _core, plans
     g = torch.Generator().manual_seed(0)
     indptr = torch.arange(0, 4001, 4)
     indices = torch.randint(0, 500, (4000,), generator=g)
     A = sj.SparseMatrix.from_csr(indptr, indices, shape=(1000, 500))
     X = torch.randn(500, 48, generator=g)
-    plan = torch.tensor(_core.encode_plan("jit", 8))
+    plan = plans.materialize(A, _core.spmm_recipe("jit", 8))
     t0 = time.perf_counter()
     info = _core.jit_spmm(0, 1, "sum", 0, 1, 48, 0, 8)
     t1 = time.perf_counter()

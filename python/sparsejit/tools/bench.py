@@ -25,8 +25,8 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from . import data as sjdata
-from .functional import sddmm, spmm
-from .matrix import SparseMatrix
+from ..ops import sddmm, spmm
+from ..matrix import SparseMatrix
 from .roofline import sddmm_min_bytes, spmm_min_bytes, stream_bandwidth_gbs
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from . import data as sjdata
-from .matrix import SparseMatrix
-from .nn import GCNConv, gcn_norm
+from ..matrix import SparseMatrix
+from ..nn import GCNConv, gcn_norm
 
 DEFAULT_GRAPH = "powerlaw:n=50000,avg=10,alpha=2.1,seed=0"
 

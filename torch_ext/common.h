@@ -1,5 +1,6 @@
-// Argument checks shared by every backend's op implementations. Each failure names the
-// argument, what was expected and what was given.
+// What every op file of the Torch adapter shares: argument checks (each failure names the
+// argument, what was expected and what was given), the mapping of Torch dtypes onto the
+// kernels' scalar kinds (with an error for every other dtype), and float16 handling.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -8,10 +9,78 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cpu_jit.h"
 #include "csrc/core/types.h"
+#include "csrc/plan/spmm_run.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit {
+
+// The kernels' scalar kind of a Torch dtype; float16 is computed in float32 (see
+// HalfAsFloat), so it never reaches this function.
+inline codegen::ScalarKind scalar_kind(at::ScalarType t, const char* name) {
+  switch (t) {
+    case at::kFloat: return codegen::ScalarKind::F32;
+    case at::kDouble: return codegen::ScalarKind::F64;
+    case at::kBFloat16: return codegen::ScalarKind::BF16;
+    default:
+      TORCH_CHECK_TYPE(false, "sparsejit: ", name,
+                       " must be float32, float64, bfloat16 or float16; got ", t);
+  }
+}
+
+inline codegen::IndexKind index_kind(const at::Tensor& rowptr) {
+  switch (rowptr.scalar_type()) {
+    case at::kInt: return codegen::IndexKind::I32;
+    case at::kLong: return codegen::IndexKind::I64;
+    default:
+      TORCH_CHECK_TYPE(false, "sparsejit: indptr must be int32 or int64; got ",
+                       rowptr.scalar_type());
+  }
+}
+
+template <typename T>
+T* ptr(const at::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+// float16 inputs run through the float32 kernels: converted on the way in, the result
+// converted back (accumulation in float32, like bfloat16). Other dtypes pass through.
+inline at::Tensor half_as_float(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf ? t.to(at::kFloat) : t;
+}
+inline std::optional<at::Tensor> half_as_float(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return std::nullopt;
+  return half_as_float(*t);
+}
+
+// The O(rows) invariants of a CSR structure handed to a raw op: indptr starts at 0, never
+// decreases and ends at the number of stored entries. (Column indices are checked once, when
+// a structure is built: sparsejit.SparseMatrix / the validate_csr op.)
+inline void check_structure(const at::Tensor& rowptr, int64_t nnz, const char* op) {
+  const at::Tensor rp = rowptr.device().is_cpu() ? rowptr.contiguous() : rowptr.cpu();
+  const std::string err =
+      plan::check_rowptr(index_kind(rp), rp.data_ptr(), rp.numel() - 1, nnz);
+  TORCH_CHECK_VALUE(err.empty(), "sparsejit.", op, ": invalid indptr: ", err);
+}
+
+// num_cols from the schema. -1 means "not given": then the dense operand's rows are taken,
+// after one pass over indices checks they are in [0, dense_rows).
+inline int64_t resolve_num_cols(const at::Tensor& col, int64_t num_cols, const char* op,
+                                const at::Tensor& dense, const char* dense_name) {
+  if (num_cols >= 0) return num_cols;
+  TORCH_CHECK_VALUE(num_cols == -1, "sparsejit.", op, ": num_cols must be >= 0 (or -1 to "
+                    "take ", dense_name, "'s rows); got ", num_cols);
+  TORCH_CHECK_VALUE(dense.dim() >= 1, "sparsejit.", op, ": ", dense_name,
+                    " must have at least one dimension; got shape ", dense.sizes());
+  const int64_t rows = dense.size(0);
+  if (col.numel() == 0) return rows;
+  const auto [lo, hi] = at::aminmax(col);
+  const int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
+  TORCH_CHECK_VALUE(mn >= 0 && mx < rows, "sparsejit.", op, ": indices hold columns in [", mn,
+                    ", ", mx, "] but ", dense_name, " has ", rows, " rows");
+  return rows;
+}
 
 inline void check_index_pair(const at::Tensor& rowptr, const at::Tensor& col) {
   TORCH_CHECK_TYPE(rowptr.scalar_type() == at::kInt || rowptr.scalar_type() == at::kLong,
@@ -48,9 +117,12 @@ struct SpmmShape {
 
 inline SpmmShape check_spmm_args(const at::Tensor& rowptr, const at::Tensor& col,
                                  const std::optional<at::Tensor>& values, const at::Tensor& x,
-                                 c10::string_view reduce) {
+                                 c10::string_view reduce, int64_t num_cols) {
   check_index_pair(rowptr, col);
   check_float(x, "X");
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(0) == num_cols, "sparsejit.spmm: X has ",
+                    x.dim() >= 1 ? x.size(0) : 0, " rows but the sparse matrix has ", num_cols,
+                    " columns");
   check_same_device(rowptr, x, "the sparse structure", "X");
   SpmmShape s;
   try {
@@ -95,7 +167,7 @@ struct SddmmShape {
 };
 
 inline SddmmShape check_sddmm_args(const at::Tensor& rowptr, const at::Tensor& col,
-                                   const at::Tensor& q, const at::Tensor& k) {
+                                   const at::Tensor& q, const at::Tensor& k, int64_t num_cols) {
   check_index_pair(rowptr, col);
   check_float(q, "Q");
   check_float(k, "K");
@@ -108,6 +180,8 @@ inline SddmmShape check_sddmm_args(const at::Tensor& rowptr, const at::Tensor& c
                     q.sizes(), " and ", k.sizes());
   TORCH_CHECK_VALUE(q.size(0) == rowptr.numel() - 1, "sparsejit.sddmm: Q has ", q.size(0),
                     " rows but the sparse matrix has ", rowptr.numel() - 1);
+  TORCH_CHECK_VALUE(k.size(0) == num_cols, "sparsejit.sddmm: K has ", k.size(0),
+                    " rows but the sparse matrix has ", num_cols, " columns");
   TORCH_CHECK_VALUE(q.sizes().slice(1) == k.sizes().slice(1),
                     "sparsejit.sddmm: Q and K feature shapes differ: ", q.sizes(), " vs ",
                     k.sizes());
@@ -132,7 +206,33 @@ inline int64_t check_edge_scores(const at::Tensor& rowptr, const at::Tensor& s,
   check_same_device(rowptr, s, "indptr", name);
   TORCH_CHECK_VALUE(s.dim() == 1 || s.dim() == 2, "sparsejit.edge_softmax: ", name,
                     " must be [nnz] or [nnz, H]; got shape ", s.sizes());
+  TORCH_CHECK_VALUE(rowptr.dim() == 1 && rowptr.numel() >= 1,
+                    "sparsejit.edge_softmax: indptr must be 1-D with rows + 1 >= 1 entries; got "
+                    "shape ", rowptr.sizes());
+  check_structure(rowptr, s.size(0), "edge_softmax");
   return s.dim() == 2 ? s.size(1) : 1;
+}
+
+// A cached transpose handed to an op for its backward: sizes must fit the structure.
+inline void check_transpose_args(const std::optional<at::Tensor>& t_rowptr,
+                                 const std::optional<at::Tensor>& t_col,
+                                 const std::optional<at::Tensor>& t_perm, const at::Tensor& col,
+                                 int64_t num_cols, const char* op) {
+  const int n = t_rowptr.has_value() + t_col.has_value() + t_perm.has_value();
+  if (n == 0) return;
+  TORCH_CHECK_VALUE(n == 3, "sparsejit.", op,
+                    ": t_rowptr, t_col and t_perm must be given together");
+  check_index_pair(*t_rowptr, *t_col);
+  TORCH_CHECK_VALUE(t_rowptr->numel() == num_cols + 1, "sparsejit.", op, ": t_rowptr has ",
+                    t_rowptr->numel(), " entries; the transpose of a matrix with ", num_cols,
+                    " columns needs ", num_cols + 1);
+  TORCH_CHECK_VALUE(t_col->numel() == col.numel() && t_perm->numel() == col.numel() &&
+                        t_perm->dim() == 1,
+                    "sparsejit.", op, ": t_col and t_perm must have nnz = ", col.numel(),
+                    " entries; got ", t_col->sizes(), " and ", t_perm->sizes());
+  TORCH_CHECK_TYPE(t_perm->scalar_type() == at::kInt || t_perm->scalar_type() == at::kLong,
+                   "sparsejit.", op, ": t_perm must be int32 or int64; got ",
+                   t_perm->scalar_type());
 }
 
 // The fused epilogue's activation, by name (shared by every backend).

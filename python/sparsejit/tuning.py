@@ -1,182 +1,43 @@
-"""Plans: which kernel and schedule an op uses on a given structure, and how they are found.
+"""Measured plan choice (:func:`tune`) and introspection (:func:`explain`) for SpMM.
 
-A plan is a small int64 tensor (magic, version, kernel, prefetch distance; see
-csrc/plan/spmm_plan.h) passed to the op, so it flows through torch.compile, torch.save and
-``.to()``. Without a plan the op's cost model chooses. :func:`tune` measures the candidates on
-the real data and stores the winner on disk, keyed by structure fingerprint, op, row width,
-dtype, reduce, CPU model and thread count, so the next process starts tuned.
-
-Caches: per structure (``SparseMatrix``), a process-wide LRU of tuned plans keyed by
-fingerprint, and the on-disk store under the JIT cache directory. :func:`clear_caches` drops
-the in-memory ones.
+:func:`tune` runs every candidate plan on the real structure with random features, keeps the
+fastest on the structure and stores its recipe on disk (``sparsejit.plans``), so the next
+process starts tuned. :func:`explain` prints the plan an op call would use and why.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import sys
 import time
-from collections import OrderedDict
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
 
 from . import _core
-from ._ops import ops
+from ._library import ops
 from .matrix import SparseMatrix
+from .ops.spmm import spmm
+from .plans import (_LAYOUT, _load_store, _plan_key, _remember, _save_store, fingerprint,
+                    is_tuned, materialize, spmm_plan_for)
 
 _DTYPE_KIND = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
 _REDUCES = ("sum", "mean", "max", "min")
-_LRU_SIZE = 256
-_BUCKETED = 3  # kernel id of a bucketed plan (csrc/plan/spmm_plan.h)
-_tuned_lru: "OrderedDict[str, Dict[str, List[int]]]" = OrderedDict()
-
-
-# ---- keys -----------------------------------------------------------------------------
-
-
-def fingerprint(A: SparseMatrix) -> str:
-    """64-bit hash of A's index arrays and shape, as 16 hex digits (cached on A)."""
-    fp = A._s.extra.get("fingerprint")
-    if fp is None:
-        fp = "%016x" % _core.fingerprint(
-            A.indptr.cpu().numpy(), A.indices.cpu().numpy(), A.shape[1]
-        )
-        A._s.extra["fingerprint"] = fp
-    return fp
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown-cpu"
-
-
-def _plan_key(op: str, width: int, dtype: torch.dtype, reduce: str) -> str:
-    dt = str(dtype).replace("torch.", "")
-    return f"{op}|w{width}|{dt}|{reduce}|{_cpu_model()}|t{torch.get_num_threads()}"
-
-
-def _store_path(fp: str) -> Path:
-    return Path(_core.cache_dir()) / "tuned" / f"{fp}.json"
-
-
-def _load_store(fp: str) -> Dict[str, List[int]]:
-    if fp in _tuned_lru:
-        _tuned_lru.move_to_end(fp)
-        return _tuned_lru[fp]
-    path = _store_path(fp)
-    entries: Dict[str, List[int]] = {}
-    if path.exists():
-        try:
-            entries = {k: list(v["header"]) for k, v in json.loads(path.read_text()).items()}
-        except (OSError, ValueError, KeyError, TypeError):
-            entries = {}  # a damaged store is ignored and rewritten by the next tune()
-    _remember(fp, entries)
-    return entries
-
-
-def _remember(fp: str, entries: Dict[str, List[int]]) -> None:
-    _tuned_lru[fp] = entries
-    _tuned_lru.move_to_end(fp)
-    while len(_tuned_lru) > _LRU_SIZE:
-        _tuned_lru.popitem(last=False)
-
-
-def _save_store(fp: str, key: str, header: List[int], report: dict) -> None:
-    path = _store_path(fp)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        data = {}
-    data[key] = {"header": header, **report}
-    tmp = path.with_suffix(f".tmp.{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
-    except OSError as e:
-        import warnings
-
-        warnings.warn(f"sparsejit.tune: could not store the tuned plan in {path}: {e}")
-
-
-# ---- lookup used by every op call -------------------------------------------------------
-
-
-def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
-                  reduce: str = "sum") -> Optional[torch.Tensor]:
-    """The plan tensor for spmm on A, or None to let the op's cost model choose.
-
-    Looks in A's own cache, then (once per structure) in the tuned-plan store."""
-    key = ("spmm", width, dtype)
-    if torch.compiler.is_compiling():
-        return A._s.extra.get("plans", {}).get(key)
-    plans = A._s.extra.setdefault("plans", {})
-    if key in plans:
-        return plans[key]
-    plan = None
-    if A._s.extra.get("has_tuned", True):
-        store = _load_store(fingerprint(A)) if _store_exists(A) else {}
-        A._s.extra["has_tuned"] = bool(store)
-        header = store.get(_plan_key("spmm", width, dtype, reduce)) or store.get(
-            _plan_key("spmm", width, dtype, "sum")
-        )
-        if header is not None:
-            plan = _materialize(A, header)
-            A._s.extra.setdefault("tuned_keys", set()).add(key)
-    if plan is None and dtype in _DTYPE_KIND:
-        # The cost model's choice, made once per structure here rather than on every call.
-        plan = ops.spmm_plan(A.indptr, A.shape[1], width, dtype)
-    plans[key] = plan
-    return plan
-
-
-def _is_tuned(A: SparseMatrix, width: int, dtype: torch.dtype) -> bool:
-    return ("spmm", width, dtype) in A._s.extra.get("tuned_keys", ())
-
-
-def _store_exists(A: SparseMatrix) -> bool:
-    # Fingerprinting costs a pass over the indices: only pay it when a store could exist.
-    tuned_dir = Path(_core.cache_dir()) / "tuned"
-    return tuned_dir.is_dir() and any(tuned_dir.iterdir())
 
 
 # ---- tuning -----------------------------------------------------------------------------
 
 
 def _candidates() -> List[List[int]]:
-    cands = [_core.encode_plan("generic", 0)]
+    cands = [_core.spmm_recipe("generic", 0)]
     if _core.jit_enabled():
-        cands += [_core.encode_plan("jit", pf) for pf in (0, 4, 8, 16, 32)]
+        cands += [_core.spmm_recipe("jit", pf) for pf in (0, 4, 8, 16, 32)]
     # Rows regrouped by length (csrc/plan/spmm_plan.h): up to 8 or 32 entries per bucket.
-    cands += [_core.encode_plan("bucketed", pf, k) for k, pf in ((3, 0), (5, 0), (5, 16))]
+    cands += [_core.spmm_recipe("bucketed", pf, k) for k, pf in ((3, 0), (5, 0), (5, 16))]
     return cands
 
 
-def _is_bucketed(header) -> bool:
-    return len(header) >= 5 and int(header[2]) == _BUCKETED
-
-
-def _materialize(A: SparseMatrix, header) -> torch.Tensor:
-    """The plan tensor for a header or recipe: bucketed plans get their arrays, built from
-    A's structure (once per structure: callers cache the result on A)."""
-    if _is_bucketed(header):
-        return ops.spmm_bucketed_plan(A.indptr.cpu(), A.indices.cpu(), int(header[4]),
-                                      int(header[3]))
-    return torch.tensor(list(header), dtype=torch.long)
-
-
 def _describe(header: List[int]) -> str:
-    d = _core.decode_plan(list(header[:8]))
+    d = _core.describe_plan(list(header[:_LAYOUT["header_words"]]))
     if d["kernel"] == "bucketed":
         return f"bucketed(max_log2={d['max_log2']}, prefetch={d['prefetch']})"
     return d["kernel"] if d["kernel"] == "generic" else f"jit(prefetch={d['prefetch']})"
@@ -226,6 +87,8 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
         raise ValueError(f"reduce must be one of {_REDUCES}; got {reduce!r}")
     if dtype not in _DTYPE_KIND:
         raise TypeError(f"dtype must be float32, float64 or bfloat16; got {dtype}")
+    if not isinstance(A, SparseMatrix):
+        raise TypeError(f"A must be a sparsejit.SparseMatrix; got {type(A).__name__}")
     shape = (A.shape[1], F) if heads == 1 else (A.shape[1], heads, F)
     X = torch.randn(shape).to(dtype)
     vals = A.values.to(dtype) if A.values is not None else None
@@ -235,8 +98,8 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     times: Dict[str, float] = {}
     ref = None
     for header in cands:
-        plan = _materialize(A, header)
-        fn = lambda: ops.spmm(A.indptr, A.indices, vals, X, reduce,  # noqa: E731
+        plan = materialize(A, header)
+        fn = lambda: ops.spmm(A.indptr, A.indices, vals, X, reduce, A.shape[1],  # noqa: E731
                               plan=plan, need_arg=False)
         out = fn()[0]
         if ref is None:
@@ -249,8 +112,8 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     best = next(h for h in cands if _describe(h) == best_name)
     width = F * heads
     key = _plan_key("spmm", width, dtype, reduce)
-    A._s.extra.setdefault("plans", {})[("spmm", width, dtype)] = _materialize(A, best)
-    A._s.extra.setdefault("tuned_keys", set()).add(("spmm", width, dtype))
+    A._s.extra.setdefault("plans", {})[("spmm", width, dtype, reduce)] = materialize(A, best)
+    A._s.extra.setdefault("tuned_keys", set()).add(("spmm", width, dtype, reduce))
     report = {"best": best_name, "times_ms": times, "key": key, "header": best}
     if store:
         fp = fingerprint(A)
@@ -278,8 +141,8 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     stats = A.row_stats()
     elem = torch.empty((), dtype=dtype).element_size()
     plan = spmm_plan_for(A, width, dtype, reduce)
-    if plan is not None and _is_tuned(A, width, dtype):
-        chosen = _core.decode_plan(plan[:8].tolist())
+    if plan is not None and is_tuned(A, width, dtype, reduce):
+        chosen = _core.describe_plan(plan[:_LAYOUT["header_words"]].tolist())
         chosen["reason"] = "tuned (measured by sparsejit.tune)"
     else:
         chosen = _core.choose_spmm(A.shape[0], A.shape[1], A.nnz, width, elem)
@@ -293,7 +156,6 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     if time_it:
         shape = (A.shape[1], F) if heads == 1 else (A.shape[1], heads, F)
         X = torch.randn(shape).to(dtype)
-        from .functional import spmm
 
         B = A if A.values is None else A.with_values(A.values.to(dtype))
         info["run_ms"] = _median_ms(lambda: spmm(B, X, reduce), 5)
@@ -322,12 +184,3 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     return info
 
 
-def clear_caches() -> None:
-    """Drops in-memory caches: the edge_index -> structure LRU, the tuned-plan LRU and loaded
-    JIT functions (shared objects stay mapped; their handles are dropped). Plans cached on
-    live SparseMatrix objects go with those objects; the disk cache stays."""
-    from .matrix import clear_graph_cache
-
-    _tuned_lru.clear()
-    clear_graph_cache()
-    _core.jit_clear_memory_cache()

@@ -1,0 +1,101 @@
+#include "csrc/plan/plan_header.h"
+
+#include <stdexcept>
+
+namespace sparsejit::plan {
+
+const char* op_family_name(OpFamily op) {
+  switch (op) {
+    case OpFamily::Spmm: return "spmm";
+    case OpFamily::Sddmm: return "sddmm";
+    case OpFamily::Rgms: return "rgms";
+    case OpFamily::PointConv: return "point_conv";
+    case OpFamily::FilterConv: return "filter_conv";
+  }
+  throw std::invalid_argument("unknown op family " + std::to_string(static_cast<int64_t>(op)));
+}
+
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+// Hash of at most kStampSamples evenly spaced entries of a[0:n] (always the last one).
+template <typename I>
+uint64_t sample_hash(uint64_t h, const I* a, int64_t n) {
+  if (n <= 0) return mix(h, 0);
+  const int64_t step = n > kStampSamples ? n / kStampSamples : 1;
+  for (int64_t i = 0; i < n; i += step) h = mix(h, static_cast<uint64_t>(a[i]));
+  return mix(h, static_cast<uint64_t>(a[n - 1]));
+}
+
+}  // namespace
+
+template <typename I>
+StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols) {
+  StructureStamp s;
+  s.rows = rows;
+  s.nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
+  s.cols = cols;
+  uint64_t h = mix(mix(mix(0x5350u, rows), s.nnz), cols);
+  h = sample_hash(h, rowptr, rows + 1);
+  h = sample_hash(h, col, s.nnz);
+  // Kept positive so it reads the same from Python's signed view.
+  s.hash = static_cast<int64_t>(h >> 1);
+  return s;
+}
+
+template StructureStamp stamp_structure<int32_t>(const int32_t*, const int32_t*, int64_t,
+                                                 int64_t);
+template StructureStamp stamp_structure<int64_t>(const int64_t*, const int64_t*, int64_t,
+                                                 int64_t);
+
+void write_header(int64_t* w, OpFamily op, int64_t kernel, int64_t prefetch, int64_t param,
+                  const StructureStamp& s) {
+  w[kWordMagic] = kPlanMagic;
+  w[kWordVersion] = kPlanVersion;
+  w[kWordOp] = static_cast<int64_t>(op);
+  w[kWordKernel] = kernel;
+  w[kWordPrefetch] = prefetch;
+  w[kWordParam] = param;
+  w[kWordRows] = s.rows;
+  w[kWordNnz] = s.nnz;
+  w[kWordCols] = s.cols;
+  w[kWordStamp] = s.hash;
+}
+
+bool check_header(const int64_t* w, int64_t n, OpFamily op, const StructureStamp& s,
+                  std::string* error) {
+  if (n < kHeaderWords || w[kWordMagic] != kPlanMagic) {
+    *error = "not a sparsejit plan (" + std::to_string(n) + " words, expected at least " +
+             std::to_string(kHeaderWords) + " starting with the plan magic)";
+    return false;
+  }
+  if (w[kWordVersion] != kPlanVersion) {
+    *error = "plan version " + std::to_string(w[kWordVersion]) + " but this sparsejit reads " +
+             std::to_string(kPlanVersion) + " (rebuild the plan)";
+    return false;
+  }
+  if (w[kWordOp] != static_cast<int64_t>(op)) {
+    const int64_t got = w[kWordOp];
+    const bool known = got >= 1 && got <= static_cast<int64_t>(OpFamily::FilterConv);
+    *error = std::string("plan built for ") +
+             (known ? op_family_name(static_cast<OpFamily>(got)) : "an unknown op") + ", not " +
+             op_family_name(op);
+    return false;
+  }
+  if (w[kWordRows] != s.rows || w[kWordNnz] != s.nnz || w[kWordCols] != s.cols ||
+      w[kWordStamp] != s.hash) {
+    *error = "plan built for another structure (" + std::to_string(w[kWordRows]) + " x " +
+             std::to_string(w[kWordCols]) + " with " + std::to_string(w[kWordNnz]) +
+             " entries, stamp " + std::to_string(w[kWordStamp]) + "; this call has " +
+             std::to_string(s.rows) + " x " + std::to_string(s.cols) + " with " +
+             std::to_string(s.nnz) + " entries, stamp " + std::to_string(s.hash) + ")";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace sparsejit::plan

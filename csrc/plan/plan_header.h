@@ -1,0 +1,64 @@
+// The plan header: one layout for every op family's plan tensor (int64 words).
+//
+// A plan is an int64 tensor that starts with this header and may carry arrays after it
+// (a decomposed structure, position maps). The header names the op family the plan is for
+// and stamps the structure it was built from, so an op handed a plan built for another op,
+// or for another structure of the same size, rejects it with an error instead of running a
+// schedule (or reading arrays) that do not belong to its inputs.
+//
+// The stamp is O(1) to check: sizes plus a hash of at most kStampSamples evenly spaced
+// entries of rowptr and of col. Two structures that agree in sizes and in every sampled entry
+// share a stamp; for a header-only plan (a kernel choice) that is harmless, and plans with
+// arrays are only produced by sparsejit's own plan ops from a validated structure.
+//
+// Python reads this layout from sparsejit._core.plan_layout() rather than restating it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sparsejit::plan {
+
+constexpr int64_t kPlanMagic = 0x534A504C;  // "SJPL"
+constexpr int64_t kPlanVersion = 3;
+
+// Which op a plan belongs to. New op families add a value here (and nowhere else).
+enum class OpFamily : int64_t { Spmm = 1, Sddmm = 2, Rgms = 3, PointConv = 4, FilterConv = 5 };
+const char* op_family_name(OpFamily op);
+
+// Word positions in the header.
+enum HeaderWord : int {
+  kWordMagic = 0,
+  kWordVersion = 1,
+  kWordOp = 2,        // OpFamily
+  kWordKernel = 3,    // op-specific kernel id
+  kWordPrefetch = 4,  // schedule parameter (SpMM: entries ahead to prefetch)
+  kWordParam = 5,     // schedule parameter (SpMM bucketed: max_log2)
+  kWordRows = 6,      // structure stamp: rows, stored entries, columns, sampled hash
+  kWordNnz = 7,
+  kWordCols = 8,
+  kWordStamp = 9,
+  kHeaderWords = 10,
+};
+
+constexpr int64_t kStampSamples = 32;
+
+// What a plan is checked against: the structure an op was called with.
+struct StructureStamp {
+  int64_t rows = 0, nnz = 0, cols = 0, hash = 0;
+};
+
+// The stamp of a CSR structure (O(1): sizes and kStampSamples entries of each array).
+template <typename I>
+StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols);
+
+// Writes the header words (the first kHeaderWords of `words`).
+void write_header(int64_t* words, OpFamily op, int64_t kernel, int64_t prefetch, int64_t param,
+                  const StructureStamp& s);
+
+// Checks magic, version, op family and stamp. On failure returns false with an error that
+// says which (e.g. "plan built for sddmm, not spmm", "plan built for another structure").
+bool check_header(const int64_t* words, int64_t n, OpFamily op, const StructureStamp& s,
+                  std::string* error);
+
+}  // namespace sparsejit::plan

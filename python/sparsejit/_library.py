@@ -1,0 +1,50 @@
+"""Loads the op library (libsparsejit_ops.so: the schemas and CPU / CUDA kernels of every
+``torch.ops.sparsejit`` op). Fakes, autograd and the user-facing wrappers of each op live in
+``sparsejit/ops/<op>.py``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _point_at_nvrtc() -> None:
+    """Lets the CUDA backend find libnvrtc from the pip wheels (nvidia-cuda-nvrtc, or the
+    ones a CUDA build of torch depends on) without LD_LIBRARY_PATH."""
+    if os.environ.get("SPARSEJIT_NVRTC_DIRS"):
+        return
+    try:
+        import nvidia  # namespace package of NVIDIA's wheels
+    except ImportError:
+        return
+    dirs = [os.path.join(root, sub) for root in nvidia.__path__
+            for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib")]
+    found = [d for d in dirs if os.path.isdir(d)]
+    if found:
+        os.environ["SPARSEJIT_NVRTC_DIRS"] = os.pathsep.join(found)
+
+
+def _load_library() -> None:
+    candidates = [_HERE / "libsparsejit_ops.so"]
+    env = os.environ.get("SPARSEJIT_OPS_LIBRARY")
+    if env:
+        candidates.insert(0, Path(env))
+    for path in candidates:
+        if path.exists():
+            torch.ops.load_library(str(path))
+            return
+    raise ImportError(
+        "sparsejit: the op library libsparsejit_ops.so was not found next to "
+        f"{_HERE} (looked for: {', '.join(map(str, candidates))}). Build it with `make build` "
+        "from the repository root, or set SPARSEJIT_OPS_LIBRARY to its path."
+    )
+
+
+_point_at_nvrtc()
+_load_library()
+
+ops = torch.ops.sparsejit

@@ -1,0 +1,12 @@
+"""One module per op family: its user-facing wrapper, fake (meta) implementations and
+autograd formula. Importing this package registers every fake and autograd formula.
+
+A new op family adds ``ops/<family>.py`` and one import line here.
+"""
+
+from . import csr  # noqa: F401  (fakes of the structure ops)
+from .edge_softmax import edge_softmax
+from .sddmm import sddmm
+from .spmm import spmm
+
+__all__ = ["spmm", "sddmm", "edge_softmax"]

@@ -1,0 +1,58 @@
+"""Argument checks and dispatch helpers shared by the op wrappers in this package."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Optional
+
+import torch
+
+from ..matrix import SparseMatrix
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def check_dense(A: SparseMatrix, t: torch.Tensor, name: str, rows: int, side: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor; got {type(t).__name__}")
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be [N, F] or [N, H, F]; got shape {tuple(t.shape)}")
+    if t.shape[0] != rows:
+        raise ValueError(
+            f"{name} has {t.shape[0]} rows but the sparse matrix has {rows} {side} "
+            f"(shape {A.shape})"
+        )
+    if t.device != A.device:
+        raise ValueError(f"{name} is on {t.device} but the sparse matrix is on {A.device}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be float32, float64, bfloat16 or float16; got {t.dtype}"
+        )
+
+
+def row_width(X: torch.Tensor) -> int:
+    return math.prod(X.shape[1:])
+
+
+def needs_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
+
+
+def without_autograd(*tensors: Optional[torch.Tensor]):
+    """A context that calls the op below the Autograd dispatch key when no input needs a
+    gradient. The ops' autograd formulas are registered from Python, so passing through the
+    Autograd key costs a Python round trip (about 10 us a call) even when nothing is
+    recorded; inference skips it. Under torch.compile the normal path is traced."""
+    if torch.compiler.is_compiling() or needs_grad(*tensors):
+        return contextlib.nullcontext()
+    return torch._C._AutoDispatchBelowAutograd()
+
+
+def transpose(rowptr, col, num_cols, t_rowptr, t_col, t_perm):
+    """The cached transpose when the caller passed one, else computed now."""
+    if t_rowptr is not None and t_col is not None and t_perm is not None:
+        return t_rowptr, t_col, t_perm
+    return torch.ops.sparsejit.csr_transpose(rowptr, col, num_cols)

@@ -1,0 +1,192 @@
+"""Plans: which kernel and schedule an op uses on a given structure, and where they are kept.
+
+A plan is an int64 tensor (the header of csrc/plan/plan_header.h, read here through
+``_core.plan_layout()``, then arrays for decomposed plans) passed to the op, so it flows
+through torch.compile, torch.save and ``.to()``. It names its op family and is stamped with
+the structure it was built for; ops reject a plan from another op or structure. Without a
+plan the op's cost model chooses. :mod:`sparsejit.tuning` measures candidates and stores the
+winner's recipe on disk, keyed by structure fingerprint, op, row width, dtype, reduce, CPU
+model and thread count, so the next process starts tuned.
+
+Caches: per structure (``SparseMatrix``), keyed by (op, width, dtype, reduce) like the disk
+store; a process-wide LRU of tuned recipes keyed by fingerprint; the on-disk store under the
+JIT cache directory. :func:`clear_caches` drops the in-memory ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from . import _core
+from ._library import ops
+from .matrix import SparseMatrix
+
+_LAYOUT = _core.plan_layout()
+_WORDS = _LAYOUT["words"]
+_SPMM = _LAYOUT["ops"]["spmm"]
+_BUCKETED = _LAYOUT["spmm_kernels"]["bucketed"]
+_LRU_SIZE = 256
+_tuned_lru: "OrderedDict[str, Dict[str, List[int]]]" = OrderedDict()
+
+
+def layout() -> dict:
+    """The plan header's layout: magic, version, header size, word positions, op ids."""
+    return _LAYOUT
+
+
+# ---- keys -----------------------------------------------------------------------------
+
+
+def fingerprint(A: SparseMatrix) -> str:
+    """64-bit hash of A's index arrays and shape, as 16 hex digits (cached on A)."""
+    fp = A._s.extra.get("fingerprint")
+    if fp is None:
+        fp = "%016x" % _core.fingerprint(
+            A.indptr.cpu().numpy(), A.indices.cpu().numpy(), A.shape[1]
+        )
+        A._s.extra["fingerprint"] = fp
+    return fp
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown-cpu"
+
+
+def _plan_key(op: str, width: int, dtype: torch.dtype, reduce: str) -> str:
+    dt = str(dtype).replace("torch.", "")
+    return f"{op}|w{width}|{dt}|{reduce}|{_cpu_model()}|t{torch.get_num_threads()}"
+
+
+def _store_path(fp: str) -> Path:
+    return Path(_core.cache_dir()) / "tuned" / f"{fp}.json"
+
+
+def _load_store(fp: str) -> Dict[str, List[int]]:
+    if fp in _tuned_lru:
+        _tuned_lru.move_to_end(fp)
+        return _tuned_lru[fp]
+    path = _store_path(fp)
+    entries: Dict[str, List[int]] = {}
+    if path.exists():
+        try:
+            entries = {k: list(v["header"]) for k, v in json.loads(path.read_text()).items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            entries = {}  # a damaged store is ignored and rewritten by the next tune()
+        # Recipes of another plan version (an older sparsejit) are ignored, not misread.
+        entries = {k: h for k, h in entries.items() if _is_recipe(h)}
+    _remember(fp, entries)
+    return entries
+
+
+def _remember(fp: str, entries: Dict[str, List[int]]) -> None:
+    _tuned_lru[fp] = entries
+    _tuned_lru.move_to_end(fp)
+    while len(_tuned_lru) > _LRU_SIZE:
+        _tuned_lru.popitem(last=False)
+
+
+def _save_store(fp: str, key: str, header: List[int], report: dict) -> None:
+    path = _store_path(fp)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = {"header": header, **report}
+    tmp = path.with_suffix(f".tmp.{os.getpid()}.{threading.get_ident()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as e:
+        import warnings
+
+        warnings.warn(f"sparsejit.tune: could not store the tuned plan in {path}: {e}")
+
+
+# ---- lookup used by every op call -------------------------------------------------------
+
+
+def _is_recipe(header) -> bool:
+    try:
+        return len(header) == _LAYOUT["header_words"] and \
+            _core.describe_plan(list(header))["op"] == "spmm"
+    except (ValueError, TypeError):
+        return False
+
+
+def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
+                  reduce: str = "sum") -> Optional[torch.Tensor]:
+    """The plan tensor for spmm on A, or None to let the op's cost model choose.
+
+    Looks in A's own cache, then (once per structure) in the tuned-plan store."""
+    key = ("spmm", width, dtype, reduce)
+    if torch.compiler.is_compiling():
+        return A._s.extra.get("plans", {}).get(key)
+    plans = A._s.extra.setdefault("plans", {})
+    if key in plans:
+        return plans[key]
+    plan = None
+    if A._s.extra.get("has_tuned", True):
+        store = _load_store(fingerprint(A)) if _store_exists(A) else {}
+        A._s.extra["has_tuned"] = bool(store)
+        header = store.get(_plan_key("spmm", width, dtype, reduce))
+        if header is not None:
+            plan = materialize(A, header)
+            A._s.extra.setdefault("tuned_keys", set()).add(key)
+    if plan is None and dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        # The cost model's choice, made once per structure here rather than on every call.
+        plan = ops.spmm_plan(A.indptr, A.indices, A.shape[1], width, dtype)
+    plans[key] = plan
+    return plan
+
+
+def is_tuned(A: SparseMatrix, width: int, dtype: torch.dtype, reduce: str = "sum") -> bool:
+    return ("spmm", width, dtype, reduce) in A._s.extra.get("tuned_keys", ())
+
+
+def _store_exists(A: SparseMatrix) -> bool:
+    # Fingerprinting costs a pass over the indices: only pay it when a store could exist.
+    tuned_dir = Path(_core.cache_dir()) / "tuned"
+    return tuned_dir.is_dir() and any(tuned_dir.iterdir())
+
+
+def is_bucketed(header) -> bool:
+    return len(header) > _WORDS["kernel"] and int(header[_WORDS["kernel"]]) == _BUCKETED
+
+
+def materialize(A: SparseMatrix, recipe) -> torch.Tensor:
+    """The plan tensor of a recipe for A's structure: stamped, and for bucketed plans with
+    the decomposed arrays (built once per structure: callers cache the result on A)."""
+    recipe = [int(w) for w in recipe[:_LAYOUT["header_words"]]]
+    indptr, indices = A.indptr.cpu(), A.indices.cpu()
+    if is_bucketed(recipe):
+        return ops.spmm_bucketed_plan(indptr, indices, A.shape[1], recipe[_WORDS["param"]],
+                                      recipe[_WORDS["prefetch"]])
+    words = _core.stamp_plan(recipe, indptr.numpy(), indices.numpy(), A.shape[1])
+    return torch.tensor(words, dtype=torch.long)
+
+
+def clear_caches() -> None:
+    """Drops in-memory caches: the edge_index -> structure LRU, the tuned-plan LRU and loaded
+    JIT functions (shared objects stay mapped; their handles are dropped). Plans cached on
+    live SparseMatrix objects go with those objects; the disk cache stays."""
+    from .matrix import clear_graph_cache
+
+    _tuned_lru.clear()
+    clear_graph_cache()
+    _core.jit_clear_memory_cache()

@@ -1,0 +1,199 @@
+"""The raw ops (torch.ops.sparsejit.*) check every invariant that costs O(1) or O(rows), and
+float16 works on every op (computed in float32, checked against float64 references)."""
+
+import pytest
+import torch
+
+import sparsejit as sj
+from conftest import dense_reference_spmm, random_graph
+from sparsejit import _core, plans
+
+ops = torch.ops.sparsejit
+
+
+@pytest.fixture
+def A():
+    return random_graph(40, 30, 4, power_law=True, seed=11)
+
+
+def _poisoned(shape):
+    return torch.full(shape, float("nan"))
+
+
+# ---- float16 ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("with_values", [False, True])
+def test_spmm_float16_matches_float64(A, reduce, with_values):
+    X = torch.randn(A.shape[1], 16).half()
+    B = A.with_values(torch.rand(A.nnz).half()) if with_values else A
+    out = sj.spmm(B, X, reduce)
+    assert out.dtype == torch.float16
+    Bref = B if B.values is None else B.with_values(B.values.double())
+    ref = dense_reference_spmm(Bref, X.double(), reduce)
+    torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_spmm_float16_large_problem_runs_the_jit_path():
+    """Big enough for the cost model to pick the specialized kernel (float32 inside)."""
+    A = random_graph(3000, 2000, 10, seed=3)
+    X = torch.randn(2000, 64).half()
+    bias = torch.randn(64).half()
+    out = sj.spmm(A, X, "sum", bias=bias, activation="relu")
+    ref = torch.relu(dense_reference_spmm(A, X.double(), "sum") + bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=0.1, rtol=2e-2)
+
+
+def test_sddmm_and_edge_softmax_float16(A):
+    Q = torch.randn(A.shape[0], 2, 8).half()
+    K = torch.randn(A.shape[1], 2, 8).half()
+    S = sj.sddmm(A, Q, K)
+    assert S.dtype == torch.float16
+    r = A.row_indices()
+    ref = (Q.double()[r] * K.double()[A.indices.long()]).sum(-1)
+    torch.testing.assert_close(S.double(), ref, atol=3e-2, rtol=2e-2)
+    P = sj.edge_softmax(A, S)
+    Pref = sj.edge_softmax(A, S.double())
+    assert P.dtype == torch.float16
+    torch.testing.assert_close(P.double(), Pref, atol=2e-3, rtol=2e-2)
+
+
+def test_float16_gradients(A):
+    X = torch.randn(A.shape[1], 8).half().requires_grad_()
+    sj.spmm(A, X, "mean").sum().backward()
+    Xd = X.detach().double().requires_grad_()
+    sj.spmm(A, Xd, "mean").sum().backward()
+    assert X.grad.dtype == torch.float16
+    torch.testing.assert_close(X.grad.double(), Xd.grad, atol=1e-2, rtol=1e-2)
+
+
+def test_unsupported_dtypes_name_the_argument(A):
+    for dt in (torch.int32, torch.complex64, torch.bool):
+        X = torch.zeros(A.shape[1], 4, dtype=dt)
+        with pytest.raises(TypeError, match="X must be"):
+            ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1])
+        with pytest.raises(TypeError, match="X must be"):
+            sj.spmm(A, X)
+
+
+# ---- dense operand rows against the structure ---------------------------------------------
+
+
+def test_raw_spmm_rejects_x_with_too_few_rows():
+    """The call from the issue: X has fewer rows than the structure has columns."""
+    indptr = torch.tensor([0, 2, 3])
+    indices = torch.tensor([0, 7, 3])
+    X = torch.randn(4, 5)
+    with pytest.raises(ValueError, match=r"columns in \[0, 7\] but X has 4 rows"):
+        ops.spmm(indptr, indices, None, X, "sum")
+    with pytest.raises(ValueError, match="X has 4 rows but the sparse matrix has 8 columns"):
+        ops.spmm(indptr, indices, None, X, "sum", 8)
+    with pytest.raises(ValueError, match=r"K has 4 rows but the sparse matrix has 8"):
+        ops.sddmm(indptr, indices, torch.randn(2, 5), X, 8)
+    with pytest.raises(ValueError, match=r"but K has 4 rows"):
+        ops.sddmm(indptr, indices, torch.randn(2, 5), X)
+
+
+def test_raw_spmm_without_num_cols_takes_x_rows(A):
+    X = torch.randn(A.shape[1] + 3, 6)  # trailing columns with no entries are fine
+    out, _ = ops.spmm(A.indptr, A.indices, None, X, "sum")
+    torch.testing.assert_close(out, sj.spmm(A, X[: A.shape[1]]))
+
+
+@pytest.mark.parametrize("indptr, match", [
+    ([1, 2, 3], r"indptr\[0\] = 1"),
+    ([0, 3, 1, 3], "decreases at position 2"),
+    ([0, 1, 5], r"indptr\[2\] = 5 but indices has 3 entries"),
+])
+def test_raw_ops_check_indptr(indptr, match):
+    indptr = torch.tensor(indptr)
+    indices = torch.tensor([0, 1, 2])
+    X = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=match):
+        ops.spmm(indptr, indices, None, X, "sum", 3)
+    with pytest.raises(ValueError, match=match):
+        ops.sddmm(indptr, indices, torch.randn(indptr.numel() - 1, 4), X, 3)
+    with pytest.raises(ValueError, match=match):
+        ops.edge_softmax(indptr, torch.randn(3))
+
+
+def test_edge_softmax_checks_score_count(A):
+    with pytest.raises(ValueError, match="indices has"):
+        ops.edge_softmax(A.indptr, torch.randn(A.nnz + 1))
+
+
+def test_transpose_arguments_are_checked(A):
+    X = torch.randn(A.shape[1], 4)
+    trp, tcol, tperm = A.transpose_arrays()
+    with pytest.raises(ValueError, match="t_rowptr has"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], trp[:-1], tcol, tperm)
+    with pytest.raises(ValueError, match="given together"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], trp, None, None)
+
+
+def test_csr_transpose_validates_columns():
+    with pytest.raises(ValueError, match=r"indices\[1\] = 9 is out of range"):
+        ops.csr_transpose(torch.tensor([0, 2]), torch.tensor([0, 9]), 3)
+
+
+# ---- plans: stamped with their op and structure ----------------------------------------------
+
+
+def test_plan_from_another_structure_of_the_same_size_is_rejected():
+    A = random_graph(50, 50, 4, seed=1)
+    B = random_graph(50, 50, 4, seed=2)
+    B = sj.SparseMatrix.from_csr(A.indptr, B.indices[: A.nnz] if B.nnz >= A.nnz else
+                                 torch.randint(0, 50, (A.nnz,)), shape=A.shape)
+    assert B.nnz == A.nnz and B.shape == A.shape and not torch.equal(A.indices, B.indices)
+    X = torch.randn(50, 8)
+    for plan in (ops.spmm_plan(A.indptr, A.indices, 50, 8, torch.float32),
+                 ops.spmm_bucketed_plan(A.indptr, A.indices, 50, 3, 0)):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", 50, plan=plan)  # its own structure: fine
+        with pytest.raises(ValueError, match="plan built for another structure"):
+            ops.spmm(B.indptr, B.indices, None, X, "sum", 50, plan=plan)
+
+
+def test_plan_for_another_op_is_rejected(A):
+    X = torch.randn(A.shape[1], 4)
+    plan = ops.spmm_plan(A.indptr, A.indices, A.shape[1], 4, torch.float32).clone()
+    layout = plans.layout()
+    plan[layout["words"]["op"]] = layout["ops"]["sddmm"]
+    with pytest.raises(ValueError, match="plan built for sddmm, not spmm"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan)
+
+
+@pytest.mark.parametrize("plan", [
+    torch.zeros(10, dtype=torch.long),
+    torch.tensor([1, 2, 3]),
+    torch.zeros(0, dtype=torch.long),
+])
+def test_garbage_plans_are_rejected(A, plan):
+    X = torch.randn(A.shape[1], 4)
+    with pytest.raises(ValueError, match="not a sparsejit plan"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan)
+    with pytest.raises(TypeError, match="plan must be a 1-D int64 tensor"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan.float())
+
+
+def test_damaged_bucketed_plan_is_rejected(A):
+    X = torch.randn(A.shape[1], 4)
+    plan = ops.spmm_bucketed_plan(A.indptr, A.indices, A.shape[1], 3, 0).clone()
+    plan[plans.layout()["header_words"]] = 10**9  # row_map[0] far outside the output
+    with pytest.raises(ValueError, match="damaged"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan)
+
+
+def test_in_memory_plan_cache_is_keyed_by_reduce(A):
+    X = torch.randn(A.shape[1], 8)
+    for reduce in ("sum", "max"):
+        sj.spmm(A, X, reduce)
+    keys = set(A._s.extra["plans"])
+    assert ("spmm", 8, torch.float32, "sum") in keys and ("spmm", 8, torch.float32, "max") in keys
+
+
+def test_plan_layout_is_exported():
+    layout = _core.plan_layout()
+    assert layout["header_words"] == 10 and layout["ops"]["spmm"] == 1
+    assert set(layout["words"]) >= {"magic", "version", "op", "kernel", "rows", "stamp"}

@@ -1,0 +1,16 @@
+// The sparsejit op namespace. Each op family declares its schemas in its own file under
+// torch_ext/ops/ (TORCH_LIBRARY_FRAGMENT) next to its CPU and CUDA implementations; fake
+// (meta) implementations and autograd formulas live in python/sparsejit/ops/<op>.py.
+#include <torch/library.h>
+
+#include "codegen/disk_cache.h"
+
+TORCH_LIBRARY(sparsejit, m) {}
+
+namespace sparsejit {
+// JIT warnings (unwritable cache, failed compile) reach Python as UserWarning.
+[[maybe_unused]] const bool kWarningsRouted = [] {
+  codegen::set_warning_handler([](const std::string& msg) { TORCH_WARN(msg); });
+  return true;
+}();
+}  // namespace sparsejit

@@ -1,0 +1,265 @@
+// SpMM: Y[i] = act(scale * reduce_{p in row i}(values[p] * X[col[p]]) + bias).
+//
+// Structure arguments come first (rowptr, col: int32 or int64, same dtype), then values
+// ([nnz] or [nnz, H]) and X ([num_cols, F] or [num_cols, H, F]). num_cols is the structure's
+// column count (X must have that many rows); -1 derives it from col with one pass. The
+// optional t_* arguments carry a cached transpose for the backward pass; forward never reads
+// them. `plan` is an SpMM plan tensor (csrc/plan/spmm_plan.h) stamped with the structure it
+// was built for; without one the cost model picks the kernel. For max / min the second
+// output holds the CSR position of each extremum when need_arg is true (the gradient's
+// routing), and is empty otherwise. float16 runs through the float32 kernels.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include "csrc/plan/spmm_plan.h"
+#include "csrc/plan/spmm_run.h"
+#include "kernels/cpu/kernels.h"
+#include "torch_ext/common.h"
+#include "torch_ext/cuda_common.h"
+#include "torch_ext/cuda_fallback.h"
+
+TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+  m.def(
+      "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, int num_cols=-1, "
+      "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? plan=None, "
+      "Tensor? bias=None, str activation=\"none\", float act_param=0.01, float scale=1.0, "
+      "bool need_arg=True) -> (Tensor, Tensor)");
+  // The cost model's plan for a structure, as a header-only plan tensor.
+  m.def("spmm_plan(Tensor rowptr, Tensor col, int num_cols, int row_width, ScalarType dtype) "
+        "-> Tensor");
+  // A bucketed plan: rows regrouped by length (csrc/plan/spmm_plan.h), as one tensor.
+  m.def("spmm_bucketed_plan(Tensor rowptr, Tensor col, int num_cols, int max_log2=3, "
+        "int prefetch=0) -> Tensor");
+}
+
+namespace sparsejit {
+namespace {
+
+using SpmmResult = std::tuple<at::Tensor, at::Tensor>;
+
+at::Tensor plan_header_cpu(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols,
+                           int64_t row_width, at::ScalarType dtype) {
+  check_index_pair(rowptr, col);
+  check_structure(rowptr, col.numel(), "spmm_plan");
+  TORCH_CHECK_VALUE(num_cols >= 0 && row_width >= 0, "sparsejit.spmm_plan: num_cols and "
+                    "row_width must be >= 0; got ", num_cols, " and ", row_width);
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 ||
+                       dtype == at::kHalf,
+                   "sparsejit.spmm_plan: dtype must be float32, float64, bfloat16 or float16; "
+                   "got ", dtype);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  auto header = at::empty({plan::kHeaderWords}, rp.options().dtype(at::kLong));
+  plan::cost_model_plan(index_kind(rp), rp.data_ptr(), cl.data_ptr(), rp.numel() - 1, num_cols,
+                        row_width, c10::elementSize(dtype == at::kHalf ? at::kFloat : dtype),
+                        header.data_ptr<int64_t>());
+  return header;
+}
+
+at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                                  int64_t num_cols, int64_t max_log2, int64_t prefetch) {
+  check_index_pair(rowptr, col);
+  check_structure(rowptr, col.numel(), "spmm_bucketed_plan");
+  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit.spmm_bucketed_plan: num_cols must be >= 0; got ",
+                    num_cols);
+  TORCH_CHECK_VALUE(max_log2 >= 0 && max_log2 <= 20,
+                    "sparsejit.spmm_bucketed_plan: max_log2 must be in [0, 20]; got ", max_log2);
+  TORCH_CHECK_VALUE(prefetch >= 0 && prefetch <= 64,
+                    "sparsejit.spmm_bucketed_plan: prefetch must be in [0, 64]; got ", prefetch);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  const int64_t rows = rp.numel() - 1;
+  auto words = at::empty({plan::bucketed_plan_words(rows, cl.numel())},
+                         rp.options().dtype(at::kLong));
+  auto build = [&](auto I) {
+    using IT = decltype(I);
+    plan::build_bucketed_plan<IT>(ptr<IT>(rp), ptr<IT>(cl), rows, num_cols,
+                                  static_cast<int>(max_log2), static_cast<int32_t>(prefetch),
+                                  words.data_ptr<int64_t>());
+  };
+  if (index_kind(rp) == codegen::IndexKind::I32) {
+    build(int32_t{});
+  } else {
+    build(int64_t{});
+  }
+  return words;
+}
+
+SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                    const std::optional<at::Tensor>& values_in, const at::Tensor& x_in,
+                    c10::string_view reduce, int64_t num_cols,
+                    const std::optional<at::Tensor>& t_rowptr,
+                    const std::optional<at::Tensor>& t_col,
+                    const std::optional<at::Tensor>& t_perm,
+                    const std::optional<at::Tensor>& plan_tensor,
+                    const std::optional<at::Tensor>& bias, c10::string_view activation,
+                    double act_param, double scale, bool need_arg) {
+  check_index_pair(rowptr, col);
+  num_cols = resolve_num_cols(col, num_cols, "spmm", x_in, "X");
+  const SpmmShape s = check_spmm_args(rowptr, col, values_in, x_in, reduce, num_cols);
+  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
+  check_structure(rowptr, col.numel(), "spmm");
+  const at::Tensor x = half_as_float(x_in);
+  const std::optional<at::Tensor> values = half_as_float(values_in);
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  auto xc = x.contiguous();
+  at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
+  auto out = at::empty(s.out_sizes, x.options());
+  const bool with_arg = need_arg && (s.reduce == Reduce::Max || s.reduce == Reduce::Min);
+  auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
+                      : at::empty({0}, x.options().dtype(at::kLong));
+  const int64_t row_width = s.heads * s.features;
+  at::Tensor bc;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
+                      " elements but each output row has ", row_width);
+    check_float(*bias, "bias");
+    check_same_device(*bias, x, "bias", "X");
+    bc = bias->to(x.scalar_type()).contiguous();
+  }
+  plan::SpmmProblem p;
+  p.dtype = scalar_kind(x.scalar_type(), "X");
+  p.index = index_kind(rp);
+  p.rowptr = rp.data_ptr();
+  p.col = cl.data_ptr();
+  p.values = vc.defined() ? vc.data_ptr() : nullptr;
+  p.x = xc.data_ptr();
+  p.out = out.data_ptr();
+  p.arg = with_arg ? arg.data_ptr<int64_t>() : nullptr;
+  p.num_cols = num_cols;
+  cpu::SpmmArgs& a = p.args;
+  a.rows = s.rows;
+  a.heads = s.heads;
+  a.features = s.features;
+  a.value_heads = s.value_heads;
+  a.reduce = s.reduce;
+  a.num_threads = at::get_num_threads();
+  a.min_parallel_work = cpu::min_parallel_work();
+  a.act = parse_activation(activation);
+  a.act_param = static_cast<float>(act_param);
+  a.scale = static_cast<float>(scale);
+  a.bias = bc.defined() ? bc.data_ptr() : nullptr;
+  at::Tensor h;
+  if (plan_tensor.has_value()) {
+    TORCH_CHECK_TYPE(plan_tensor->scalar_type() == at::kLong && plan_tensor->dim() == 1,
+                     "sparsejit.spmm: plan must be a 1-D int64 tensor (from spmm_plan or "
+                     "spmm_bucketed_plan); got ", plan_tensor->scalar_type(), " of shape ",
+                     plan_tensor->sizes());
+    h = plan_tensor->to(at::kCPU).contiguous();
+  }
+  // An empty plan tensor is a plan (and rejected), not "no plan": never pass null for it.
+  static const int64_t kNoWords[1] = {0};
+  const int64_t* words = !h.defined() ? nullptr : h.numel() ? h.data_ptr<int64_t>() : kNoWords;
+  const std::string err = plan::run_spmm(p, words, h.defined() ? h.numel() : 0);
+  TORCH_CHECK_VALUE(err.empty(), "sparsejit.spmm: plan: ", err);
+  if (x_in.scalar_type() == at::kHalf) out = out.to(at::kHalf);
+  return {out, arg};
+}
+
+#ifdef SPARSEJIT_WITH_CUDA
+using namespace cuda_ext;
+
+SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
+                     const std::optional<at::Tensor>& values, const at::Tensor& x,
+                     c10::string_view reduce, int64_t num_cols,
+                     const std::optional<at::Tensor>& t_rowptr,
+                     const std::optional<at::Tensor>& t_col,
+                     const std::optional<at::Tensor>& t_perm,
+                     const std::optional<at::Tensor>& /*plan: CPU schedules only*/,
+                     const std::optional<at::Tensor>& bias, c10::string_view activation,
+                     double act_param, double scale, bool need_arg) {
+  check_index_pair(rowptr, col);
+  num_cols = resolve_num_cols(col, num_cols, "spmm", x, "X");
+  const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce, num_cols);
+  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
+  check_structure(rowptr, col.numel(), "spmm");
+  const cpu::Act act = parse_activation(activation);
+  const int64_t row_width = s.heads * s.features;
+  at::Tensor bc;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
+                      " elements but each output row has ", row_width);
+    check_same_device(*bias, x, "bias", "X");
+    bc = bias->to(x.scalar_type()).contiguous();
+  }
+  c10::cuda::CUDAGuard guard(x.device());
+  if (!gpu_kernels_available())
+    return call_on_cpu<SpmmResult>("sparsejit::spmm", rowptr, col, values, x, reduce, num_cols,
+                                   t_rowptr, t_col, t_perm, std::optional<at::Tensor>(), bias,
+                                   activation, act_param, scale, need_arg);
+
+  auto rp = rowptr.contiguous();
+  auto cl = col.contiguous();
+  auto xc = x.contiguous();
+  at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
+  auto out = at::empty(s.out_sizes, x.options());
+  const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
+  auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
+                      : at::empty({0}, x.options().dtype(at::kLong));
+  if (s.rows == 0 || row_width == 0) return {out, arg};
+
+  codegen::CudaSpmmProblem prob;
+  prob.dtype = cuda_scalar(x.scalar_type());
+  prob.index = index_kind(rp);
+  prob.heads = s.heads;
+  prob.features = s.features;
+  prob.value_mode = s.value_heads == 0 ? 0 : (s.value_heads == 1 ? 1 : 2);
+  prob.reduce = s.reduce;
+  prob.act = act;
+  prob.max_vec_bytes = aligned_bytes({xc.data_ptr(), out.data_ptr()});
+  prob.deterministic = deterministic();
+  const int64_t nnz = cl.numel();
+  const codegen::CudaSpmmChoice choice = codegen::plan_cuda_spmm(prob, row_stats(rp, nnz));
+  const std::string invalid = choice.spec.validate();
+  TORCH_CHECK_VALUE(invalid.empty(),
+                    "sparsejit.spmm (CUDA): no kernel for this problem: ", invalid);
+  const codegen::SpmmLaunchPlan plan = codegen::plan_spmm_launch(choice, s.rows, nnz);
+  at::Tensor ws;
+  if (plan.workspace_bytes > 0) {
+    ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, x.options().dtype(at::kByte));
+    if (plan.zero_bytes > 0) ws.narrow(0, 0, static_cast<int64_t>(plan.zero_bytes)).zero_();
+  }
+  cuda::SpmmParams p{};
+  p.rowptr = rp.data_ptr();
+  p.col = cl.data_ptr();
+  p.values = vc.defined() ? vc.data_ptr() : nullptr;
+  p.x = xc.data_ptr();
+  p.bias = bc.defined() ? bc.data_ptr() : nullptr;
+  p.out = out.data_ptr();
+  p.arg = with_arg ? static_cast<long long*>(arg.data_ptr()) : nullptr;
+  p.rows = s.rows;
+  p.nnz = nnz;
+  p.scale = static_cast<float>(scale);
+  p.act_param = static_cast<float>(act_param);
+  codegen::bind_spmm_workspace(plan, choice, ws.defined() ? ws.data_ptr() : nullptr, &p);
+  std::string err;
+  if (!CudaKernels::instance().run(choice.spec, x.get_device(),
+                                   c10::cuda::getCurrentCUDAStream().stream(), plan.launches, &p,
+                                   &err))
+    raise_cuda_error("spmm", err + "\n(schedule: " + choice.reason + ")");
+  // The CUDA kernels always record positions for max / min; dropped when not asked for.
+  if (!need_arg) arg = at::empty({0}, x.options().dtype(at::kLong));
+  return {out, arg};
+}
+
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("spmm", &spmm_cpu);
+  m.impl("spmm_plan", &plan_header_cpu);
+  m.impl("spmm_bucketed_plan", &spmm_bucketed_plan_cpu);
+}
+
+#ifdef SPARSEJIT_WITH_CUDA
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("spmm", &spmm_cuda);
+  // Plans describe CPU schedules (CUDA calls choose theirs per call): built on the CPU.
+  m.impl("spmm_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("spmm_bucketed_plan", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
+
+}  // namespace sparsejit
