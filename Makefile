@@ -10,7 +10,7 @@ APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache
 # nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
 PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.*
 
-.PHONY: all setup build develop install test test-cpp test-python demo bench format clean
+.PHONY: all setup build develop install test test-cpp test-python test-sanitize demo bench format clean
 
 all: build
 
@@ -52,14 +52,27 @@ test-python: build
 
 test: test-cpp test-python
 
+# The core library and C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer, in
+# build-asan/ (no Torch op library or Python module: see SPARSEJIT_SANITIZE in CMakeLists.txt).
+# Kernels the JIT compiles at run time are not instrumented; NVRTC compiles a representative
+# subset of the CUDA variants (make test compiles them all).
+ASAN_BUILD ?= build-asan
+test-sanitize: setup
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DSPARSEJIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE="$$(command -v $(PYTHON))"
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 SPARSEJIT_TEST_CUDA_VARIANT_SUBSET=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
 demo: build
-	$(PYTHON) -m sparsejit.demo $(ARGS)
+	$(PYTHON) -m sparsejit.tools.demo $(ARGS)
 
 bench: build
-	$(PYTHON) -m sparsejit.bench $(ARGS)
+	$(PYTHON) -m sparsejit.tools.bench $(ARGS)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) python/sparsejit/*.so
+	rm -rf $(BUILD) $(ASAN_BUILD) python/sparsejit/*.so

@@ -64,22 +64,16 @@ inline void check_structure(const at::Tensor& rowptr, int64_t nnz, const char* o
   TORCH_CHECK_VALUE(err.empty(), "sparsejit.", op, ": invalid indptr: ", err);
 }
 
-// num_cols from the schema. -1 means "not given": then the dense operand's rows are taken,
-// after one pass over indices checks they are in [0, dense_rows).
-inline int64_t resolve_num_cols(const at::Tensor& col, int64_t num_cols, const char* op,
-                                const at::Tensor& dense, const char* dense_name) {
+// num_cols from the schema: -1 means "not given" and takes the dense operand's rows (the
+// structure's validation then checks every column against them).
+inline int64_t resolve_num_cols(int64_t num_cols, const char* op, const at::Tensor& dense,
+                                const char* dense_name) {
   if (num_cols >= 0) return num_cols;
   TORCH_CHECK_VALUE(num_cols == -1, "sparsejit.", op, ": num_cols must be >= 0 (or -1 to "
                     "take ", dense_name, "'s rows); got ", num_cols);
   TORCH_CHECK_VALUE(dense.dim() >= 1, "sparsejit.", op, ": ", dense_name,
                     " must have at least one dimension; got shape ", dense.sizes());
-  const int64_t rows = dense.size(0);
-  if (col.numel() == 0) return rows;
-  const auto [lo, hi] = at::aminmax(col);
-  const int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
-  TORCH_CHECK_VALUE(mn >= 0 && mx < rows, "sparsejit.", op, ": indices hold columns in [", mn,
-                    ", ", mx, "] but ", dense_name, " has ", rows, " rows");
-  return rows;
+  return dense.size(0);
 }
 
 inline void check_index_pair(const at::Tensor& rowptr, const at::Tensor& col) {

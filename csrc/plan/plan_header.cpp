@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "csrc/core/csr.h"
+
 namespace sparsejit::plan {
 
 const char* op_family_name(OpFamily op) {
@@ -15,35 +17,14 @@ const char* op_family_name(OpFamily op) {
   throw std::invalid_argument("unknown op family " + std::to_string(static_cast<int64_t>(op)));
 }
 
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdull;
-}
-
-// Hash of at most kStampSamples evenly spaced entries of a[0:n] (always the last one).
-template <typename I>
-uint64_t sample_hash(uint64_t h, const I* a, int64_t n) {
-  if (n <= 0) return mix(h, 0);
-  const int64_t step = n > kStampSamples ? n / kStampSamples : 1;
-  for (int64_t i = 0; i < n; i += step) h = mix(h, static_cast<uint64_t>(a[i]));
-  return mix(h, static_cast<uint64_t>(a[n - 1]));
-}
-
-}  // namespace
-
 template <typename I>
 StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols) {
   StructureStamp s;
   s.rows = rows;
   s.nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
   s.cols = cols;
-  uint64_t h = mix(mix(mix(0x5350u, rows), s.nnz), cols);
-  h = sample_hash(h, rowptr, rows + 1);
-  h = sample_hash(h, col, s.nnz);
   // Kept positive so it reads the same from Python's signed view.
-  s.hash = static_cast<int64_t>(h >> 1);
+  s.hash = static_cast<int64_t>(fingerprint<I>(rowptr, rows, col, s.nnz, cols) >> 1);
   return s;
 }
 

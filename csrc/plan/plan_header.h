@@ -6,10 +6,10 @@
 // or for another structure of the same size, rejects it with an error instead of running a
 // schedule (or reading arrays) that do not belong to its inputs.
 //
-// The stamp is O(1) to check: sizes plus a hash of at most kStampSamples evenly spaced
-// entries of rowptr and of col. Two structures that agree in sizes and in every sampled entry
-// share a stamp; for a header-only plan (a kernel choice) that is harmless, and plans with
-// arrays are only produced by sparsejit's own plan ops from a validated structure.
+// The stamp is the structure's sizes and its 64-bit fingerprint (every entry of rowptr and
+// col). Computing it is O(rows + nnz), so the Torch adapter computes it once per structure,
+// when it first validates the structure's tensors, and keeps it with them
+// (torch_ext/validated.h); checking a plan against it is O(1).
 //
 // Python reads this layout from sparsejit._core.plan_layout() rather than restating it.
 #pragma once
@@ -41,14 +41,12 @@ enum HeaderWord : int {
   kHeaderWords = 10,
 };
 
-constexpr int64_t kStampSamples = 32;
-
 // What a plan is checked against: the structure an op was called with.
 struct StructureStamp {
   int64_t rows = 0, nnz = 0, cols = 0, hash = 0;
 };
 
-// The stamp of a CSR structure (O(1): sizes and kStampSamples entries of each array).
+// The stamp of a CSR structure (O(rows + nnz): sizes and the fingerprint of both arrays).
 template <typename I>
 StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols);
 

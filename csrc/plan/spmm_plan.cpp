@@ -163,4 +163,23 @@ bool decode(const int64_t* words, int64_t n, const StructureStamp& s, SpmmPlan* 
   return true;
 }
 
+bool validate_bucketed_arrays(const SpmmPlan& p, const StructureStamp& s, std::string* error) {
+  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(s.rows, 0)), 0);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    if (seen[static_cast<size_t>(p.row_map[r])]++) {
+      *error = "bucketed plan arrays are damaged: output row " + std::to_string(p.row_map[r]) +
+               " appears twice in row_map";
+      return false;
+    }
+  }
+  for (int64_t e = 0; e < s.nnz; ++e) {
+    if (p.col[e] < 0 || p.col[e] >= s.cols || p.pos[e] < 0 || p.pos[e] >= s.nnz) {
+      *error = "bucketed plan arrays are damaged at entry " + std::to_string(e) + " (col " +
+               std::to_string(p.col[e]) + ", pos " + std::to_string(p.pos[e]) + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace sparsejit::plan

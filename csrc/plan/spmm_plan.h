@@ -57,6 +57,11 @@ void encode(const SpmmPlan& p, const StructureStamp& s, int64_t* words);
 bool decode(const int64_t* words, int64_t n, const StructureStamp& s, SpmmPlan* p,
             std::string* error);
 
+// Checks every array entry of a decoded Bucketed plan (O(rows + nnz)): columns inside the
+// stamp's column count, positions inside the entries, each output row once. The Torch adapter
+// runs it once per plan tensor (and again only if the tensor is modified).
+bool validate_bucketed_arrays(const SpmmPlan& p, const StructureStamp& s, std::string* error);
+
 // Size in words of the Bucketed plan of a structure.
 inline int64_t bucketed_plan_words(int64_t rows, int64_t nnz) {
   return kHeaderWords + rows + (rows + 1) + 2 * nnz;

@@ -19,16 +19,7 @@ int64_t elem_size(codegen::ScalarKind k) {
   throw std::invalid_argument("unknown scalar kind " + std::to_string(static_cast<int>(k)));
 }
 
-template <typename I>
-StructureStamp stamp_of(const void* rowptr, const void* col, int64_t rows, int64_t cols) {
-  return stamp_structure(static_cast<const I*>(rowptr), static_cast<const I*>(col), rows, cols);
-}
 
-StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
-                        int64_t rows, int64_t cols) {
-  return index == codegen::IndexKind::I32 ? stamp_of<int32_t>(rowptr, col, rows, cols)
-                                          : stamp_of<int64_t>(rowptr, col, rows, cols);
-}
 
 // Calls f(T{}) for the kernel scalar type of `k`.
 template <typename F>
@@ -59,10 +50,18 @@ void run_generic_spmm(const SpmmProblem& p, const cpu::SpmmArgs& a, bool idx32,
 
 }  // namespace
 
-void cost_model_plan(codegen::IndexKind index, const void* rowptr, const void* col, int64_t rows,
-                     int64_t num_cols, int64_t row_width, int64_t elem_size, int64_t* words) {
-  const StructureStamp s = stamp_of(index, rowptr, col, rows, num_cols);
-  encode(choose_spmm(rows, num_cols, s.nnz, row_width, elem_size,
+StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
+                        int64_t rows, int64_t cols) {
+  if (index == codegen::IndexKind::I32)
+    return stamp_structure(static_cast<const int32_t*>(rowptr), static_cast<const int32_t*>(col),
+                           rows, cols);
+  return stamp_structure(static_cast<const int64_t*>(rowptr), static_cast<const int64_t*>(col),
+                         rows, cols);
+}
+
+void cost_model_plan(const StructureStamp& s, int64_t row_width, int64_t elem_size,
+                     int64_t* words) {
+  encode(choose_spmm(s.rows, s.cols, s.nnz, row_width, elem_size,
                      codegen::CpuJit::instance().enabled()),
          s, words);
 }
@@ -71,7 +70,7 @@ std::string run_spmm(const SpmmProblem& p, const int64_t* plan_words, int64_t pl
   const cpu::SpmmArgs& args = p.args;
   const int64_t rows = args.rows;
   const int64_t row_width = args.heads * args.features;
-  const StructureStamp stamp = stamp_of(p.index, p.rowptr, p.col, rows, p.num_cols);
+  const StructureStamp& stamp = p.stamp;
   SpmmPlan plan;
   if (plan_words != nullptr) {
     std::string err;

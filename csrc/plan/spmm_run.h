@@ -7,6 +7,7 @@
 #include <string>
 
 #include "codegen/cpu_jit.h"
+#include "csrc/plan/plan_header.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit::plan {
@@ -22,6 +23,9 @@ struct SpmmProblem {
   void* out = nullptr;           // [rows, H, F]
   int64_t* arg = nullptr;        // [rows, H, F] or null
   int64_t num_cols = 0;
+  // The structure's stamp (sizes + fingerprint), computed once per structure by the caller;
+  // a plan must carry the same one.
+  StructureStamp stamp;
   cpu::SpmmArgs args;  // rows, H, F, value heads, reduce, threads, epilogue
 };
 
@@ -30,8 +34,12 @@ struct SpmmProblem {
 std::string run_spmm(const SpmmProblem& p, const int64_t* plan_words, int64_t plan_len);
 
 // The cost model's header-only plan for a structure (what the spmm_plan op returns).
-void cost_model_plan(codegen::IndexKind index, const void* rowptr, const void* col, int64_t rows,
-                     int64_t num_cols, int64_t row_width, int64_t elem_size, int64_t* words);
+void cost_model_plan(const StructureStamp& s, int64_t row_width, int64_t elem_size,
+                     int64_t* words);
+
+// The stamp of a CSR structure of either index width (O(rows + nnz)).
+StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
+                        int64_t rows, int64_t cols);
 
 // One SDDMM call: s[p, h] = <q[row(p), h], k[col(p), h]>.
 struct SddmmProblem {

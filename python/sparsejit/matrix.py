@@ -296,6 +296,11 @@ def cached_from_edge_index(edge_index: torch.Tensor, num_nodes: Optional[int] = 
     `edge_index` (bounded by SPARSEJIT_GRAPH_CACHE_BYTES, default 512 MiB)."""
     from . import _core
 
+    if not isinstance(edge_index, torch.Tensor):
+        raise TypeError(f"edge_index must be a tensor; got {type(edge_index).__name__}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \
+            edge_index.dtype == torch.bool:
+        raise TypeError(f"edge_index must hold integers; got {edge_index.dtype}")
     ei = edge_index if edge_index.dtype in _INDEX_DTYPES else edge_index.to(torch.long)
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E]; got {tuple(ei.shape)}")

@@ -86,13 +86,13 @@ def test_raw_spmm_rejects_x_with_too_few_rows():
     indptr = torch.tensor([0, 2, 3])
     indices = torch.tensor([0, 7, 3])
     X = torch.randn(4, 5)
-    with pytest.raises(ValueError, match=r"columns in \[0, 7\] but X has 4 rows"):
+    with pytest.raises(ValueError, match=r"indices\[1\] = 7 is out of range for 4 columns"):
         ops.spmm(indptr, indices, None, X, "sum")
     with pytest.raises(ValueError, match="X has 4 rows but the sparse matrix has 8 columns"):
         ops.spmm(indptr, indices, None, X, "sum", 8)
     with pytest.raises(ValueError, match=r"K has 4 rows but the sparse matrix has 8"):
         ops.sddmm(indptr, indices, torch.randn(2, 5), X, 8)
-    with pytest.raises(ValueError, match=r"but K has 4 rows"):
+    with pytest.raises(ValueError, match=r"indices\[1\] = 7 is out of range for 4 columns"):
         ops.sddmm(indptr, indices, torch.randn(2, 5), X)
 
 
@@ -102,21 +102,78 @@ def test_raw_spmm_without_num_cols_takes_x_rows(A):
     torch.testing.assert_close(out, sj.spmm(A, X[: A.shape[1]]))
 
 
-@pytest.mark.parametrize("indptr, match", [
-    ([1, 2, 3], r"indptr\[0\] = 1"),
-    ([0, 3, 1, 3], "decreases at position 2"),
-    ([0, 1, 5], r"indptr\[2\] = 5 but indices has 3 entries"),
+@pytest.mark.parametrize("indptr, full, rows_only", [
+    ([1, 2, 3], r"indptr\[0\] must be 0; got 1", r"indptr\[0\] = 1"),
+    ([0, 3, 1, 3], r"indptr\[2\] = 1 < indptr\[1\] = 3", "decreases at position 2"),
+    ([0, 1, 5], r"indptr\[2\] = 5 must equal the number of stored",
+     r"indptr\[2\] = 5 but indices has 3 entries"),
 ])
-def test_raw_ops_check_indptr(indptr, match):
+def test_raw_ops_check_indptr(indptr, full, rows_only):
+    """spmm / sddmm validate the whole structure (first call per tensor); edge_softmax, which
+    gathers nothing by column, checks indptr only."""
     indptr = torch.tensor(indptr)
     indices = torch.tensor([0, 1, 2])
     X = torch.randn(3, 4)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=full):
         ops.spmm(indptr, indices, None, X, "sum", 3)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=full):
         ops.sddmm(indptr, indices, torch.randn(indptr.numel() - 1, 4), X, 3)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=rows_only):
         ops.edge_softmax(indptr, torch.randn(3))
+
+
+def test_negative_and_large_columns_are_caught_with_num_cols_given():
+    indptr = torch.tensor([0, 2, 3])
+    X = torch.randn(4, 2)
+    for bad, match in ((-1, r"indices\[1\] = -1"), (4, r"indices\[1\] = 4 is out of range")):
+        indices = torch.tensor([0, bad, 3])
+        with pytest.raises(ValueError, match=match):
+            ops.spmm(indptr, indices, None, X, "sum", 4)
+        with pytest.raises(ValueError, match=match):
+            ops.sddmm(indptr, indices, torch.randn(2, 2), X, 4)
+        with pytest.raises(ValueError, match=match):
+            ops.spmm_bucketed_plan(indptr, indices, 4, 3, 0)
+
+
+def test_validation_is_redone_after_in_place_change(A):
+    X = torch.randn(A.shape[1], 4)
+    col = A.indices.clone()
+    ops.spmm(A.indptr, col, None, X, "sum", A.shape[1])  # validated and remembered
+    col[0] = -3  # bumps the version counter
+    with pytest.raises(ValueError, match=r"indices\[0\] = -3"):
+        ops.spmm(A.indptr, col, None, X, "sum", A.shape[1])
+
+
+def test_plan_for_structure_differing_in_one_index_is_rejected():
+    A = random_graph(400, 300, 5, seed=5)
+    col = A.indices.clone()
+    col[A.nnz // 2 + 1] = (col[A.nnz // 2 + 1] + 1) % 300
+    X = torch.randn(300, 8)
+    plan = ops.spmm_plan(A.indptr, A.indices, 300, 8, torch.float32)
+    with pytest.raises(ValueError, match="another structure"):
+        ops.spmm(A.indptr, col, None, X, "sum", 300, plan=plan)
+
+
+def test_bucketed_plan_with_overwritten_column_is_rejected(A):
+    X = torch.randn(A.shape[1], 4)
+    plan = ops.spmm_bucketed_plan(A.indptr, A.indices, A.shape[1], 3, 0).clone()
+    rows = A.shape[0]
+    col_start = plans.layout()["header_words"] + rows + rows + 1
+    plan[col_start] = 10**6
+    with pytest.raises(ValueError, match="damaged at entry 0"):
+        ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan)
+
+
+def test_meta_inputs_mixed_with_cpu_are_rejected(A):
+    X = torch.randn(A.shape[1], 4)
+    with pytest.raises(ValueError, match="one device"):
+        ops.spmm(A.indptr.to("meta"), A.indices, None, X, "sum", A.shape[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_drop_in_edge_index_must_hold_integers(dtype):
+    with pytest.raises(TypeError, match="edge_index must hold integers"):
+        sj.spmm(torch.zeros(2, 5, dtype=dtype), torch.randn(3, 2))
 
 
 def test_edge_softmax_checks_score_count(A):

@@ -11,6 +11,7 @@
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
+#include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def(
@@ -27,10 +28,10 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
                      const std::optional<at::Tensor>& t_col,
                      const std::optional<at::Tensor>& t_perm) {
   check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(col, num_cols, "sddmm", k_in, "K");
+  num_cols = resolve_num_cols(num_cols, "sddmm", k_in, "K");
   const SddmmShape s = check_sddmm_args(rowptr, col, q_in, k_in, num_cols);
   check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "sddmm");
-  check_structure(rowptr, col.numel(), "sddmm");
+  checked_structure(rowptr, col, num_cols, "sddmm");
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   auto qc = half_as_float(q_in).contiguous();
@@ -63,10 +64,10 @@ at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at:
                       const std::optional<at::Tensor>& t_col,
                       const std::optional<at::Tensor>& t_perm) {
   check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(col, num_cols, "sddmm", k, "K");
+  num_cols = resolve_num_cols(num_cols, "sddmm", k, "K");
   const SddmmShape s = check_sddmm_args(rowptr, col, q, k, num_cols);
   check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "sddmm");
-  check_structure(rowptr, col.numel(), "sddmm");
+  checked_structure(rowptr, col, num_cols, "sddmm");
   c10::cuda::CUDAGuard guard(q.device());
   if (!gpu_kernels_available())
     return call_on_cpu<at::Tensor>("sparsejit::sddmm", rowptr, col, q, k, num_cols, t_rowptr,

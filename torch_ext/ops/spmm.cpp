@@ -17,6 +17,7 @@
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
+#include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def(
@@ -40,18 +41,16 @@ using SpmmResult = std::tuple<at::Tensor, at::Tensor>;
 at::Tensor plan_header_cpu(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols,
                            int64_t row_width, at::ScalarType dtype) {
   check_index_pair(rowptr, col);
-  check_structure(rowptr, col.numel(), "spmm_plan");
   TORCH_CHECK_VALUE(num_cols >= 0 && row_width >= 0, "sparsejit.spmm_plan: num_cols and "
                     "row_width must be >= 0; got ", num_cols, " and ", row_width);
+  const plan::StructureStamp stamp = checked_structure(rowptr, col, num_cols, "spmm_plan");
   TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 ||
                        dtype == at::kHalf,
                    "sparsejit.spmm_plan: dtype must be float32, float64, bfloat16 or float16; "
                    "got ", dtype);
-  auto rp = rowptr.contiguous();
-  auto cl = col.contiguous();
-  auto header = at::empty({plan::kHeaderWords}, rp.options().dtype(at::kLong));
-  plan::cost_model_plan(index_kind(rp), rp.data_ptr(), cl.data_ptr(), rp.numel() - 1, num_cols,
-                        row_width, c10::elementSize(dtype == at::kHalf ? at::kFloat : dtype),
+  auto header = at::empty({plan::kHeaderWords}, rowptr.options().dtype(at::kLong));
+  plan::cost_model_plan(stamp, row_width,
+                        c10::elementSize(dtype == at::kHalf ? at::kFloat : dtype),
                         header.data_ptr<int64_t>());
   return header;
 }
@@ -59,9 +58,7 @@ at::Tensor plan_header_cpu(const at::Tensor& rowptr, const at::Tensor& col, int6
 at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                                   int64_t num_cols, int64_t max_log2, int64_t prefetch) {
   check_index_pair(rowptr, col);
-  check_structure(rowptr, col.numel(), "spmm_bucketed_plan");
-  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit.spmm_bucketed_plan: num_cols must be >= 0; got ",
-                    num_cols);
+  checked_structure(rowptr, col, num_cols, "spmm_bucketed_plan");
   TORCH_CHECK_VALUE(max_log2 >= 0 && max_log2 <= 20,
                     "sparsejit.spmm_bucketed_plan: max_log2 must be in [0, 20]; got ", max_log2);
   TORCH_CHECK_VALUE(prefetch >= 0 && prefetch <= 64,
@@ -95,10 +92,10 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                     const std::optional<at::Tensor>& bias, c10::string_view activation,
                     double act_param, double scale, bool need_arg) {
   check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(col, num_cols, "spmm", x_in, "X");
+  num_cols = resolve_num_cols(num_cols, "spmm", x_in, "X");
   const SpmmShape s = check_spmm_args(rowptr, col, values_in, x_in, reduce, num_cols);
   check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
-  check_structure(rowptr, col.numel(), "spmm");
+  const plan::StructureStamp stamp = checked_structure(rowptr, col, num_cols, "spmm");
   const at::Tensor x = half_as_float(x_in);
   const std::optional<at::Tensor> values = half_as_float(values_in);
   auto rp = rowptr.contiguous();
@@ -128,6 +125,7 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
   p.out = out.data_ptr();
   p.arg = with_arg ? arg.data_ptr<int64_t>() : nullptr;
   p.num_cols = num_cols;
+  p.stamp = stamp;
   cpu::SpmmArgs& a = p.args;
   a.rows = s.rows;
   a.heads = s.heads;
@@ -147,6 +145,7 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                      "spmm_bucketed_plan); got ", plan_tensor->scalar_type(), " of shape ",
                      plan_tensor->sizes());
     h = plan_tensor->to(at::kCPU).contiguous();
+    if (h.numel() > 0) checked_bucketed_plan(*plan_tensor, h, stamp);
   }
   // An empty plan tensor is a plan (and rejected), not "no plan": never pass null for it.
   static const int64_t kNoWords[1] = {0};
@@ -170,10 +169,10 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const std::optional<at::Tensor>& bias, c10::string_view activation,
                      double act_param, double scale, bool need_arg) {
   check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(col, num_cols, "spmm", x, "X");
+  num_cols = resolve_num_cols(num_cols, "spmm", x, "X");
   const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce, num_cols);
   check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
-  check_structure(rowptr, col.numel(), "spmm");
+  checked_structure(rowptr, col, num_cols, "spmm");
   const cpu::Act act = parse_activation(activation);
   const int64_t row_width = s.heads * s.features;
   at::Tensor bc;

@@ -56,3 +56,13 @@ def transpose(rowptr, col, num_cols, t_rowptr, t_col, t_perm):
     if t_rowptr is not None and t_col is not None and t_perm is not None:
         return t_rowptr, t_col, t_perm
     return torch.ops.sparsejit.csr_transpose(rowptr, col, num_cols)
+
+
+def check_same_device(op: str, **tensors) -> None:
+    """Fakes run when any input is a meta tensor; a real kernel would reject inputs on
+    different devices, so the fake must too (instead of returning uninitialized memory)."""
+    devices = {name: t.device for name, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device; got "
+                         f"{listing}")

@@ -10,7 +10,7 @@ import torch
 
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import without_autograd
+from ._common import check_same_device, without_autograd
 
 
 def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
@@ -32,11 +32,13 @@ def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("sparsejit::edge_softmax")
 def _edge_softmax_fake(rowptr, s):
+    check_same_device("edge_softmax", rowptr=rowptr, s=s)
     return torch.empty_like(s)
 
 
 @torch.library.register_fake("sparsejit::edge_softmax_backward")
 def _edge_softmax_backward_fake(rowptr, y, grad):
+    check_same_device("edge_softmax_backward", rowptr=rowptr, y=y, grad=grad)
     return torch.empty_like(y)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import check_dense, needs_grad, transpose, without_autograd
+from ._common import check_dense, check_same_device, needs_grad, transpose, without_autograd
 
 
 def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -35,6 +35,8 @@ def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("sparsejit::sddmm")
 def _sddmm_fake(rowptr, col, q, k, num_cols=-1, t_rowptr=None, t_col=None, t_perm=None):
+    check_same_device("sddmm", rowptr=rowptr, col=col, q=q, k=k, t_rowptr=t_rowptr,
+                      t_col=t_col, t_perm=t_perm)
     if q.dim() == 3:
         return q.new_empty((col.shape[0], q.shape[1]))
     return q.new_empty((col.shape[0],))

@@ -15,7 +15,8 @@ import torch
 from .. import plans
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import check_dense, needs_grad, row_width, transpose, without_autograd
+from ._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
+                      without_autograd)
 
 REDUCES = ("sum", "mean", "max", "min")
 ACTIVATIONS = (None, "none", "relu", "leaky_relu", "elu", "gelu")
@@ -103,6 +104,10 @@ def spmm(
 def _spmm_fake(rowptr, col, values, x, reduce, num_cols=-1, t_rowptr=None, t_col=None,
                t_perm=None, plan=None, bias=None, activation="none", act_param=0.01, scale=1.0,
                need_arg=True):
+    check_same_device("spmm", rowptr=rowptr, col=col, values=values, x=x, t_rowptr=t_rowptr,
+                      t_col=t_col, t_perm=t_perm, bias=bias)
+    if plan is not None and plan.device.type == "meta" and x.device.type != "meta":
+        raise ValueError("sparsejit.spmm: plan is a meta tensor but X is on " + str(x.device))
     out_shape = (rowptr.shape[0] - 1,) + tuple(x.shape[1:])
     out = x.new_empty(out_shape)
     if reduce in ("max", "min") and need_arg:

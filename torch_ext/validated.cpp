@@ -1,0 +1,134 @@
+#include "torch_ext/validated.h"
+
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "csrc/core/csr.h"
+#include "csrc/plan/spmm_plan.h"
+#include "csrc/plan/spmm_run.h"
+#include "torch_ext/common.h"
+
+namespace sparsejit {
+namespace {
+
+// One tensor as it was when validated: the same TensorImpl (weakly held), data, size and
+// version mean the same contents.
+using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+struct TensorState {
+  std::optional<WeakImpl> impl;
+  const void* data = nullptr;
+  int64_t numel = -1;
+  uint32_t version = 0;
+
+  static bool trackable(const at::Tensor& t) { return !t.is_inference(); }
+  static TensorState of(const at::Tensor& t) {
+    TensorState s;
+    s.impl.emplace(t.getIntrusivePtr());
+    s.data = t.data_ptr();
+    s.numel = t.numel();
+    s.version = t._version();
+    return s;
+  }
+  bool matches(const at::Tensor& t) const {
+    if (!impl) return false;
+    const auto live = impl->lock();
+    return live.get() == t.unsafeGetTensorImpl() && data == t.data_ptr() &&
+           numel == t.numel() && version == t._version();
+  }
+  bool expired() const { return !impl || impl->expired(); }
+};
+
+struct Entry {
+  TensorState a, b;
+  int64_t param = 0;
+  plan::StructureStamp stamp;
+};
+
+// A few dozen live structures cover real programs (a model has a handful of graphs).
+constexpr size_t kMaxEntries = 64;
+
+class Table {
+ public:
+  bool find(const at::Tensor& a, const at::Tensor* b, int64_t param, plan::StructureStamp* out) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      if (e.param == param && e.a.matches(a) && (b == nullptr || e.b.matches(*b))) {
+        if (out) *out = e.stamp;
+        if (i > 0) std::swap(entries_[i], entries_[i - 1]);  // move toward the front
+        return true;
+      }
+    }
+    return false;
+  }
+  void add(const at::Tensor& a, const at::Tensor* b, int64_t param,
+           const plan::StructureStamp& stamp) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<Entry> kept;
+    kept.reserve(entries_.size() + 1);
+    Entry e{TensorState::of(a), b ? TensorState::of(*b) : TensorState{}, param, stamp};
+    kept.push_back(std::move(e));
+    for (auto& old : entries_) {
+      if (kept.size() >= kMaxEntries) break;
+      if (!old.a.expired()) kept.push_back(std::move(old));
+    }
+    entries_.swap(kept);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+Table& structures() {
+  static Table t;
+  return t;
+}
+Table& bucketed_plans() {
+  static Table t;
+  return t;
+}
+
+}  // namespace
+
+plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tensor& col,
+                                       int64_t num_cols, const char* op) {
+  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit.", op, ": num_cols must be >= 0; got ", num_cols);
+  const bool track = TensorState::trackable(rowptr) && TensorState::trackable(col);
+  plan::StructureStamp stamp;
+  if (track && structures().find(rowptr, &col, num_cols, &stamp)) return stamp;
+  const at::Tensor rp = rowptr.to(at::kCPU).contiguous();
+  const at::Tensor cl = col.to(at::kCPU).contiguous();
+  const int64_t rows = rp.numel() - 1;
+  const codegen::IndexKind index = index_kind(rp);
+  ValidationResult r;
+  if (index == codegen::IndexKind::I32) {
+    r = validate_csr<int32_t>(ptr<int32_t>(rp), rp.numel(), ptr<int32_t>(cl), cl.numel(),
+                              num_cols);
+  } else {
+    r = validate_csr<int64_t>(ptr<int64_t>(rp), rp.numel(), ptr<int64_t>(cl), cl.numel(),
+                              num_cols);
+  }
+  TORCH_CHECK_VALUE(r.ok, "sparsejit.", op, ": invalid CSR structure: ", r.message);
+  stamp = plan::stamp_of(index, rp.data_ptr(), cl.data_ptr(), rows, num_cols);
+  if (track) structures().add(rowptr, &col, num_cols, stamp);
+  return stamp;
+}
+
+void checked_bucketed_plan(const at::Tensor& plan_tensor, const at::Tensor& words,
+                           const plan::StructureStamp& stamp) {
+  const bool track = TensorState::trackable(plan_tensor);
+  if (track && bucketed_plans().find(plan_tensor, nullptr, stamp.hash, nullptr)) return;
+  plan::SpmmPlan p;
+  std::string err;
+  TORCH_CHECK_VALUE(plan::decode(words.data_ptr<int64_t>(), words.numel(), stamp, &p, &err),
+                    "sparsejit.spmm: plan: ", err);
+  if (p.kernel != plan::Kernel::Bucketed) return;
+  TORCH_CHECK_VALUE(plan::validate_bucketed_arrays(p, stamp, &err), "sparsejit.spmm: plan: ",
+                    err);
+  if (track) bucketed_plans().add(plan_tensor, nullptr, stamp.hash, stamp);
+}
+
+}  // namespace sparsejit

@@ -1,0 +1,31 @@
+// Validation of raw op inputs that is done once per tensor contents, not once per call.
+//
+// A raw op cannot trust its index arrays (a wrong column reads outside X), but checking every
+// column costs O(nnz) per call. So the first call with a given pair (rowptr, col) validates
+// it fully (csrc/core/csr.h: every invariant, errors naming position and value) and computes
+// its stamp (sizes + fingerprint, what plans are checked against); later calls with the same
+// live tensors at the same version find the result in a small process-wide table. A tensor
+// modified in place bumps its version and is validated again; a freed tensor's entry expires
+// (the table holds weak references). Writes that bypass PyTorch's version counter (through
+// .numpy() or a raw data pointer) are not seen, as for autograd's own checks. Inference
+// tensors have no version counter: they are validated on every call.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "csrc/plan/plan_header.h"
+
+namespace sparsejit {
+
+// Validates (rowptr, col) against num_cols (once per live tensor version) and returns the
+// structure's stamp. Raises ValueError naming `op` and the first bad position.
+plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tensor& col,
+                                       int64_t num_cols, const char* op);
+
+// Validates the arrays of a bucketed plan tensor for `stamp` once per live tensor version
+// (O(rows + nnz)). `words` is the plan's CPU, contiguous copy (the same tensor when the plan
+// already was one).
+void checked_bucketed_plan(const at::Tensor& plan, const at::Tensor& words,
+                           const plan::StructureStamp& stamp);
+
+}  // namespace sparsejit
