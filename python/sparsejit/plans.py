@@ -8,8 +8,8 @@ plan the op's cost model chooses. :mod:`sparsejit.tuning` measures candidates an
 winner's recipe on disk, keyed by structure fingerprint, op, row width, dtype, reduce, CPU
 model and thread count, so the next process starts tuned.
 
-Caches: per structure (``SparseMatrix``), keyed by (op, width, dtype, reduce) like the disk
-store; a process-wide LRU of tuned recipes keyed by fingerprint; the on-disk store under the
+Caches: per structure (``SparseMatrix``), keyed by (op, width, dtype, reduce, threads) like
+the disk store; a process-wide LRU of tuned recipes keyed by fingerprint; the on-disk store under the
 JIT cache directory. :func:`clear_caches` drops the in-memory ones.
 """
 
@@ -134,7 +134,7 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
     """The plan tensor for spmm on A, or None to let the op's cost model choose.
 
     Looks in A's own cache, then (once per structure) in the tuned-plan store."""
-    key = ("spmm", width, dtype, reduce)
+    key = memory_key("spmm", width, dtype, reduce)
     if torch.compiler.is_compiling():
         return A._s.extra.get("plans", {}).get(key)
     plans = A._s.extra.setdefault("plans", {})
@@ -155,8 +155,14 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
     return plan
 
 
+def memory_key(op: str, width: int, dtype: torch.dtype, reduce: str) -> tuple:
+    """The key of a plan cached on a structure: the disk key's fields (the CPU model is fixed
+    for the life of a process; the thread count is not, so it is part of the key)."""
+    return (op, width, dtype, reduce, torch.get_num_threads())
+
+
 def is_tuned(A: SparseMatrix, width: int, dtype: torch.dtype, reduce: str = "sum") -> bool:
-    return ("spmm", width, dtype, reduce) in A._s.extra.get("tuned_keys", ())
+    return memory_key("spmm", width, dtype, reduce) in A._s.extra.get("tuned_keys", ())
 
 
 def _store_exists(A: SparseMatrix) -> bool:

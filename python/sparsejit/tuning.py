@@ -18,7 +18,7 @@ from ._library import ops
 from .matrix import SparseMatrix
 from .ops.spmm import spmm
 from .plans import (_LAYOUT, _load_store, _plan_key, _remember, _save_store, fingerprint,
-                    is_tuned, materialize, spmm_plan_for)
+                    is_tuned, materialize, memory_key, spmm_plan_for)
 
 _DTYPE_KIND = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
 _REDUCES = ("sum", "mean", "max", "min")
@@ -112,8 +112,9 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     best = next(h for h in cands if _describe(h) == best_name)
     width = F * heads
     key = _plan_key("spmm", width, dtype, reduce)
-    A._s.extra.setdefault("plans", {})[("spmm", width, dtype, reduce)] = materialize(A, best)
-    A._s.extra.setdefault("tuned_keys", set()).add(("spmm", width, dtype, reduce))
+    mkey = memory_key("spmm", width, dtype, reduce)
+    A._s.extra.setdefault("plans", {})[mkey] = materialize(A, best)
+    A._s.extra.setdefault("tuned_keys", set()).add(mkey)
     report = {"best": best_name, "times_ms": times, "key": key, "header": best}
     if store:
         fp = fingerprint(A)

@@ -308,7 +308,7 @@ def test_stored_bucketed_recipe_is_rebuilt_for_the_structure(monkeypatch):
     monkeypatch.setattr(P, "_store_exists", lambda A: True)
     monkeypatch.setattr(P, "_load_store", lambda fp: {P._plan_key("spmm", 16, X.dtype, "sum"): recipe})
     out = sj.spmm(A, X)
-    plan = A._s.extra["plans"][("spmm", 16, X.dtype, "sum")]
+    plan = A._s.extra["plans"][P.memory_key("spmm", 16, X.dtype, "sum")]
     kernel = P.layout()["words"]["kernel"]
     assert plan.numel() > HEADER and int(plan[kernel]) == 3 and P.is_tuned(A, 16, X.dtype)
     torch.testing.assert_close(out.double(), dense_reference_spmm(A, X.double(), "sum"),
