@@ -12,6 +12,7 @@
 #include "codegen/cpu_jit.h"
 #include "csrc/core/types.h"
 #include "csrc/plan/spmm_run.h"
+#include "torch_ext/validated.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit {
@@ -104,6 +105,8 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 }
 
 struct SpmmShape {
+  int64_t num_cols = 0;
+  plan::StructureStamp stamp;
   int64_t rows, heads, features, value_heads;
   Reduce reduce;
   std::vector<int64_t> out_sizes;
@@ -156,6 +159,8 @@ inline SpmmShape check_spmm_args(const at::Tensor& rowptr, const at::Tensor& col
 }
 
 struct SddmmShape {
+  int64_t num_cols = 0;
+  plan::StructureStamp stamp;
   int64_t rows, heads, features;
   std::vector<int64_t> out_sizes;
 };
@@ -239,6 +244,38 @@ inline cpu::Act parse_activation(c10::string_view name) {
   if (s == "gelu") return cpu::Act::Gelu;
   TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
                            "elu, gelu; got '", s, "'");
+}
+
+// Every check of an spmm call (CPU and CUDA alike): arguments, then the structure (validated
+// once per tensor version, see validated.h). num_cols = -1 takes X's rows.
+inline SpmmShape check_spmm_call(const at::Tensor& rowptr, const at::Tensor& col,
+                                 const std::optional<at::Tensor>& values, const at::Tensor& x,
+                                 c10::string_view reduce, int64_t num_cols,
+                                 const std::optional<at::Tensor>& t_rowptr,
+                                 const std::optional<at::Tensor>& t_col,
+                                 const std::optional<at::Tensor>& t_perm) {
+  check_index_pair(rowptr, col);
+  num_cols = resolve_num_cols(num_cols, "spmm", x, "X");
+  SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce, num_cols);
+  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
+  s.num_cols = num_cols;
+  s.stamp = checked_structure(rowptr, col, num_cols, "spmm");
+  return s;
+}
+
+// The same for sddmm (num_cols = -1 takes K's rows).
+inline SddmmShape check_sddmm_call(const at::Tensor& rowptr, const at::Tensor& col,
+                                   const at::Tensor& q, const at::Tensor& k, int64_t num_cols,
+                                   const std::optional<at::Tensor>& t_rowptr,
+                                   const std::optional<at::Tensor>& t_col,
+                                   const std::optional<at::Tensor>& t_perm) {
+  check_index_pair(rowptr, col);
+  num_cols = resolve_num_cols(num_cols, "sddmm", k, "K");
+  SddmmShape s = check_sddmm_args(rowptr, col, q, k, num_cols);
+  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "sddmm");
+  s.num_cols = num_cols;
+  s.stamp = checked_structure(rowptr, col, num_cols, "sddmm");
+  return s;
 }
 
 }  // namespace sparsejit

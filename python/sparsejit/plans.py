@@ -134,9 +134,14 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
     """The plan tensor for spmm on A, or None to let the op's cost model choose.
 
     Looks in A's own cache, then (once per structure) in the tuned-plan store."""
-    key = memory_key("spmm", width, dtype, reduce)
     if torch.compiler.is_compiling():
-        return A._s.extra.get("plans", {}).get(key)
+        # The thread count cannot be read while tracing (a graph break): a plan made
+        # eagerly for this structure and problem is used whatever its thread count.
+        for k, plan in A._s.extra.get("plans", {}).items():
+            if k[:4] == ("spmm", width, dtype, reduce):
+                return plan
+        return None
+    key = memory_key("spmm", width, dtype, reduce)
     plans = A._s.extra.setdefault("plans", {})
     if key in plans:
         return plans[key]

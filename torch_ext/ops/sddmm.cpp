@@ -27,11 +27,9 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
                      const std::optional<at::Tensor>& t_rowptr,
                      const std::optional<at::Tensor>& t_col,
                      const std::optional<at::Tensor>& t_perm) {
-  check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(num_cols, "sddmm", k_in, "K");
-  const SddmmShape s = check_sddmm_args(rowptr, col, q_in, k_in, num_cols);
-  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "sddmm");
-  checked_structure(rowptr, col, num_cols, "sddmm");
+  const SddmmShape s =
+      check_sddmm_call(rowptr, col, q_in, k_in, num_cols, t_rowptr, t_col, t_perm);
+  num_cols = s.num_cols;
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   auto qc = half_as_float(q_in).contiguous();
@@ -63,11 +61,9 @@ at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at:
                       const std::optional<at::Tensor>& t_rowptr,
                       const std::optional<at::Tensor>& t_col,
                       const std::optional<at::Tensor>& t_perm) {
-  check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(num_cols, "sddmm", k, "K");
-  const SddmmShape s = check_sddmm_args(rowptr, col, q, k, num_cols);
-  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "sddmm");
-  checked_structure(rowptr, col, num_cols, "sddmm");
+  const SddmmShape s =
+      check_sddmm_call(rowptr, col, q, k, num_cols, t_rowptr, t_col, t_perm);
+  num_cols = s.num_cols;
   c10::cuda::CUDAGuard guard(q.device());
   if (!gpu_kernels_available())
     return call_on_cpu<at::Tensor>("sparsejit::sddmm", rowptr, col, q, k, num_cols, t_rowptr,

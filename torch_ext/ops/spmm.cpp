@@ -91,11 +91,9 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
                     const std::optional<at::Tensor>& plan_tensor,
                     const std::optional<at::Tensor>& bias, c10::string_view activation,
                     double act_param, double scale, bool need_arg) {
-  check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(num_cols, "spmm", x_in, "X");
-  const SpmmShape s = check_spmm_args(rowptr, col, values_in, x_in, reduce, num_cols);
-  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
-  const plan::StructureStamp stamp = checked_structure(rowptr, col, num_cols, "spmm");
+  const SpmmShape s =
+      check_spmm_call(rowptr, col, values_in, x_in, reduce, num_cols, t_rowptr, t_col, t_perm);
+  const plan::StructureStamp& stamp = s.stamp;
   const at::Tensor x = half_as_float(x_in);
   const std::optional<at::Tensor> values = half_as_float(values_in);
   auto rp = rowptr.contiguous();
@@ -124,7 +122,7 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
   p.x = xc.data_ptr();
   p.out = out.data_ptr();
   p.arg = with_arg ? arg.data_ptr<int64_t>() : nullptr;
-  p.num_cols = num_cols;
+  p.num_cols = s.num_cols;
   p.stamp = stamp;
   cpu::SpmmArgs& a = p.args;
   a.rows = s.rows;
@@ -168,11 +166,9 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                      const std::optional<at::Tensor>& /*plan: CPU schedules only*/,
                      const std::optional<at::Tensor>& bias, c10::string_view activation,
                      double act_param, double scale, bool need_arg) {
-  check_index_pair(rowptr, col);
-  num_cols = resolve_num_cols(num_cols, "spmm", x, "X");
-  const SpmmShape s = check_spmm_args(rowptr, col, values, x, reduce, num_cols);
-  check_transpose_args(t_rowptr, t_col, t_perm, col, num_cols, "spmm");
-  checked_structure(rowptr, col, num_cols, "spmm");
+  const SpmmShape s =
+      check_spmm_call(rowptr, col, values, x, reduce, num_cols, t_rowptr, t_col, t_perm);
+  num_cols = s.num_cols;
   const cpu::Act act = parse_activation(activation);
   const int64_t row_width = s.heads * s.features;
   at::Tensor bc;
