@@ -1,5 +1,7 @@
 #include "csrc/conv/kernel_map.h"
 
+#include "csrc/conv/merge_detail.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +12,10 @@ namespace sparsejit::conv {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
+
+}  // namespace
+
+namespace detail {
 
 void check_params(const ConvParams& p, int dims) {
   if (p.dims != dims)
@@ -43,6 +49,50 @@ bool same_layout(const KeyLayout& a, const KeyLayout& b) {
       return false;
   return true;
 }
+
+std::vector<MergeTask> make_tasks(const std::vector<Span>& spans) {
+  int64_t total = 0;
+  for (const Span& s : spans) total += s.end - s.begin;
+  const int64_t threads = omp_get_max_threads();
+  // about 4 tasks per thread, none under 2048 positions
+  const int64_t target = std::max<int64_t>(2048, total / (4 * threads) + 1);
+  std::vector<MergeTask> tasks;
+  for (const Span& s : spans) {
+    const int64_t len = s.end - s.begin, chunks = std::max<int64_t>(1, len / target);
+    for (int64_t c = 0; c < chunks; ++c) {
+      MergeTask t;
+      t.k = s.k;
+      t.p0 = s.begin + len * c / chunks;
+      t.p1 = s.begin + len * (c + 1) / chunks;
+      if (t.p1 > t.p0) tasks.push_back(std::move(t));
+    }
+  }
+  return tasks;
+}
+
+void assemble_map(const std::vector<MergeTask>& tasks, const std::vector<int64_t>& count,
+                  KernelMap& out) {
+  const int64_t K = static_cast<int64_t>(count.size());
+  out.offset_ptr.resize(K + 1);
+  out.offset_ptr[0] = 0;
+  for (int64_t k = 0; k < K; ++k) out.offset_ptr[k + 1] = out.offset_ptr[k] + count[k];
+  out.in_idx.resize(out.size());
+  out.out_idx.resize(out.size());
+  std::vector<int64_t> cursor(out.offset_ptr.begin(), out.offset_ptr.end() - 1);
+  for (const MergeTask& t : tasks) {  // tasks of one offset are in chunk order: key order kept
+    std::copy(t.ins.begin(), t.ins.end(), out.in_idx.begin() + cursor[t.k]);
+    std::copy(t.outs.begin(), t.outs.end(), out.out_idx.begin() + cursor[t.k]);
+    cursor[t.k] += static_cast<int64_t>(t.ins.size());
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::MergeTask;
+using detail::check_params;
+using detail::same_layout;
 
 // The two sorted lists one merge walks: input keys, and output base keys (of o * stride),
 // both in one layout that holds every query o * stride - padding + e * dilation.
@@ -94,22 +144,15 @@ MergeLists prepare_lists(const CoordSet& in, const CoordSet& out, const ConvPara
   return m;
 }
 
-// One piece of work: the pairs of offset k for output positions [p0, p1).
-struct MergeTask {
-  int64_t k = 0, p0 = 0, p1 = 0;
-  std::vector<int32_t> ins, outs;
-};
-
 // Walks the output chunk and the input list together; both ascend, so the input cursor only
-// moves forward. Long gaps in the input list are skipped by binary search.
+// moves forward (by galloping, so long gaps cost a logarithm).
 void merge_chunk(const MergeLists& m, int64_t n_in, const int32_t* in_site,
                  const int32_t* out_site, uint64_t delta, MergeTask& t) {
   const uint64_t* in = m.in_keys;
   int64_t j = std::lower_bound(in, in + n_in, m.base[t.p0] + delta) - in;
   for (int64_t q = t.p0; q < t.p1 && j < n_in; ++q) {
     const uint64_t key = m.base[q] + delta;
-    if (j + 8 < n_in && in[j + 8] < key) j = std::lower_bound(in + j + 8, in + n_in, key) - in;
-    while (j < n_in && in[j] < key) ++j;
+    j = detail::gallop(in, j, n_in, key);
     if (j < n_in && in[j] == key) {
       t.ins.push_back(in_site[j]);
       t.outs.push_back(out_site[q]);
@@ -118,41 +161,24 @@ void merge_chunk(const MergeLists& m, int64_t n_in, const int32_t* in_site,
   }
 }
 
-std::vector<MergeTask> make_tasks(const std::vector<int64_t>& offsets, int64_t n_out) {
-  const int64_t threads = omp_get_max_threads();
-  const int64_t n_off = std::max<int64_t>(static_cast<int64_t>(offsets.size()), 1);
-  const int64_t chunks =
-      std::max<int64_t>(1, std::min((4 * threads + n_off - 1) / n_off, n_out / 1024));
-  std::vector<MergeTask> tasks;
-  for (int64_t k : offsets)
-    for (int64_t c = 0; c < chunks; ++c) {
-      MergeTask t;
-      t.k = k;
-      t.p0 = n_out * c / chunks;
-      t.p1 = n_out * (c + 1) / chunks;
-      if (t.p1 > t.p0) tasks.push_back(std::move(t));
-    }
-  return tasks;
-}
-
 // Merges the listed offsets; `mirror` (submanifold) fills offset K-1-k from offset k swapped
 // and the centre with the identity. Writes `out` in place (resize, no clearing).
 void build_map(const CoordSet& in, const CoordSet& outs, const ConvParams& p, bool mirror,
                KernelMap& out) {
   const int64_t K = p.volume(), center = (K - 1) / 2;
-  std::vector<int64_t> todo;
-  for (int64_t k = 0; k < (mirror ? center : K); ++k) todo.push_back(k);
+  std::vector<detail::Span> todo;
+  for (int64_t k = 0; k < (mirror ? center : K); ++k) todo.push_back({k, 0, outs.size()});
   std::vector<MergeTask> tasks;
   if (in.size() > 0 && outs.size() > 0) {
     const MergeLists m = prepare_lists(in, outs, p);
     std::vector<uint64_t> delta(K);
     for (int64_t k = 0; k < K; ++k) {
       int64_t e[kMaxDims];
-      offset_vector(p, k, e);
+      detail::offset_vector(p, k, e);
       for (int d = 0; d < p.dims; ++d) e[d] = e[d] * p.dilation[d] - p.padding[d];
       delta[k] = m.layout.offset(e);
     }
-    tasks = make_tasks(todo, outs.size());
+    tasks = detail::make_tasks(todo);
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t t = 0; t < tasks.size(); ++t)
       merge_chunk(m, in.size(), in.site.data(), outs.site.data(), delta[tasks[t].k], tasks[t]);
@@ -163,18 +189,7 @@ void build_map(const CoordSet& in, const CoordSet& outs, const ConvParams& p, bo
     for (int64_t k = 0; k < center; ++k) count[K - 1 - k] = count[k];
     count[center] = in.size();
   }
-  out.offset_ptr.resize(K + 1);
-  out.offset_ptr[0] = 0;
-  for (int64_t k = 0; k < K; ++k) out.offset_ptr[k + 1] = out.offset_ptr[k] + count[k];
-  out.in_idx.resize(out.size());
-  out.out_idx.resize(out.size());
-
-  std::vector<int64_t> cursor(out.offset_ptr.begin(), out.offset_ptr.end() - 1);
-  for (MergeTask& t : tasks) {  // tasks of one offset are in chunk order: key order kept
-    std::copy(t.ins.begin(), t.ins.end(), out.in_idx.begin() + cursor[t.k]);
-    std::copy(t.outs.begin(), t.outs.end(), out.out_idx.begin() + cursor[t.k]);
-    cursor[t.k] += static_cast<int64_t>(t.ins.size());
-  }
+  detail::assemble_map(tasks, count, out);
   if (!mirror) return;
   for (int64_t k = 0; k < center; ++k) {  // map(-delta) = map(delta) swapped
     const int64_t src = out.offset_ptr[k], dst = out.offset_ptr[K - 1 - k];
@@ -235,31 +250,40 @@ KeyLayout grid_layout(const CoordSet& in, const std::vector<int64_t>& shape, int
   return make_key_layout(in.dims, in.batch_size, lo, hi);
 }
 
-// The output positions o_d one input coordinate c reaches along axis d: c = o*s + e*dil - pad
-// (strided), or o = c*s + e*dil - pad (transposed).
-int axis_outputs(int64_t c, const ConvParams& p, int d, int64_t extent, bool transposed,
-                 int64_t* o) {
-  int n = 0;
+// How an input coordinate i reaches outputs along one axis, with t = e * dilation - padding:
+// o = (i / div) * mul + c for each c in shifts[i % div]. Strided (i = o * s + t): div = s,
+// mul = 1, and the offsets with t = r (mod s) give c = (r - t) / s for residue r. Transposed
+// (o = i * s + t): div = 1, mul = s, c = t. Precomputed so that the per-site loop divides once
+// per axis instead of once per offset.
+struct AxisReach {
+  int64_t div = 1, mul = 1;
+  std::vector<std::vector<int64_t>> shifts;
+};
+
+AxisReach axis_reach(const ConvParams& p, int d, bool transposed) {
+  AxisReach a;
+  const int64_t s = p.stride[d];
+  (transposed ? a.mul : a.div) = s;
+  a.shifts.resize(a.div);
   for (int64_t e = 0; e < p.kernel[d]; ++e) {
-    if (transposed) {
-      const int64_t t = c * p.stride[d] + e * p.dilation[d] - p.padding[d];
-      if (t >= 0 && t < extent) o[n++] = t;
-      continue;
-    }
-    const int64_t t = c + p.padding[d] - e * p.dilation[d];
-    if (t >= 0 && t % p.stride[d] == 0 && t / p.stride[d] < extent) o[n++] = t / p.stride[d];
+    const int64_t t = e * p.dilation[d] - p.padding[d];
+    const int64_t r = transposed ? 0 : ((t % s) + s) % s;
+    a.shifts[r].push_back(transposed ? t : (r - t) / s);
   }
-  return n;  // distinct: t moves by dilation with each e
+  return a;
 }
 
 // Keys of every output site one input site reaches (the cartesian product of the axes).
-void site_outputs(const int32_t* row, const ConvParams& p, const std::vector<int64_t>& shape,
-                  bool transposed, const KeyLayout& layout, std::vector<uint64_t>& keys) {
-  const int dims = p.dims;
+void site_outputs(const int32_t* row, const AxisReach* reach, const std::vector<int64_t>& shape,
+                  int dims, const KeyLayout& layout, std::vector<uint64_t>& keys) {
   int64_t lists[kMaxDims][64];
   int n[kMaxDims];
   for (int d = 0; d < dims; ++d) {
-    n[d] = axis_outputs(row[1 + d], p, d, shape[d], transposed, lists[d]);
+    const AxisReach& a = reach[d];
+    const int64_t base = (row[1 + d] / a.div) * a.mul;
+    n[d] = 0;
+    for (int64_t c : a.shifts[row[1 + d] % a.div])
+      if (base + c >= 0 && base + c < shape[d]) lists[d][n[d]++] = base + c;
     if (n[d] == 0) return;
   }
   int idx[kMaxDims] = {0, 0, 0, 0};
@@ -280,13 +304,15 @@ CoordSet reached_sites(const CoordSet& in, const ConvParams& p, const std::vecto
     if (p.kernel[d] > 64)
       fail("kernel[" + std::to_string(d) + "] = " + std::to_string(p.kernel[d]) + " exceeds 64");
   const KeyLayout layout = grid_layout(in, shape, margin);
+  AxisReach reach[kMaxDims];
+  for (int d = 0; d < p.dims; ++d) reach[d] = axis_reach(p, d, transposed);
   std::vector<uint64_t> keys;
 #pragma omp parallel
   {
     std::vector<uint64_t> local;
 #pragma omp for schedule(static) nowait
     for (int64_t q = 0; q < in.size(); ++q)
-      site_outputs(in.coords.data() + q * in.width(), p, shape, transposed, layout, local);
+      site_outputs(in.coords.data() + q * in.width(), reach, shape, p.dims, layout, local);
 #pragma omp critical
     keys.insert(keys.end(), local.begin(), local.end());  // order is irrelevant: sorted next
   }
@@ -363,6 +389,9 @@ void generalized_map(const CoordSet& in, const CoordSet& out_sites, const ConvPa
   if (out_sites.dims != in.dims)
     fail("output sites have " + std::to_string(out_sites.dims) + " spatial axes; inputs have " +
          std::to_string(in.dims));
+  bool strided = false;
+  for (int d = 0; d < p.dims; ++d) strided |= p.stride[d] > 1;
+  if (strided && detail::strided_map(in, out_sites, p, out)) return;
   build_map(in, out_sites, p, /*mirror=*/false, out);
 }
 

@@ -316,6 +316,17 @@ TEST(Generalized, OntoUserSites) {
   EXPECT_EQ(m.offset_ptr, std::vector<int64_t>(28, 0));
 }
 
+// 70 x 70 residue classes exceed the input-driven path's limit: the output-driven merge runs.
+TEST(Generalized, HugeStrideFallsBackToOutputMerge) {
+  const CoordSet in = make_set(random_coords(3000, 2, 2, {700, 500}, 21), 2);
+  for (const ConvParams& p : {cube_params(2, 3, 70, 1, 1), cube_params(2, 3, 2, 1, 1)}) {
+    const CoordSet out = conv::spconv_output_sites(in, p);
+    KernelMap m = poisoned_map(p.volume(), p.volume() * out.size());
+    conv::generalized_map(in, out, p, m);
+    EXPECT_EQ(pairs_of(m, in.size(), out.size()), reference_pairs(in, sites_of(out), p));
+  }
+}
+
 TEST(Inverse, IsTheForwardSwapped) {
   const auto c = random_coords(800, 3, 2, {16, 16, 16}, 4);
   const CoordSet in = make_set(c, 3);
