@@ -144,21 +144,27 @@ MergeLists prepare_lists(const CoordSet& in, const CoordSet& out, const ConvPara
   return m;
 }
 
-// Walks the output chunk and the input list together; both ascend, so the input cursor only
-// moves forward (by galloping, so long gaps cost a logarithm).
+// Walks the output chunk and the input list together; both ascend, so each step advances one
+// cursor or both. Branch-free: the lists interleave finely (same density for submanifold
+// maps), where a mispredicted compare per step would cost more than the step. Every step
+// writes a candidate pair and keeps it only on a match (count <= steps on the output side).
 void merge_chunk(const MergeLists& m, int64_t n_in, const int32_t* in_site,
                  const int32_t* out_site, uint64_t delta, MergeTask& t) {
   const uint64_t* in = m.in_keys;
   int64_t j = std::lower_bound(in, in + n_in, m.base[t.p0] + delta) - in;
-  for (int64_t q = t.p0; q < t.p1 && j < n_in; ++q) {
-    const uint64_t key = m.base[q] + delta;
-    j = detail::gallop(in, j, n_in, key);
-    if (j < n_in && in[j] == key) {
-      t.ins.push_back(in_site[j]);
-      t.outs.push_back(out_site[q]);
-      ++j;  // keys are unique
-    }
+  t.ins.resize(t.p1 - t.p0);
+  t.outs.resize(t.p1 - t.p0);
+  int64_t q = t.p0, count = 0;
+  while (q < t.p1 && j < n_in) {
+    const uint64_t a = m.base[q] + delta, b = in[j];
+    t.ins[count] = in_site[j];
+    t.outs[count] = out_site[q];
+    count += a == b;
+    q += a <= b;
+    j += b <= a;
   }
+  t.ins.resize(count);
+  t.outs.resize(count);
 }
 
 // Merges the listed offsets; `mirror` (submanifold) fills offset K-1-k from offset k swapped

@@ -1,5 +1,6 @@
 // Kernel maps by merging sorted keys, against brute-force std::map references.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <fstream>
@@ -384,16 +385,30 @@ TEST(Transposed, MatchesBruteForce) {
   }
 }
 
-TEST(KernelMap, DeterministicAcrossRuns) {
-  const auto c = random_coords(20000, 3, 1, {128, 128, 128}, 12);
-  const CoordSet s = make_set(c, 3);
-  KernelMap a, b;
-  conv::submanifold_map(s, cube_params(3, 3), a);
-  conv::submanifold_map(s, cube_params(3, 3), b);
-  EXPECT_EQ(a.offset_ptr, b.offset_ptr);
-  EXPECT_EQ(a.in_idx, b.in_idx);
-  EXPECT_EQ(a.out_idx, b.out_idx);
-  check_submanifold(s, cube_params(3, 3));
+// Same bits whatever the thread count: 16 threads cut every offset's list into several chunks
+// (each finding its start by binary search), 1 thread walks each list whole.
+TEST(KernelMap, SameMapsForAnyThreadCount) {
+  const CoordSet s = make_set(random_coords(20000, 3, 2, {128, 128, 128}, 12), 3);
+  const ConvParams sub = cube_params(3, 3), str = cube_params(3, 3, 2, 1, 1);
+  const int saved = omp_get_max_threads();
+  KernelMap a[2], b[2];
+  CoordSet out[2];
+  for (int run = 0; run < 2; ++run) {
+    omp_set_num_threads(run == 0 ? 1 : 16);
+    conv::submanifold_map(s, sub, a[run]);
+    out[run] = conv::spconv_output_sites(s, str);
+    conv::generalized_map(s, out[run], str, b[run]);
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(out[0].keys, out[1].keys);
+  for (KernelMap* m : {a, b}) {
+    EXPECT_EQ(m[0].offset_ptr, m[1].offset_ptr);
+    EXPECT_EQ(m[0].in_idx, m[1].in_idx);
+    EXPECT_EQ(m[0].out_idx, m[1].out_idx);
+  }
+  EXPECT_EQ(pairs_of(a[1], s.size(), s.size()),
+            reference_pairs(s, sites_of(s), cube_params(3, 3, 1, 1, 1)));
+  EXPECT_EQ(pairs_of(b[1], s.size(), out[1].size()), reference_pairs(s, sites_of(out[1]), str));
 }
 
 // ---------------------------------------------------------------------------- real scans
