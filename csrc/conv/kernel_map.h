@@ -84,7 +84,7 @@ void submanifold_map(const CoordSet& sites, const ConvParams& p, KernelMap& out)
 void generalized_map(const CoordSet& in, const CoordSet& out_sites, const ConvParams& p,
                      KernelMap& out);
 
-// The map of the inverse convolution: `fwd` with in and out swapped.
+// The map of the inverse convolution: `fwd` with in and out swapped (`out` may be `fwd`).
 void inverse_map(const KernelMap& fwd, KernelMap& out);
 
 // spconv 2.x transposed-conv output shape (no output_padding).

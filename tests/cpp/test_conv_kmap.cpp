@@ -343,6 +343,8 @@ TEST(Inverse, IsTheForwardSwapped) {
     std::sort(v.begin(), v.end());
   }
   EXPECT_EQ(pairs_of(inv, out.size(), in.size()), ref);
+  conv::inverse_map(fwd, fwd);  // in place
+  EXPECT_EQ(pairs_of(fwd, out.size(), in.size()), ref);
 }
 
 // spconv SparseConvTranspose: new sites o = i * stride + e * dilation - padding.
