@@ -3,8 +3,8 @@
 // (spconv k=3, s=2, p=1: output sites + pairs) on a voxelized KITTI scan and on 20k random
 // voxels in a 128^3 grid. Build and run from the repository root:
 //
-//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/kmap_bench.cpp csrc/conv/coords.cpp
-//       csrc/conv/kernel_map.cpp -o /tmp/kmap_bench && OMP_NUM_THREADS=2 /tmp/kmap_bench
+//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/kmap_bench.cpp csrc/conv/*.cpp
+//       -o /tmp/kmap_bench && OMP_NUM_THREADS=2 /tmp/kmap_bench
 //
 // Time it on a quiet machine only (uptime load < 1).
 #include <algorithm>
