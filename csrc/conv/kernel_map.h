@@ -23,12 +23,17 @@
 //   - padding inside out_shape = (in - 1) * stride - 2 * pad + dil * (k - 1) + 1, pairs
 //   (i, o) by that formula: the generalized map with the roles of the two sets exchanged.
 //
-// How: the output sites are sorted, and o -> o * stride is strictly increasing per axis, so
-// the keys of o * stride - padding + e * dilation are sorted for each e; they are the
-// output's base keys plus one constant (KeyLayout::offset). Each offset's map is one merge of
-// that list with the sorted input keys, parallel over chunks of the output list (each chunk
-// finds its start in the input list by binary search). Submanifold maps exploit symmetry:
-// the map of -delta is the map of delta swapped, and the centre offset is the identity.
+// How (stride 1): the output sites are sorted, so the keys of o - padding + e * dilation are
+// sorted for each e: the output keys plus one constant (KeyLayout::offset). Each offset's map
+// is one branch-free merge of that list with the sorted input keys, parallel over chunks of
+// the output list (each chunk finds its start in the input list by binary search).
+// Submanifold maps exploit symmetry: the map of -delta is the map of delta swapped, and the
+// centre offset is the identity.
+// How (stride > 1, strided_map.cpp): input-driven. Only inputs with i = e * dilation -
+// padding (mod stride) can pair with offset e, and for them o = floor(i / stride) + const:
+// the inputs are grouped by residue class once, and each offset merges one class's shifted
+// keys with the sorted output keys by galloping. Fields of a layout too narrow for the
+// queries are widened by repacking (same order, O(N)); past 64 bits it is an error.
 #pragma once
 
 #include <cstdint>
