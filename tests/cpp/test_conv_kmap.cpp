@@ -166,6 +166,16 @@ TEST(Submanifold, AnisotropicKernel) {
   check_submanifold(make_set(c, 3), p);
 }
 
+// D = 1 and D = 4 go through the same code; checked on small clouds.
+TEST(Submanifold, OneAndFourDimensions) {
+  const CoordSet line = make_set(random_coords(60, 1, 3, {90}, 31), 1);
+  check_submanifold(line, cube_params(1, 5, 1, 2));
+  check_spconv(line, cube_params(1, 3, 2, 1, 1));
+  const CoordSet hyper = make_set(random_coords(900, 4, 2, {9, 7, 8, 6}, 32), 4);
+  check_submanifold(hyper, cube_params(4, 3));
+  check_spconv(hyper, cube_params(4, 3, 2, 1, 1));
+}
+
 TEST(Submanifold, RejectsEvenKernelAndStride) {
   const CoordSet s = make_set({0, 1, 1}, 2);
   KernelMap m;
