@@ -6,8 +6,13 @@
 // 1 / |group| for reduce = mean (R-GCN's c_{i,r}).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace sparsejit::rgms {
 
@@ -62,16 +67,31 @@ void gather_rows(const GroupRange& gr, const T* y, int64_t f, T* out) {
   }
 }
 
-// dx[src_p, :] += coef_p * dagg[g - g0, :]. Sources repeat across groups, so this runs on
-// one thread (a first cut: a per-thread or by-source ordering would parallelize it).
+// dx[src_p, :] += coef_p * dagg[g - g0, :]. Sources repeat across groups, so threads split
+// the feature columns instead of the entries (no two threads write one element); narrow
+// rows (or few entries) run on one thread.
 template <typename T>
 void scatter_entries(const GroupRange& gr, const T* values, const T* dagg, int64_t f, T* dx) {
-  for (int64_t g = gr.g0; g < gr.g1; ++g) {
-    const T* in = dagg + (g - gr.g0) * f;
-    for (int64_t p = gr.grp_ptr[g]; p < gr.grp_ptr[g + 1]; ++p) {
-      const T c = entry_coef(gr, values, g, p);
-      T* out = dx + gr.src[p] * f;
-      for (int64_t j = 0; j < f; ++j) out[j] += c * in[j];
+  const int64_t entries = gr.g1 > gr.g0 ? gr.grp_ptr[gr.g1] - gr.grp_ptr[gr.g0] : 0;
+#pragma omp parallel if (entries * f > 32768 && f >= 16)
+  {
+#ifdef _OPENMP
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    const int64_t nt = 1, t = 0;
+#endif
+    // Column ranges in multiples of 8 elements, so threads do not share a cache line's
+    // worth of floats more than necessary.
+    const int64_t chunks = (f + 7) / 8;
+    const int64_t j0 = std::min(f, (chunks * t / nt) * 8);
+    const int64_t j1 = std::min(f, (chunks * (t + 1) / nt) * 8);
+    for (int64_t g = gr.g0; g < gr.g1 && j0 < j1; ++g) {
+      const T* in = dagg + (g - gr.g0) * f;
+      for (int64_t p = gr.grp_ptr[g]; p < gr.grp_ptr[g + 1]; ++p) {
+        const T c = entry_coef(gr, values, g, p);
+        T* out = dx + gr.src[p] * f;
+        for (int64_t j = j0; j < j1; ++j) out[j] += c * in[j];
+      }
     }
   }
 }

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .ops import edge_softmax, spmm
-from .ops.rgms import TypedSparseMatrix, rgms
+from .ops.rgms import cached_from_edge_index, rgms
 from .matrix import SparseMatrix
 
 
@@ -191,8 +191,7 @@ class RGCNConv(nn.Module):
                                  "non-continuous input features.")
             out = _featureless_rgms(weight, x_l, edge_index, edge_type, n, reduce)
         else:
-            A = TypedSparseMatrix.from_edge_index(edge_index, n, edge_type=edge_type,
-                                                  num_relations=self.num_relations)
+            A = cached_from_edge_index(edge_index, n, edge_type, self.num_relations)
             out = rgms(A, x_l, weight, reduce=reduce)
         if self.root is not None:
             out = out + (self.root[x_r] if x_r.dtype == torch.long else x_r @ self.root)

@@ -12,6 +12,7 @@ A typed structure's plan (entries grouped by relation, then by target) is built 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Optional, Tuple, Union
 
 import torch
@@ -104,6 +105,44 @@ class TypedSparseMatrix:
                 f"num_relations={self.num_relations})")
 
 
+# Eager calls with an edge_index (RGCNConv's forward, every layer of a model) would rebuild the
+# plan on every call: a few entries keyed by the identity and version counter of edge_index
+# and edge_type. An entry holds the two tensors, so their ids cannot be reused while it
+# lives; an in-place change bumps the version and misses. Not used under torch.compile (the
+# rgms_plan op is traced into the graph instead).
+_TYPED_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_TYPED_CACHE_SIZE = 4
+
+
+def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch.Tensor,
+                           num_relations: int) -> TypedSparseMatrix:
+    """TypedSparseMatrix.from_edge_index, remembered for the last few (edge_index,
+    edge_type) tensors while they are not modified in place."""
+    build = lambda: TypedSparseMatrix.from_edge_index(  # noqa: E731
+        edge_index, num_nodes, edge_type=edge_type, num_relations=num_relations)
+    if torch.compiler.is_compiling() or not isinstance(edge_index, torch.Tensor) or \
+            not isinstance(edge_type, torch.Tensor):
+        return build()
+    try:
+        key = (id(edge_index), edge_index._version, id(edge_type), edge_type._version,
+               num_nodes, num_relations)
+    except RuntimeError:  # inference tensors have no version counter
+        return build()
+    hit = _TYPED_CACHE.get(key)
+    if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
+        _TYPED_CACHE.move_to_end(key)
+        return hit[2]
+    A = build()
+    _TYPED_CACHE[key] = (edge_index, edge_type, A)
+    while len(_TYPED_CACHE) > _TYPED_CACHE_SIZE:
+        _TYPED_CACHE.popitem(last=False)
+    return A
+
+
+def clear_typed_cache() -> None:
+    _TYPED_CACHE.clear()
+
+
 def rgms(
     A: Union[TypedSparseMatrix, torch.Tensor],
     X: torch.Tensor,
@@ -117,7 +156,7 @@ def rgms(
     """``Y[i] = sum_{stored p = (i, j)} a_p * X[j] @ W[type_p]``; `W` is ``[R, F_in, F_out]``.
 
     `A` is a TypedSparseMatrix, or an ``edge_index`` with `edge_type` (the structure is then
-    built on this call; `num_nodes` defaults to ``X.shape[0]``). ``reduce="mean"`` divides
+    built on this call, or taken from a small cache of recent ones; `num_nodes` defaults to ``X.shape[0]``). ``reduce="mean"`` divides
     by the number of entries of each (target, relation), R-GCN's ``c_{i,r}``; for a
     per-target normalization pass ``reduce="sum"`` with ``values = 1 / in_degree[target]``.
     Differentiable in X, W and `values`.
@@ -134,9 +173,8 @@ def rgms(
         if edge_type is None:
             raise ValueError("sparsejit.rgms: pass edge_type with an edge_index (or a "
                              "TypedSparseMatrix)")
-        A = TypedSparseMatrix.from_edge_index(
-            A, X.shape[0] if num_nodes is None else num_nodes, edge_type=edge_type,
-            num_relations=W.shape[0])
+        A = cached_from_edge_index(A, X.shape[0] if num_nodes is None else num_nodes,
+                                   edge_type, W.shape[0])
     elif edge_type is not None:
         raise ValueError("sparsejit.rgms: edge_type is given by the TypedSparseMatrix; do not "
                          "pass it again")
