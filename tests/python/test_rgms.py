@@ -145,6 +145,22 @@ def test_segment_matmul_matches_loop(dtype, sizes, poison_empty):
     torch.testing.assert_close(y.double(), ref, atol=TOL[dtype], rtol=TOL[dtype])
 
 
+@pytest.mark.parametrize("n,k", [(50, 4), (0, 3), (20, 1)])
+def test_gather_matmul(n, k):
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(k, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, max(k - 1, 1), (n,), generator=g)  # the last type unused
+    ref = torch.einsum("ni,nio->no", x, w[index])
+    torch.testing.assert_close(sj.gather_matmul(x, index, w), ref)
+    assert torch.autograd.gradcheck(lambda x, w: sj.gather_matmul(x, index, w), (x, w))
+    if n:
+        bad = index.clone()
+        bad[n // 2] = k
+        with pytest.raises(ValueError, match=rf"index\[{n // 2}\] = {k} is out of range"):
+            sj.gather_matmul(x, bad, w)
+
+
 # ---- bad input -------------------------------------------------------------------------------
 
 

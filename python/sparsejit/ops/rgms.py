@@ -200,6 +200,35 @@ def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch
     return torch.ops.sparsejit.segment_matmul(x, ptr, w)
 
 
+def gather_matmul(x: torch.Tensor, index: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``out[i] = x[i] @ w[index[i]]`` (PyG's HeteroLinear): rows grouped by type (a stable
+    sort), one segment_matmul, rows put back. Differentiable in x and w through
+    segment_matmul's autograd. `index` must hold integers in ``[0, w.shape[0])``."""
+    if not isinstance(index, torch.Tensor) or index.dtype.is_floating_point or \
+            index.dtype == torch.bool or index.dtype.is_complex:
+        raise TypeError("sparsejit.gather_matmul: index must be an integer tensor")
+    if x.dim() != 2 or w.dim() != 3:
+        raise ValueError(f"sparsejit.gather_matmul: x must be [N, F_in] and w [K, F_in, F_out]; "
+                         f"got {tuple(x.shape)} and {tuple(w.shape)}")
+    if index.dim() != 1 or index.shape[0] != x.shape[0]:
+        raise ValueError(f"sparsejit.gather_matmul: index must have shape [N] = "
+                         f"[{x.shape[0]}]; got {tuple(index.shape)}")
+    k = w.shape[0]
+    index = index.long()
+    if not torch.compiler.is_compiling() and index.numel():
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= k:
+            bad = int(((index < 0) | (index >= k)).nonzero()[0])
+            raise ValueError(f"sparsejit.gather_matmul: index[{bad}] = {int(index[bad])} is out "
+                             f"of range for w.shape[0] = {k}")
+    perm = torch.argsort(index, stable=True)
+    counts = torch.zeros(k, dtype=torch.long, device=index.device).index_add_(
+        0, index, torch.ones_like(index))
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    y = torch.ops.sparsejit.segment_matmul(x[perm], ptr, w)
+    return torch.empty_like(y).index_copy_(0, perm, y)
+
+
 # ---- fakes --------------------------------------------------------------------------------
 
 @torch.library.register_fake("sparsejit::rgms_plan")
