@@ -176,22 +176,23 @@ class RGCNConv(nn.Module):
                 self.num_relations, self.in_channels_l, self.out_channels)
         return w
 
-    def forward(self, x: Optional[torch.Tensor], edge_index: torch.Tensor,
-                edge_type: torch.Tensor) -> torch.Tensor:
-        x_l = x
+    def forward(self, x, edge_index: torch.Tensor, edge_type: torch.Tensor) -> torch.Tensor:
+        """`x`: ``[N, in]`` features, a LongTensor of node ids, None (ids 0 .. in - 1), or
+        PyG's bipartite pair ``(x_src, x_dst)``."""
+        x_l = x[0] if isinstance(x, tuple) else x
         if x_l is None:
             x_l = torch.arange(self.in_channels_l, device=self.weight.device)
-        x_r = x_l
+        x_r = x[1] if isinstance(x, tuple) and x[1] is not None else x_l
         reduce = "mean" if self.aggr == "mean" else "sum"
         weight = self.relation_weights()
-        n = x_l.size(0)
+        size = (x_l.size(0), x_r.size(0))
         if x_l.dtype == torch.long:
             if self.num_blocks is not None:
                 raise ValueError("Block-diagonal decomposition not supported for "
                                  "non-continuous input features.")
-            out = _featureless_rgms(weight, x_l, edge_index, edge_type, n, reduce)
+            out = _featureless_rgms(weight, x_l, edge_index, edge_type, size[1], reduce)
         else:
-            A = cached_from_edge_index(edge_index, n, edge_type, self.num_relations)
+            A = cached_from_edge_index(edge_index, size, edge_type, self.num_relations)
             out = rgms(A, x_l, weight, reduce=reduce)
         if self.root is not None:
             out = out + (self.root[x_r] if x_r.dtype == torch.long else x_r @ self.root)

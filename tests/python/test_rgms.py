@@ -131,7 +131,7 @@ def test_plan_groups_by_relation_then_target():
 # ---- segment_matmul ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("sizes", [[3, 0, 5, 1], [0], [0, 0, 4], [7], [2] * 30])
 def test_segment_matmul_matches_loop(dtype, sizes, poison_empty):
     g = torch.Generator().manual_seed(len(sizes))
@@ -350,6 +350,14 @@ def test_compile_two_layer_rgcn_fullgraph():
         torch.testing.assert_close(gc, p.grad)
 
 
+def test_compile_featureless_rgcn_fullgraph():
+    torch._dynamo.reset()
+    ei, et, n, _, r = typed_graph("uniform", seed=13)
+    model = RGCN(n, 8, 3, r, num_bases=2)
+    eager = model(None, ei, et)
+    torch.testing.assert_close(torch.compile(model, fullgraph=True)(None, ei, et), eager)
+
+
 # ---- the layer -------------------------------------------------------------------------------
 
 
@@ -422,4 +430,16 @@ def test_rgcnconv_matches_pyg(cfg, featureless):
     ours = RGCNConv(f_in, 4, r, **cfg)
     ours.load_state_dict(pyg.state_dict())
     x = None if featureless else torch.randn(n, f_in)
+    torch.testing.assert_close(ours(x, ei, et), pyg(x, ei, et), atol=1e-5, rtol=1e-5)
+
+
+def test_rgcnconv_bipartite_matches_pyg():
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    ei, et, n_src, n_dst, r = typed_graph("rect", seed=14)
+    torch.manual_seed(1)
+    pyg = pyg_nn.RGCNConv((5, 3), 4, r, num_bases=2)
+    torch.nn.init.uniform_(pyg.bias)
+    ours = RGCNConv((5, 3), 4, r, num_bases=2)
+    ours.load_state_dict(pyg.state_dict())
+    x = (torch.randn(n_src, 5), torch.randn(n_dst, 3))
     torch.testing.assert_close(ours(x, ei, et), pyg(x, ei, et), atol=1e-5, rtol=1e-5)
