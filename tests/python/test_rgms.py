@@ -52,8 +52,10 @@ def reference(edge_index, edge_type, n_dst, X, W, reduce, values=None):
     for r in range(W.shape[0]):
         m = edge_type == r
         s, d = edge_index[0][m], edge_index[1][m]
-        v = values[m].double() if values is not None else torch.ones(int(m.sum()), dtype=torch.float64)
-        agg = torch.zeros(n_dst, X.shape[1], dtype=torch.float64).index_add_(0, d, Xd[s] * v[:, None])
+        v = (values[m].double() if values is not None
+             else torch.ones(int(m.sum()), dtype=torch.float64))
+        agg = torch.zeros(n_dst, X.shape[1], dtype=torch.float64)
+        agg.index_add_(0, d, Xd[s] * v[:, None])
         if reduce == "mean":
             agg = agg / torch.bincount(d, minlength=n_dst).clamp(min=1).double()[:, None]
         Y += agg @ Wd[r]
@@ -267,7 +269,8 @@ def test_rgms_backward_matches_reference_autograd(reduce, f_in):
     W = torch.randn(r, f_in, 9, generator=g, dtype=torch.float64, requires_grad=True)
     v = torch.rand(e, generator=g, dtype=torch.float64, requires_grad=True)
     dy = torch.randn(n, 9, generator=g, dtype=torch.float64)
-    ours = torch.autograd.grad(sj.rgms(ei, X, W, edge_type=et, reduce=reduce, values=v), (X, W, v), dy)
+    Y = sj.rgms(ei, X, W, edge_type=et, reduce=reduce, values=v)
+    ours = torch.autograd.grad(Y, (X, W, v), dy)
     ref = torch.autograd.grad(reference(ei, et, n, X, W, reduce, v), (X, W, v), dy)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b)

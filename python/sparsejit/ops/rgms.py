@@ -156,9 +156,9 @@ def rgms(
     """``Y[i] = sum_{stored p = (i, j)} a_p * X[j] @ W[type_p]``; `W` is ``[R, F_in, F_out]``.
 
     `A` is a TypedSparseMatrix, or an ``edge_index`` with `edge_type` (the structure is then
-    built on this call, or taken from a small cache of recent ones; `num_nodes` defaults to ``X.shape[0]``). ``reduce="mean"`` divides
-    by the number of entries of each (target, relation), R-GCN's ``c_{i,r}``; for a
-    per-target normalization pass ``reduce="sum"`` with ``values = 1 / in_degree[target]``.
+    built on this call, or taken from a small cache of recent ones; `num_nodes` defaults to
+    ``X.shape[0]``). ``reduce="mean"`` divides by the number of entries of each (target,
+    relation), R-GCN's ``c_{i,r}``; for a per-target normalization pass ``reduce="sum"`` with ``values = 1 / in_degree[target]``.
     Differentiable in X, W and `values`.
     """
     if reduce not in _REDUCES:
