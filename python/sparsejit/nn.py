@@ -119,11 +119,15 @@ class RGCNConv(nn.Module):
     ``in_channels`` is then the number of nodes, as in PyG).
 
     Runs one ``sparsejit.rgms`` call for all relations (per relation: reduce onto its
-    targets, one GEMM, scatter), never a per-edge weight tensor."""
+    targets, one GEMM, scatter), never a per-edge weight tensor. ``FastRGCNConv`` is the
+    same class."""
 
     def __init__(self, in_channels, out_channels: int, num_relations: int,
                  num_bases: Optional[int] = None, num_blocks: Optional[int] = None,
-                 aggr: str = "mean", root_weight: bool = True, bias: bool = True):
+                 aggr: str = "mean", root_weight: bool = True, is_sorted: bool = False,
+                 bias: bool = True):
+        # is_sorted: PyG's hint that edges come sorted by type; accepted (in PyG's position)
+        # and ignored, since the typed structure sorts them anyway.
         super().__init__()
         if num_bases is not None and num_blocks is not None:
             raise ValueError("Can not apply both basis-decomposition and block-diagonal-"
@@ -221,4 +225,6 @@ def _featureless_rgms(weight, ids, edge_index, edge_type, n, reduce):
     return torch.zeros(n, f_out, dtype=weight.dtype, device=weight.device).index_add_(0, dst, msg)
 
 
-__all__ = ["gcn_norm", "GCNConv", "SAGEConv", "GATConv", "RGCNConv"]
+FastRGCNConv = RGCNConv
+
+__all__ = ["gcn_norm", "GCNConv", "SAGEConv", "GATConv", "RGCNConv", "FastRGCNConv"]

@@ -413,11 +413,14 @@ def test_rgcnconv_parameter_names():
     assert RGCNConv(4, 6, 3, num_blocks=2).weight.shape == (3, 2, 2, 3)
     with pytest.raises(ValueError, match="both"):
         RGCNConv(4, 6, 3, num_bases=2, num_blocks=2)
+    # PyG's positional order: (..., aggr, root_weight, is_sorted, bias)
+    assert RGCNConv(4, 6, 3, None, None, "mean", True, True, False).bias is None
+    assert sj.nn.FastRGCNConv is RGCNConv
 
 
 @pytest.mark.parametrize("cfg", [
     dict(), dict(num_bases=3), dict(num_blocks=2), dict(aggr="add"),
-    dict(root_weight=False), dict(bias=False),
+    dict(root_weight=False), dict(bias=False), dict(is_sorted=True),
 ])
 @pytest.mark.parametrize("featureless", [False, True])
 def test_rgcnconv_matches_pyg(cfg, featureless):
