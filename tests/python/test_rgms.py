@@ -1,6 +1,8 @@
 """RGMS (sparsejit.rgms, TypedSparseMatrix), segment_matmul and nn.RGCNConv against plain
 float64 per-relation references on fresh random typed graphs."""
 
+import zlib
+
 import pytest
 import torch
 
@@ -88,7 +90,8 @@ KINDS = ["uniform", "skewed", "r1", "r200", "empty", "hub", "rect"]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_rgms_matches_reference(kind, reduce, dtype, weighted, poison_empty):
-    ei, et, n_src, n_dst, r = typed_graph(kind, seed=hash((kind, reduce)) % 1000)
+    seed = zlib.crc32(f"{kind}/{reduce}".encode()) % 1000  # fixed across processes
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=seed)
     g = torch.Generator().manual_seed(1)
     X = torch.randn(n_src, 12, generator=g).to(dtype)
     W = torch.randn(r, 12, 7, generator=g).to(dtype)
@@ -259,16 +262,17 @@ def test_rgms_gradcheck(kind, reduce):
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("f_in", [24, 5])
 def test_rgms_backward_matches_reference_autograd(reduce, f_in):
-    """Large enough for the parallel paths (column-split scatter into dX)."""
+    """Large enough for the parallel paths (kernels/cpu/rgms_kernel.h parallelizes when
+    groups x F > 32768; the column-split scatter into dX also needs F >= 16)."""
     g = torch.Generator().manual_seed(11)
-    n, e, r = 300, 4000, 7
+    n, e, r = 2500, 24000, 6
     ei = torch.randint(0, n, (2, e), generator=g)
     et = torch.randint(0, r, (e,), generator=g)
     et[et == 5] = 2  # an empty relation
     X = torch.randn(n, f_in, generator=g, dtype=torch.float64, requires_grad=True)
-    W = torch.randn(r, f_in, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(r, f_in, 20, generator=g, dtype=torch.float64, requires_grad=True)
     v = torch.rand(e, generator=g, dtype=torch.float64, requires_grad=True)
-    dy = torch.randn(n, 9, generator=g, dtype=torch.float64)
+    dy = torch.randn(n, 20, generator=g, dtype=torch.float64)
     Y = sj.rgms(ei, X, W, edge_type=et, reduce=reduce, values=v)
     ours = torch.autograd.grad(Y, (X, W, v), dy)
     ref = torch.autograd.grad(reference(ei, et, n, X, W, reduce, v), (X, W, v), dy)
