@@ -1,0 +1,322 @@
+"""RGMS (relational gather-matmul-scatter) and segment_matmul: wrappers, fakes and autograd
+of the ops in torch_ext/ops/rgms.cpp.
+
+    A = sj.TypedSparseMatrix.from_edge_index(edge_index, num_nodes, edge_type=etype,
+                                              num_relations=R)
+    Y = sj.rgms(A, X, W, reduce="mean")      # Y[i] = sum_r c_{i,r} sum_{j in N_r(i)} X[j] W[r]
+    Y = sj.segment_matmul(X, ptr, W)         # rows ptr[k]:ptr[k+1] of X times W[k]
+
+A typed structure's plan (entries grouped by relation, then by target) is built once, by the
+``rgms_plan`` op, and held as tensors, so it crosses torch.compile, torch.save and ``.to()``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional, Tuple, Union
+
+import torch
+
+from ._common import FLOAT_DTYPES
+
+_REDUCES = ("sum", "mean")
+
+
+class TypedSparseMatrix:
+    """A sparse matrix whose stored entries each carry a relation id in ``[0, R)``.
+
+    Rows are targets (``edge_index[1]``) and columns sources (``edge_index[0]``), as in
+    ``SparseMatrix.from_edge_index``. `values` (``[E]``, optional) are per-edge
+    coefficients in the order of `edge_index`.
+    """
+
+    def __init__(self, plan: Tuple[torch.Tensor, ...], shape: Tuple[int, int],
+                 values: Optional[torch.Tensor] = None):
+        self.plan = tuple(plan)
+        self.shape = (shape[0], shape[1])
+        self.values = values
+
+    @classmethod
+    def from_edge_index(
+        cls,
+        edge_index: torch.Tensor,
+        num_nodes: Union[int, Tuple[int, int], None] = None,
+        *,
+        edge_type: torch.Tensor,
+        num_relations: Optional[int] = None,
+        values: Optional[torch.Tensor] = None,
+    ) -> "TypedSparseMatrix":
+        """`num_nodes`: an int (square), or PyG's ``(num_sources, num_targets)``; None takes
+        the largest index + 1. `num_relations` None takes ``edge_type.max() + 1`` (a data-
+        dependent read: pass it under torch.compile). Validated once, here (relation ids in
+        range and one per edge; endpoints in range), with errors naming position and value."""
+        if not isinstance(edge_index, torch.Tensor):
+            edge_index = torch.as_tensor(edge_index)
+        if not isinstance(edge_type, torch.Tensor):
+            raise TypeError(f"edge_type must be a tensor; got {type(edge_type).__name__}")
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape [2, E]; got {tuple(edge_index.shape)}")
+        if edge_type.dtype.is_floating_point or edge_type.dtype in (torch.bool,) or \
+                edge_type.dtype.is_complex:
+            raise TypeError(f"edge_type must hold integers; got {edge_type.dtype}")
+        if num_nodes is None:
+            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+        if isinstance(num_nodes, int):
+            num_src = num_dst = num_nodes
+        else:
+            num_src, num_dst = num_nodes
+        if num_relations is None:
+            num_relations = int(edge_type.max()) + 1 if edge_type.numel() else 1
+        if values is not None and (values.dim() != 1 or values.shape[0] != edge_index.shape[1]):
+            raise ValueError(f"values must have shape [E] = [{edge_index.shape[1]}]; got "
+                             f"{tuple(values.shape)}")
+        plan = torch.ops.sparsejit.rgms_plan(edge_index, edge_type, num_src, num_dst,
+                                             num_relations)
+        return cls(plan, (num_dst, num_src), values)
+
+    @property
+    def num_relations(self) -> int:
+        return self.plan[0].shape[0] - 1
+
+    @property
+    def nnz(self) -> int:
+        return self.plan[3].shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.plan[0].device
+
+    def with_values(self, values: Optional[torch.Tensor]) -> "TypedSparseMatrix":
+        return TypedSparseMatrix(self.plan, self.shape, values)
+
+    def to(self, device) -> "TypedSparseMatrix":
+        values = self.values.to(device) if self.values is not None else None
+        return TypedSparseMatrix(tuple(t.to(device) for t in self.plan), self.shape, values)
+
+    def relation_stats(self) -> dict:
+        """Per relation: stored entries and distinct targets (the planner's inputs)."""
+        rel_ptr, grp_ptr = self.plan[0], self.plan[1]
+        groups = rel_ptr[1:] - rel_ptr[:-1]
+        entries = grp_ptr[rel_ptr[1:]] - grp_ptr[rel_ptr[:-1]]
+        return {"entries": entries.tolist(), "targets": groups.tolist()}
+
+    def __repr__(self) -> str:
+        return (f"TypedSparseMatrix(shape={self.shape}, nnz={self.nnz}, "
+                f"num_relations={self.num_relations})")
+
+
+# Eager calls with an edge_index (RGCNConv's forward, every layer of a model) would rebuild the
+# plan on every call: a few entries keyed by the identity and version counter of edge_index
+# and edge_type. An entry holds the two tensors, so their ids cannot be reused while it
+# lives; an in-place change bumps the version and misses. Not used under torch.compile (the
+# rgms_plan op is traced into the graph instead).
+_TYPED_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_TYPED_CACHE_SIZE = 4
+
+
+def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch.Tensor,
+                           num_relations: int) -> TypedSparseMatrix:
+    """TypedSparseMatrix.from_edge_index, remembered for the last few (edge_index,
+    edge_type) tensors while they are not modified in place."""
+    build = lambda: TypedSparseMatrix.from_edge_index(  # noqa: E731
+        edge_index, num_nodes, edge_type=edge_type, num_relations=num_relations)
+    if torch.compiler.is_compiling() or not isinstance(edge_index, torch.Tensor) or \
+            not isinstance(edge_type, torch.Tensor):
+        return build()
+    try:
+        key = (id(edge_index), edge_index._version, id(edge_type), edge_type._version,
+               num_nodes, num_relations)
+    except RuntimeError:  # inference tensors have no version counter
+        return build()
+    hit = _TYPED_CACHE.get(key)
+    if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
+        _TYPED_CACHE.move_to_end(key)
+        return hit[2]
+    A = build()
+    _TYPED_CACHE[key] = (edge_index, edge_type, A)
+    while len(_TYPED_CACHE) > _TYPED_CACHE_SIZE:
+        _TYPED_CACHE.popitem(last=False)
+    return A
+
+
+def clear_typed_cache() -> None:
+    _TYPED_CACHE.clear()
+
+
+def rgms(
+    A: Union[TypedSparseMatrix, torch.Tensor],
+    X: torch.Tensor,
+    W: torch.Tensor,
+    *,
+    edge_type: Optional[torch.Tensor] = None,
+    reduce: str = "sum",
+    values: Optional[torch.Tensor] = None,
+    num_nodes: Union[int, Tuple[int, int], None] = None,
+) -> torch.Tensor:
+    """``Y[i] = sum_{stored p = (i, j)} a_p * X[j] @ W[type_p]``; `W` is ``[R, F_in, F_out]``.
+
+    `A` is a TypedSparseMatrix, or an ``edge_index`` with `edge_type` (the structure is then
+    built on this call, or taken from a small cache of recent ones; `num_nodes` defaults to
+    ``X.shape[0]``). ``reduce="mean"`` divides by the number of entries of each (target,
+    relation), R-GCN's ``c_{i,r}``; for a per-target normalization pass ``reduce="sum"`` with ``values = 1 / in_degree[target]``.
+    Differentiable in X, W and `values`.
+    """
+    if reduce not in _REDUCES:
+        raise ValueError(f"sparsejit.rgms: reduce must be 'sum' or 'mean'; got {reduce!r}")
+    if not isinstance(X, torch.Tensor) or X.dim() != 2:
+        raise ValueError(f"sparsejit.rgms: X must be a [num_nodes, F_in] tensor; got "
+                         f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
+    if not isinstance(W, torch.Tensor) or W.dim() != 3:
+        raise ValueError("sparsejit.rgms: W must be a [num_relations, F_in, F_out] tensor; got "
+                         f"{tuple(W.shape) if isinstance(W, torch.Tensor) else type(W).__name__}")
+    if not isinstance(A, TypedSparseMatrix):
+        if edge_type is None:
+            raise ValueError("sparsejit.rgms: pass edge_type with an edge_index (or a "
+                             "TypedSparseMatrix)")
+        A = cached_from_edge_index(A, X.shape[0] if num_nodes is None else num_nodes,
+                                   edge_type, W.shape[0])
+    elif edge_type is not None:
+        raise ValueError("sparsejit.rgms: edge_type is given by the TypedSparseMatrix; do not "
+                         "pass it again")
+    if values is None:
+        values = A.values
+    if X.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"sparsejit.rgms: X must be a floating tensor; got {X.dtype}")
+    if X.shape[0] != A.shape[1]:
+        raise ValueError(f"sparsejit.rgms: X has {X.shape[0]} rows but the typed structure has "
+                         f"{A.shape[1]} source nodes (shape {A.shape})")
+    if W.shape[0] != A.num_relations:
+        raise ValueError(f"sparsejit.rgms: W has {W.shape[0]} relations but the typed "
+                         f"structure has {A.num_relations}")
+    if W.shape[1] != X.shape[1]:
+        raise ValueError(f"sparsejit.rgms: W has F_in = {W.shape[1]} but X has {X.shape[1]} "
+                         "features")
+    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0])
+
+
+def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """pyg-lib's segment_matmul: rows ``ptr[k]:ptr[k+1]`` of `x` times ``w[k]``
+    (``x [N, F_in]``, ``ptr [K + 1]`` from 0 to N, ``w [K, F_in, F_out]``)."""
+    return torch.ops.sparsejit.segment_matmul(x, ptr, w)
+
+
+def gather_matmul(x: torch.Tensor, index: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``out[i] = x[i] @ w[index[i]]`` (PyG's HeteroLinear): rows grouped by type (a stable
+    sort), one segment_matmul, rows put back. Differentiable in x and w through
+    segment_matmul's autograd. `index` must hold integers in ``[0, w.shape[0])``."""
+    if not isinstance(index, torch.Tensor) or index.dtype.is_floating_point or \
+            index.dtype == torch.bool or index.dtype.is_complex:
+        raise TypeError("sparsejit.gather_matmul: index must be an integer tensor")
+    if x.dim() != 2 or w.dim() != 3:
+        raise ValueError(f"sparsejit.gather_matmul: x must be [N, F_in] and w [K, F_in, F_out]; "
+                         f"got {tuple(x.shape)} and {tuple(w.shape)}")
+    if index.dim() != 1 or index.shape[0] != x.shape[0]:
+        raise ValueError(f"sparsejit.gather_matmul: index must have shape [N] = "
+                         f"[{x.shape[0]}]; got {tuple(index.shape)}")
+    k = w.shape[0]
+    index = index.long()
+    if not torch.compiler.is_compiling() and index.numel():
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= k:
+            bad = int(((index < 0) | (index >= k)).nonzero()[0])
+            raise ValueError(f"sparsejit.gather_matmul: index[{bad}] = {int(index[bad])} is out "
+                             f"of range for w.shape[0] = {k}")
+    perm = torch.argsort(index, stable=True)
+    counts = torch.zeros(k, dtype=torch.long, device=index.device).index_add_(
+        0, index, torch.ones_like(index))
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    y = torch.ops.sparsejit.segment_matmul(x[perm], ptr, w)
+    return torch.empty_like(y).index_copy_(0, perm, y)
+
+
+# ---- fakes --------------------------------------------------------------------------------
+
+@torch.library.register_fake("sparsejit::rgms_plan")
+def _rgms_plan_fake(edge_index, edge_type, num_src, num_dst, num_relations):
+    e = edge_index.shape[1]
+    opt = dict(dtype=torch.long, device=edge_index.device)
+    return (edge_index.new_empty(num_relations + 1, **opt), edge_index.new_empty(e + 1, **opt),
+            edge_index.new_empty(e, **opt), edge_index.new_empty(e, **opt),
+            edge_index.new_empty(e, **opt))
+
+
+def _check_fake(op, x, w, values, plan):
+    devices = {t.device for t in (x, w, *plan) if t is not None}
+    if values is not None:
+        devices.add(values.device)
+    if len(devices) > 1:
+        raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device")
+    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1] or \
+            w.shape[0] != plan[0].shape[0] - 1:
+        raise ValueError(f"sparsejit.{op}: X [N, F_in] and W [R, F_in, F_out] do not agree "
+                         f"with each other or the structure: {tuple(x.shape)}, {tuple(w.shape)}")
+    if w.dtype != x.dtype or (values is not None and values.dtype != x.dtype):
+        raise TypeError(f"sparsejit.{op}: X, W and values must share one dtype")
+
+
+@torch.library.register_fake("sparsejit::rgms")
+def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows):
+    _check_fake("rgms", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
+    return x.new_empty(num_rows, w.shape[2])
+
+
+@torch.library.register_fake("sparsejit::rgms_backward")
+def _rgms_backward_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad_y, reduce,
+                        need_x, need_w, need_values):
+    _check_fake("rgms_backward", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
+    dx = x.new_empty(x.shape) if need_x else x.new_empty(0)
+    dw = w.new_empty(w.shape) if need_w else x.new_empty(0)
+    dv = x.new_empty(src.shape[0]) if need_values and values is not None else x.new_empty(0)
+    return dx, dw, dv
+
+
+@torch.library.register_fake("sparsejit::segment_matmul")
+def _segment_matmul_fake(x, ptr, w):
+    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
+        raise ValueError("sparsejit.segment_matmul: x must be [N, F_in] and w [K, F_in, F_out]")
+    return x.new_empty(x.shape[0], w.shape[2])
+
+
+@torch.library.register_fake("sparsejit::segment_matmul_backward_w")
+def _segment_matmul_backward_w_fake(x, ptr, grad_y):
+    return x.new_empty(ptr.shape[0] - 1, x.shape[1], grad_y.shape[1])
+
+
+# ---- autograd -----------------------------------------------------------------------------
+
+def _rgms_setup(ctx, inputs, output):
+    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows = inputs
+    ctx.save_for_backward(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values)
+    ctx.reduce = reduce
+
+
+def _rgms_backward(ctx, grad):
+    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    need_v = bool(need[7]) and values is not None
+    dx, dw, dv = torch.ops.sparsejit.rgms_backward(
+        rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad.contiguous(), ctx.reduce,
+        bool(need[5]), bool(need[6]), need_v)
+    return (None, None, None, None, None, dx if need[5] else None, dw if need[6] else None,
+            dv if need_v else None, None, None)
+
+
+torch.library.register_autograd("sparsejit::rgms", _rgms_backward, setup_context=_rgms_setup)
+
+
+def _segment_matmul_setup(ctx, inputs, output):
+    x, ptr, w = inputs
+    ctx.save_for_backward(x, ptr, w)
+
+
+def _segment_matmul_backward(ctx, grad):
+    x, ptr, w = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    grad = grad.contiguous()
+    dx = torch.ops.sparsejit.segment_matmul(grad, ptr, w.transpose(1, 2)) if need[0] else None
+    dw = torch.ops.sparsejit.segment_matmul_backward_w(x, ptr, grad) if need[2] else None
+    return dx, None, dw
+
+
+torch.library.register_autograd("sparsejit::segment_matmul", _segment_matmul_backward,
+                                setup_context=_segment_matmul_setup)

@@ -1,0 +1,455 @@
+"""RGMS (sparsejit.rgms, TypedSparseMatrix), segment_matmul and nn.RGCNConv against plain
+float64 per-relation references on fresh random typed graphs."""
+
+import zlib
+
+import pytest
+import torch
+
+import sparsejit as sj
+from sparsejit.nn import RGCNConv
+
+# ---- inputs and references ---------------------------------------------------------------
+
+
+def typed_graph(kind, seed=0):
+    """(edge_index, edge_type, num_src, num_dst, R) for a named shape of typed graph."""
+    g = torch.Generator().manual_seed(seed)
+    n_src = n_dst = 40
+    if kind == "uniform":
+        e, r = 300, 5
+        et = torch.randint(0, r, (e,), generator=g)
+    elif kind == "skewed":  # geometric relation sizes, relations 1, 4 and 6 empty
+        e, r = 300, 8
+        p = torch.tensor([0.5, 0.0, 0.25, 0.12, 0.0, 0.08, 0.0, 0.05])
+        et = torch.multinomial(p, e, replacement=True, generator=g)
+    elif kind == "r1":
+        e, r = 200, 1
+        et = torch.zeros(e, dtype=torch.long)
+    elif kind == "r200":  # many relations, a few entries each, some empty
+        e, r, n_src, n_dst = 400, 200, 60, 60
+        et = torch.randint(0, 180, (e,), generator=g)
+    elif kind == "empty":
+        e, r = 0, 4
+        et = torch.zeros(0, dtype=torch.long)
+    elif kind == "hub":  # very skewed degrees: half the edges into node 3
+        e, r = 300, 6
+        et = torch.randint(0, r, (e,), generator=g)
+    elif kind == "rect":
+        e, r, n_src, n_dst = 250, 4, 30, 17
+        et = torch.randint(0, r, (e,), generator=g)
+    else:
+        raise ValueError(kind)
+    src = torch.randint(0, n_src, (e,), generator=g)
+    dst = torch.randint(0, n_dst, (e,), generator=g)
+    if kind == "hub":
+        dst[: e // 2] = 3
+    return torch.stack([src, dst]), et, n_src, n_dst, r
+
+
+def reference(edge_index, edge_type, n_dst, X, W, reduce, values=None):
+    """float64, one relation at a time: Y = sum_r norm_r(A_r) X W_r."""
+    Xd, Wd = X.double(), W.double()
+    Y = torch.zeros(n_dst, W.shape[2], dtype=torch.float64)
+    for r in range(W.shape[0]):
+        m = edge_type == r
+        s, d = edge_index[0][m], edge_index[1][m]
+        v = (values[m].double() if values is not None
+             else torch.ones(int(m.sum()), dtype=torch.float64))
+        agg = torch.zeros(n_dst, X.shape[1], dtype=torch.float64)
+        agg.index_add_(0, d, Xd[s] * v[:, None])
+        if reduce == "mean":
+            agg = agg / torch.bincount(d, minlength=n_dst).clamp(min=1).double()[:, None]
+        Y += agg @ Wd[r]
+    return Y
+
+
+TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 5e-2}
+
+
+@pytest.fixture
+def poison_empty():
+    """Every at::empty inside the ops is filled with NaN (or the int max), so an element the
+    kernels leave unwritten shows up in the result."""
+    old = (torch.are_deterministic_algorithms_enabled(),
+           torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(old[0])
+    torch.utils.deterministic.fill_uninitialized_memory = old[1]
+
+
+KINDS = ["uniform", "skewed", "r1", "r200", "empty", "hub", "rect"]
+
+# ---- forward -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_rgms_matches_reference(kind, reduce, dtype, weighted, poison_empty):
+    seed = zlib.crc32(f"{kind}/{reduce}".encode()) % 1000  # fixed across processes
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=seed)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(n_src, 12, generator=g).to(dtype)
+    W = torch.randn(r, 12, 7, generator=g).to(dtype)
+    values = torch.rand(ei.shape[1], generator=g).to(dtype) if weighted else None
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r,
+                                             values=values)
+    Y = sj.rgms(A, X, W, reduce=reduce)
+    assert Y.dtype == dtype and Y.shape == (n_dst, 7)
+    ref = reference(ei, et, n_dst, X, W, reduce, values)
+    tol = TOL[dtype] * max(1.0, ref.abs().max().item())
+    torch.testing.assert_close(Y.double(), ref, atol=tol, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("f_in,f_out", [(0, 5), (6, 0), (0, 0)])
+def test_rgms_zero_width(f_in, f_out, poison_empty):
+    ei, et, n_src, n_dst, r = typed_graph("uniform")
+    X = torch.randn(n_src, f_in)
+    W = torch.randn(r, f_in, f_out)
+    Y = sj.rgms(ei, X, W, edge_type=et, reduce="mean")
+    assert Y.shape == (n_dst, f_out)
+    assert torch.equal(Y, torch.zeros(n_dst, f_out))
+
+
+def test_rgms_edge_index_form_and_int32():
+    ei, et, n, _, r = typed_graph("skewed", seed=5)
+    X, W = torch.randn(n, 8, dtype=torch.float64), torch.randn(r, 8, 3, dtype=torch.float64)
+    Y = sj.rgms(ei.int(), X, W, edge_type=et.int(), reduce="mean")
+    torch.testing.assert_close(Y, reference(ei, et, n, X, W, "mean"))
+
+
+def test_plan_groups_by_relation_then_target():
+    ei, et, n, _, r = typed_graph("skewed", seed=2)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    stats = A.relation_stats()
+    assert stats["entries"] == torch.bincount(et, minlength=r).tolist()
+    assert stats["entries"][1] == stats["entries"][4] == stats["entries"][6] == 0
+    for rel in range(r):
+        m = et == rel
+        assert stats["targets"][rel] == ei[1][m].unique().numel()
+
+
+# ---- segment_matmul ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("sizes", [[3, 0, 5, 1], [0], [0, 0, 4], [7], [2] * 30])
+def test_segment_matmul_matches_loop(dtype, sizes, poison_empty):
+    g = torch.Generator().manual_seed(len(sizes))
+    n = sum(sizes)
+    ptr = torch.tensor([0] + sizes).cumsum(0)
+    x = torch.randn(n, 6, generator=g).to(dtype)
+    w = torch.randn(len(sizes), 6, 4, generator=g).to(dtype)
+    y = sj.segment_matmul(x, ptr, w)
+    ref = torch.cat([x[ptr[k]:ptr[k + 1]].double() @ w[k].double() for k in range(len(sizes))]
+                    + [torch.zeros(0, 4, dtype=torch.float64)])
+    torch.testing.assert_close(y.double(), ref, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("n,k", [(50, 4), (0, 3), (20, 1)])
+def test_gather_matmul(n, k):
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(k, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, max(k - 1, 1), (n,), generator=g)  # the last type unused
+    ref = torch.einsum("ni,nio->no", x, w[index])
+    torch.testing.assert_close(sj.gather_matmul(x, index, w), ref)
+    assert torch.autograd.gradcheck(lambda x, w: sj.gather_matmul(x, index, w), (x, w))
+    if n:
+        bad = index.clone()
+        bad[n // 2] = k
+        with pytest.raises(ValueError, match=rf"index\[{n // 2}\] = {k} is out of range"):
+            sj.gather_matmul(x, bad, w)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+
+def test_bad_relation_ids():
+    ei, et, n, _, r = typed_graph("uniform")
+    bad = et.clone()
+    bad[17] = r
+    with pytest.raises(ValueError, match=rf"edge_type\[17\] = {r} is out of range"):
+        sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=bad, num_relations=r)
+    bad[17] = -1
+    with pytest.raises(ValueError, match=r"edge_type\[17\] = -1"):
+        sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=bad, num_relations=r)
+    with pytest.raises(ValueError, match="edge_type must have shape"):
+        sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et[:-1], num_relations=r)
+    with pytest.raises(TypeError, match="edge_type must hold integers"):
+        sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et.float(), num_relations=r)
+    with pytest.raises(TypeError, match="edge_type must hold integers"):
+        torch.ops.sparsejit.rgms_plan(ei, et.float(), n, n, r)
+    with pytest.raises(ValueError, match=r"edge_index\[1, 0\] = 99"):
+        e2 = ei.clone()
+        e2[1, 0] = 99
+        sj.TypedSparseMatrix.from_edge_index(e2, n, edge_type=et, num_relations=r)
+
+
+def test_bad_dense_operands():
+    ei, et, n, _, r = typed_graph("uniform")
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    X = torch.randn(n, 8)
+    with pytest.raises(ValueError, match=f"W has {r + 1} relations"):
+        sj.rgms(A, X, torch.randn(r + 1, 8, 4))
+    with pytest.raises(ValueError, match="W has F_in = 9"):
+        sj.rgms(A, X, torch.randn(r, 9, 4))
+    with pytest.raises(ValueError, match=f"X has {n + 1} rows"):
+        sj.rgms(A, torch.randn(n + 1, 8), torch.randn(r, 8, 4))
+    with pytest.raises(TypeError, match="dtype"):
+        sj.rgms(A, X, torch.randn(r, 8, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="reduce"):
+        sj.rgms(A, X, torch.randn(r, 8, 4), reduce="max")
+    # The raw op checks the same things itself.
+    with pytest.raises(ValueError, match=f"W has {r + 1} relations"):
+        torch.ops.sparsejit.rgms(*A.plan, X, torch.randn(r + 1, 8, 4), None, "sum", n)
+    with pytest.raises(ValueError, match="W has F_in = 9"):
+        torch.ops.sparsejit.rgms(*A.plan, X, torch.randn(r, 9, 4), None, "sum", n)
+    with pytest.raises(ValueError, match="out of range for 5 rows of x"):
+        torch.ops.sparsejit.rgms(*A.plan, torch.randn(5, 8), torch.randn(r, 8, 4), None,
+                                 "sum", n)
+    bad = list(A.plan)
+    bad[3] = bad[3].clone()
+    bad[3][0] = 10**6
+    with pytest.raises(ValueError, match="invalid typed structure"):
+        torch.ops.sparsejit.rgms(*bad, X, torch.randn(r, 8, 4), None, "sum", n)
+
+
+@pytest.mark.parametrize("ptr,match", [
+    ([0, 5, 3, 10], "must not decrease"),
+    ([0, 3, 5, 9], r"ptr\[-1\] = 9 must equal the number of rows of x \(10\)"),
+    ([1, 3, 5, 10], r"ptr\[0\] must be 0"),
+    ([0, 5, 10], "ptr must have w.size\\(0\\) \\+ 1 = 4 entries"),
+])
+def test_segment_matmul_bad_ptr(ptr, match):
+    with pytest.raises(ValueError, match=match):
+        sj.segment_matmul(torch.randn(10, 4), torch.tensor(ptr), torch.randn(3, 4, 2))
+
+
+def test_segment_matmul_bad_types():
+    x, w = torch.randn(10, 4), torch.randn(3, 4, 2)
+    with pytest.raises(TypeError, match="ptr must be int32 or int64"):
+        sj.segment_matmul(x, torch.tensor([0.0, 3, 5, 10]), w)
+    with pytest.raises(ValueError, match="ptr must be 1-D"):
+        sj.segment_matmul(x, torch.tensor([[0, 3, 5, 10]]), w)
+    with pytest.raises(ValueError, match="w has F_in = 4 but x has 5"):
+        sj.segment_matmul(torch.randn(10, 5), torch.tensor([0, 3, 5, 10]), w)
+
+
+# ---- autograd, opcheck, compile ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["uniform", "skewed", "rect", "empty"])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_rgms_gradcheck(kind, reduce):
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=3)
+    keep = torch.arange(ei.shape[1]) < 60  # small enough for finite differences
+    ei, et = ei[:, keep], et[keep]
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(n_src, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(r, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.rand(ei.shape[1], generator=g, dtype=torch.float64, requires_grad=True)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    assert torch.autograd.gradcheck(lambda X, W: sj.rgms(A, X, W, reduce=reduce), (X, W))
+    assert torch.autograd.gradcheck(lambda X, W, v: sj.rgms(A, X, W, reduce=reduce, values=v),
+                                    (X, W, v))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("f_in", [24, 5])
+def test_rgms_backward_matches_reference_autograd(reduce, f_in):
+    """Large enough for the parallel paths (kernels/cpu/rgms_kernel.h parallelizes when
+    groups x F > 32768; the column-split scatter into dX also needs F >= 16)."""
+    g = torch.Generator().manual_seed(11)
+    n, e, r = 2500, 24000, 6
+    ei = torch.randint(0, n, (2, e), generator=g)
+    et = torch.randint(0, r, (e,), generator=g)
+    et[et == 5] = 2  # an empty relation
+    X = torch.randn(n, f_in, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(r, f_in, 20, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.rand(e, generator=g, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(n, 20, generator=g, dtype=torch.float64)
+    Y = sj.rgms(ei, X, W, edge_type=et, reduce=reduce, values=v)
+    ours = torch.autograd.grad(Y, (X, W, v), dy)
+    ref = torch.autograd.grad(reference(ei, et, n, X, W, reduce, v), (X, W, v), dy)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_typed_cache_hits_and_sees_in_place_changes():
+    from sparsejit.ops.rgms import cached_from_edge_index
+    ei, et, n, _, r = typed_graph("uniform", seed=12)
+    A1 = cached_from_edge_index(ei, n, et, r)
+    assert cached_from_edge_index(ei, n, et, r) is A1
+    assert cached_from_edge_index(ei.clone(), n, et, r) is not A1
+    X, W = torch.randn(n, 4, dtype=torch.float64), torch.randn(r, 4, 2, dtype=torch.float64)
+    et[:10] = (et[:10] + 1) % r  # in place: the cached plan must not be reused
+    assert cached_from_edge_index(ei, n, et, r) is not A1
+    torch.testing.assert_close(sj.rgms(ei, X, W, edge_type=et), reference(ei, et, n, X, W, "sum"))
+
+
+def test_segment_matmul_gradcheck():
+    ptr = torch.tensor([0, 2, 2, 7])
+    x = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: sj.segment_matmul(x, ptr, w), (x, w))
+
+
+def _opcheck_inputs():
+    ei, et, n, _, r = typed_graph("skewed", seed=6)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    X = torch.randn(n, 5, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(r, 5, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.rand(ei.shape[1], dtype=torch.float64, requires_grad=True)
+    return ei, et, n, r, A, X, W, v
+
+
+def test_opcheck_rgms_ops():
+    ei, et, n, r, A, X, W, v = _opcheck_inputs()
+    ops = torch.ops.sparsejit
+    torch.library.opcheck(ops.rgms_plan, (ei, et, n, n, r))
+    for reduce in ("sum", "mean"):
+        torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, reduce, n))
+        torch.library.opcheck(ops.rgms, (*A.plan, X, W, v, reduce, n))
+        dy = torch.randn(n, 3, dtype=torch.float64)
+        torch.library.opcheck(ops.rgms_backward,
+                              (*A.plan, X.detach(), W.detach(), v.detach(), dy, reduce, True,
+                               True, True))
+
+
+def test_opcheck_segment_matmul():
+    ptr = torch.tensor([0, 2, 2, 7])
+    x = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 3, 4, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.sparsejit.segment_matmul, (x, ptr, w))
+    torch.library.opcheck(torch.ops.sparsejit.segment_matmul_backward_w,
+                          (x.detach(), ptr, torch.randn(7, 4, dtype=torch.float64)))
+
+
+class RGCN(torch.nn.Module):
+    def __init__(self, f_in, hidden, classes, r, num_bases=None):
+        super().__init__()
+        self.conv1 = RGCNConv(f_in, hidden, r, num_bases=num_bases)
+        self.conv2 = RGCNConv(hidden, classes, r, num_bases=num_bases)
+
+    def forward(self, x, edge_index, edge_type):
+        return self.conv2(torch.relu(self.conv1(x, edge_index, edge_type)), edge_index, edge_type)
+
+
+def test_compile_two_layer_rgcn_fullgraph():
+    torch._dynamo.reset()
+    ei, et, n, _, r = typed_graph("skewed", seed=7)
+    model = RGCN(6, 8, 3, r, num_bases=2)
+    x = torch.randn(n, 6)
+    eager = model(x, ei, et)
+    compiled = torch.compile(model, fullgraph=True)
+    out = compiled(x, ei, et)
+    torch.testing.assert_close(out, eager)
+    out.sum().backward()
+    g_compiled = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    eager.sum().backward()
+    for gc, p in zip(g_compiled, model.parameters()):
+        torch.testing.assert_close(gc, p.grad)
+
+
+def test_compile_featureless_rgcn_fullgraph():
+    torch._dynamo.reset()
+    ei, et, n, _, r = typed_graph("uniform", seed=13)
+    model = RGCN(n, 8, 3, r, num_bases=2)
+    eager = model(None, ei, et)
+    torch.testing.assert_close(torch.compile(model, fullgraph=True)(None, ei, et), eager)
+
+
+# ---- the layer -------------------------------------------------------------------------------
+
+
+def layer_reference(layer, x, ei, et, n):
+    """RGCNConv by hand, one relation at a time (float64)."""
+    w = layer.relation_weights().double()
+    reduce = "mean" if layer.aggr == "mean" else "sum"
+    if x is None or x.dtype == torch.long:
+        ids = torch.arange(layer.in_channels_l) if x is None else x
+        xd = torch.eye(layer.in_channels_l, dtype=torch.float64)[ids]
+    else:
+        xd = x.double()
+    out = reference(ei, et, n, xd, w, reduce)
+    if layer.root is not None:
+        out = out + xd @ layer.root.double()
+    if layer.bias is not None:
+        out = out + layer.bias.double()
+    return out
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(), dict(num_bases=3), dict(num_blocks=2), dict(aggr="add"),
+    dict(root_weight=False, bias=False), dict(aggr="sum", num_bases=2),
+])
+def test_rgcnconv_matches_reference(cfg):
+    ei, et, n, _, r = typed_graph("skewed", seed=8)
+    layer = RGCNConv(6, 4, r, **cfg)
+    if layer.bias is not None:
+        torch.nn.init.uniform_(layer.bias)
+    x = torch.randn(n, 6)
+    torch.testing.assert_close(layer(x, ei, et).double(), layer_reference(layer, x, ei, et, n),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ids", [False, True])
+def test_rgcnconv_featureless(ids):
+    ei, et, n, _, r = typed_graph("uniform", seed=9)
+    layer = RGCNConv(n, 4, r, num_bases=2)
+    x = torch.randperm(n) if ids else None
+    torch.testing.assert_close(layer(x, ei, et).double(), layer_reference(layer, x, ei, et, n),
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="Block-diagonal"):
+        RGCNConv(n, 4, r, num_blocks=2)(None, ei, et)
+
+
+def test_rgcnconv_parameter_names():
+    assert set(dict(RGCNConv(4, 6, 3).named_parameters())) == {"weight", "root", "bias"}
+    layer = RGCNConv(4, 6, 3, num_bases=2)
+    assert layer.weight.shape == (2, 4, 6) and layer.comp.shape == (3, 2)
+    assert RGCNConv(4, 6, 3, num_blocks=2).weight.shape == (3, 2, 2, 3)
+    with pytest.raises(ValueError, match="both"):
+        RGCNConv(4, 6, 3, num_bases=2, num_blocks=2)
+    # PyG's positional order: (..., aggr, root_weight, is_sorted, bias)
+    assert RGCNConv(4, 6, 3, None, None, "mean", True, True, False).bias is None
+    assert sj.nn.FastRGCNConv is RGCNConv
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(), dict(num_bases=3), dict(num_blocks=2), dict(aggr="add"),
+    dict(root_weight=False), dict(bias=False), dict(is_sorted=True),
+])
+@pytest.mark.parametrize("featureless", [False, True])
+def test_rgcnconv_matches_pyg(cfg, featureless):
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    if featureless and "num_blocks" in cfg:
+        pytest.skip("PyG has no block decomposition for featureless nodes")
+    ei, et, n, _, r = typed_graph("skewed", seed=10)
+    torch.manual_seed(0)
+    f_in = n if featureless else 6
+    pyg = pyg_nn.RGCNConv(f_in, 4, r, **cfg)
+    if pyg.bias is not None:
+        torch.nn.init.uniform_(pyg.bias)
+    ours = RGCNConv(f_in, 4, r, **cfg)
+    ours.load_state_dict(pyg.state_dict())
+    x = None if featureless else torch.randn(n, f_in)
+    torch.testing.assert_close(ours(x, ei, et), pyg(x, ei, et), atol=1e-5, rtol=1e-5)
+
+
+def test_rgcnconv_bipartite_matches_pyg():
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    ei, et, n_src, n_dst, r = typed_graph("rect", seed=14)
+    torch.manual_seed(1)
+    pyg = pyg_nn.RGCNConv((5, 3), 4, r, num_bases=2)
+    torch.nn.init.uniform_(pyg.bias)
+    ours = RGCNConv((5, 3), 4, r, num_bases=2)
+    ours.load_state_dict(pyg.state_dict())
+    x = (torch.randn(n_src, 5), torch.randn(n_dst, 3))
+    torch.testing.assert_close(ours(x, ei, et), pyg(x, ei, et), atol=1e-5, rtol=1e-5)

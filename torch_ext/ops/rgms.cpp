@@ -1,0 +1,367 @@
+// RGMS: relational gather-matmul-scatter, Y[i] = sum_{p in row i} a_p * X[src_p] @ W[type_p],
+// and pyg-lib's segment_matmul.
+//
+// rgms_plan(edge_index, edge_type, num_src, num_dst, num_relations)
+//     -> (rel_ptr, grp_ptr, grp_dst, src, perm): the typed structure grouped by relation and
+//   target (csrc/rgms/rgms_plan.h), built and validated once.
+// rgms(plan..., x, w, values, reduce, num_rows) -> y [num_rows, F_out]: per relation,
+//   aggregate-then-transform: gather-reduce its entries onto its distinct targets
+//   (kernels/cpu/rgms_kernel.h), one GEMM with W[r] (at::mm: MKL / oneDNN underneath), scatter
+//   into Y. The loop over relations runs here, in C++. Never a per-edge tensor.
+// rgms_backward(plan..., x, w, values, grad_y, reduce, need_x, need_w, need_values)
+//   -> (dx, dw, dvalues), each empty when not needed.
+// segment_matmul(x, ptr, w) -> rows ptr[k]:ptr[k+1] of x times w[k];
+// segment_matmul_backward_w(x, ptr, grad_y) -> dw[k] = x_k^T grad_y_k.
+//
+// float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
+#include <torch/library.h>
+
+#include <string>
+
+#include "csrc/rgms/rgms_plan.h"
+#include "kernels/cpu/rgms_kernel.h"
+#include "torch_ext/common.h"
+#include "torch_ext/cuda_fallback.h"
+
+TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+  m.def("rgms_plan(Tensor edge_index, Tensor edge_type, int num_src, int num_dst, "
+        "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
+        "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows) -> Tensor");
+  m.def("rgms_backward(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
+        "Tensor perm, Tensor x, Tensor w, Tensor? values, Tensor grad_y, str reduce, "
+        "bool need_x, bool need_w, bool need_values) -> (Tensor, Tensor, Tensor)");
+  m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
+  m.def("segment_matmul_backward_w(Tensor x, Tensor ptr, Tensor grad_y) -> Tensor");
+}
+
+namespace sparsejit {
+namespace {
+
+#define RGMS_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
+
+at::ScalarType compute_type(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
+}
+
+void check_index_1d(const at::Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.", op, ": ", name,
+                   " must be int64; got ", t.scalar_type());
+  RGMS_CHECK(t.dim() == 1, op, ": ", name, " must be 1-D; got shape ", t.sizes());
+}
+
+// ---- plan -----------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgms_plan_cpu(
+    const at::Tensor& edge_index, const at::Tensor& edge_type, int64_t num_src, int64_t num_dst,
+    int64_t num_relations) {
+  const char* op = "rgms_plan";
+  RGMS_CHECK(edge_index.dim() == 2 && edge_index.size(0) == 2, op,
+             ": edge_index must have shape [2, E]; got ", edge_index.sizes());
+  TORCH_CHECK_TYPE(!at::isFloatingType(edge_index.scalar_type()) &&
+                       !at::isComplexType(edge_index.scalar_type()) &&
+                       edge_index.scalar_type() != at::kBool,
+                   "sparsejit.rgms_plan: edge_index must hold integers; got ",
+                   edge_index.scalar_type());
+  TORCH_CHECK_TYPE(!at::isFloatingType(edge_type.scalar_type()) &&
+                       !at::isComplexType(edge_type.scalar_type()) &&
+                       edge_type.scalar_type() != at::kBool,
+                   "sparsejit.rgms_plan: edge_type must hold integers; got ",
+                   edge_type.scalar_type());
+  const int64_t e = edge_index.size(1);
+  RGMS_CHECK(edge_type.dim() == 1 && edge_type.numel() == e, op,
+             ": edge_type must have shape [E] = [", e, "] (one relation per edge); got ",
+             edge_type.sizes());
+  RGMS_CHECK(num_relations >= 1, op, ": num_relations must be >= 1; got ", num_relations);
+  RGMS_CHECK(num_src >= 0 && num_dst >= 0, op, ": node counts must be >= 0; got ", num_src,
+             " sources and ", num_dst, " targets");
+  RGMS_CHECK(edge_type.device() == edge_index.device(), op, ": edge_type is on ",
+             edge_type.device(), " but edge_index is on ", edge_index.device());
+  auto ei = edge_index.to(at::kLong).contiguous();
+  auto et = edge_type.to(at::kLong).contiguous();
+  const int64_t* s = ptr<int64_t>(ei);
+  const int64_t* d = s + e;
+  const auto ok = rgms::check_typed_edges(s, d, ptr<int64_t>(et), e, num_src, num_dst,
+                                          num_relations);
+  RGMS_CHECK(ok.ok, op, ": ", ok.message);
+  auto opt = ei.options();
+  auto rel_ptr = at::empty({num_relations + 1}, opt);
+  auto grp_ptr = at::empty({e + 1}, opt);
+  auto grp_dst = at::empty({e}, opt);
+  auto src = at::empty({e}, opt);
+  auto perm = at::empty({e}, opt);
+  rgms::build_plan(s, d, ptr<int64_t>(et), e, num_dst, num_relations, ptr<int64_t>(rel_ptr),
+                   ptr<int64_t>(grp_ptr), ptr<int64_t>(grp_dst), ptr<int64_t>(src),
+                   ptr<int64_t>(perm));
+  return {rel_ptr, grp_ptr, grp_dst, src, perm};
+}
+
+// ---- rgms -----------------------------------------------------------------------------
+
+struct PlanArgs {
+  at::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;
+  int64_t r, e;
+  bool mean;
+};
+
+PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
+                         const at::Tensor& grp_dst, const at::Tensor& src,
+                         const at::Tensor& perm, const at::Tensor& x, const at::Tensor& w,
+                         const std::optional<at::Tensor>& values, c10::string_view reduce,
+                         int64_t num_rows) {
+  check_index_1d(rel_ptr, op, "rel_ptr");
+  check_index_1d(grp_ptr, op, "grp_ptr");
+  check_index_1d(grp_dst, op, "grp_dst");
+  check_index_1d(src, op, "src");
+  check_index_1d(perm, op, "perm");
+  check_float(x, "X");
+  check_float(w, "W");
+  RGMS_CHECK(x.dim() == 2, op, ": X must be [num_nodes, F_in]; got shape ", x.sizes());
+  RGMS_CHECK(w.dim() == 3, op, ": W must be [num_relations, F_in, F_out]; got shape ",
+             w.sizes());
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": W dtype (",
+                   w.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
+  PlanArgs a;
+  a.r = rel_ptr.numel() - 1;
+  a.e = src.numel();
+  RGMS_CHECK(a.r >= 1, op, ": rel_ptr must have num_relations + 1 >= 2 entries");
+  RGMS_CHECK(w.size(0) == a.r, op, ": W has ", w.size(0), " relations but the typed structure "
+             "has ", a.r);
+  RGMS_CHECK(w.size(1) == x.size(1), op, ": W has F_in = ", w.size(1), " but X has ",
+             x.size(1), " features");
+  RGMS_CHECK(grp_ptr.numel() == a.e + 1 && grp_dst.numel() == a.e && perm.numel() == a.e, op,
+             ": plan arrays have inconsistent sizes (grp_ptr ", grp_ptr.numel(), ", grp_dst ",
+             grp_dst.numel(), ", src ", a.e, ", perm ", perm.numel(), ")");
+  RGMS_CHECK(num_rows >= 0, op, ": num_rows must be >= 0; got ", num_rows);
+  for (const auto* t : {&rel_ptr, &grp_ptr, &grp_dst, &src, &perm, &w}) {
+    check_same_device(*t, x, "the typed structure / W", "X");
+  }
+  if (values.has_value()) {
+    const auto& v = *values;
+    TORCH_CHECK_TYPE(v.scalar_type() == x.scalar_type(), "sparsejit.", op, ": values dtype (",
+                     v.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
+    RGMS_CHECK(v.dim() == 1 && v.numel() == a.e, op, ": values must have shape [", a.e,
+               "]; got ", v.sizes());
+    check_same_device(v, x, "values", "X");
+  }
+  RGMS_CHECK(reduce == "sum" || reduce == "mean", op, ": reduce must be 'sum' or 'mean'; got '",
+             std::string(reduce), "'");
+  a.mean = reduce == "mean";
+  a.rel_ptr = rel_ptr.contiguous();
+  a.grp_ptr = grp_ptr.contiguous();
+  a.grp_dst = grp_dst.contiguous();
+  a.src = src.contiguous();
+  a.perm = perm.contiguous();
+  const auto ok = rgms::check_plan(ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
+                                   ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src),
+                                   ptr<int64_t>(a.perm), a.e, num_rows, x.size(0));
+  RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+  return a;
+}
+
+rgms::GroupRange group_range(const PlanArgs& a, int64_t r) {
+  const int64_t* rp = ptr<int64_t>(a.rel_ptr);
+  return {ptr<int64_t>(a.grp_ptr), ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src),
+          ptr<int64_t>(a.perm),    rp[r],                   rp[r + 1],
+          a.mean};
+}
+
+int64_t max_groups(const PlanArgs& a) {
+  const int64_t* rp = ptr<int64_t>(a.rel_ptr);
+  int64_t m = 0;
+  for (int64_t r = 0; r < a.r; ++r) m = std::max(m, rp[r + 1] - rp[r]);
+  return m;
+}
+
+template <typename T>
+const T* opt_ptr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? ptr<T>(*t) : nullptr;
+}
+
+at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
+                    const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
+                    const at::Tensor& x_in, const at::Tensor& w_in,
+                    const std::optional<at::Tensor>& values_in, c10::string_view reduce,
+                    int64_t num_rows) {
+  const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
+                                 values_in, reduce, num_rows);
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto x = x_in.to(ct).contiguous();
+  const auto w = w_in.to(ct).contiguous();
+  std::optional<at::Tensor> values;
+  if (values_in.has_value()) values = values_in->to(ct).contiguous();
+  const int64_t f_in = x.size(1), f_out = w.size(2);
+  auto y = at::zeros({num_rows, f_out}, x.options());
+  const int64_t gmax = max_groups(a);
+  auto agg = at::empty({gmax, f_in}, x.options());
+  auto m = at::empty({gmax, f_out}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
+    for (int64_t r = 0; r < a.r; ++r) {
+      const auto gr = group_range(a, r);
+      const int64_t g = gr.g1 - gr.g0;
+      if (g == 0) continue;
+      auto agg_r = agg.narrow(0, 0, g);
+      auto m_r = m.narrow(0, 0, g);
+      rgms::gather_reduce<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(x), f_in,
+                                    ptr<scalar_t>(agg_r));
+      at::mm_out(m_r, agg_r, w[r]);
+      rgms::scatter_add_rows<scalar_t>(gr, ptr<scalar_t>(m_r), f_out, ptr<scalar_t>(y));
+    }
+  });
+  return y.to(x_in.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
+    const at::Tensor& rel_ptr, const at::Tensor& grp_ptr, const at::Tensor& grp_dst,
+    const at::Tensor& src, const at::Tensor& perm, const at::Tensor& x_in,
+    const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
+    const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
+    bool need_values) {
+  const int64_t num_rows = grad_y_in.dim() >= 1 ? grad_y_in.size(0) : 0;
+  const auto a = check_rgms_args("rgms_backward", rel_ptr, grp_ptr, grp_dst, src, perm, x_in,
+                                 w_in, values_in, reduce, num_rows);
+  RGMS_CHECK(grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2), "rgms_backward",
+             ": grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto x = x_in.to(ct).contiguous();
+  const auto w = w_in.to(ct).contiguous();
+  const auto dy = grad_y_in.to(ct).contiguous();
+  std::optional<at::Tensor> values;
+  if (values_in.has_value()) values = values_in->to(ct).contiguous();
+  need_values = need_values && values.has_value();
+  const int64_t f_in = x.size(1), f_out = w.size(2);
+  auto dx = need_x ? at::zeros_like(x) : at::empty({0}, x.options());
+  auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
+  auto dv = need_values ? at::zeros({a.e}, x.options()) : at::empty({0}, x.options());
+  const int64_t gmax = max_groups(a);
+  auto dyg = at::empty({gmax, f_out}, x.options());
+  auto agg = at::empty({need_w ? gmax : 0, f_in}, x.options());
+  auto dagg = at::empty({gmax, f_in}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
+    for (int64_t r = 0; r < a.r; ++r) {
+      const auto gr = group_range(a, r);
+      const int64_t g = gr.g1 - gr.g0;
+      if (g == 0) continue;
+      auto dyg_r = dyg.narrow(0, 0, g);
+      rgms::gather_rows<scalar_t>(gr, ptr<scalar_t>(dy), f_out, ptr<scalar_t>(dyg_r));
+      if (need_w) {
+        auto agg_r = agg.narrow(0, 0, g);
+        rgms::gather_reduce<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(x), f_in,
+                                      ptr<scalar_t>(agg_r));
+        auto dw_r = dw[r];
+        at::mm_out(dw_r, agg_r.t(), dyg_r);
+      }
+      if (need_x || need_values) {
+        auto dagg_r = dagg.narrow(0, 0, g);
+        at::mm_out(dagg_r, dyg_r, w[r].t());
+        if (need_x) {
+          rgms::scatter_entries<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(dagg_r),
+                                          f_in, ptr<scalar_t>(dx));
+        }
+        if (need_values) {
+          rgms::values_grad<scalar_t>(gr, ptr<scalar_t>(x), ptr<scalar_t>(dagg_r), f_in,
+                                      ptr<scalar_t>(dv));
+        }
+      }
+    }
+  });
+  const auto out_t = x_in.scalar_type();
+  return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
+}
+
+// ---- segment_matmul -------------------------------------------------------------------
+
+// ptr: 1-D integer, starts at 0, never decreases, ends at x.size(0), num_segments + 1 long.
+at::Tensor checked_ptr(const char* op, const at::Tensor& p, int64_t rows, int64_t segments,
+                       const char* seg_source) {
+  const auto d = p.scalar_type();
+  TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt, "sparsejit.", op,
+                   ": ptr must be int32 or int64; got ", d);
+  RGMS_CHECK(p.dim() == 1, op, ": ptr must be 1-D; got shape ", p.sizes());
+  RGMS_CHECK(p.numel() == segments + 1, op, ": ptr must have ", seg_source, " + 1 = ",
+             segments + 1, " entries; got ", p.numel());
+  auto pc = p.to(at::kLong).contiguous().cpu();
+  const int64_t* v = ptr<int64_t>(pc);
+  RGMS_CHECK(v[0] == 0, op, ": ptr[0] must be 0; got ", v[0]);
+  for (int64_t k = 0; k < segments; ++k) {
+    RGMS_CHECK(v[k + 1] >= v[k], op, ": ptr must not decrease; ptr[", k, "] = ", v[k],
+               " > ptr[", k + 1, "] = ", v[k + 1]);
+  }
+  RGMS_CHECK(v[segments] == rows, op, ": ptr[-1] = ", v[segments],
+             " must equal the number of rows of x (", rows, ")");
+  return pc;
+}
+
+at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const at::Tensor& w_in) {
+  check_float(x_in, "x");
+  check_float(w_in, "w");
+  RGMS_CHECK(x_in.dim() == 2, "segment_matmul: x must be [N, F_in]; got shape ", x_in.sizes());
+  RGMS_CHECK(w_in.dim() == 3, "segment_matmul: w must be [K, F_in, F_out]; got shape ",
+             w_in.sizes());
+  TORCH_CHECK_TYPE(w_in.scalar_type() == x_in.scalar_type(), "sparsejit.segment_matmul: w dtype (",
+                   w_in.scalar_type(), ") must match x dtype (", x_in.scalar_type(), ")");
+  RGMS_CHECK(w_in.size(1) == x_in.size(1), "segment_matmul: w has F_in = ", w_in.size(1),
+             " but x has ", x_in.size(1), " features");
+  check_same_device(w_in, x_in, "w", "x");
+  check_same_device(p, x_in, "ptr", "x");
+  const auto pc = checked_ptr("segment_matmul", p, x_in.size(0), w_in.size(0), "w.size(0)");
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto x = x_in.to(ct).contiguous();
+  const auto w = w_in.to(ct).contiguous();
+  auto y = at::empty({x.size(0), w.size(2)}, x.options());
+  const int64_t* v = ptr<int64_t>(pc);
+  for (int64_t k = 0; k < w.size(0); ++k) {
+    if (v[k + 1] == v[k]) continue;
+    auto y_k = y.narrow(0, v[k], v[k + 1] - v[k]);
+    at::mm_out(y_k, x.narrow(0, v[k], v[k + 1] - v[k]), w[k]);
+  }
+  return y.to(x_in.scalar_type());
+}
+
+at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tensor& p,
+                                         const at::Tensor& dy_in) {
+  check_float(x_in, "x");
+  check_float(dy_in, "grad_y");
+  RGMS_CHECK(x_in.dim() == 2 && dy_in.dim() == 2 && dy_in.size(0) == x_in.size(0),
+             "segment_matmul_backward_w: x [N, F_in] and grad_y [N, F_out] must agree in N; "
+             "got ", x_in.sizes(), " and ", dy_in.sizes());
+  TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(),
+                   "sparsejit.segment_matmul_backward_w: grad_y dtype must match x dtype");
+  const auto pc = checked_ptr("segment_matmul_backward_w", p, x_in.size(0), p.numel() - 1,
+                              "the number of segments");
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto x = x_in.to(ct).contiguous();
+  const auto dy = dy_in.to(ct).contiguous();
+  const int64_t k_n = pc.numel() - 1;
+  auto dw = at::empty({k_n, x.size(1), dy.size(1)}, x.options());
+  const int64_t* v = ptr<int64_t>(pc);
+  for (int64_t k = 0; k < k_n; ++k) {
+    auto dw_k = dw[k];
+    at::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
+               dy.narrow(0, v[k], v[k + 1] - v[k]));
+  }
+  return dw.to(x_in.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("rgms_plan", &rgms_plan_cpu);
+  m.impl("rgms", &rgms_cpu);
+  m.impl("rgms_backward", &rgms_backward_cpu);
+  m.impl("segment_matmul", &segment_matmul_cpu);
+  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_cpu);
+}
+
+#ifdef SPARSEJIT_WITH_CUDA
+// No CUDA kernels yet: every RGMS op runs on the CPU through the boxed fallback.
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("rgms_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("segment_matmul", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("segment_matmul_backward_w", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
+
+}  // namespace sparsejit
