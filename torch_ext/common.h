@@ -237,14 +237,11 @@ inline void check_transpose_args(const std::optional<at::Tensor>& t_rowptr,
 
 // The fused epilogue's activation, by name (shared by every backend).
 inline cpu::Act parse_activation(c10::string_view name) {
-  const std::string s(name);
-  if (s == "none" || s.empty()) return cpu::Act::None;
-  if (s == "relu") return cpu::Act::Relu;
-  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
-  if (s == "elu") return cpu::Act::Elu;
-  if (s == "gelu") return cpu::Act::Gelu;
-  TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
-                           "elu, gelu; got '", s, "'");
+  try {
+    return sparsejit::parse_activation(std::string(name));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "sparsejit.spmm: ", e.what());
+  }
 }
 
 }  // namespace sparsejit

@@ -4,19 +4,24 @@
 #include <stdexcept>
 #include <vector>
 
+#include "codegen/cpu_jit.h"
+#include "codegen/cpu_sddmm_spec.h"
+#include "codegen/cpu_spmm_spec.h"
 #include "csrc/plan/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
 namespace sparsejit::plan {
 namespace {
 
-int64_t elem_size(codegen::ScalarKind k) {
+int64_t elem_size(ScalarKind k) {
   switch (k) {
-    case codegen::ScalarKind::F32: return 4;
-    case codegen::ScalarKind::F64: return 8;
-    case codegen::ScalarKind::BF16: return 2;
+    case ScalarKind::F32: return 4;
+    case ScalarKind::F64: return 8;
+    case ScalarKind::BF16: return 2;
+    default:
+      throw std::invalid_argument(std::string("the CPU kernels have no scalar kind ") +
+                                  scalar_name(k));
   }
-  throw std::invalid_argument("unknown scalar kind " + std::to_string(static_cast<int>(k)));
 }
 
 template <typename I>
@@ -24,21 +29,23 @@ StructureStamp stamp_of(const void* rowptr, const void* col, int64_t rows, int64
   return stamp_structure(static_cast<const I*>(rowptr), static_cast<const I*>(col), rows, cols);
 }
 
-StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
+StructureStamp stamp_of(IndexKind index, const void* rowptr, const void* col,
                         int64_t rows, int64_t cols) {
-  return index == codegen::IndexKind::I32 ? stamp_of<int32_t>(rowptr, col, rows, cols)
+  return index == IndexKind::I32 ? stamp_of<int32_t>(rowptr, col, rows, cols)
                                           : stamp_of<int64_t>(rowptr, col, rows, cols);
 }
 
 // Calls f(T{}) for the kernel scalar type of `k`.
 template <typename F>
-void with_scalar(codegen::ScalarKind k, F&& f) {
+void with_scalar(ScalarKind k, F&& f) {
   switch (k) {
-    case codegen::ScalarKind::F32: f(float{}); return;
-    case codegen::ScalarKind::F64: f(double{}); return;
-    case codegen::ScalarKind::BF16: f(bf16{}); return;
+    case ScalarKind::F32: f(float{}); return;
+    case ScalarKind::F64: f(double{}); return;
+    case ScalarKind::BF16: f(bf16{}); return;
+    default:
+      throw std::invalid_argument(std::string("the CPU kernels have no scalar kind ") +
+                                  scalar_name(k));
   }
-  throw std::invalid_argument("unknown scalar kind " + std::to_string(static_cast<int>(k)));
 }
 
 void run_generic_spmm(const SpmmProblem& p, const cpu::SpmmArgs& a, bool idx32,
@@ -59,7 +66,7 @@ void run_generic_spmm(const SpmmProblem& p, const cpu::SpmmArgs& a, bool idx32,
 
 }  // namespace
 
-void cost_model_plan(codegen::IndexKind index, const void* rowptr, const void* col, int64_t rows,
+void cost_model_plan(IndexKind index, const void* rowptr, const void* col, int64_t rows,
                      int64_t num_cols, int64_t row_width, int64_t elem_size, int64_t* words) {
   const StructureStamp s = stamp_of(index, rowptr, col, rows, num_cols);
   encode(choose_spmm(rows, num_cols, s.nnz, row_width, elem_size,
@@ -100,22 +107,23 @@ std::string run_spmm(const SpmmProblem& p, const int64_t* plan_words, int64_t pl
       values = gathered.data();
     }
   }
-  const bool idx32 = !bucketed && p.index == codegen::IndexKind::I32;
-  codegen::SpmmFn fn = nullptr;
+  const bool idx32 = !bucketed && p.index == IndexKind::I32;
+  codegen::EntryFn fn = nullptr;
   if ((plan.kernel == Kernel::Jit || bucketed) && row_width > 0 && row_width <= kMaxJitRowWidth) {
-    codegen::KernelSpec spec;
+    codegen::CpuSpmmSpec spec;
     spec.dtype = p.dtype;
-    spec.index = idx32 ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
+    spec.index = idx32 ? IndexKind::I32 : IndexKind::I64;
     spec.reduce = args.reduce;
     spec.value_mode = args.value_heads == 0 ? 0 : (args.value_heads == 1 ? 1 : 2);
     spec.heads = args.heads;
     spec.features = args.features;
     spec.act = args.act;
     spec.prefetch = plan.prefetch;
-    fn = codegen::CpuJit::instance().spmm(spec);
+    fn = codegen::CpuJit::instance().lookup(spec);
   }
   if (fn != nullptr) {
-    fn(&a, rowptr, col, values, p.x, p.out, p.arg);
+    const cpu::SpmmLaunch launch{a, rowptr, col, values, p.x, p.out, p.arg};
+    fn(&launch);
   } else {
     run_generic_spmm(p, a, idx32, rowptr, col, values);
   }
@@ -133,14 +141,14 @@ void run_sddmm(const SddmmProblem& p) {
   const int64_t row_width = a.heads * a.features;
   std::string why;
   if (sddmm_use_jit(p.nnz, row_width, codegen::CpuJit::instance().enabled(), &why)) {
-    codegen::KernelSpec spec;
-    spec.op = codegen::OpKind::Sddmm;
+    codegen::CpuSddmmSpec spec;
     spec.dtype = p.dtype;
     spec.index = p.index;
     spec.heads = a.heads;
     spec.features = a.features;
-    if (codegen::SddmmFn fn = codegen::CpuJit::instance().sddmm(spec)) {
-      fn(&a, p.rowptr, p.col, p.q, p.k, p.s);
+    if (codegen::EntryFn fn = codegen::CpuJit::instance().lookup(spec)) {
+      const cpu::SddmmLaunch launch{a, p.rowptr, p.col, p.q, p.k, p.s};
+      fn(&launch);
       return;
     }
   }
@@ -152,7 +160,7 @@ void run_sddmm(const SddmmProblem& p) {
                         static_cast<const IT*>(p.col), static_cast<const T*>(p.q),
                         static_cast<const T*>(p.k), static_cast<T*>(p.s), a.num_threads);
     };
-    if (p.index == codegen::IndexKind::I32) {
+    if (p.index == IndexKind::I32) {
       go(int32_t{});
     } else {
       go(int64_t{});
@@ -180,9 +188,9 @@ std::string check_rowptr_t(const I* rp, int64_t rows, int64_t nnz) {
 }
 }  // namespace
 
-std::string check_rowptr(codegen::IndexKind index, const void* rowptr, int64_t rows,
+std::string check_rowptr(IndexKind index, const void* rowptr, int64_t rows,
                          int64_t nnz) {
-  return index == codegen::IndexKind::I32
+  return index == IndexKind::I32
              ? check_rowptr_t(static_cast<const int32_t*>(rowptr), rows, nnz)
              : check_rowptr_t(static_cast<const int64_t*>(rowptr), rows, nnz);
 }

@@ -6,15 +6,16 @@
 #include <cstdint>
 #include <string>
 
-#include "codegen/cpu_jit.h"
+#include "kernels/common/enum_names.h"
+#include "kernels/cpu/sddmm_args.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit::plan {
 
 // One SpMM call. All arrays are contiguous; `arg` may be null (no max/min positions).
 struct SpmmProblem {
-  codegen::ScalarKind dtype = codegen::ScalarKind::F32;
-  codegen::IndexKind index = codegen::IndexKind::I64;
+  ScalarKind dtype = ScalarKind::F32;
+  IndexKind index = IndexKind::I64;
   const void* rowptr = nullptr;  // [rows + 1]
   const void* col = nullptr;     // [nnz]
   const void* values = nullptr;  // [nnz * value_heads] or null
@@ -30,13 +31,13 @@ struct SpmmProblem {
 std::string run_spmm(const SpmmProblem& p, const int64_t* plan_words, int64_t plan_len);
 
 // The cost model's header-only plan for a structure (what the spmm_plan op returns).
-void cost_model_plan(codegen::IndexKind index, const void* rowptr, const void* col, int64_t rows,
+void cost_model_plan(IndexKind index, const void* rowptr, const void* col, int64_t rows,
                      int64_t num_cols, int64_t row_width, int64_t elem_size, int64_t* words);
 
 // One SDDMM call: s[p, h] = <q[row(p), h], k[col(p), h]>.
 struct SddmmProblem {
-  codegen::ScalarKind dtype = codegen::ScalarKind::F32;
-  codegen::IndexKind index = codegen::IndexKind::I64;
+  ScalarKind dtype = ScalarKind::F32;
+  IndexKind index = IndexKind::I64;
   const void* rowptr = nullptr;
   const void* col = nullptr;
   const void* q = nullptr;  // [rows, H, F]
@@ -49,6 +50,6 @@ void run_sddmm(const SddmmProblem& p);
 
 // Checks the invariants of a CSR row pointer that cost O(rows): rowptr[0] == 0, no decrease,
 // rowptr[rows] == nnz. Returns "" or a message naming the position and values.
-std::string check_rowptr(codegen::IndexKind index, const void* rowptr, int64_t rows, int64_t nnz);
+std::string check_rowptr(IndexKind index, const void* rowptr, int64_t rows, int64_t nnz);
 
 }  // namespace sparsejit::plan

@@ -24,7 +24,7 @@
 #include <type_traits>
 
 #include "csrc/core/partition.h"
-#include "kernels/cpu/spmm_args.h"
+#include "kernels/cpu/sddmm_args.h"
 #include "kernels/cpu/vec.h"
 
 namespace sparsejit::cpu::detail {
