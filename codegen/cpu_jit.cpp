@@ -10,6 +10,8 @@
 #include <fstream>
 #include <map>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 #include <mutex>
 #include <sstream>
 
@@ -86,27 +88,24 @@ std::string cpu_model() {
   return model + "|" + hash_hex(flags);
 }
 
-// Writes the embedded headers under <root>/include-<hash> once; returns that directory.
-std::string ensure_headers(const std::string& root, std::string* headers_hash) {
+// Writes the embedded headers under <root>/include-<hash> (once, under the build lock: see
+// DiskCache::ensure_files); returns that directory, or "" with `error` set.
+std::string ensure_headers(const std::string& root, std::string* headers_hash,
+                           std::string* error) {
+  static const std::vector<std::pair<std::string, std::string>> files = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& [path, text] : embedded_headers()) v.emplace_back(path, text);
+    return v;
+  }();
   std::string all;
-  for (const auto& [path, text] : embedded_headers()) {
+  for (const auto& [path, text] : files) {
     all += path;
     all += '\n';
     all += text;
   }
   *headers_hash = hash_hex(all);
   const std::string dir = root + "/include-" + headers_hash->substr(0, 16);
-  for (const auto& [path, text] : embedded_headers()) {
-    const std::string full = dir + "/" + path;
-    struct stat st;
-    if (stat(full.c_str(), &st) == 0 && st.st_size == static_cast<off_t>(std::string(text).size()))
-      continue;
-    // mkdir -p for the header's folder
-    for (size_t i = 1; i < full.size(); ++i) {
-      if (full[i] == '/') mkdir(full.substr(0, i).c_str(), 0755);
-    }
-    DiskCache::write_atomic(full, text);
-  }
+  if (!DiskCache::ensure_files(dir, files, error)) return "";
   return dir;
 }
 
@@ -206,8 +205,17 @@ EntryFn CpuJit::lookup(const KernelSpecBase& spec, JitInfo* info) {
   DiskCache& cache = DiskCache::instance();
   const std::string source = spec.source();
   const std::string version = compiler_version();
-  std::string headers_hash;
-  const std::string include_dir = ensure_headers(cache.writable_root("cpu"), &headers_hash);
+  const std::string root = cache.writable_root("cpu");
+  std::string headers_hash, headers_error = "no writable directory for JIT artefacts";
+  const std::string include_dir =
+      root.empty() ? "" : ensure_headers(root, &headers_hash, &headers_error);
+  if (include_dir.empty()) {
+    inf.error = headers_error;
+    warn_once("headers:" + root, "sparsejit JIT: " + inf.error +
+                                     "; using the precompiled generic kernels (same results)");
+    remember_failure();
+    return nullptr;
+  }
   const std::string command = compiler_command();
   // Everything that changes the binary goes into the key.
   const std::string key = hash_hex(source + "\n" + headers_hash + "\n" + command + "\n" + version +
