@@ -25,7 +25,7 @@
 
 #include "csrc/core/partition.h"
 #include "kernels/cpu/sddmm_args.h"
-#include "kernels/cpu/vec.h"
+#include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::cpu::detail {
 
