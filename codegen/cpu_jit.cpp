@@ -9,11 +9,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <sstream>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-#include <mutex>
-#include <sstream>
 
 #include "codegen/disk_cache.h"
 #include "codegen/embedded_headers.h"
