@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <unordered_map>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "codegen/disk_cache.h"
 #include "codegen/embedded_headers.h"
@@ -23,54 +25,6 @@
 namespace sparsejit::codegen {
 
 namespace {
-
-const char* scalar_cpp(ScalarKind k) {
-  switch (k) {
-    case ScalarKind::F32: return "float";
-    case ScalarKind::F64: return "double";
-    case ScalarKind::BF16: return "sparsejit::bf16";
-  }
-  return "float";
-}
-const char* scalar_short(ScalarKind k) {
-  switch (k) {
-    case ScalarKind::F32: return "f32";
-    case ScalarKind::F64: return "f64";
-    case ScalarKind::BF16: return "bf16";
-  }
-  return "?";
-}
-const char* act_name(cpu::Act a) {
-  switch (a) {
-    case cpu::Act::None: return "none";
-    case cpu::Act::Relu: return "relu";
-    case cpu::Act::LeakyRelu: return "leaky_relu";
-    case cpu::Act::Elu: return "elu";
-    case cpu::Act::Gelu: return "gelu";
-    case cpu::Act::Runtime: return "runtime";
-  }
-  return "?";
-}
-const char* act_enum(cpu::Act a) {
-  switch (a) {
-    case cpu::Act::None: return "None";
-    case cpu::Act::Relu: return "Relu";
-    case cpu::Act::LeakyRelu: return "LeakyRelu";
-    case cpu::Act::Elu: return "Elu";
-    case cpu::Act::Gelu: return "Gelu";
-    case cpu::Act::Runtime: return "Runtime";
-  }
-  return "Runtime";
-}
-const char* reduce_enum(Reduce r) {
-  switch (r) {
-    case Reduce::Sum: return "Sum";
-    case Reduce::Mean: return "Mean";
-    case Reduce::Max: return "Max";
-    case Reduce::Min: return "Min";
-  }
-  return "Sum";
-}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -134,103 +88,37 @@ std::string cpu_model() {
   return model + "|" + hash_hex(flags);
 }
 
-// Writes the embedded headers under <root>/include-<hash> once; returns that directory.
-std::string ensure_headers(const std::string& root, std::string* headers_hash) {
+// Writes the embedded headers under <root>/include-<hash> (once, under the build lock: see
+// DiskCache::ensure_files); returns that directory, or "" with `error` set.
+std::string ensure_headers(const std::string& root, std::string* headers_hash,
+                           std::string* error) {
+  static const std::vector<std::pair<std::string, std::string>> files = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& [path, text] : embedded_headers()) v.emplace_back(path, text);
+    return v;
+  }();
   std::string all;
-  for (const auto& [path, text] : embedded_headers()) {
+  for (const auto& [path, text] : files) {
     all += path;
     all += '\n';
     all += text;
   }
   *headers_hash = hash_hex(all);
   const std::string dir = root + "/include-" + headers_hash->substr(0, 16);
-  for (const auto& [path, text] : embedded_headers()) {
-    const std::string full = dir + "/" + path;
-    struct stat st;
-    if (stat(full.c_str(), &st) == 0 && st.st_size == static_cast<off_t>(std::string(text).size()))
-      continue;
-    // mkdir -p for the header's folder
-    for (size_t i = 1; i < full.size(); ++i) {
-      if (full[i] == '/') mkdir(full.substr(0, i).c_str(), 0755);
-    }
-    DiskCache::write_atomic(full, text);
-  }
+  if (!DiskCache::ensure_files(dir, files, error)) return "";
   return dir;
 }
 
 struct Loaded {
-  void* fn = nullptr;
+  EntryFn fn = nullptr;
   std::string source_path, library_path;
 };
 
 std::mutex g_mutex;
 std::map<std::string, Loaded> g_loaded;  // keyed by spec name
-std::unordered_map<uint64_t, void*> g_fast;  // keyed by KernelSpec::packed_key()
+std::unordered_map<uint64_t, EntryFn> g_fast;  // keyed by KernelSpecBase::packed_key()
 
 }  // namespace
-
-uint64_t KernelSpec::packed_key() const {
-  // heads < 2^16 and features < 2^20 hold for every width the JIT specializes (<= 1024).
-  return static_cast<uint64_t>(dtype) | static_cast<uint64_t>(index) << 2 |
-         static_cast<uint64_t>(reduce) << 3 | static_cast<uint64_t>(value_mode) << 5 |
-         static_cast<uint64_t>(static_cast<int32_t>(act) & 0x7f) << 7 |
-         static_cast<uint64_t>(prefetch & 0xff) << 14 |
-         static_cast<uint64_t>(heads & 0xffff) << 22 |
-         static_cast<uint64_t>(features & 0xfffff) << 38 |
-         static_cast<uint64_t>(static_cast<int32_t>(op) & 0x3) << 58;
-}
-
-std::string KernelSpec::name() const {
-  std::ostringstream os;
-  if (op == OpKind::Sddmm) {
-    os << "sddmm_" << scalar_short(dtype) << "_" << (index == IndexKind::I32 ? "i32" : "i64")
-       << "_h" << heads << "_f" << features;
-    return os.str();
-  }
-  os << "spmm_" << scalar_short(dtype) << "_" << (index == IndexKind::I32 ? "i32" : "i64") << "_"
-     << reduce_name(reduce) << "_v" << value_mode << "_h" << heads << "_f" << features << "_"
-     << act_name(act) << "_pf" << prefetch;
-  return os.str();
-}
-
-std::string KernelSpec::source() const {
-  std::ostringstream os;
-  if (op == OpKind::Sddmm) {
-    os << "// sparsejit generated kernel: " << name() << "\n"
-       << "// SDDMM, " << scalar_short(dtype) << " values, "
-       << (index == IndexKind::I32 ? "int32" : "int64") << " indices, H=" << heads
-       << ", F=" << features << ".\n"
-       << "#include \"kernels/cpu/sddmm_kernel.h\"\n\n"
-       << "extern \"C\" void sparsejit_entry(const sparsejit::cpu::SddmmArgs* a, const void* rowptr,\n"
-       << "                                  const void* col, const void* q, const void* k,\n"
-       << "                                  void* s) {\n"
-       << "  using T = " << scalar_cpp(dtype) << ";\n"
-       << "  using I = " << (index == IndexKind::I32 ? "int32_t" : "int64_t") << ";\n"
-       << "  sparsejit::cpu::detail::sddmm_run<T, I, " << heads << ", " << features << ">(\n"
-       << "      *a, static_cast<const I*>(rowptr), static_cast<const I*>(col),\n"
-       << "      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<T*>(s));\n"
-       << "}\n";
-    return os.str();
-  }
-  os << "// sparsejit generated kernel: " << name() << "\n"
-     << "// SpMM, " << scalar_short(dtype) << " values, "
-     << (index == IndexKind::I32 ? "int32" : "int64") << " indices, reduce=" << reduce_name(reduce)
-     << ", value mode " << value_mode << ", H=" << heads << ", F=" << features
-     << ", activation=" << act_name(act) << ", prefetch distance " << prefetch << ".\n"
-     << "#include \"kernels/cpu/spmm_kernel.h\"\n\n"
-     << "extern \"C\" void sparsejit_entry(const sparsejit::cpu::SpmmArgs* a, const void* rowptr,\n"
-     << "                                  const void* col, const void* values, const void* x,\n"
-     << "                                  void* out, int64_t* arg) {\n"
-     << "  using T = " << scalar_cpp(dtype) << ";\n"
-     << "  using I = " << (index == IndexKind::I32 ? "int32_t" : "int64_t") << ";\n"
-     << "  sparsejit::cpu::detail::spmm_run<T, I, sparsejit::Reduce::" << reduce_enum(reduce)
-     << ", " << value_mode << ", " << heads << ", " << features
-     << ", sparsejit::cpu::Act::" << act_enum(act) << ", " << prefetch << ">(\n"
-     << "      *a, static_cast<const I*>(rowptr), static_cast<const I*>(col),\n"
-     << "      static_cast<const T*>(values), static_cast<const T*>(x), static_cast<T*>(out), arg);\n"
-     << "}\n";
-  return os.str();
-}
 
 CpuJit& CpuJit::instance() {
   static CpuJit jit;
@@ -269,17 +157,7 @@ void CpuJit::clear_memory_cache() {
   g_fast.clear();
 }
 
-SpmmFn CpuJit::spmm(const KernelSpec& spec, JitInfo* info) {
-  if (spec.op != OpKind::Spmm) return nullptr;
-  return reinterpret_cast<SpmmFn>(lookup(spec, info));
-}
-
-SddmmFn CpuJit::sddmm(const KernelSpec& spec, JitInfo* info) {
-  if (spec.op != OpKind::Sddmm) return nullptr;
-  return reinterpret_cast<SddmmFn>(lookup(spec, info));
-}
-
-void* CpuJit::lookup(const KernelSpec& spec, JitInfo* info) {
+EntryFn CpuJit::lookup(const KernelSpecBase& spec, JitInfo* info) {
   if (!enabled_) {
     if (info) {
       *info = JitInfo{};
@@ -327,8 +205,17 @@ void* CpuJit::lookup(const KernelSpec& spec, JitInfo* info) {
   DiskCache& cache = DiskCache::instance();
   const std::string source = spec.source();
   const std::string version = compiler_version();
-  std::string headers_hash;
-  const std::string include_dir = ensure_headers(cache.writable_root("cpu"), &headers_hash);
+  const std::string root = cache.writable_root("cpu");
+  std::string headers_hash, headers_error = "no writable directory for JIT artefacts";
+  const std::string include_dir =
+      root.empty() ? "" : ensure_headers(root, &headers_hash, &headers_error);
+  if (include_dir.empty()) {
+    inf.error = headers_error;
+    warn_once("headers:" + root, "sparsejit JIT: " + inf.error +
+                                     "; using the precompiled generic kernels (same results)");
+    remember_failure();
+    return nullptr;
+  }
   const std::string command = compiler_command();
   // Everything that changes the binary goes into the key.
   const std::string key = hash_hex(source + "\n" + headers_hash + "\n" + command + "\n" + version +
@@ -370,7 +257,8 @@ void* CpuJit::lookup(const KernelSpec& spec, JitInfo* info) {
   inf.source_path = source_path;
   const auto t0 = std::chrono::steady_clock::now();
   void* handle = dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  void* fn = handle ? dlsym(handle, "sparsejit_entry") : nullptr;
+  void* sym = handle ? dlsym(handle, kEntrySymbol) : nullptr;
+  const EntryFn fn = reinterpret_cast<EntryFn>(sym);
   if (!fn) {
     const char* why = dlerror();
     inf.error = std::string("loading ") + lib_path + " failed: " + (why ? why : "no entry point");

@@ -21,7 +21,6 @@ using CUfunction = struct CUfuncOpaque*;
 using CUstream = struct CUstreamOpaque*;
 using CUdeviceptr = unsigned long long;
 constexpr CUresult kCudaSuccess = 0;
-constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kAttrComputeMajor = 75;
 constexpr int kAttrComputeMinor = 76;
 
@@ -41,7 +40,6 @@ struct DriverApi {
   CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void**, void**) = nullptr;
-  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream) = nullptr;
   CUresult (*MemAlloc)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*MemFree)(CUdeviceptr) = nullptr;
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
@@ -118,7 +116,6 @@ void CudaDriver::load() {
     bind(h, "cuModuleLoadData", &a.ModuleLoadData, &missing);
     bind(h, "cuModuleGetFunction", &a.ModuleGetFunction, &missing);
     bind(h, "cuLaunchKernel", &a.LaunchKernel, &missing);
-    bind(h, "cuMemsetD8Async", &a.MemsetD8Async, &missing);
     bind(h, "cuMemAlloc_v2", &a.MemAlloc, &missing);
     bind(h, "cuMemFree_v2", &a.MemFree, &missing);
     bind(h, "cuMemcpyHtoD_v2", &a.MemcpyHtoD, &missing);
@@ -173,16 +170,6 @@ int CudaDriver::compute_capability(int device, std::string* error) {
     return 0;
   }
   return 10 * major + minor;
-}
-
-int CudaDriver::multiprocessor_count(int device) {
-  if (!available()) return 0;
-  CUdevice dev = 0;
-  int n = 0;
-  if (state().api.DeviceGet(&dev, device) != kCudaSuccess ||
-      state().api.DeviceGetAttribute(&n, kAttrMultiprocessorCount, dev) != kCudaSuccess)
-    return 0;
-  return n;
 }
 
 bool CudaDriver::ensure_context(int device, std::string* error) {
@@ -272,15 +259,6 @@ bool CudaDriver::launch(const CudaFunction& f, CudaDim grid, CudaDim block, unsi
     return false;
   }
   return true;
-}
-
-bool CudaDriver::memset_async(uintptr_t ptr, size_t bytes, void* stream, std::string* error) {
-  if (!available(error)) return false;
-  if (bytes == 0) return true;
-  const CUresult r = state().api.MemsetD8Async(static_cast<CUdeviceptr>(ptr), 0, bytes,
-                                               static_cast<CUstream>(stream));
-  if (r != kCudaSuccess && error) *error = "cuMemsetD8Async failed: " + error_string(r);
-  return r == kCudaSuccess;
 }
 
 bool CudaDriver::malloc(uintptr_t* ptr, size_t bytes, std::string* error) {

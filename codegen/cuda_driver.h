@@ -31,7 +31,6 @@ class CudaDriver {
   int device_count();
   // Compute capability as 10 * major + minor (90 for an H100), or 0 with `error` set.
   int compute_capability(int device, std::string* error);
-  int multiprocessor_count(int device);
 
   // Makes `device`'s primary context current on this thread when no context for it is (the
   // context PyTorch uses). Returns false with `error` set on failure.
@@ -47,8 +46,6 @@ class CudaDriver {
   // generated source. An empty grid launches nothing.
   bool launch(const CudaFunction& f, CudaDim grid, CudaDim block, unsigned shared_bytes,
               void* stream, void* params, std::string* error);
-
-  bool memset_async(uintptr_t ptr, size_t bytes, void* stream, std::string* error);
 
   // For Torch-free tests: allocate, copy, free, synchronize on the current context.
   bool malloc(uintptr_t* ptr, size_t bytes, std::string* error);

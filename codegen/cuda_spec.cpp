@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "codegen/embedded_headers.h"
 
@@ -35,8 +36,8 @@ const char* device_type(CudaScalar s) {
     case CudaScalar::F16: return "sparsejit::cuda::half_t";
     case CudaScalar::BF16: return "sparsejit::cuda::bf16_t";
     case CudaScalar::F64: return "double";
+    default: detail::bad_enum("scalar kind", static_cast<int>(s));
   }
-  return "float";
 }
 
 const char* act_short(cpu::Act a) {
@@ -47,12 +48,12 @@ const char* act_short(cpu::Act a) {
     case cpu::Act::Elu: return "elu";
     case cpu::Act::Gelu: return "gelu";
     case cpu::Act::Runtime: return "runtime";
+    default: detail::bad_enum("activation", static_cast<int>(a));
   }
-  return "?";
 }
 
 const char* index_short(IndexKind k) {
-  return k == IndexKind::I32 ? "i32" : "i64";
+  return index_name(k);
 }
 
 bool is_extremum(Reduce r) {
@@ -90,23 +91,11 @@ int accumulator_budget(CudaScalar dtype, Reduce r) {
 }  // namespace
 
 int cuda_scalar_bytes(CudaScalar s) {
-  switch (s) {
-    case CudaScalar::F32: return 4;
-    case CudaScalar::F16: return 2;
-    case CudaScalar::BF16: return 2;
-    case CudaScalar::F64: return 8;
-  }
-  return 4;
+  return scalar_bytes(s);
 }
 
 const char* cuda_scalar_name(CudaScalar s) {
-  switch (s) {
-    case CudaScalar::F32: return "f32";
-    case CudaScalar::F16: return "f16";
-    case CudaScalar::BF16: return "bf16";
-    case CudaScalar::F64: return "f64";
-  }
-  return "?";
+  return scalar_name(s);
 }
 
 const char* cuda_strategy_name(CudaStrategy s) {
@@ -114,8 +103,9 @@ const char* cuda_strategy_name(CudaStrategy s) {
     case CudaStrategy::RowGroup: return "rowgroup";
     case CudaStrategy::NnzSegment: return "segment";
     case CudaStrategy::NnzAtomic: return "atomic";
+    default:
+      throw std::invalid_argument("unknown CUDA strategy " + std::to_string(static_cast<int>(s)));
   }
-  return "?";
 }
 
 SpmmLayout spmm_layout(const CudaKernelSpec& s) {
@@ -198,7 +188,7 @@ std::string CudaKernelSpec::name() const {
     case CudaOp::EdgeSoftmaxBackward:
       os << (op == CudaOp::EdgeSoftmax ? "edge_softmax_" : "edge_softmax_bwd_")
          << cuda_scalar_name(dtype) << "_" << index_short(index) << "_h" << heads;
-      break;
+      break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
   return os.str();
@@ -221,7 +211,7 @@ std::string CudaKernelSpec::source() const {
     return os.str();
   }
   os << "#define SJ_CUDA_AMALGAMATED 1\n"
-     << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
+     << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
   const char* op_file = op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
                                               : "kernels/cuda/edge_softmax.cuh";
@@ -280,7 +270,7 @@ std::string CudaKernelSpec::source() const {
          << (op == CudaOp::EdgeSoftmaxBackward ? "true" : "false") << ";\n";
       params = "SoftmaxParams";
       bodies = {"edge_softmax_kernel"};
-      break;
+      break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   os << "};\n}  // namespace sj_generated\n\n";
   const std::vector<std::string> entries = entry_points();

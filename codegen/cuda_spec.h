@@ -8,14 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_jit.h"  // IndexKind
+#include "codegen/kernel_spec.h"  // IndexKind, OpKind, ScalarKind
 #include "csrc/core/types.h"
 #include "kernels/cpu/spmm_args.h"  // cpu::Act
 
 namespace sparsejit::codegen {
 
-enum class CudaOp : int32_t { Spmm = 0, Sddmm = 1, EdgeSoftmax = 2, EdgeSoftmaxBackward = 3 };
-enum class CudaScalar : int32_t { F32 = 0, F16 = 1, BF16 = 2, F64 = 3 };
+// Op and scalar kinds of kernels/common/enums.h (one numbering for CPU and CUDA).
+using CudaOp = OpKind;
+using CudaScalar = ScalarKind;
 // SpMM schedules (kernels/cuda/spmm.cuh): a group of lanes per row, or equal chunks of stored
 // entries whose split rows are finished by an ordered segment fix-up or by atomics.
 enum class CudaStrategy : int32_t { RowGroup = 0, NnzSegment = 1, NnzAtomic = 2 };

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace sparsejit::codegen {
 
@@ -150,11 +152,6 @@ void DiskCache::reset_root_from_env() {
   root_ = default_root();
 }
 
-std::string DiskCache::path_for(const std::string& kind, const std::string& prefix,
-                                const std::string& key, const std::string& ext) const {
-  return root_ + "/" + kind + "/" + prefix + "-" + key + "." + ext;
-}
-
 bool DiskCache::usable_dir(const std::string& dir) {
   if (!mkdirs(dir)) return false;
   return access(dir.c_str(), W_OK | X_OK) == 0;
@@ -180,8 +177,17 @@ std::string DiskCache::writable_root_locked(const std::string& kind) {
   return private_root;
 }
 
+std::string DiskCache::unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  const size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld.%zx.%llu", static_cast<long long>(getpid()), thread,
+                static_cast<unsigned long long>(counter.fetch_add(1)));
+  return buf;
+}
+
 bool DiskCache::write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = path + ".tmp." + unique_suffix();
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return false;
@@ -191,6 +197,41 @@ bool DiskCache::write_atomic(const std::string& path, const std::string& text) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     return false;
+  }
+  return true;
+}
+
+namespace {
+bool all_present(const std::string& dir,
+                 const std::vector<std::pair<std::string, std::string>>& files) {
+  for (const auto& [rel, text] : files) {
+    struct stat st;
+    const std::string full = dir + "/" + rel;
+    if (stat(full.c_str(), &st) != 0 || st.st_size != static_cast<off_t>(text.size()))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool DiskCache::ensure_files(const std::string& dir,
+                             const std::vector<std::pair<std::string, std::string>>& files,
+                             std::string* error) {
+  if (all_present(dir, files)) return true;
+  std::lock_guard<std::mutex> g(g_build_mutex);
+  if (!mkdirs(dir)) {
+    *error = "cannot create " + dir;
+    return false;
+  }
+  FileLock lock(dir + ".lock");
+  // Another thread or process may have written them while we waited for the lock.
+  if (all_present(dir, files)) return true;
+  for (const auto& [rel, text] : files) {
+    const std::string full = dir + "/" + rel;
+    if (!mkdirs(full.substr(0, full.rfind('/'))) || !write_atomic(full, text)) {
+      *error = "cannot write " + full;
+      return false;
+    }
   }
   return true;
 }
@@ -219,7 +260,7 @@ bool DiskCache::get_or_build(
     if (hit) *hit = true;
     return true;
   }
-  const std::string tmp = final_path + ".build." + std::to_string(getpid()) + "." + ext;
+  const std::string tmp = final_path + ".build." + unique_suffix() + "." + ext;
   std::string err;
   if (!build(tmp, err)) {
     std::remove(tmp.c_str());

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sparsejit::codegen {
 
@@ -35,10 +37,6 @@ class DiskCache {
   // Re-reads $SPARSEJIT_CACHE_DIR (tests point it at a fresh directory).
   void reset_root_from_env();
 
-  // Path of the artefact for (kind, prefix, key, ext), valid or not.
-  std::string path_for(const std::string& kind, const std::string& prefix, const std::string& key,
-                       const std::string& ext) const;
-
   // Returns the path of a valid artefact, building it first if needed. `build(tmp_path)`
   // writes the artefact to tmp_path and returns true, or returns false with `error` set.
   // Concurrent callers (threads or processes) with the same key build it once.
@@ -52,8 +50,21 @@ class DiskCache {
   // one warning) when root() cannot be written; empty if neither can.
   std::string writable_root(const std::string& kind);
 
-  // Writes `text` to path atomically (temp + rename). Returns false on failure.
+  // Writes `text` to path atomically: a temp file in the same directory, unique per process,
+  // thread and call, renamed into place. Returns false on failure.
   static bool write_atomic(const std::string& path, const std::string& text);
+
+  // Makes `dir` hold `files` (relative path, content), e.g. the headers the JIT compiles
+  // against. Files already there with the right size are kept; otherwise all are written
+  // under the build lock (this process's build mutex and the file lock `dir`.lock, shared
+  // with other processes), after a re-check once the lock is held. False with `error` set
+  // when a file cannot be written.
+  static bool ensure_files(const std::string& dir,
+                           const std::vector<std::pair<std::string, std::string>>& files,
+                           std::string* error);
+
+  // "<pid>.<thread>.<n>": a suffix no other writer (process, thread or call) uses.
+  static std::string unique_suffix();
 
  private:
   bool usable_dir(const std::string& dir);

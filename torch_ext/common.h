@@ -19,21 +19,21 @@ namespace sparsejit {
 
 // The kernels' scalar kind of a Torch dtype; float16 is computed in float32 (see
 // HalfAsFloat), so it never reaches this function.
-inline codegen::ScalarKind scalar_kind(at::ScalarType t, const char* name) {
+inline ScalarKind scalar_kind(at::ScalarType t, const char* name) {
   switch (t) {
-    case at::kFloat: return codegen::ScalarKind::F32;
-    case at::kDouble: return codegen::ScalarKind::F64;
-    case at::kBFloat16: return codegen::ScalarKind::BF16;
+    case at::kFloat: return ScalarKind::F32;
+    case at::kDouble: return ScalarKind::F64;
+    case at::kBFloat16: return ScalarKind::BF16;
     default:
       TORCH_CHECK_TYPE(false, "sparsejit: ", name,
                        " must be float32, float64, bfloat16 or float16; got ", t);
   }
 }
 
-inline codegen::IndexKind index_kind(const at::Tensor& rowptr) {
+inline IndexKind index_kind(const at::Tensor& rowptr) {
   switch (rowptr.scalar_type()) {
-    case at::kInt: return codegen::IndexKind::I32;
-    case at::kLong: return codegen::IndexKind::I64;
+    case at::kInt: return IndexKind::I32;
+    case at::kLong: return IndexKind::I64;
     default:
       TORCH_CHECK_TYPE(false, "sparsejit: indptr must be int32 or int64; got ",
                        rowptr.scalar_type());
@@ -236,14 +236,11 @@ inline void check_transpose_args(const std::optional<at::Tensor>& t_rowptr,
 
 // The fused epilogue's activation, by name (shared by every backend).
 inline cpu::Act parse_activation(c10::string_view name) {
-  const std::string s(name);
-  if (s == "none" || s.empty()) return cpu::Act::None;
-  if (s == "relu") return cpu::Act::Relu;
-  if (s == "leaky_relu") return cpu::Act::LeakyRelu;
-  if (s == "elu") return cpu::Act::Elu;
-  if (s == "gelu") return cpu::Act::Gelu;
-  TORCH_CHECK_VALUE(false, "sparsejit.spmm: activation must be one of none, relu, leaky_relu, "
-                           "elu, gelu; got '", s, "'");
+  try {
+    return sparsejit::parse_activation(std::string(name));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "sparsejit.spmm: ", e.what());
+  }
 }
 
 // Every check of an spmm call (CPU and CUDA alike): arguments, then the structure (validated

@@ -102,9 +102,9 @@ plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tenso
   const at::Tensor rp = rowptr.to(at::kCPU).contiguous();
   const at::Tensor cl = col.to(at::kCPU).contiguous();
   const int64_t rows = rp.numel() - 1;
-  const codegen::IndexKind index = index_kind(rp);
+  const IndexKind index = index_kind(rp);
   ValidationResult r;
-  if (index == codegen::IndexKind::I32) {
+  if (index == IndexKind::I32) {
     r = validate_csr<int32_t>(ptr<int32_t>(rp), rp.numel(), ptr<int32_t>(cl), cl.numel(),
                               num_cols);
   } else {

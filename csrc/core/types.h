@@ -1,10 +1,11 @@
-// Torch-free scalar and enum types shared by the core, the kernels and the adapters.
+// Torch-free scalar types shared by the core, the kernels and the adapters (the enums
+// and their names are in kernels/common/, included here).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
-#include <string>
+
+#include "kernels/common/enum_names.h"
 
 namespace sparsejit {
 
@@ -43,25 +44,5 @@ struct AccType<double> {
 };
 template <typename T>
 using acc_t = typename AccType<T>::type;
-
-enum class Reduce { Sum, Mean, Max, Min };
-
-inline Reduce parse_reduce(const std::string& s) {
-  if (s == "sum" || s == "add") return Reduce::Sum;
-  if (s == "mean") return Reduce::Mean;
-  if (s == "max") return Reduce::Max;
-  if (s == "min") return Reduce::Min;
-  throw std::invalid_argument("reduce must be one of 'sum', 'mean', 'max', 'min'; got '" + s + "'");
-}
-
-inline const char* reduce_name(Reduce r) {
-  switch (r) {
-    case Reduce::Sum: return "sum";
-    case Reduce::Mean: return "mean";
-    case Reduce::Max: return "max";
-    case Reduce::Min: return "min";
-  }
-  return "?";
-}
 
 }  // namespace sparsejit

@@ -13,8 +13,9 @@ const char* op_family_name(OpFamily op) {
     case OpFamily::Rgms: return "rgms";
     case OpFamily::PointConv: return "point_conv";
     case OpFamily::FilterConv: return "filter_conv";
+    default:
+      throw std::invalid_argument("unknown op family " + std::to_string(static_cast<int64_t>(op)));
   }
-  throw std::invalid_argument("unknown op family " + std::to_string(static_cast<int64_t>(op)));
 }
 
 template <typename I>

@@ -60,8 +60,10 @@ const char* kernel_name(Kernel k) {
     case Kernel::Generic: return "generic";
     case Kernel::Jit: return "jit";
     case Kernel::Bucketed: return "bucketed";
+    default:
+      throw std::invalid_argument("unknown SpMM kernel id " +
+                                  std::to_string(static_cast<int64_t>(k)));
   }
-  throw std::invalid_argument("unknown SpMM kernel id " + std::to_string(static_cast<int64_t>(k)));
 }
 
 Kernel parse_kernel(const std::string& name) {

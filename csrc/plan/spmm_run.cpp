@@ -4,32 +4,39 @@
 #include <stdexcept>
 #include <vector>
 
+#include "codegen/cpu_jit.h"
+#include "codegen/cpu_sddmm_spec.h"
+#include "codegen/cpu_spmm_spec.h"
 #include "csrc/plan/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
 namespace sparsejit::plan {
 namespace {
 
-int64_t elem_size(codegen::ScalarKind k) {
+int64_t elem_size(ScalarKind k) {
   switch (k) {
-    case codegen::ScalarKind::F32: return 4;
-    case codegen::ScalarKind::F64: return 8;
-    case codegen::ScalarKind::BF16: return 2;
+    case ScalarKind::F32: return 4;
+    case ScalarKind::F64: return 8;
+    case ScalarKind::BF16: return 2;
+    default:
+      throw std::invalid_argument(std::string("the CPU kernels have no scalar kind ") +
+                                  scalar_name(k));
   }
-  throw std::invalid_argument("unknown scalar kind " + std::to_string(static_cast<int>(k)));
 }
 
 
 
 // Calls f(T{}) for the kernel scalar type of `k`.
 template <typename F>
-void with_scalar(codegen::ScalarKind k, F&& f) {
+void with_scalar(ScalarKind k, F&& f) {
   switch (k) {
-    case codegen::ScalarKind::F32: f(float{}); return;
-    case codegen::ScalarKind::F64: f(double{}); return;
-    case codegen::ScalarKind::BF16: f(bf16{}); return;
+    case ScalarKind::F32: f(float{}); return;
+    case ScalarKind::F64: f(double{}); return;
+    case ScalarKind::BF16: f(bf16{}); return;
+    default:
+      throw std::invalid_argument(std::string("the CPU kernels have no scalar kind ") +
+                                  scalar_name(k));
   }
-  throw std::invalid_argument("unknown scalar kind " + std::to_string(static_cast<int>(k)));
 }
 
 void run_generic_spmm(const SpmmProblem& p, const cpu::SpmmArgs& a, bool idx32,
@@ -50,9 +57,9 @@ void run_generic_spmm(const SpmmProblem& p, const cpu::SpmmArgs& a, bool idx32,
 
 }  // namespace
 
-StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
+StructureStamp stamp_of(IndexKind index, const void* rowptr, const void* col,
                         int64_t rows, int64_t cols) {
-  if (index == codegen::IndexKind::I32)
+  if (index == IndexKind::I32)
     return stamp_structure(static_cast<const int32_t*>(rowptr), static_cast<const int32_t*>(col),
                            rows, cols);
   return stamp_structure(static_cast<const int64_t*>(rowptr), static_cast<const int64_t*>(col),
@@ -99,22 +106,23 @@ std::string run_spmm(const SpmmProblem& p, const int64_t* plan_words, int64_t pl
       values = gathered.data();
     }
   }
-  const bool idx32 = !bucketed && p.index == codegen::IndexKind::I32;
-  codegen::SpmmFn fn = nullptr;
+  const bool idx32 = !bucketed && p.index == IndexKind::I32;
+  codegen::EntryFn fn = nullptr;
   if ((plan.kernel == Kernel::Jit || bucketed) && row_width > 0 && row_width <= kMaxJitRowWidth) {
-    codegen::KernelSpec spec;
+    codegen::CpuSpmmSpec spec;
     spec.dtype = p.dtype;
-    spec.index = idx32 ? codegen::IndexKind::I32 : codegen::IndexKind::I64;
+    spec.index = idx32 ? IndexKind::I32 : IndexKind::I64;
     spec.reduce = args.reduce;
     spec.value_mode = args.value_heads == 0 ? 0 : (args.value_heads == 1 ? 1 : 2);
     spec.heads = args.heads;
     spec.features = args.features;
     spec.act = args.act;
     spec.prefetch = plan.prefetch;
-    fn = codegen::CpuJit::instance().spmm(spec);
+    fn = codegen::CpuJit::instance().lookup(spec);
   }
   if (fn != nullptr) {
-    fn(&a, rowptr, col, values, p.x, p.out, p.arg);
+    const cpu::SpmmLaunch launch{a, rowptr, col, values, p.x, p.out, p.arg};
+    fn(&launch);
   } else {
     run_generic_spmm(p, a, idx32, rowptr, col, values);
   }
@@ -132,14 +140,14 @@ void run_sddmm(const SddmmProblem& p) {
   const int64_t row_width = a.heads * a.features;
   std::string why;
   if (sddmm_use_jit(p.nnz, row_width, codegen::CpuJit::instance().enabled(), &why)) {
-    codegen::KernelSpec spec;
-    spec.op = codegen::OpKind::Sddmm;
+    codegen::CpuSddmmSpec spec;
     spec.dtype = p.dtype;
     spec.index = p.index;
     spec.heads = a.heads;
     spec.features = a.features;
-    if (codegen::SddmmFn fn = codegen::CpuJit::instance().sddmm(spec)) {
-      fn(&a, p.rowptr, p.col, p.q, p.k, p.s);
+    if (codegen::EntryFn fn = codegen::CpuJit::instance().lookup(spec)) {
+      const cpu::SddmmLaunch launch{a, p.rowptr, p.col, p.q, p.k, p.s};
+      fn(&launch);
       return;
     }
   }
@@ -151,7 +159,7 @@ void run_sddmm(const SddmmProblem& p) {
                         static_cast<const IT*>(p.col), static_cast<const T*>(p.q),
                         static_cast<const T*>(p.k), static_cast<T*>(p.s), a.num_threads);
     };
-    if (p.index == codegen::IndexKind::I32) {
+    if (p.index == IndexKind::I32) {
       go(int32_t{});
     } else {
       go(int64_t{});
@@ -179,9 +187,9 @@ std::string check_rowptr_t(const I* rp, int64_t rows, int64_t nnz) {
 }
 }  // namespace
 
-std::string check_rowptr(codegen::IndexKind index, const void* rowptr, int64_t rows,
+std::string check_rowptr(IndexKind index, const void* rowptr, int64_t rows,
                          int64_t nnz) {
-  return index == codegen::IndexKind::I32
+  return index == IndexKind::I32
              ? check_rowptr_t(static_cast<const int32_t*>(rowptr), rows, nnz)
              : check_rowptr_t(static_cast<const int64_t*>(rowptr), rows, nnz);
 }

@@ -6,16 +6,17 @@
 #include <cstdint>
 #include <string>
 
-#include "codegen/cpu_jit.h"
 #include "csrc/plan/plan_header.h"
+#include "kernels/common/enum_names.h"
+#include "kernels/cpu/sddmm_args.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit::plan {
 
 // One SpMM call. All arrays are contiguous; `arg` may be null (no max/min positions).
 struct SpmmProblem {
-  codegen::ScalarKind dtype = codegen::ScalarKind::F32;
-  codegen::IndexKind index = codegen::IndexKind::I64;
+  ScalarKind dtype = ScalarKind::F32;
+  IndexKind index = IndexKind::I64;
   const void* rowptr = nullptr;  // [rows + 1]
   const void* col = nullptr;     // [nnz]
   const void* values = nullptr;  // [nnz * value_heads] or null
@@ -38,13 +39,13 @@ void cost_model_plan(const StructureStamp& s, int64_t row_width, int64_t elem_si
                      int64_t* words);
 
 // The stamp of a CSR structure of either index width (O(rows + nnz)).
-StructureStamp stamp_of(codegen::IndexKind index, const void* rowptr, const void* col,
+StructureStamp stamp_of(IndexKind index, const void* rowptr, const void* col,
                         int64_t rows, int64_t cols);
 
 // One SDDMM call: s[p, h] = <q[row(p), h], k[col(p), h]>.
 struct SddmmProblem {
-  codegen::ScalarKind dtype = codegen::ScalarKind::F32;
-  codegen::IndexKind index = codegen::IndexKind::I64;
+  ScalarKind dtype = ScalarKind::F32;
+  IndexKind index = IndexKind::I64;
   const void* rowptr = nullptr;
   const void* col = nullptr;
   const void* q = nullptr;  // [rows, H, F]
@@ -57,6 +58,6 @@ void run_sddmm(const SddmmProblem& p);
 
 // Checks the invariants of a CSR row pointer that cost O(rows): rowptr[0] == 0, no decrease,
 // rowptr[rows] == nnz. Returns "" or a message naming the position and values.
-std::string check_rowptr(codegen::IndexKind index, const void* rowptr, int64_t rows, int64_t nnz);
+std::string check_rowptr(IndexKind index, const void* rowptr, int64_t rows, int64_t nnz);
 
 }  // namespace sparsejit::plan

@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include "codegen/cpu_jit.h"
+#include "codegen/cpu_sddmm_spec.h"
+#include "codegen/cpu_spmm_spec.h"
 #include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
 #include "csrc/plan/plan_header.h"
@@ -45,7 +47,7 @@ uint64_t fingerprint_impl(py::array_t<I, py::array::c_style> rowptr,
   return sparsejit::fingerprint<I>(rowptr.data(), rows, col.data(), col.size(), cols);
 }
 
-py::dict info_dict(const sparsejit::codegen::KernelSpec& spec,
+py::dict info_dict(const sparsejit::codegen::KernelSpecBase& spec,
                    const sparsejit::codegen::JitInfo& info, bool ok) {
   py::dict d;
   d["ok"] = ok;
@@ -63,17 +65,16 @@ py::dict info_dict(const sparsejit::codegen::KernelSpec& spec,
 
 py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   using namespace sparsejit;
-  codegen::KernelSpec spec;
-  spec.op = codegen::OpKind::Sddmm;
-  spec.dtype = static_cast<codegen::ScalarKind>(dtype);
-  spec.index = static_cast<codegen::IndexKind>(index);
+  codegen::CpuSddmmSpec spec;
+  spec.dtype = static_cast<ScalarKind>(dtype);
+  spec.index = static_cast<IndexKind>(index);
   spec.heads = heads;
   spec.features = features;
   codegen::JitInfo info;
-  codegen::SddmmFn fn;
+  codegen::EntryFn fn;
   {
     py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().sddmm(spec, &info);
+    fn = codegen::CpuJit::instance().lookup(spec, &info);
   }
   return info_dict(spec, info, fn != nullptr);
 }
@@ -81,20 +82,20 @@ py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
 py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mode, int64_t heads,
                   int64_t features, int act, int prefetch) {
   using namespace sparsejit;
-  codegen::SpmmSpec spec;
-  spec.dtype = static_cast<codegen::ScalarKind>(dtype);
-  spec.index = static_cast<codegen::IndexKind>(index);
+  codegen::CpuSpmmSpec spec;
+  spec.dtype = static_cast<ScalarKind>(dtype);
+  spec.index = static_cast<IndexKind>(index);
   spec.reduce = parse_reduce(reduce);
   spec.value_mode = value_mode;
   spec.heads = heads;
   spec.features = features;
-  spec.act = static_cast<cpu::Act>(act);
+  spec.act = static_cast<Act>(act);
   spec.prefetch = prefetch;
   codegen::JitInfo info;
-  codegen::SpmmFn fn;
+  codegen::EntryFn fn;
   {
     py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().spmm(spec, &info);
+    fn = codegen::CpuJit::instance().lookup(spec, &info);
   }
   return info_dict(spec, info, fn != nullptr);
 }
@@ -197,6 +198,26 @@ py::dict plan_layout() {
   return d;
 }
 
+// kernels/common/enums.h as {"scalar": {"f32": 0, ...}, "index": ..., "reduce": ...,
+// "act": ..., "op": ...}: the one numbering, for Python code that passes enum values.
+template <typename E, size_t N>
+py::dict enum_dict(const E (&values)[N], const char* (*name)(E)) {
+  py::dict d;
+  for (E v : values) d[name(v)] = static_cast<int>(v);
+  return d;
+}
+
+py::dict enums() {
+  using namespace sparsejit;
+  py::dict d;
+  d["scalar"] = enum_dict(kAllScalarKinds, &scalar_name);
+  d["index"] = enum_dict(kAllIndexKinds, &index_name);
+  d["reduce"] = enum_dict(kAllReduces, &reduce_name);
+  d["act"] = enum_dict(kAllActs, &act_name);
+  d["op"] = enum_dict(kAllOpKinds, &op_name);
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -235,6 +256,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("indices"), py::arg("num_cols"));
   m.def("stamp_plan", &stamp_plan<int32_t>, py::arg("words"), py::arg("indptr"),
         py::arg("indices"), py::arg("num_cols"));
+  m.def("enums", &enums, "The enums of kernels/common/enums.h: {kind: {name: value}}");
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
 #ifdef _OPENMP
   m.attr("openmp") = true;

@@ -24,8 +24,8 @@
 #include <type_traits>
 
 #include "csrc/core/partition.h"
-#include "kernels/cpu/spmm_args.h"
-#include "kernels/cpu/vec.h"
+#include "kernels/cpu/sddmm_args.h"
+#include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::cpu::detail {
 

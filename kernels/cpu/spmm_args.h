@@ -8,8 +8,9 @@
 
 namespace sparsejit::cpu {
 
-// Activation fused into the output write. Runtime: read from SpmmArgs::act (generic kernel).
-enum class Act : int32_t { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3, Gelu = 4, Runtime = 99 };
+// Activation fused into the output write (kernels/common/enums.h). Runtime: read from
+// SpmmArgs::act (generic kernel).
+using sparsejit::Act;
 
 struct SpmmArgs {
   int64_t rows = 0;
@@ -28,13 +29,16 @@ struct SpmmArgs {
   const int64_t* out_rows = nullptr;
 };
 
-// Arguments of a CPU SDDMM launch (generic and JIT-compiled kernels).
-struct SddmmArgs {
-  int64_t rows = 0;
-  int64_t heads = 1;     // H
-  int64_t features = 0;  // F (per head)
-  int32_t num_threads = 1;
-  int64_t min_parallel_work = 32768;
+// What a JIT-compiled SpMM's entry point receives: extern "C" void sparsejit_entry(const void*
+// launch) is called with a SpmmLaunch (codegen/kernel_spec.h).
+struct SpmmLaunch {
+  SpmmArgs args;
+  const void* rowptr = nullptr;  // [rows + 1], the spec's index type
+  const void* col = nullptr;     // [nnz]
+  const void* values = nullptr;  // [nnz * value_heads] or null
+  const void* x = nullptr;       // [n, H, F]
+  void* out = nullptr;           // [rows, H, F]
+  int64_t* arg = nullptr;        // [rows, H, F] (max / min positions) or null
 };
 
 }  // namespace sparsejit::cpu

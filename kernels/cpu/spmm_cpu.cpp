@@ -1,6 +1,7 @@
 // The precompiled generic SpMM: the loop nest of spmm_kernel.h with run-time sizes and
 // activation, prefetching gathered rows 16 entries ahead. Used when the JIT is off, unavailable, or not worth it for a problem.
 #include <atomic>
+#include <stdexcept>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/spmm_kernel.h"
@@ -31,11 +32,17 @@ void set_min_parallel_work(int64_t work) { g_min_parallel_work.store(work); }
 template <typename T, typename I>
 void spmm(const SpmmArgs& a, const I* rowptr, const I* col, const T* values, const T* x, T* out,
           int64_t* arg) {
+  // Enum values are checked here, once per call: activate() runs per element inside the
+  // parallel region, where nothing may throw.
+  if (a.act == Act::Runtime)
+    throw std::invalid_argument("SpmmArgs::act must name an activation, not Act::Runtime");
+  act_name(a.act);  // throws std::invalid_argument naming an unknown value
   switch (a.reduce) {
     case Reduce::Sum: return spmm_values_dispatch<Reduce::Sum>(a, rowptr, col, values, x, out, arg);
     case Reduce::Mean: return spmm_values_dispatch<Reduce::Mean>(a, rowptr, col, values, x, out, arg);
     case Reduce::Max: return spmm_values_dispatch<Reduce::Max>(a, rowptr, col, values, x, out, arg);
     case Reduce::Min: return spmm_values_dispatch<Reduce::Min>(a, rowptr, col, values, x, out, arg);
+    default: sparsejit::detail::bad_enum("reduce", static_cast<int>(a.reduce));
   }
 }
 

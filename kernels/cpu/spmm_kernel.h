@@ -3,11 +3,11 @@
 // activation and prefetch distance by the JIT (codegen/), where the constants let the
 // compiler unroll and vectorize the feature loops for the host's own instruction set.
 //
-// Y[i] = epilogue(reduce_{p in row i} a_p * X[col[p]]), merge-path partitioned: each thread
-// takes an equal piece of (row ends + stored entries). Rows whole inside a piece are written
-// directly. A row cut by piece boundaries leaves partial results ("head": the end of a row
-// that began in an earlier piece; "tail": the start of a row that ends in a later piece) that
-// a short serial fix-up combines in order, so one huge row is shared by all threads.
+// Y[i] = epilogue(reduce_{p in row i} a_p * X[col[p]]) on the shared building blocks of
+// kernels/cpu/common: the merge-path segment loop (segment_loop.h: equal pieces of row ends +
+// stored entries per thread, rows cut by piece boundaries finished by an ordered fix-up), the
+// reductions (reduce.h), the fused epilogue (epilogue.h) and vector loads (vec.h). What is
+// SpMM's own is the per-entry accumulation below: a scalar a_p times a gathered row of X.
 //
 // Only the standard library and sparsejit's Torch-free headers are included: the JIT
 // compiles this file with nothing else on the include path.
@@ -22,18 +22,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "csrc/core/partition.h"
+#include "kernels/cpu/common/epilogue.h"
+#include "kernels/cpu/common/reduce.h"
+#include "kernels/cpu/common/segment_loop.h"
+#include "kernels/cpu/common/vec.h"
 #include "kernels/cpu/spmm_args.h"
-#include "kernels/cpu/vec.h"
 
 namespace sparsejit::cpu::detail {
-
-template <Reduce R, typename A>
-constexpr A reduce_identity() {
-  if constexpr (R == Reduce::Max) return -std::numeric_limits<A>::infinity();
-  if constexpr (R == Reduce::Min) return std::numeric_limits<A>::infinity();
-  return A(0);
-}
 
 // Positions of the extrema found by a values-only pass over entries [lo, hi): every
 // accumulation starts from the identity, so the extremum's position is the first entry whose
@@ -122,46 +117,13 @@ inline void accumulate(int64_t lo, int64_t hi, const I* __restrict col, const T*
 
 // ---- Register-blocked accumulation for compile-time row widths (JIT) -------------------
 // The row's accumulators live in vector registers for the whole stored-entry loop (GCC
-// vector extensions), instead of being loaded and stored for every entry. The vector is the
-// target's native width (64 bytes with AVX-512, 32 with AVX, else 16): wider GCC vectors than
-// the target has are split through memory, which made this path slower than the plain loop.
-#if defined(__AVX512F__)
-inline constexpr int kVecBytes = 64;
-#elif defined(__AVX__)
-inline constexpr int kVecBytes = 32;
-#else
-inline constexpr int kVecBytes = 16;
-#endif
-
-template <typename A>
-struct VecOf {
-  static constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(A));
-  typedef A type __attribute__((vector_size(kVecBytes)));
-};
-
-template <typename T, typename A>
-inline typename VecOf<A>::type load_vec(const T* p) {
-  return load_lanes<typename VecOf<A>::type, A>(p);
-}
-
+// vector extensions, the target's native width: VecOf in common/vec.h), instead of being
+// loaded and stored for every entry.
 // True when the register-blocked path applies: compile-time width and (for per-head values)
 // heads aligned to whole vectors.
 template <Reduce R, int VMODE, int64_t kH, int64_t kF, typename A>
 constexpr bool kVectorPath = kH > 0 && kF > 0 && kH * kF <= 1024 &&
                              (VMODE != 2 || kF % VecOf<A>::kLanes == 0);
-
-// acc <- reduce(acc, v) for sum / mean (add) and max / min (the select form of the scalar
-// loop, so NaN and tie behaviour match it exactly: the accumulator is kept).
-template <Reduce R, typename V>
-inline V fold(V acc, V v) {
-  if constexpr (R == Reduce::Max) {
-    return acc < v ? v : acc;
-  } else if constexpr (R == Reduce::Min) {
-    return v < acc ? v : acc;
-  } else {
-    return acc + v;
-  }
-}
 
 // Accumulators per register tile: what fits in the register file next to the loaded X
 // vector, the broadcast value and a product (16 registers without AVX-512, 32 with it).
@@ -292,78 +254,15 @@ inline void accumulate_any(int64_t lo, int64_t hi, const I* __restrict col,
   }
 }
 
-template <Reduce R, typename A>
-inline void combine(A* __restrict acc, int64_t* __restrict argacc, const A* __restrict other,
-                    const int64_t* __restrict other_arg, int64_t HF) {
-  if constexpr (R == Reduce::Sum || R == Reduce::Mean) {
-    for (int64_t f = 0; f < HF; ++f) acc[f] += other[f];
-  } else {
-    // `other` covers later positions: on ties the earlier position (already in acc) wins.
-    for (int64_t f = 0; f < HF; ++f) {
-      const bool better = (R == Reduce::Max) ? (other[f] > acc[f]) : (other[f] < acc[f]);
-      if (better) {
-        acc[f] = other[f];
-        if (argacc != nullptr) argacc[f] = other_arg[f];
-      }
-    }
-  }
+// The epilogue parameters of an SpMM launch.
+inline Epilogue epilogue_of(const SpmmArgs& a) {
+  Epilogue e;
+  e.act = a.act;
+  e.act_param = a.act_param;
+  e.scale = a.scale;
+  e.bias = a.bias;
+  return e;
 }
-
-template <typename A>
-inline A activate(Act act, A z, A param) {
-  switch (act) {
-    case Act::None: return z;
-    case Act::Relu: return z > A(0) ? z : A(0);
-    case Act::LeakyRelu: return z > A(0) ? z : z * param;
-    case Act::Elu: return z > A(0) ? z : param * (std::exp(z) - A(1));
-    case Act::Gelu: return A(0.5) * z * (A(1) + std::erf(z * A(0.70710678118654752440)));
-    default: return z;
-  }
-}
-
-// Writes one finished row: reduce finalisation, then scale, bias and activation.
-// kAct == Act::Runtime reads the activation from the arguments.
-template <Reduce R, Act kAct, bool kEpilogue, int64_t kHF, typename T>
-inline void write_row(const SpmmArgs& a, int64_t i, int64_t degree, const acc_t<T>* __restrict acc,
-                      const int64_t* __restrict argacc, int64_t HF_rt, T* __restrict out,
-                      int64_t* __restrict arg) {
-  using A = acc_t<T>;
-  const int64_t HF = size_or<kHF>(HF_rt);
-  T* __restrict o = out + i * HF;
-  A scale = A(1);
-  if constexpr (R == Reduce::Mean) scale = degree > 0 ? A(1) / A(degree) : A(0);
-  if constexpr (R == Reduce::Max || R == Reduce::Min) {
-    if (arg != nullptr) {
-      int64_t* __restrict g = arg + i * HF;
-      for (int64_t f = 0; f < HF; ++f) g[f] = degree > 0 ? argacc[f] : int64_t(-1);
-    }
-    if (degree == 0) scale = A(0);
-  }
-  if constexpr (!kEpilogue) {
-    if constexpr (R == Reduce::Sum) {
-      for (int64_t f = 0; f < HF; ++f) o[f] = T(acc[f]);
-    } else {
-      // scale is 0 for empty max / min rows, whose accumulators still hold +-inf.
-      for (int64_t f = 0; f < HF; ++f) o[f] = T(scale == A(0) ? A(0) : acc[f] * scale);
-    }
-  } else {
-    const Act act = kAct == Act::Runtime ? a.act : kAct;
-    const A param = A(a.act_param);
-    const A post = A(a.scale);
-    const T* __restrict bias = static_cast<const T*>(a.bias);
-    for (int64_t f = 0; f < HF; ++f) {
-      A z = scale == A(0) ? A(0) : acc[f] * scale;
-      z = z * post;
-      if (bias) z += A(bias[f]);
-      o[f] = T(activate<A>(act, z, param));
-    }
-  }
-}
-
-struct Partial {
-  int64_t row = -1;
-  int64_t count = 0;
-};
 
 template <typename T, typename I, Reduce R, int VMODE, int64_t kH, int64_t kF, Act kAct,
           int kPrefetch>
@@ -381,16 +280,15 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   // with them (no epilogue, no positions) and the output type is the accumulator type.
   constexpr bool kDirectPath = kVectorPath<R, VMODE, kH, kF, A> && std::is_same_v<T, A>;
 
-  const bool epilogue = a.act != Act::None || a.bias != nullptr || a.scale != 1.0f;
+  const Epilogue ep = epilogue_of(a);
+  const bool epilogue = ep.active();
   const bool direct = kDirectPath && !with_arg && !epilogue;
   // Small problems are not worth waking threads for.
   const int64_t work = (rows + nnz) * std::max<int64_t>(HF, 1);
   int nt = std::max(1, a.num_threads);
   if (work < a.min_parallel_work) nt = 1;
 
-  std::vector<A> slot_acc(static_cast<size_t>(2 * nt * HF));
-  std::vector<int64_t> slot_arg(with_arg ? static_cast<size_t>(2 * nt * HF) : 0);
-  std::vector<Partial> heads(nt), tails(nt);
+  PartialRows<A> partials(nt, HF, with_arg);
   int parts_used = nt;
 
   // Row i of the (possibly decomposed) structure is output row orow(i).
@@ -398,9 +296,9 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
   auto orow = [out_rows](int64_t i) { return out_rows != nullptr ? out_rows[i] : i; };
   auto finish = [&](int64_t i, int64_t degree, const A* acc, const int64_t* argacc) {
     if (epilogue) {
-      write_row<R, kAct, true, kHF, T>(a, orow(i), degree, acc, argacc, HF, out, arg);
+      write_row<R, kAct, true, kHF, T>(ep, orow(i), degree, acc, argacc, HF, out, arg);
     } else {
-      write_row<R, kAct, false, kHF, T>(a, orow(i), degree, acc, argacc, HF, out, arg);
+      write_row<R, kAct, false, kHF, T>(ep, orow(i), degree, acc, argacc, HF, out, arg);
     }
   };
 
@@ -410,8 +308,6 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
     const int parts = omp_get_num_threads();
 #pragma omp single
     parts_used = parts;
-    MergeCoord b, e;
-    merge_path_piece(t, parts, rowptr, rows, &b, &e);
     std::vector<A> acc_vec(static_cast<size_t>(HF) + 16);
     std::vector<int64_t> argacc_vec(with_arg ? static_cast<size_t>(HF) : 0);
     A* __restrict acc = acc_vec.data();
@@ -420,84 +316,47 @@ void spmm_run(const SpmmArgs& a, const I* rowptr, const I* col, const T* values,
       for (int64_t f = 0; f < HF; ++f) acc[f] = reduce_identity<R, A>();
       if (with_arg) std::fill(argacc_vec.begin(), argacc_vec.end(), int64_t(-1));
     };
-    auto save = [&](Partial& slot, A* sacc, int64_t* sarg, int64_t row, int64_t count) {
-      slot.row = row;
-      slot.count = count;
-      std::copy(acc, acc + HF, sacc);
-      if (with_arg) std::copy(argacc, argacc + HF, sarg);
-    };
-    A* head_acc = slot_acc.data() + (2 * t) * HF;
-    A* tail_acc = slot_acc.data() + (2 * t + 1) * HF;
-    int64_t* head_arg = with_arg ? slot_arg.data() + (2 * t) * HF : nullptr;
-    int64_t* tail_arg = with_arg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
 
-    for (int64_t i = b.row; i < e.row; ++i) {
-      const int64_t start = rowptr[i], end = rowptr[i + 1];
+    // The row loop must compile as if written out here: always_inline, and the pointers the
+    // entry loop reads captured by value (by reference they become addressable and are
+    // reloaded after each row's output stores).
+    auto visit = [&, col, values, x, out, out_rows](int64_t i, int64_t lo, int64_t hi,
+                                                     int64_t piece_end, RowPart part)
+        __attribute__((always_inline)) {
       if constexpr (kDirectPath) {
-        if (direct && start >= b.pos) {  // a whole row: straight into the output
-          T* o = out + orow(i) * HF;
-          if (end > start) {
-            const A mscale = R == Reduce::Mean ? A(1) / A(end - start) : A(1);
-            accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0, true>(start, end, col, values, x,
-                                                                   e.pos, o, mscale);
+        if (direct && part == RowPart::Whole) {  // a whole row: straight into the output
+          T* o = out + (out_rows != nullptr ? out_rows[i] : i) * HF;
+          if (hi > lo) {
+            const A mscale = R == Reduce::Mean ? A(1) / A(hi - lo) : A(1);
+            accumulate_tiles<R, VMODE, kH, kF, kPrefetch, 0, true>(lo, hi, col, values, x,
+                                                                   piece_end, o, mscale);
           } else {
             for (int64_t f = 0; f < kHF; ++f) o[f] = T(0);
           }
-          continue;
+          return;
         }
       }
-      const int64_t lo = std::max<int64_t>(start, b.pos);
       reset();
-      accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, end, col, values, x, H, F, e.pos, acc,
+      accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, hi, col, values, x, H, F, piece_end, acc,
                                                   argacc);
-      if (start < b.pos) {
-        save(heads[t], head_acc, head_arg, i, end - lo);  // began in an earlier piece
+      if (part == RowPart::Whole) {
+        finish(i, hi - lo, acc, argacc);
       } else {
-        finish(i, end - start, acc, argacc);
+        partials.save(t, part, i, acc, argacc);
       }
-    }
-    if (e.row < rows) {
-      const int64_t lo = std::max<int64_t>(rowptr[e.row], b.pos);
-      if (e.pos > lo) {
-        reset();
-        accumulate_any<R, VMODE, kH, kF, kPrefetch>(lo, e.pos, col, values, x, H, F, e.pos, acc,
-                                                    argacc);
-        save(tails[t], tail_acc, tail_arg, e.row, e.pos - lo);
-      }
-    }
+    };
+    for_each_row_segment(t, parts, rowptr, rows, visit);
   }
 
-  // Serial fix-up, in piece order: tails of a row are followed by the head that finishes it.
-  std::vector<A> run(static_cast<size_t>(HF));
-  std::vector<int64_t> run_arg(with_arg ? static_cast<size_t>(HF) : 0);
-  int64_t* run_argp = with_arg ? run_arg.data() : nullptr;
-  int64_t run_row = -1;
-  for (int t = 0; t < parts_used; ++t) {
-    const A* h_acc = slot_acc.data() + (2 * t) * HF;
-    const int64_t* h_arg = with_arg ? slot_arg.data() + (2 * t) * HF : nullptr;
-    const A* t_acc = slot_acc.data() + (2 * t + 1) * HF;
-    const int64_t* t_arg = with_arg ? slot_arg.data() + (2 * t + 1) * HF : nullptr;
-    if (heads[t].row >= 0) {
-      const int64_t i = heads[t].row;
-      if (run_row == i) {
-        combine<R, A>(run.data(), run_argp, h_acc, h_arg, HF);
-      } else {
-        std::copy(h_acc, h_acc + HF, run.begin());
-        if (with_arg) std::copy(h_arg, h_arg + HF, run_arg.begin());
-      }
-      finish(i, rowptr[i + 1] - rowptr[i], run.data(), run_argp);
-      run_row = -1;
-    }
-    if (tails[t].row >= 0) {
-      if (run_row == tails[t].row) {
-        combine<R, A>(run.data(), run_argp, t_acc, t_arg, HF);
-      } else {
-        run_row = tails[t].row;
-        std::copy(t_acc, t_acc + HF, run.begin());
-        if (with_arg) std::copy(t_arg, t_arg + HF, run_arg.begin());
-      }
-    }
-  }
+  // Serial fix-up of the rows cut by piece boundaries.
+  partials.fix_up(
+      parts_used,
+      [&](A* run, int64_t* run_arg, const A* other, const int64_t* other_arg) {
+        combine<R, A>(run, run_arg, other, other_arg, HF);
+      },
+      [&](int64_t i, const A* acc, const int64_t* argacc) {
+        finish(i, rowptr[i + 1] - rowptr[i], acc, argacc);
+      });
 }
 
 }  // namespace sparsejit::cpu::detail

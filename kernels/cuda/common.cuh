@@ -8,6 +8,7 @@
 #pragma once
 
 #ifndef SJ_CUDA_AMALGAMATED
+#include "kernels/common/enums.h"
 #include "kernels/cuda/cuda_args.h"
 #endif
 
@@ -18,9 +19,21 @@ typedef long long i64;
 typedef unsigned int u32;
 typedef unsigned short u16;
 
-// Reduce and activation codes; the same numbering as sparsejit::Reduce and cpu::Act.
-enum { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
-enum { kActNone = 0, kActRelu = 1, kActLeakyRelu = 2, kActElu = 3, kActGelu = 4 };
+// Reduce and activation codes as the int template arguments of the kernels (the generated
+// Config's REDUCE and ACT), numbered by kernels/common/enums.h.
+enum {
+  kSum = static_cast<int>(Reduce::Sum),
+  kMean = static_cast<int>(Reduce::Mean),
+  kMax = static_cast<int>(Reduce::Max),
+  kMin = static_cast<int>(Reduce::Min)
+};
+enum {
+  kActNone = static_cast<int>(Act::None),
+  kActRelu = static_cast<int>(Act::Relu),
+  kActLeakyRelu = static_cast<int>(Act::LeakyRelu),
+  kActElu = static_cast<int>(Act::Elu),
+  kActGelu = static_cast<int>(Act::Gelu)
+};
 
 // ---- Scalars -------------------------------------------------------------------------------
 // 16-bit floats as raw bits: layout-compatible with at::Half / at::BFloat16.

@@ -20,7 +20,8 @@ from .ops.spmm import spmm
 from .plans import (_LAYOUT, _load_store, _plan_key, _remember, _save_store, fingerprint,
                     is_tuned, materialize, memory_key, spmm_plan_for)
 
-_DTYPE_KIND = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
+_DTYPE_KIND = {t: _core.enums()["scalar"][k] for t, k in
+               ((torch.float32, "f32"), (torch.float64, "f64"), (torch.bfloat16, "bf16"))}
 _REDUCES = ("sum", "mean", "max", "min")
 
 

@@ -23,7 +23,7 @@ namespace {
 
 template <typename F>
 void dispatch_index(const at::Tensor& t, F&& f) {
-  if (index_kind(t) == codegen::IndexKind::I32) {
+  if (index_kind(t) == IndexKind::I32) {
     f(int32_t{});
   } else {
     f(int64_t{});

@@ -20,16 +20,16 @@ namespace {
 template <typename F>
 void dispatch_types(const at::Tensor& values, const at::Tensor& rowptr, F&& f) {
   auto with_index = [&](auto V) {
-    if (index_kind(rowptr) == codegen::IndexKind::I32) {
+    if (index_kind(rowptr) == IndexKind::I32) {
       f(V, int32_t{});
     } else {
       f(V, int64_t{});
     }
   };
   switch (scalar_kind(values.scalar_type(), "scores")) {
-    case codegen::ScalarKind::F32: with_index(float{}); return;
-    case codegen::ScalarKind::F64: with_index(double{}); return;
-    case codegen::ScalarKind::BF16: with_index(bf16{}); return;
+    case ScalarKind::F32: with_index(float{}); return;
+    case ScalarKind::F64: with_index(double{}); return;
+    case ScalarKind::BF16: with_index(bf16{}); return;
   }
   TORCH_CHECK_TYPE(false, "sparsejit.edge_softmax: unsupported dtype ", values.scalar_type());
 }

@@ -74,7 +74,7 @@ at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& co
                                   static_cast<int>(max_log2), static_cast<int32_t>(prefetch),
                                   words.data_ptr<int64_t>());
   };
-  if (index_kind(rp) == codegen::IndexKind::I32) {
+  if (index_kind(rp) == IndexKind::I32) {
     build(int32_t{});
   } else {
     build(int64_t{});

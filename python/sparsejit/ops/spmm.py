@@ -12,14 +12,14 @@ from typing import Optional
 
 import torch
 
-from .. import plans
+from .. import _core, plans
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
 from ._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
                       without_autograd)
 
 REDUCES = ("sum", "mean", "max", "min")
-ACTIVATIONS = (None, "none", "relu", "leaky_relu", "elu", "gelu")
+ACTIVATIONS = (None,) + tuple(a for a in _core.enums()["act"] if a != "runtime")
 _PLAN = plans.layout()
 _REDUCES, _ACTIVATIONS = REDUCES, ACTIVATIONS
 

@@ -1,5 +1,7 @@
-// Small helpers shared by the CPU kernel templates (spmm_kernel.h, sddmm_kernel.h): sizes
-// that are compile-time constants in JIT instantiations, and loads into GCC vectors.
+// Vector types and loads shared by the CPU kernel templates (spmm_kernel.h, sddmm_kernel.h,
+// and the gather-GEMM-scatter kernels to come): sizes that are compile-time constants in JIT
+// instantiations, the target's native GCC vector, and loads into GCC vectors (bfloat16
+// widened to float).
 // Standard library only: the JIT compiles this file with nothing else on the include path.
 #pragma once
 
@@ -38,6 +40,28 @@ inline V load_lanes(const T* p) {
     __builtin_memcpy(&v, &w, sizeof(v));
   }
   return v;
+}
+
+// The target's native vector width (64 bytes with AVX-512, 32 with AVX, else 16): wider GCC
+// vectors than the target has are split through memory, which made register-blocked loops
+// slower than plain ones.
+#if defined(__AVX512F__)
+inline constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+inline constexpr int kVecBytes = 32;
+#else
+inline constexpr int kVecBytes = 16;
+#endif
+
+template <typename A>
+struct VecOf {
+  static constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(A));
+  typedef A type __attribute__((vector_size(kVecBytes)));
+};
+
+template <typename T, typename A>
+inline typename VecOf<A>::type load_vec(const T* p) {
+  return load_lanes<typename VecOf<A>::type, A>(p);
 }
 
 }  // namespace sparsejit::cpu::detail
