@@ -37,7 +37,7 @@ def data_dir() -> Optional[Path]:
     if env:
         p = Path(env)
         return p if p.is_dir() else None
-    p = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    p = Path(__file__).resolve().parents[3].parent / "shared" / "data"  # <repo>/python/sparsejit/tools
     return p if p.is_dir() else None
 
 
