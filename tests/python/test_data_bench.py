@@ -97,3 +97,16 @@ def test_bench_quick_every_peer_agrees(tmp_path):
 def test_demo_losses_match(capsys):
     assert demo.main(["powerlaw:n=2000,avg=5,seed=1", "--epochs", "2", "--hidden", "16"]) == 0
     assert "losses match: yes" in capsys.readouterr().out
+
+
+def test_default_data_dir_is_beside_the_repository(monkeypatch):
+    """Without SPARSEJIT_DATA the loaders look in <repo>/../shared/data."""
+    from pathlib import Path
+
+    monkeypatch.delenv("SPARSEJIT_DATA", raising=False)
+    expected = Path(__file__).resolve().parents[3] / "shared" / "data"
+    got = data.data_dir()
+    if expected.is_dir():
+        assert got == expected
+    else:
+        assert got is None
