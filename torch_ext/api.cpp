@@ -35,22 +35,16 @@ CsrMatrix CsrMatrix::from_edge_index(const at::Tensor& edge_index, int64_t num_n
                                      std::optional<at::Tensor> values) {
   TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2,
                     "sparsejit: edge_index must have shape [2, E]; got ", edge_index.sizes());
-  auto ei = edge_index.to(at::kLong);
-  const int64_t e = ei.size(1);
-  if (num_nodes < 0) num_nodes = e > 0 ? ei.max().item<int64_t>() + 1 : 0;
-  auto src = ei[0], dst = ei[1];
-  if (e > 0) {
-    const int64_t lo = ei.min().item<int64_t>(), hi = ei.max().item<int64_t>();
-    TORCH_CHECK_VALUE(lo >= 0 && hi < num_nodes, "sparsejit: edge_index values must lie in [0, ",
-                      num_nodes, "); found range [", lo, ", ", hi, "]");
+  if (num_nodes < 0) {
+    num_nodes = edge_index.size(1) > 0 ? std::max<int64_t>(edge_index.max().item<int64_t>() + 1, 0)
+                                       : 0;
   }
-  // Sort by (target, source); stable so duplicate edges keep their order.
-  auto key = dst * num_nodes + src;
-  auto perm = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  auto col = src.index_select(0, perm).contiguous();
-  auto counts = at::bincount(dst, /*weights=*/{}, num_nodes);
-  auto rowptr = at::zeros({num_nodes + 1}, ei.options());
-  if (num_nodes > 0) rowptr.slice(0, 1).copy_(counts.cumsum(0));
+  // The op checks the range and sorts by (target, source), stably; perm maps CSR positions
+  // to edges.
+  static auto build = op("sparsejit::csr_from_edge_index")
+                          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+                              const at::Tensor&, int64_t)>();
+  auto [rowptr, col, perm] = build.call(edge_index, num_nodes);
   if (values.has_value()) values = values->index_select(0, perm);
   return from_csr(rowptr, col, num_nodes, std::move(values));
 }

@@ -106,34 +106,20 @@ class SparseMatrix:
             raise ValueError(f"edge_index must have shape [2, E]; got {tuple(edge_index.shape)}")
         if edge_index.dtype not in _INDEX_DTYPES and edge_index.dtype != torch.int16:
             raise TypeError(f"edge_index must hold integers; got {edge_index.dtype}")
-        ei = edge_index.to(torch.long)
-        num_edges = ei.shape[1]
-        if num_edges:
-            lo, hi = int(ei.min()), int(ei.max())
-        else:
-            lo, hi = 0, -1
+        num_edges = edge_index.shape[1]
         if num_nodes is None:
-            num_nodes = hi + 1
-        if num_edges and (lo < 0 or hi >= num_nodes):
-            bad = int(((ei < 0) | (ei >= num_nodes)).any(0).nonzero()[0])
-            raise ValueError(
-                f"edge_index[:, {bad}] = {ei[:, bad].tolist()} is out of range for "
-                f"num_nodes = {num_nodes}"
-            )
+            num_nodes = max(int(edge_index.max()) + 1, 0) if num_edges else 0
         if values is not None and values.shape[0] != num_edges:
             raise ValueError(
                 f"values has {values.shape[0]} entries but edge_index has {num_edges} edges"
             )
-        src, dst = ei[0], ei[1]
-        perm = torch.argsort(dst * max(num_nodes, 1) + src, stable=True)
-        indices = src[perm]
-        counts = torch.bincount(dst, minlength=num_nodes)
-        indptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=ei.device)
-        torch.cumsum(counts, 0, out=indptr[1:])
+        # The csr_from_edge_index op (also traced under torch.compile) checks the range and
+        # sorts by (target, source), stably.
+        indptr, indices, perm = _ops.ops.csr_from_edge_index(edge_index, num_nodes)
         if values is not None:
             values = values[perm]
         # Indices are in range by construction: skip the full validation pass.
-        return cls(_Structure(indptr, indices.contiguous(), (num_nodes, num_nodes)), values)
+        return cls(_Structure(indptr, indices, (num_nodes, num_nodes)), values)
 
     @classmethod
     def from_scipy(cls, mat) -> "SparseMatrix":
@@ -328,10 +314,7 @@ def traced_from_edge_index(edge_index: torch.Tensor, num_nodes: int) -> "SparseM
     with a fake), so torch.compile traces it into the graph with no break. The content-keyed
     cache is a Python dict keyed by a hash of the data: it is consulted only outside compiled
     code (inside, the build is part of the graph and reruns with it)."""
-    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"edge_index must have shape [2, E]; got {tuple(edge_index.shape)}")
-    indptr, indices, _perm = _ops.ops.csr_from_edge_index(edge_index, num_nodes)
-    return SparseMatrix(_Structure(indptr, indices, (num_nodes, num_nodes)))
+    return SparseMatrix.from_edge_index(edge_index, num_nodes)
 
 
 def as_matrix(A, num_nodes: Optional[int] = None) -> "SparseMatrix":
