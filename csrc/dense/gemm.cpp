@@ -1,9 +1,14 @@
 // Dense products: oneDNN's sgemm when available, else a built-in register-blocked kernel.
 #include "csrc/dense/gemm.h"
 
+#define SPARSEJIT_GEMM_NS packed_base
+#include "csrc/dense/gemm_packed.h"
+#undef SPARSEJIT_GEMM_NS
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifdef SPARSEJIT_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -65,6 +70,47 @@ void gemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const 
   }
 }
 
+
+// The packed 4 x 16 kernel, compiled twice (gemm_packed.h): for the baseline ISA here and
+// for AVX2 + FMA in gemm_avx2.cpp; the CPU picks at run time.
+}  // namespace
+
+// gemm_avx2.cpp (compiled with -mavx2 -mfma).
+void packed_avx2_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+namespace {
+
+bool cpu_has_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void sgemm_packed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                  float* c, int64_t ldc) {
+  // Small per-thread scratch reused across calls (the tile products call this per tile).
+  thread_local std::vector<float> pa, pb;
+  const int64_t n16 = (n + 15) / 16 * 16;
+  pb.assign(size_t(std::max<int64_t>(1, k * n16)), 0.f);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) pb[p * n16 + j] = tb ? b[j * ldb + p] : b[p * ldb + j];
+  const float* ap = a;
+  int64_t lda_p = lda;
+  if (ta) {
+    pa.resize(size_t(std::max<int64_t>(1, m * k)));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) pa[i * k + p] = a[p * lda + i];
+    ap = pa.data();
+    lda_p = std::max<int64_t>(1, k);
+  }
+  if (cpu_has_avx2_fma()) {
+    packed_avx2_gemm(m, n, k, alpha, ap, lda_p, pb.data(), n16, beta, c, ldc);
+  } else {
+    packed_base::packed_gemm(m, n, k, alpha, ap, lda_p, pb.data(), n16, beta, c, ldc);
+  }
+}
+
 }  // namespace
 
 void sgemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -72,7 +118,7 @@ void sgemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
                    float* c, int64_t ldc) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
-  gemm_ref<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -89,7 +135,7 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
                              ", k=" + std::to_string(k) + ")");
   }
 #endif
-  gemm_ref<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
