@@ -83,16 +83,18 @@ template <typename T>
 void gather_reduce(const Problem& p, const T* values, const T* x, int64_t ldx, int64_t c0,
                    int64_t w, int64_t g0, int64_t g1, T* out) {
   const PlanView& pv = p.plan;
+  // Rows of X are gathered at random: ask for the row a few entries ahead (the loop is
+  // bound by the latency of these loads, not by arithmetic).
+  constexpr int64_t kAhead = 6;
+  const int64_t last = pv.grp_ptr[g1];
   for (int64_t g = g0; g < g1; ++g) {
     T* o = out + (g - g0) * w;
     const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
-    {
-      const T c = coef(pv, values, p.mean, g, p0);
-      const T* row = x + pv.src[p0] * ldx + c0;
-      for (int64_t j = 0; j < w; ++j) o[j] = c * row[j];
-    }
-    for (int64_t q = p0 + 1; q < p1; ++q) {
-      const T c = coef(pv, values, p.mean, g, q);
+    const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
+    for (int64_t j = 0; j < w; ++j) o[j] = T(0);
+    for (int64_t q = p0; q < p1; ++q) {
+      if (q + kAhead < last) __builtin_prefetch(x + pv.src[q + kAhead] * ldx + c0);
+      const T c = (values ? values[pv.perm[q]] : T(1)) * inv;
       const T* row = x + pv.src[q] * ldx + c0;
       for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
     }
@@ -116,9 +118,11 @@ int64_t tile_of(const Problem& p) {
 }  // namespace
 
 int64_t default_tile(int64_t f_in, int64_t f_out) {
-  // Gathered rows plus products within ~16 KiB of float32: half of a 32 KiB L1.
+  // Gathered rows plus products within ~64 KiB of float32 (L1 + part of L2): the tile then
+  // amortizes the per-call packing of W[r] (AIFB, F = 16: 512 groups measured ~20% faster
+  // than 128).
   const int64_t width = std::max<int64_t>(1, f_in + f_out);
-  return std::clamp<int64_t>(4096 / width, 16, 256);
+  return std::clamp<int64_t>(16384 / width, 16, 512);
 }
 
 template <typename T>
