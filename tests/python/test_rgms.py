@@ -527,3 +527,17 @@ def test_rgms_bad_gemm_and_tile_arguments():
         torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 7, 0)
     with pytest.raises(ValueError, match="tile must be"):
         torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 0, -1)
+
+
+def test_rgms_plan_validated_once_but_rechecked_after_in_place_change():
+    ei, et, n, _, r = typed_graph("uniform")
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    plan = [t.clone() for t in A.plan]
+    X, W = torch.randn(n, 4), torch.randn(r, 4, 3)
+    torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)   # validated and remembered
+    plan[3][0] = 10 ** 6                                    # src out of range, version bumped
+    with pytest.raises(ValueError, match=r"src\[0\] = 1000000 is out of range"):
+        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)
+    plan[3][0] = 0
+    with pytest.raises(ValueError, match="grp_dst"):       # fewer rows than the plan's targets
+        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", 1)

@@ -17,12 +17,14 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <string>
 
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/rgms_run.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
+#include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("rgms_plan(Tensor edge_index, Tensor edge_type, int num_src, int num_dst, "
@@ -155,10 +157,19 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   a.grp_dst = grp_dst.contiguous();
   a.src = src.contiguous();
   a.perm = perm.contiguous();
-  const auto ok = rgms::check_plan(ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
-                                   ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src),
-                                   ptr<int64_t>(a.perm), a.e, num_rows, x.size(0));
-  RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+  // O(R + G + E): once per live plan (same tensors, versions, row and source counts).
+  const int64_t num_src = x.size(0);
+  // The key packs both counts exactly (sizes past 2^31 use a key no call can repeat).
+  const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
+  static std::atomic<int64_t> unique_key{-1};
+  const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
+  validated_once("rgms", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key, [&] {
+                   const auto ok = rgms::check_plan(
+                       ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
+                       ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src), ptr<int64_t>(a.perm), a.e,
+                       num_rows, num_src);
+                   RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+                 });
   return a;
 }
 
