@@ -470,7 +470,8 @@ def _grads_reference(ei, et, n_dst, X, W, values, reduce, dY):
 @pytest.mark.parametrize("tile", [0, 1, 3, 4096])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_rgms_tiles_and_threads(tile, threads, reduce, poison_empty):
+@pytest.mark.parametrize("strategy", [0, 1, 2])
+def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
     """Large enough for every pass to go parallel; odd widths (not multiples of 8 or 16);
     forward and all three gradients against the float64 reference."""
     g = torch.Generator().manual_seed(7 + tile)
@@ -488,7 +489,7 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, poison_empty):
     try:
         for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
             x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-            Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile)
+            Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile, strategy)
             dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, reduce,
                                                            True, True, True, 0, tile)
             ref = _grads_reference(ei, et, n, X, W, values, reduce, dY)
@@ -541,3 +542,27 @@ def test_rgms_plan_validated_once_but_rechecked_after_in_place_change():
     plan[3][0] = 0
     with pytest.raises(ValueError, match="grp_dst"):       # fewer rows than the plan's targets
         torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", 1)
+
+
+def test_rgms_explain_and_cost_model():
+    """A relation with many targets and few sources transforms first; its inverse (few
+    targets, many sources) aggregates first; forcing either gives the same result."""
+    g = torch.Generator().manual_seed(4)
+    n, e = 500, 4000
+    hubs = torch.randint(0, 5, (e,), generator=g)            # 5 distinct nodes
+    spread = torch.randint(0, n, (e,), generator=g)
+    ei = torch.cat([torch.stack([hubs, spread]), torch.stack([spread, hubs])], dim=1)
+    et = torch.cat([torch.zeros(e, dtype=torch.long), torch.ones(e, dtype=torch.long)])
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=3)
+    t = torch.ops.sparsejit.rgms_explain(*A.plan, n, n, 16, 16)
+    assert t[:, 0].tolist() == [e, e, 0]
+    assert t[0, 2] == 5 and t[0, 3] == 2        # few sources: transform first
+    assert t[1, 1] == 5 and t[1, 3] == 1        # few targets: aggregate first
+    text = A.explain(16, 16)
+    assert "transform-then-aggregate" in text and "1 of 3 relations transform first" in text
+    X, W = torch.randn(n, 16, dtype=torch.float64), torch.randn(3, 16, 16, dtype=torch.float64)
+    ref = reference(ei, et, n, X, W, "mean")
+    for s in ("auto", "aggregate_first", "transform_first"):
+        torch.testing.assert_close(sj.rgms(A, X, W, reduce="mean", strategy=s), ref)
+    with pytest.raises(ValueError, match="strategy"):
+        sj.rgms(A, X, W, strategy="fused")
