@@ -566,3 +566,29 @@ def test_rgms_explain_and_cost_model():
         torch.testing.assert_close(sj.rgms(A, X, W, reduce="mean", strategy=s), ref)
     with pytest.raises(ValueError, match="strategy"):
         sj.rgms(A, X, W, strategy="fused")
+
+
+def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
+    from sparsejit import rgms_tuning
+    monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
+    sj._core.jit_refresh_env()
+    rgms_tuning.clear_schedule_cache()
+    ei, et, n, _, r = typed_graph("skewed", seed=21)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    res = sj.tune(A, F=8, reduce="mean", repeat=1, progress=True)
+    assert res["best"] in res["times_ms"] and len(res["times_ms"]) >= 18
+    assert "sparsejit.tune rgms" in capsys.readouterr().err       # the progress bar
+    stored = list((tmp_path / "tuned").glob("rgms-*.json"))
+    assert len(stored) == 1
+    # A fresh structure object (same graph) in a "new process": memory cleared, disk read.
+    sj.clear_caches()
+    B = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    assert rgms_tuning.schedule_for(B, 8, 8, torch.float32, "mean") == (res["strategy"], res["tile"])
+    assert rgms_tuning.schedule_for(B, 8, 8, torch.float64, "mean") is None
+    X, W = torch.randn(n, 8, dtype=torch.float64), torch.randn(r, 8, 8, dtype=torch.float64)
+    torch.testing.assert_close(sj.rgms(B, X, W, reduce="mean"), reference(ei, et, n, X, W, "mean"))
+    info = sj.explain(B, F=8, reduce="mean", dtype=torch.float32)
+    assert info["tuned"] == (res["strategy"], res["tile"])
+    sj.clear_caches()
+    monkeypatch.delenv("SPARSEJIT_CACHE_DIR")
+    sj._core.jit_refresh_env()

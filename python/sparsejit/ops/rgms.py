@@ -136,6 +136,11 @@ _TYPED_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 _TYPED_CACHE_SIZE = 4
 
 
+def clear_typed_cache() -> None:
+    """Drops the remembered typed structures (sj.clear_caches calls it)."""
+    _TYPED_CACHE.clear()
+
+
 def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch.Tensor,
                            num_relations: int) -> TypedSparseMatrix:
     """TypedSparseMatrix.from_edge_index, remembered for the last few (edge_index,
@@ -221,8 +226,14 @@ def rgms(
     if W.shape[1] != X.shape[1]:
         raise ValueError(f"sparsejit.rgms: W has F_in = {W.shape[1]} but X has {X.shape[1]} "
                          "features")
-    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, 0,
-                                    _STRATEGIES[strategy])
+    sid, tile = _STRATEGIES[strategy], 0
+    if strategy == "auto" and not torch.compiler.is_compiling():
+        from ..rgms_tuning import schedule_for  # a schedule stored by sj.tune, if any
+
+        sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
+        if sched is not None:
+            sid, tile = sched
+    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid)
 
 
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
