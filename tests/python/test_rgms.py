@@ -500,23 +500,55 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("gemm", [1, 2])
+@pytest.mark.parametrize("strategy", [1, 2])
+def test_rgms_each_gemm_kernel(gemm, strategy):
+    """oneDNN (1) and the built-in kernel (2) forced, after torch has run its own oneDNN
+    matmul (the case that once made libdnnl's sgemm return 'unimplemented')."""
+    torch.randn(64, 64) @ torch.randn(64, 64)
+    g = torch.Generator().manual_seed(5)
+    ei, et, n, _, r = typed_graph("hub", seed=3)
+    X = torch.randn(n, 33, generator=g)
+    W = torch.randn(r, 33, 17, generator=g)
+    dY = torch.randn(n, 17, generator=g)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    Y = torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, strategy)
+    dx, dw, _ = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+                                                  False, gemm, 0)
+    ref = _grads_reference(ei, et, n, X.double(), W.double(), torch.ones(ei.shape[1]), "mean",
+                           dY.double())
+    for got, want in zip((Y, dx, dw), ref[:3]):
+        torch.testing.assert_close(got.double(), want, atol=2e-4 * max(1, want.abs().max()),
+                                   rtol=2e-4)
+
+
 def test_rgms_results_do_not_depend_on_threads():
-    """Every pass owns its output rows / columns: the same bits with 1 and 2 threads."""
+    """Every pass owns its output rows / columns: with the built-in GEMM (fixed summation
+    order) the same bits with 1 and 2 threads; with oneDNN (auto) the same bits on every
+    run at a fixed thread count (its kernels may sum in another order for another tile
+    shape, so across thread counts only to rounding)."""
     ei, et, n, _, r = typed_graph("hub", seed=11)
     g = torch.Generator().manual_seed(3)
     X, W = torch.randn(n, 64, generator=g), torch.randn(r, 64, 48, generator=g)
     dY = torch.randn(n, 48, generator=g)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    old, outs = torch.get_num_threads(), []
+
+    def run(gemm):
+        return (torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, 0),
+                *torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+                                                   False, gemm, 0))
+
+    old, outs = torch.get_num_threads(), {}
     try:
         for t in (1, 2):
             torch.set_num_threads(t)
-            outs.append((torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n),
-                         *torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean",
-                                                            True, True, False)))
+            outs[t] = run(2)
+            first, again = run(0), run(0)
+            for a, b in zip(first, again):
+                assert torch.equal(a, b)
     finally:
         torch.set_num_threads(old)
-    for a, b in zip(outs[0], outs[1]):
+    for a, b in zip(outs[1], outs[2]):
         assert torch.equal(a, b)
 
 
