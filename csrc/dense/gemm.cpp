@@ -133,6 +133,14 @@ namespace {
 // libdnnl's references bind to torch's copies, so once torch has run a matmul libdnnl's
 // sgemm finds its kernels uninitialised and returns dnnl_unimplemented. DEEPBIND makes
 // libdnnl resolve its own symbols first.
+// AddressSanitizer refuses RTLD_DEEPBIND; sanitizer builds load no Torch, so plain binding is
+// right there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kDeepBind = 0;
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
+
 struct OneDnn {
   using SgemmFn = dnnl_status_t (*)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float,
                                     const float*, dnnl_dim_t, const float*, dnnl_dim_t, float,
@@ -149,7 +157,7 @@ const OneDnn& onednn() {
     const char* names[] = {SPARSEJIT_ONEDNN_LIB, "libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"};
     void* h = nullptr;
     for (const char* name : names) {
-      h = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL | kDeepBind);
       if (h) break;
       const char* e = dlerror();
       if (l.error.empty() && e) l.error = e;
