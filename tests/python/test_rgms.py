@@ -624,3 +624,32 @@ def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
     sj.clear_caches()
     monkeypatch.delenv("SPARSEJIT_CACHE_DIR")
     sj._core.jit_refresh_env()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("f_in,f_out", [(24, 17), (0, 5), (6, 0)])
+def test_segment_matmul_many_segments(threads, f_in, f_out, poison_empty):
+    """50 segments (empty ones, one of 700 rows spanning several row blocks) through the one
+    parallel region; forward and both gradients against a float64 loop."""
+    g = torch.Generator().manual_seed(17)
+    sizes = torch.randint(0, 12, (50,), generator=g)
+    sizes[3] = sizes[10] = 0
+    sizes[20] = 700
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    x = torch.randn(int(ptr[-1]), f_in, generator=g, requires_grad=True)
+    w = torch.randn(50, f_in, f_out, generator=g, requires_grad=True)
+    dy = torch.randn(int(ptr[-1]), f_out, generator=g)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = sj.segment_matmul(x, ptr, w)
+        y.backward(dy)
+    finally:
+        torch.set_num_threads(old)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    b = ptr.tolist()
+    ref = torch.cat([xd[b[k]:b[k + 1]] @ wd[k] for k in range(50)])
+    ref.backward(dy.double())
+    torch.testing.assert_close(y.double(), ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(x.grad.double(), xd.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad.double(), wd.grad, atol=1e-4, rtol=1e-4)

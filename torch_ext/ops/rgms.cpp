@@ -20,6 +20,7 @@
 #include <atomic>
 #include <string>
 
+#include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/rgms_run.h"
 #include "torch_ext/common.h"
@@ -329,6 +330,11 @@ at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const
   const auto w = w_in.to(ct).contiguous();
   auto y = at::empty({x.size(0), w.size(2)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
+  if (ct == at::kFloat) {  // one parallel region over (segment, row block) tiles
+    dense::segment_sgemm(v, w.size(0), ptr<float>(x), x.size(1), ptr<float>(w), w.size(2),
+                         ptr<float>(y), at::get_num_threads());
+    return y.to(x_in.scalar_type());
+  }
   for (int64_t k = 0; k < w.size(0); ++k) {
     if (v[k + 1] == v[k]) continue;
     auto y_k = y.narrow(0, v[k], v[k + 1] - v[k]);
@@ -354,6 +360,11 @@ at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tenso
   const int64_t k_n = pc.numel() - 1;
   auto dw = at::empty({k_n, x.size(1), dy.size(1)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
+  if (ct == at::kFloat) {
+    dense::segment_sgemm_grad_w(v, k_n, ptr<float>(x), x.size(1), ptr<float>(dy), dy.size(1),
+                                ptr<float>(dw), at::get_num_threads());
+    return dw.to(x_in.scalar_type());
+  }
   for (int64_t k = 0; k < k_n; ++k) {
     auto dw_k = dw[k];
     at::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
