@@ -119,11 +119,12 @@ class SparseConv2d(nn.Module):
             self.kernel_size[0] * self.kernel_size[1]
         return 1.0 - self.nnz / max(total, 1)
 
-    def forward(self, x: torch.Tensor, kernel: int = -1) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, variant: int = -1) -> torch.Tensor:
+        """`variant` >= 0 forces a tile variant (ops.filter_conv.VARIANTS; tests)."""
         return torch.ops.sparsejit.filter_conv(
             self.plan, self.rowptr, self.taps, self.values, x, self.bias, list(self.kernel_size),
             list(self.stride), list(self.padding), list(self.dilation), self.groups, self.relu,
-            kernel)
+            variant)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

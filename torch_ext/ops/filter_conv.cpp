@@ -1,13 +1,14 @@
 // Filter-sparse convolution (pruned Conv2d inference): csrc/fsconv.
 //
-// filter_conv_plan(weight [C_out, C_in/groups, R, S], threshold, kernel)
+// filter_conv_plan(weight [C_out, C_in/groups, R, S], threshold, variant)
 //     -> (plan, rowptr, taps, values): the weight compressed per output channel over (c, r, s)
 //   (entries with |w| <= threshold dropped, zeros always), values in float32. `plan` is the
 //   common plan header (OpFamily::FilterConv, kernel word = the tile variant, 0 = the
 //   planner's choice, stamp of (rowptr, taps)) followed by [C_out, C_in/groups, R, S].
 // filter_conv(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding, dilation,
-//             groups, relu, kernel=-1) -> y [N, C_out, OH, OW]: direct sparse convolution,
-//   bias and ReLU fused. kernel >= 0 forces a tile variant (tests), -1 takes the plan's.
+//             groups, relu, variant=-1) -> y [N, C_out, OH, OW]: direct sparse convolution,
+//   bias and ReLU fused. variant >= 0 forces a tile variant (tests), -1 takes the plan's.
+//   (Not named `kernel`: Inductor's fallback passes its own `kernel` argument.)
 //
 // Inference only (no autograd). float32 natively; bfloat16 / float16 / float64 inputs are
 // computed in float32 and the result converted back to the input's dtype. channels_last
@@ -25,11 +26,11 @@
 #include "torch_ext/common.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
-  m.def("filter_conv_plan(Tensor weight, float threshold=0.0, int kernel=0) "
+  m.def("filter_conv_plan(Tensor weight, float threshold=0.0, int variant=0) "
         "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def("filter_conv(Tensor plan, Tensor rowptr, Tensor taps, Tensor values, Tensor x, "
         "Tensor? bias, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int groups, bool relu, int kernel=-1) -> Tensor");
+        "int groups, bool relu, int variant=-1) -> Tensor");
 }
 
 namespace sparsejit {
@@ -41,7 +42,7 @@ constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 
 void check_kernel_id(int64_t kernel, const char* op) {
   TORCH_CHECK_VALUE(kernel >= 0 && kernel < fsconv::kNumVariants, "sparsejit.", op,
-                    ": kernel must be in [0, ", fsconv::kNumVariants, ") (0 = auto, 1 = scalar, "
+                    ": variant must be in [0, ", fsconv::kNumVariants, ") (0 = auto, 1 = scalar, "
                     "2..5 = vec8x1, vec8x2, vec8x4, vec8x8); got ", kernel);
 }
 
@@ -194,10 +195,10 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            , c_out, ", ", cin_g, ", ", r, ", ", s, "]");
   FC_CHECK(rowptr_t.numel() == c_out + 1, "rowptr must have C_out + 1 = ", c_out + 1,
            " entries; got ", rowptr_t.numel());
-  FC_CHECK(kernel >= -1 && kernel < fsconv::kNumVariants, "kernel must be -1 (the plan's) or in "
+  FC_CHECK(kernel >= -1 && kernel < fsconv::kNumVariants, "variant must be -1 (the plan's) or in "
            "[0, ", fsconv::kNumVariants, "); got ", kernel);
   const int64_t variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
-  FC_CHECK(variant >= 0 && variant < fsconv::kNumVariants, "plan's kernel word ", variant,
+  FC_CHECK(variant >= 0 && variant < fsconv::kNumVariants, "plan's variant word ", variant,
            " is not a variant");
 
   FC_CHECK(pair_at(kernel_size, 0, "kernel_size") == r &&

@@ -1,9 +1,9 @@
 """Filter-sparse convolution ops (pruned Conv2d inference): fakes for torch.compile /
 torch.export. The user-facing module is sparsejit.filter_conv (SparseConv2d, sparsify).
 
-``filter_conv_plan(weight, threshold, kernel) -> (plan, rowptr, taps, values)`` compresses a
+``filter_conv_plan(weight, threshold, variant) -> (plan, rowptr, taps, values)`` compresses a
 weight ``[C_out, C_in/groups, R, S]`` per output channel; ``filter_conv(plan, rowptr, taps,
-values, x, bias, kernel_size, stride, padding, dilation, groups, relu, kernel=-1)`` runs it.
+values, x, bias, kernel_size, stride, padding, dilation, groups, relu, variant=-1)`` runs it.
 Inference only: no autograd formula is registered.
 """
 
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-# Tile variants (the plan's kernel word; csrc/fsconv/fsconv.h).
+# Tile variants (the plan's kernel word, the ops' `variant` argument; csrc/fsconv/fsconv.h).
 VARIANTS = {"auto": 0, "scalar": 1, "vec8x1": 2, "vec8x2": 3, "vec8x4": 4, "vec8x8": 5}
 
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -33,7 +33,7 @@ def output_size(h: int, w: int, kernel_size, stride, padding, dilation):
 
 
 @torch.library.register_fake("sparsejit::filter_conv_plan")
-def _filter_conv_plan_fake(weight, threshold=0.0, kernel=0):
+def _filter_conv_plan_fake(weight, threshold=0.0, variant=0):
     if weight.dim() != 4:
         raise ValueError("sparsejit.filter_conv_plan: weight must be 4-D [C_out, C_in/groups, "
                          f"R, S]; got shape {tuple(weight.shape)}")
@@ -46,7 +46,7 @@ def _filter_conv_plan_fake(weight, threshold=0.0, kernel=0):
 
 @torch.library.register_fake("sparsejit::filter_conv")
 def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor], kernel_size,
-                      stride, padding, dilation, groups, relu, kernel=-1):
+                      stride, padding, dilation, groups, relu, variant=-1):
     if x.dim() != 4:
         raise ValueError(f"sparsejit.filter_conv: x must be 4-D [N, C_in, H, W]; got shape "
                          f"{tuple(x.shape)}")
