@@ -13,7 +13,8 @@ Dense and sparse run side by side in one process, alternated, medians of `--repe
 Reported per layer: medians, speed-up (dense / sparse), useful GFLOP/s of the sparse kernel
 (2 * nnz * output pixels) and the dense rate (2 * C_out * C_in/groups * R * S * pixels), and
 the per-layer choice (sparse where it measured faster, else dense: speed-up max(1, ratio)).
-Timings on a shared machine are noisy: compare ratios, not absolute times.
+Timings on a shared machine are noisy: compare ratios, not absolute times. Where other jobs
+load the machine, `--clock cpu --threads 1` compares the CPU time each side consumes.
 """
 
 from __future__ import annotations
@@ -88,18 +89,18 @@ def pattern_weight(path, c_out, c_in, k, keep_fraction, seed):
     return w.view(c_out, c_in, k, k)
 
 
-def median_pair(dense_fn, sparse_fn, repeat):
+def median_pair(dense_fn, sparse_fn, repeat, clock=time.perf_counter):
     """Medians (ms) of both, alternated run by run so both see the same load."""
     for _ in range(2):
         dense_fn()
         sparse_fn()
     td, ts = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         dense_fn()
-        t1 = time.perf_counter()
+        t1 = clock()
         sparse_fn()
-        t2 = time.perf_counter()
+        t2 = clock()
         td.append((t1 - t0) * 1e3)
         ts.append((t2 - t1) * 1e3)
     td.sort()
@@ -119,6 +120,10 @@ def main():
     ap.add_argument("--sparsities", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall: elapsed time (the protocol); cpu: this process's CPU time, "
+                         "robust to other jobs on a shared machine (use with --threads 1: "
+                         "with more, idle OpenMP threads' spinning is counted)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -130,6 +135,7 @@ def main():
     if args.quick:
         layers = [l for l in layers if l[0] in QUICK]
     repeat = args.repeat or (5 if args.quick else 9)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
 
     records = []
     with torch.no_grad():
@@ -148,7 +154,7 @@ def main():
                     dense = lambda: F.conv2d(x, w, b, stride, pad)  # noqa: E731
                     sparse = lambda: sp(x)  # noqa: E731
                     torch.testing.assert_close(sparse(), dense(), rtol=1e-3, atol=1e-3)
-                    d_ms, s_ms = median_pair(dense, sparse, repeat)
+                    d_ms, s_ms = median_pair(dense, sparse, repeat, clock)
                     oh = (h + 2 * pad - k) // stride + 1
                     pix = batch * oh * oh
                     useful = 2 * sp.nnz * pix
@@ -189,6 +195,7 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, threads=args.threads, quick=args.quick, repeat=repeat,
+                clock=args.clock, load_average=os.getloadavg(),
                 cpu=_cpu_model(), note="dense = torch.nn.functional.conv2d (oneDNN)")
     out.write_text(json.dumps(dict(meta=meta, summary=summary, records=records), indent=1))
     print(f"wrote {out}")
