@@ -131,8 +131,17 @@ Variant choose_variant(const Geometry& g, int64_t nnz) {
 namespace {
 
 constexpr int64_t kSlack = 128;  // floats after the phase planes (vector overrun, >= 64)
-constexpr int64_t kChunkBytes = 16 * 1024;  // input slice of one chunk of a tile (in L1)
-constexpr int64_t kAccBytes = 8 * 1024;     // accumulators of one output-channel block
+// Cache budgets (macros so a tuning build can override them): 32 KiB of input per chunk and
+// 4 KiB of accumulators per block measured best among 8..64 KiB x 4..16 KiB on ResNet-50
+// layers (benchmarks/bench_filter_conv.py).
+#ifndef FSCONV_CHUNK_BYTES
+#define FSCONV_CHUNK_BYTES (32 * 1024)
+#endif
+#ifndef FSCONV_ACC_BYTES
+#define FSCONV_ACC_BYTES (4 * 1024)
+#endif
+constexpr int64_t kChunkBytes = FSCONV_CHUNK_BYTES;  // a tile's input slice of one chunk
+constexpr int64_t kAccBytes = FSCONV_ACC_BYTES;      // accumulators of one output-channel block
 
 // The run-time layout of one call: where each tap reads, where each output pixel goes.
 struct Layout {
