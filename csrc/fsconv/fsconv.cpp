@@ -273,10 +273,11 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
   const int64_t cin_g = g.c_in / g.groups;
   const int64_t T = tile_pixels(P.variant);
   P.off = tap_offsets(g, L, p, nnz);
-  // In place, a last partial tile would read past the input: it is packed into a zero-padded
-  // [c_in, T] block first, read through offsets c * T.
-  P.pack_tail = L.in_place && L.len % T != 0;
-  if (P.pack_tail) {
+  // In place (1x1), each tile's input is packed into an aligned, zero-padded [c_in, T] panel
+  // read through offsets c * T: no load crosses a cache line, channels a power of two apart
+  // do not collide in the cache, and a last partial tile does not read past the input.
+  P.packed = L.in_place;
+  if (P.packed) {
     P.off_packed.resize(nnz);
     for (int64_t e = 0; e < nnz; ++e)
       P.off_packed[e] = static_cast<int32_t>(P.off[e] / L.plane_c * T);
@@ -324,15 +325,20 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
   const std::vector<int32_t>& off = P.off;
   const std::vector<int32_t>& off_packed = P.off_packed;
   const std::vector<int64_t>& cp = P.cp;
-  const bool pack_tail = P.pack_tail;
+  const bool pack = P.packed;
 
-  // Tasks: (image, pixel tile, output-channel block); a block's accumulators stay in L1.
+  // Tasks: (image, pixel tile, part), a part being a run of output-channel blocks (one block
+  // unless the tile's input is packed: then a task packs it once for its blocks).
   const int64_t tiles = (L.len + T - 1) / T;
   int64_t ocb = std::clamp<int64_t>(kAccBytes / (T * 4), 8, g.c_out);
   const int64_t want_tasks = 4 * omp_get_max_threads();  // enough to balance the threads
   while (ocb > 8 && g.batch * tiles * ((g.c_out + ocb - 1) / ocb) < want_tasks) ocb /= 2;
   const int64_t blocks = (g.c_out + ocb - 1) / ocb;
-  const int64_t tasks = g.batch * tiles * blocks;
+  const int64_t parts =
+      pack ? std::clamp<int64_t>((want_tasks + g.batch * tiles - 1) / (g.batch * tiles), 1, blocks)
+           : blocks;
+  const int64_t blocks_per_part = (blocks + parts - 1) / parts;
+  const int64_t tasks = g.batch * tiles * parts;
   // Task order: when the weight outweighs one image's input (deep, small layers), an
   // output-channel block runs over every image and tile in a row, so its taps stay in cache;
   // otherwise a tile runs over every block, so its input does.
@@ -343,28 +349,33 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
 #pragma omp parallel
   {
     std::vector<float> acc(ocb * T);
-    std::vector<float> packed(pack_tail ? g.c_in * T : 0);
+    std::vector<float> panel_store(pack ? g.c_in * T + 16 : 0);
+    float* panel = panel_store.empty() ? nullptr
+        : reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_store.data()) + 63) &
+                                   ~uintptr_t(63));
     std::vector<int64_t> seg;  // (tile offset, output index, length) runs of the epilogue
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t image_tile = block_major ? t % (g.batch * tiles) : t / blocks;
-      const int64_t block = block_major ? t / (g.batch * tiles) : t % blocks;
+      const int64_t image_tile = block_major ? t % (g.batch * tiles) : t / parts;
+      const int64_t part = block_major ? t / (g.batch * tiles) : t % parts;
       const int64_t n = image_tile / tiles, tile = image_tile % tiles;
-      const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
       const int64_t q0 = tile * T, valid = std::min(T, L.len - q0);
       const float* ximg = xin + n * L.img + q0;
       const int32_t* offs = off.data();
       int64_t group_stride = cin_g * L.plane_c;
-      if (pack_tail && valid < T) {
+      if (pack) {
         for (int64_t c = 0; c < g.c_in; ++c) {
-          float* dst = packed.data() + c * T;
+          float* dst = panel + c * T;
           std::memcpy(dst, ximg + c * L.plane_c, sizeof(float) * valid);
           std::fill(dst + valid, dst + T, zero);
         }
-        ximg = packed.data();
+        ximg = panel;
         offs = off_packed.data();
         group_stride = cin_g * T;
       }
+      const int64_t b_end = std::min(blocks, (part + 1) * blocks_per_part);
+      for (int64_t block = part * blocks_per_part; block < b_end; ++block) {
+      const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
       std::fill(acc.begin(), acc.end(), zero);
       for (int64_t k = 0; k < chunks; ++k) {
         for (int64_t oc = oc0; oc < oc1; ++oc) {
@@ -416,6 +427,7 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
           }
         }
       }
+      }  // blocks of the part
     }
   }
 }

@@ -77,7 +77,7 @@ bool cpu_has_avx2_fma();
 // output channel's taps split by input-channel chunk.
 struct Prepared {
   Variant variant = Variant::Auto;  // resolved
-  bool in_place = false, out_direct = false, pack_tail = false;
+  bool in_place = false, out_direct = false, packed = false;
   int64_t wq = 0, plane_c = 0, img = 0, len = 0, chunks = 0;
   std::vector<int32_t> off, off_packed;
   std::vector<int64_t> cp;  // [c_out, chunks + 1]
