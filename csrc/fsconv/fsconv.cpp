@@ -273,10 +273,10 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
   const int64_t cin_g = g.c_in / g.groups;
   const int64_t T = tile_pixels(P.variant);
   P.off = tap_offsets(g, L, p, nnz);
-  // In place (1x1), each tile's input is packed into an aligned, zero-padded [c_in, T] panel
-  // read through offsets c * T: no load crosses a cache line, channels a power of two apart
-  // do not collide in the cache, and a last partial tile does not read past the input.
-  P.packed = L.in_place;
+  // A 1x1 reads each tile's input through an aligned, zero-padded [c_in, T] panel (offsets
+  // c * T): no load crosses a cache line, channels a power of two apart do not collide in the
+  // cache, and in place a last partial tile does not read past the input.
+  P.packed = g.r == 1 && g.s == 1;
   if (P.packed) {
     P.off_packed.resize(nnz);
     for (int64_t e = 0; e < nnz; ++e)
