@@ -125,7 +125,12 @@ def main():
                          "robust to other jobs on a shared machine (use with --threads 1: "
                          "with more, idle OpenMP threads' spinning is counted)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv.json"))
+    ap.add_argument("--table", metavar="JSON", help="print the markdown tables of a saved run "
+                    "(for benchmarks/RESULTS.md) and exit")
     args = ap.parse_args()
+    if args.table:
+        print_markdown(json.loads(Path(args.table).read_text()))
+        return
     torch.set_num_threads(args.threads)
     data = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
     pdir = data / "dlmc/rn50/magnitude_pruning/0.8"
@@ -199,6 +204,40 @@ def main():
                 cpu=_cpu_model(), note="dense = torch.nn.functional.conv2d (oneDNN)")
     out.write_text(json.dumps(dict(meta=meta, summary=summary, records=records), indent=1))
     print(f"wrote {out}")
+
+
+def print_markdown(run):
+    """Summary and per-layer tables of a saved run, as markdown."""
+    meta = run["meta"]
+    print(f"{meta['threads']} thread(s), clock {meta.get('clock', 'wall')}, medians of "
+          f"{meta['repeat']}, torch {meta['torch']}, load average at the end "
+          f"{meta.get('load_average')}\n")
+    print("| sparsity | batch | layers | geomean sparse/dense | with per-layer choice | "
+          "sparse faster |")
+    print("|---|---|---|---|---|---|")
+    for s in run["summary"]:
+        print(f"| {s['sparsity']:.0%} | {s['batch']} | {s['layers']} | "
+              f"{s['geomean_speedup']:.2f}x | {s['geomean_with_choice']:.2f}x | "
+              f"{s['sparse_wins']}/{s['layers']} |")
+    recs = run["records"]
+    keys = sorted({(r["sparsity"], r["batch"]) for r in recs})
+    print("\nPer layer: speed-up (dense ms / sparse ms) and useful GFLOP/s of the sparse kernel "
+          "against the dense rate.\n")
+    head = "| layer | shape | " + " | ".join(f"{sp:.0%} b{b}" for sp, b in keys) + " |"
+    print(head)
+    print("|---|---|" + "---|" * len(keys))
+    by = {(r["layer"], r["sparsity"], r["batch"]): r for r in recs}
+    for name in dict.fromkeys(r["layer"] for r in recs):
+        r0 = by[(name, *keys[0])]
+        cells = []
+        for sp, b in keys:
+            r = by.get((name, sp, b))
+            cells.append("-" if r is None else f"{r['speedup']:.2f}x ({r['sparse_gflops']:.0f} / "
+                         f"{r['dense_gflops']:.0f})")
+        short = name.replace("bottleneck_", "b").replace("block_group_projection_block_group",
+                                                         "proj").replace("block_group", "g")
+        print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
+              f"{r0['h']}x{r0['h']} | " + " | ".join(cells) + " |")
 
 
 def _cpu_model():
