@@ -150,7 +150,8 @@ def main():
             randomize_bn(dense)
             prune_by_magnitude(dense, sparsity)
             folded = fold_batchnorm(copy.deepcopy(dense)).eval()
-            sparse = sj.sparsify(copy.deepcopy(folded), x, min_speedup=1.05, progress=None)
+            sparse = sj.sparsify(copy.deepcopy(folded), x, min_speedup=1.05, progress=None,
+                                 clock=args.clock)
             rows = list(fc.LAST_REPORT)
             torch.testing.assert_close(sparse(x), dense(x), rtol=1e-3, atol=1e-3)
             d_ms, f_ms, s_ms = median_ms([lambda: dense(x), lambda: folded(x),

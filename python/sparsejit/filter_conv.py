@@ -208,23 +208,31 @@ def _save_decisions(path: Path, table: Dict[str, dict]) -> None:
               file=sys.stderr)
 
 
-def _median_ms(fn, x, repeat: int) -> float:
-    with torch.no_grad():
-        fn(x)  # warm-up (first-touch allocations, oneDNN primitive creation)
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn(x)
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+_CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7):
+def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
+            clock: str = "wall"):
     """Median milliseconds of the dense and the sparse module on a random input of `shape`,
-    alternated so that both see the same machine load."""
+    alternated run by run so that both see the same machine load. ``clock="cpu"`` counts this
+    process's CPU time instead of elapsed time (robust to other jobs; use with one thread)."""
+    tick = _CLOCKS[clock]
     x = torch.randn(shape, dtype=dtype)
-    return _median_ms(dense, x, repeat), _median_ms(sparse, x, repeat)
+    td, ts = [], []
+    with torch.no_grad():
+        dense(x)  # warm-up (first-touch allocations, oneDNN primitive creation)
+        sparse(x)
+        for _ in range(repeat):
+            t0 = tick()
+            dense(x)
+            t1 = tick()
+            sparse(x)
+            t2 = tick()
+            td.append((t1 - t0) * 1e3)
+            ts.append((t2 - t1) * 1e3)
+    td.sort()
+    ts.sort()
+    return td[len(td) // 2], ts[len(ts) // 2]
 
 
 def _progress(enabled: bool, done: int, total: int, what: str) -> None:
@@ -256,14 +264,16 @@ def _format_table(rows: List[dict]) -> str:
 def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
              threshold: float = 0.0, min_sparsity: float = 0.3, repeat: int = 7,
              cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
-             verbose: bool = True) -> nn.Module:
+             verbose: bool = True, clock: str = "wall") -> nn.Module:
     """Replaces (in place) each Conv2d and Linear of `model` whose sparse kernel, measured on
     the input shape it sees in ``model(example_input)``, beats the dense module by
     `min_speedup`; returns `model`. Layers sparser than `min_sparsity` are not measured.
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
-    are also kept in ``sparsejit.filter_conv.LAST_REPORT``."""
+    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s."""
+    if clock not in _CLOCKS:
+        raise ValueError(f"sparsejit.sparsify: clock must be 'wall' or 'cpu'; got {clock!r}")
     targets: List[Tuple[str, nn.Module]] = [
         (n, m) for n, m in model.named_modules()
         if n and type(m) in (nn.Conv2d, nn.Linear) and m.weight.device.type == "cpu"]
@@ -302,7 +312,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
             key = _decision_key(mod, sparse, shape, dtype)
             hit = table.get(key)
             if hit is None:
-                d, s = measure(mod, sparse, shape, dtype, repeat)
+                d, s = measure(mod, sparse, shape, dtype, repeat, clock)
                 hit = dict(dense_ms=d, sparse_ms=s, sparse=d >= s * min_speedup)
                 table[key] = hit
                 changed = True

@@ -288,9 +288,9 @@ def test_sparsify_decides_and_caches(tmp_path, monkeypatch, capsys):
     calls = []
     real = fc.measure
 
-    def counting(dense, sparse, shape, dtype, repeat=7):
+    def counting(dense, sparse, shape, dtype, repeat=7, clock="wall"):
         calls.append(shape)
-        return real(dense, sparse, shape, dtype, repeat=3)
+        return real(dense, sparse, shape, dtype, repeat=3, clock=clock)
 
     monkeypatch.setattr(fc, "measure", counting)
     x = torch.randn(1, 3, 16, 16)
