@@ -376,12 +376,15 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       const int64_t b_end = std::min(blocks, (part + 1) * blocks_per_part);
       for (int64_t block = part * blocks_per_part; block < b_end; ++block) {
       const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
-      std::fill(acc.begin(), acc.end(), zero);
       for (int64_t k = 0; k < chunks; ++k) {
         for (int64_t oc = oc0; oc < oc1; ++oc) {
           const int64_t e0 = cp[oc * (chunks + 1) + k], e1 = cp[oc * (chunks + 1) + k + 1];
-          if (e0 == e1) continue;
+          if (e0 == e1) {
+            if (k == 0) std::fill_n(acc.data() + (oc - oc0) * T, T, zero);
+            continue;
+          }
           TileJob j;
+          j.first = k == 0;
           j.x = ximg + (oc / cout_g) * group_stride;
           j.off = offs + e0;
           j.val = p.values + e0;

@@ -112,6 +112,7 @@ struct TileJob {
   const float* val;      // per nonzero: weight
   int64_t nnz;
   float* acc;            // tile_pixels(v) accumulators
+  bool first;            // the tile's first chunk: acc is overwritten, not read
 };
 void accumulate_generic(const TileJob& j, Variant v);
 void accumulate_avx2(const TileJob& j, Variant v);

@@ -28,11 +28,11 @@ inline vf8 load8(const float* p) {
 
 inline void store8(float* p, vf8 v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
-// acc[0, 8V) += sum_e val[e] * x[off[e] + (0, 8V)]
+// acc[0, 8V) (+)= sum_e val[e] * x[off[e] + (0, 8V)]  (= for the first chunk)
 template <int V, int U>
 inline void accumulate(const TileJob& j) {
   vf8 acc[U][V];
-  for (int v = 0; v < V; ++v) acc[0][v] = load8(j.acc + 8 * v);
+  for (int v = 0; v < V; ++v) acc[0][v] = j.first ? vf8{} : load8(j.acc + 8 * v);
   for (int u = 1; u < U; ++u)
     for (int v = 0; v < V; ++v) acc[u][v] = vf8{};
   const float* __restrict x = j.x;
@@ -60,7 +60,7 @@ inline void accumulate(const TileJob& j) {
 
 inline void accumulate_scalar(const TileJob& j, int64_t pixels) {
   for (int64_t q = 0; q < pixels; ++q) {
-    float a = j.acc[q];
+    float a = j.first ? 0.0f : j.acc[q];
     for (int64_t e = 0; e < j.nnz; ++e) a += j.val[e] * j.x[j.off[e] + q];
     j.acc[q] = a;
   }
