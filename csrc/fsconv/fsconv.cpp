@@ -339,10 +339,11 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
            : blocks;
   const int64_t blocks_per_part = (blocks + parts - 1) / parts;
   const int64_t tasks = g.batch * tiles * parts;
-  // Task order: when the weight outweighs one image's input (deep, small layers), an
-  // output-channel block runs over every image and tile in a row, so its taps stay in cache;
-  // otherwise a tile runs over every block, so its input does.
-  const bool block_major = p.rowptr[p.c_out] * 8 > L.img * 4;
+  // Task order: part-major (a run of output-channel blocks sweeps every image and tile, so
+  // its taps stay in cache, and the input is streamed once per part) or tile-major (a tile
+  // sweeps every part, so its input stays in cache, and the taps are streamed once per tile),
+  // whichever streams fewer bytes.
+  const bool block_major = parts * L.img * 4 < tiles * p.rowptr[p.c_out] * 8;
   const bool avx2 = v != Variant::Scalar && cpu_has_avx2_fma();
   const float zero = 0.0f;
 
