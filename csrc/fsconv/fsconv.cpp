@@ -173,7 +173,9 @@ Layout make_layout(const Geometry& g) {
     int64_t used = 0;
     for (int64_t r = 0; r < g.r; ++r) {
       for (int64_t s = 0; s < g.s; ++s) {
-        int64_t& sl = L.slot[((r * g.dil_h) % g.stride_h) * g.stride_w + (s * g.dil_w) % g.stride_w];
+        const int64_t phase =
+            ((r * g.dil_h) % g.stride_h) * g.stride_w + (s * g.dil_w) % g.stride_w;
+        int64_t& sl = L.slot[phase];
         if (sl < 0) sl = used++;
       }
     }
