@@ -152,6 +152,8 @@ class SparseLinear(nn.Module):
             raise ValueError(f"sparsejit.SparseLinear: input has {x.shape[-1]} features; "
                              f"expected {self.in_features}")
         lead = x.shape[:-1]
+        if x.numel() == 0:  # no rows: nothing to convolve (an empty image is an error there)
+            return x.new_empty(*lead, self.out_features)
         xt = x.reshape(-1, self.in_features).t().reshape(1, self.in_features, -1, 1)
         y = self.conv(xt).reshape(self.out_features, -1).t()
         return y.reshape(*lead, self.out_features)

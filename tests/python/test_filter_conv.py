@@ -161,6 +161,10 @@ def test_linear_as_1x1():
     x = torch.randn(5, 7, 40)
     with torch.no_grad():
         torch.testing.assert_close(sparse(x), lin(x), rtol=1e-4, atol=1e-4)
+    assert sparse(torch.randn(0, 40)).shape == (0, 24)
+    one = torch.randn(1, 40)  # a single row: one pixel, the scalar tail of every variant
+    with torch.no_grad():
+        torch.testing.assert_close(sparse(one), lin(one), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bad, err, match", [
