@@ -326,3 +326,26 @@ def test_sparsify_skips_dense_layers(tmp_path):
     assert all(type(getattr(m, n)) in (nn.Conv2d, nn.Linear) for n in ("c1", "c2", "c3", "fc"))
     assert sj.sparsify is sparsify
     assert sj.nn.SparseConv2d is SparseConv2d
+
+
+def test_random_geometries():
+    """Non-square kernels, unequal strides / paddings / dilations, groups, odd sizes."""
+    g = torch.Generator().manual_seed(11)
+    for case in range(24):
+        ri = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
+        groups = [1, 1, 2, 3][ri(0, 3)]
+        c_in, c_out = groups * ri(1, 6), groups * ri(1, 5)
+        r, s = ri(1, 4), ri(1, 4)
+        stride, dil = (ri(1, 3), ri(1, 3)), (ri(1, 2), ri(1, 2))
+        pad = (ri(0, 3), ri(0, 3))
+        h = max(ri(1, 17), dil[0] * (r - 1) + 1 - 2 * pad[0])
+        w_ = max(ri(1, 17), dil[1] * (s - 1) + 1 - 2 * pad[1])
+        weight = torch.randn(c_out, c_in // groups, r, s, generator=g)
+        weight[torch.rand(weight.shape, generator=g) < 0.6] = 0
+        bias = torch.randn(c_out, generator=g)
+        x = torch.randn(ri(1, 3), c_in, h, w_, generator=g)
+        mod = SparseConv2d(weight, bias, stride, pad, dil, groups)
+        want = reference(x, weight, bias, stride, pad, dil, groups)
+        for name, kid in VARIANTS.items():
+            torch.testing.assert_close(mod(x, variant=kid).double(), want, rtol=1e-4, atol=1e-4,
+                                       msg=f"case {case} {name}")
