@@ -16,6 +16,7 @@ from .ops import TypedSparseMatrix, edge_softmax, gather_matmul, rgms, sddmm, se
 from . import nn  # noqa: E402
 from .plans import clear_caches, fingerprint
 from .tuning import explain, tune
+from .filter_conv import sparsify  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -35,4 +36,4 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__"]
+__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__"]

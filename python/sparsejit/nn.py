@@ -300,3 +300,4 @@ def _featureless_rgms(weight, ids, edge_index, edge_type, n, reduce):
 FastRGCNConv = RGCNConv
 
 __all__ = ["gcn_norm", "GCNConv", "SAGEConv", "GATConv", "RGCNConv", "FastRGCNConv"]
+from .filter_conv import SparseConv2d  # noqa: E402,F401
