@@ -15,6 +15,7 @@ JIT cache directory. :func:`clear_caches` drops the in-memory ones.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -56,6 +57,7 @@ def fingerprint(A: SparseMatrix) -> str:
     return fp
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

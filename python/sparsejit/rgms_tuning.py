@@ -60,12 +60,12 @@ def schedule_for(A: TypedSparseMatrix, f_in: int, f_out: int, dtype: torch.dtype
     """(strategy id, tile) stored by tune for this call, or None (the cost model's)."""
     if torch.compiler.is_compiling():
         return None
-    key = schedule_key(f_in, f_out, dtype, reduce)
     fp = getattr(A, "_fingerprint", None)
     if fp is None:  # only structures someone tuned carry a store; skip the O(E) hash
         if not getattr(A, "_maybe_tuned", False) and not _any_rgms_store():
             return None
         fp = typed_fingerprint(A)
+    key = schedule_key(f_in, f_out, dtype, reduce)
     hit = _MEMORY.get((fp, key))
     if hit is None:
         entry = _load(fp).get(key)
@@ -80,8 +80,11 @@ _ANY_STORE: Dict[str, bool] = {}  # cache dir -> holds any RGMS schedule (looked
 
 
 def _any_rgms_store() -> bool:
-    folder = Path(_core.cache_dir()) / "tuned"
-    key = str(folder)
+    key = _core.cache_dir()
+    hit = _ANY_STORE.get(key)
+    if hit is not None:
+        return hit
+    folder = Path(key) / "tuned"
     if key not in _ANY_STORE:
         try:
             _ANY_STORE[key] = any(p.name.startswith("rgms-") for p in folder.iterdir())

@@ -17,7 +17,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from ._common import FLOAT_DTYPES
+from ._common import FLOAT_DTYPES, without_autograd
 
 _REDUCES = ("sum", "mean")
 _STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
@@ -233,7 +233,36 @@ def rgms(
         sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
         if sched is not None:
             sid, tile = sched
-    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid)
+    if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
+            any(t is not None and t.requires_grad for t in (X, W, values)):
+        # Eager training: a plain autograd.Function around the same ops. torch.library's
+        # registered-autograd path costs ~0.2 ms a call in Python (its fill_defaults), more
+        # than the whole op on small graphs; compiled graphs still go through it.
+        return _RgmsFunction.apply(X, W, values, A.plan, reduce, A.shape[0], tile, sid)
+    with without_autograd(X, W, values):
+        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid)
+
+
+class _RgmsFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, X, W, values, plan, reduce, num_rows, tile, strategy):
+        with torch._C._AutoDispatchBelowAutograd():
+            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, 0, tile, strategy)
+        ctx.save_for_backward(X, W, values, *plan)
+        ctx.reduce, ctx.tile = reduce, tile
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        X, W, values, *plan = ctx.saved_tensors
+        need_x, need_w, need_v = ctx.needs_input_grad[:3]
+        need_v = bool(need_v) and values is not None
+        with torch._C._AutoDispatchBelowAutograd():
+            dx, dw, dv = torch.ops.sparsejit.rgms_backward(
+                *plan, X, W, values, grad.contiguous(), ctx.reduce, bool(need_x), bool(need_w),
+                need_v, 0, ctx.tile)
+        return (dx if need_x else None, dw if need_w else None, dv if need_v else None,
+                None, None, None, None, None)
 
 
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
