@@ -1,0 +1,175 @@
+"""sparsejit.nn's PyG-signature layers against torch_geometric's, side by side in one process.
+
+One layer, forward + backward (loss = sum of outputs, gradients for x and every parameter),
+the same weights (state_dict copied), median of --repeats after a warm-up, 2 threads. Structure
+work is excluded on both sides as a training loop amortises it: PyG gets its self-loop /
+normalisation caches where it has them (GCNConv cached=True) and sparsejit its content-keyed
+cache (warm after the warm-up).
+
+    python benchmarks/bench_pyg_layers.py                 # default graphs, F = 64 and 128
+    python benchmarks/bench_pyg_layers.py --large         # adds the 2M-node / 20M-edge graph
+    python benchmarks/bench_pyg_layers.py --peak-memory   # GATConv peak RSS, each side in a
+                                                          # fresh subprocess
+
+Writes benchmarks/results/pyg_layers.json. Timings on a shared 2-core machine are noisy: read
+the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import sparsejit as sj
+from sparsejit.tools.data import load_graph
+from torch_geometric import nn as pnn
+
+GRAPHS = ["cora", "pubmed", "facebook", "ca-astroph",
+          "powerlaw:n=200000,avg=10,alpha=2.1,seed=1"]
+LARGE = "powerlaw:n=2000000,avg=10,alpha=2.1,seed=1"
+
+
+def layers(f: int):
+    """(name, constructor over the nn module); output width f (4 heads of f / 4 for GAT-like)."""
+    mlp = lambda m: torch.nn.Sequential(torch.nn.Linear(f, f), torch.nn.ReLU(),  # noqa: E731
+                                        torch.nn.Linear(f, f))
+    return [
+        ("GCNConv", lambda m: m.GCNConv(f, f, cached=(m is pnn))),
+        ("SAGEConv", lambda m: m.SAGEConv(f, f)),
+        ("GINConv", lambda m: m.GINConv(mlp(m))),
+        ("GraphConv", lambda m: m.GraphConv(f, f)),
+        ("GATConv", lambda m: m.GATConv(f, f // 4, heads=4)),
+        ("GATv2Conv", lambda m: m.GATv2Conv(f, f // 4, heads=4)),
+        ("TransformerConv", lambda m: m.TransformerConv(f, f // 4, heads=4)),
+    ]
+
+
+def step(layer, x, ei):
+    out = layer(x, ei)
+    out.sum().backward()
+
+
+def timed(layer, x, ei, repeats):
+    step(layer, x, ei)  # warm-up: caches, plans, JIT
+    times = []
+    for _ in range(repeats):
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        t0 = time.perf_counter()
+        step(layer, x, ei)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _dense(lin, x, repeats):
+    """Forward + backward of one dense Linear on all nodes: work both sides share, which
+    bounds the achievable ratio."""
+    lin(x).sum().backward()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        lin(x).sum().backward()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def peak_rss_child(side: str, spec: str, f: int) -> None:
+    """Runs one GATConv (4 heads) forward + backward and prints the peak RSS growth (MiB)."""
+    g = load_graph(spec)
+    x = torch.randn(g.num_nodes, f, requires_grad=True)
+    torch.manual_seed(0)
+    layer = (pnn if side == "pyg" else sj.nn).GATConv(f, f // 4, heads=4)
+    if side == "sparsejit":  # structure built before the baseline, as PyG's edge_index is
+        sj.nn.GATConv(f, 1)(x[:, :f].detach(), g.edge_index)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    import gc
+
+    gc.collect()
+    # ru_maxrss is a high-water mark: measure growth past the current resident size.
+    with open("/proc/self/statm") as fh:
+        cur = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    step(layer, x, g.edge_index)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_growth_mib": (peak - max(cur, 0)) / 1024.0,
+                      "maxrss_mib": peak / 1024.0, "base_mib": base / 1024.0}))
+
+
+def peak_memory(spec: str, f: int) -> dict:
+    out = {}
+    for side in ("pyg", "sparsejit"):
+        r = subprocess.run([sys.executable, __file__, "--peak-child", side, spec, str(f)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            out[side] = {"error": r.stderr.strip().splitlines()[-1:]}
+        else:
+            out[side] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", nargs="*", default=None)
+    ap.add_argument("--features", nargs="*", type=int, default=[64, 128])
+    ap.add_argument("--layers", nargs="*", default=None)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--large", action="store_true", help="add the 2M-node / 20M-edge graph")
+    ap.add_argument("--peak-memory", action="store_true")
+    ap.add_argument("--peak-child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pyg_layers.json"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    if args.peak_child:
+        peak_rss_child(args.peak_child[0], args.peak_child[1], int(args.peak_child[2]))
+        return 0
+    graphs = args.graphs or (GRAPHS + ([LARGE] if args.large else []))
+    rows, peaks = [], {}
+    for spec in graphs:
+        g = load_graph(spec)
+        print(f"# {g.name}: {g.num_nodes} nodes, {g.num_edges} edges", flush=True)
+        for f in args.features:
+            x = torch.randn(g.num_nodes, f, requires_grad=True)
+            dense = _dense(torch.nn.Linear(f, f), x.detach().requires_grad_(), 3)
+            for name, make in layers(f):
+                if args.layers and name not in args.layers:
+                    continue
+                torch.manual_seed(0)
+                ref = make(pnn)
+                ours = make(sj.nn)
+                ours.load_state_dict(ref.state_dict(), strict=False)
+                t_pyg = timed(ref, x, g.edge_index, args.repeats)
+                t_sj = timed(ours, x, g.edge_index, args.repeats)
+                rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f,
+                                 layer=name, pyg_s=t_pyg, sparsejit_s=t_sj,
+                                 speedup=t_pyg / t_sj, dense_linear_s=dense))
+                print(f"{g.name:>40} F={f:<4} {name:<16} pyg {t_pyg * 1e3:9.2f} ms  "
+                      f"sparsejit {t_sj * 1e3:9.2f} ms  x{t_pyg / t_sj:5.2f}  "
+                      f"(one dense Linear {dense * 1e3:.2f} ms)", flush=True)
+        if args.peak_memory:
+            peaks[g.name] = peak_memory(spec, 64)
+            print(f"  GATConv peak memory: {json.dumps(peaks[g.name])}", flush=True)
+    geo = {}
+    for name in sorted({r["layer"] for r in rows}):
+        s = [r["speedup"] for r in rows if r["layer"] == name]
+        geo[name] = math.exp(sum(map(math.log, s)) / len(s))
+        print(f"geomean {name:<16} x{geo[name]:.2f} over {len(s)} runs")
+    result = dict(threads=2, repeats=args.repeats, torch=torch.__version__,
+                  note="forward+backward of one layer, medians; shared noisy 2-core machine",
+                  rows=rows, geomean_speedup=geo, gat_peak_memory=peaks)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
