@@ -239,11 +239,13 @@ def sage_layer(r: Rand) -> Case:
         ref = _lin(layer.lin_l, red) + _lin(layer.lin_r, x)
         return ref, _lin(layer.lin_l, red_abs, True) + _lin(layer.lin_r, x, True)
 
+    if aggr == "prod":  # rejected by the constructor, as PyG's unknown aggregations are
+        cin = r.randint(1, 5)
+        return Case("invalid", lambda: sj.nn.SAGEConv(cin, 2, aggr=aggr),
+                    why="SAGEConv(aggr='prod')", params=dict(layer="SAGEConv", aggr=aggr))
     case = _layer_case(r, "SAGEConv", lambda c: sj.nn.SAGEConv(c, r.randint(1, 5), aggr=aggr),
                        lambda layer, x, A: layer(x, A), reference)
     case.params["aggr"] = aggr
-    if aggr == "prod":
-        case.expect, case.why = "invalid", "SAGEConv(aggr='prod')"
     return case
 
 
