@@ -212,12 +212,15 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
 
 // Pass 2, over sources through the transpose (t_rowptr over sources, t_col = target of each
 // transposed entry, t_perm = its position in the forward CSR): dk and dv (either may be null).
+// Returns true when t_perm held a position outside [0, nnz) (those entries are skipped).
 template <int64_t kD, typename T, typename I>
-void backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
-                   const T* q, const T* k, const T* v, const T* bias, const T* lse,
+bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
+                   int64_t nnz, const T* q, const T* k, const T* v, const T* bias, const T* lse,
                    const T* delta, const T* dout, T* dk, T* dv) {
   const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width, Dv = s.v_width;
-#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256)
+  bool bad = false;
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256) \
+    reduction(|| : bad)
   for (int64_t j = 0; j < s.cols; ++j) {
     T* dkj = dk ? dk + j * H * D : nullptr;
     T* dvj = dv ? dv + j * H * Dv : nullptr;
@@ -225,6 +228,10 @@ void backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
     if (dvj) std::fill(dvj, dvj + H * Dv, T(0));
     for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
       const int64_t i = t_col[t], p = t_perm[t];
+      if (p < 0 || p >= nnz) {
+        bad = true;
+        continue;
+      }
       for (int64_t h = 0; h < H; ++h) {
         T dz, pk;
         entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
@@ -243,6 +250,7 @@ void backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
       }
     }
   }
+  return bad;
 }
 
 }  // namespace sparsejit::attention

@@ -216,6 +216,20 @@ def test_errors_name_the_argument():
                                              None, 0, 1.0, 0.2, 0.0, 0)
 
 
+def test_backward_rejects_a_bad_transpose_permutation():
+    A = random_graph(10, 8, 3, seed=16)
+    trp, tcol, tperm = A.transpose_arrays()
+    q, k, v = torch.randn(10, 1, 4), torch.randn(8, 1, 4), torch.randn(8, 1, 2)
+    out, lse = torch.ops.sparsejit.sparse_attention(A.indptr, A.indices, q, k, v, None, 0, 1.0,
+                                                    0.2, 0.0, 0)
+    bad = tperm.clone()
+    bad[0] = A.nnz + 7
+    with pytest.raises(ValueError, match="t_perm"):
+        torch.ops.sparsejit.sparse_attention_backward(
+            A.indptr, A.indices, trp, tcol, bad, q, k, v, None, out, lse, torch.ones_like(out),
+            0, 1.0, 0.2, 0.0, 0, True, True, True, False)
+
+
 def test_compile_fullgraph():
     A = random_graph(30, 30, 4, seed=15)
     A.transpose_arrays()

@@ -146,12 +146,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
                    "sparsejit.sparse_attention_backward: the transpose arrays must have the "
                    "index dtype of indptr (", rowptr.scalar_type(), ")");
   checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
-  if (t_perm.numel() > 0) {
-    const auto mm = at::aminmax(t_perm);
-    ATT_CHECK(std::get<0>(mm).item<int64_t>() >= 0 &&
-                  std::get<1>(mm).item<int64_t>() < col.numel(),
-              "t_perm holds positions outside [0, nnz)");
-  }
   const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
   ATT_CHECK(out_in.sizes() == at::IntArrayRef(out_sizes) &&
                 grad_in.sizes() == at::IntArrayRef(out_sizes),
@@ -174,6 +168,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
   auto p_or_null = [](const at::Tensor& t, auto T0) {
     return t.defined() ? ptr<decltype(T0)>(t) : nullptr;
   };
+  bool bad_perm = false;
   dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
     using T = decltype(T0);
     using I = decltype(I0);
@@ -185,11 +180,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
                                         ptr<T>(delta), ptr<T>(g), p_or_null(dq, T0),
                                         p_or_null(db, T0));
     if (need_k || need_v)
-      attention::backward_cols<D, T, I>(s, ptr<I>(trp), ptr<I>(tcl), ptr<I>(tpm), ptr<T>(q),
-                                        ptr<T>(k), ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse),
-                                        ptr<T>(delta), ptr<T>(g), p_or_null(dk, T0),
-                                        p_or_null(dv, T0));
+      bad_perm = attention::backward_cols<D, T, I>(
+          s, ptr<I>(trp), ptr<I>(tcl), ptr<I>(tpm), col.numel(), ptr<T>(q), ptr<T>(k),
+          ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse), ptr<T>(delta), ptr<T>(g),
+          p_or_null(dk, T0), p_or_null(dv, T0));
   });
+  // t_perm is checked where it is read (no separate O(nnz) pass per call).
+  ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
   auto back = [&](const at::Tensor& t, const at::Tensor& like) {
     // Gradients not asked for come back empty (an op cannot return undefined tensors).
     return t.defined() ? t.to(like.scalar_type()) : at::empty({0}, like.options());
