@@ -59,16 +59,20 @@ def step(layer, x, ei):
     out.sum().backward()
 
 
-def timed(layer, x, ei, repeats):
-    step(layer, x, ei)  # warm-up: caches, plans, JIT
-    times = []
+def timed_pair(ref, ours, x, ei, repeats):
+    """Medians for the two layers, their steps interleaved (pyg, sparsejit, pyg, ...) so that
+    both see the same background load."""
+    times = ([], [])
+    for layer in (ref, ours):
+        step(layer, x, ei)  # warm-up: caches, plans, JIT
     for _ in range(repeats):
-        layer.zero_grad(set_to_none=True)
-        x.grad = None
-        t0 = time.perf_counter()
-        step(layer, x, ei)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for layer, ts in zip((ref, ours), times):
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            t0 = time.perf_counter()
+            step(layer, x, ei)
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _dense(lin, x, repeats):
@@ -83,31 +87,39 @@ def _dense(lin, x, repeats):
     return statistics.median(ts)
 
 
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return -1
+
+
 def peak_rss_child(side: str, spec: str, f: int) -> None:
-    """Runs one GATConv (4 heads) forward + backward and prints the peak RSS growth (MiB)."""
+    """One GATConv (4 heads, f // 4 per head) forward + backward, structure work included on
+    both sides (the first call): prints the growth of the resident set's high-water mark over
+    the resident size before the step (MiB). Linux only (/proc/self/clear_refs resets it)."""
     g = load_graph(spec)
     x = torch.randn(g.num_nodes, f, requires_grad=True)
     torch.manual_seed(0)
     layer = (pnn if side == "pyg" else sj.nn).GATConv(f, f // 4, heads=4)
-    if side == "sparsejit":  # structure built before the baseline, as PyG's edge_index is
-        sj.nn.GATConv(f, 1)(x[:, :f].detach(), g.edge_index)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     import gc
 
     gc.collect()
-    # ru_maxrss is a high-water mark: measure growth past the current resident size.
-    with open("/proc/self/statm") as fh:
-        cur = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # resets VmHWM to the current resident size
+    before = _status_kib("VmRSS")
     step(layer, x, g.edge_index)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_growth_mib": (peak - max(cur, 0)) / 1024.0,
-                      "maxrss_mib": peak / 1024.0, "base_mib": base / 1024.0}))
+    peak = _status_kib("VmHWM")
+    print(json.dumps({"peak_growth_mib": (peak - before) / 1024.0, "rss_before_mib":
+                      before / 1024.0, "nodes": g.num_nodes, "edges": g.num_edges}))
 
 
-def peak_memory(spec: str, f: int) -> dict:
+def peak_memory(spec: str, f: int, threads: int) -> dict:
     out = {}
     for side in ("pyg", "sparsejit"):
-        r = subprocess.run([sys.executable, __file__, "--peak-child", side, spec, str(f)],
+        r = subprocess.run([sys.executable, __file__, "--threads", str(threads), "--peak-child",
+                            side, spec, str(f)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             out[side] = {"error": r.stderr.strip().splitlines()[-1:]}
@@ -122,12 +134,14 @@ def main(argv=None) -> int:
     ap.add_argument("--features", nargs="*", type=int, default=[64, 128])
     ap.add_argument("--layers", nargs="*", default=None)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--large", action="store_true", help="add the 2M-node / 20M-edge graph")
     ap.add_argument("--peak-memory", action="store_true")
+    ap.add_argument("--peak-only", action="store_true", help="only the peak-memory runs")
     ap.add_argument("--peak-child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pyg_layers.json"))
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     if args.peak_child:
         peak_rss_child(args.peak_child[0], args.peak_child[1], int(args.peak_child[2]))
         return 0
@@ -136,7 +150,7 @@ def main(argv=None) -> int:
     for spec in graphs:
         g = load_graph(spec)
         print(f"# {g.name}: {g.num_nodes} nodes, {g.num_edges} edges", flush=True)
-        for f in args.features:
+        for f in ([] if args.peak_only else args.features):
             x = torch.randn(g.num_nodes, f, requires_grad=True)
             dense = _dense(torch.nn.Linear(f, f), x.detach().requires_grad_(), 3)
             for name, make in layers(f):
@@ -146,8 +160,7 @@ def main(argv=None) -> int:
                 ref = make(pnn)
                 ours = make(sj.nn)
                 ours.load_state_dict(ref.state_dict(), strict=False)
-                t_pyg = timed(ref, x, g.edge_index, args.repeats)
-                t_sj = timed(ours, x, g.edge_index, args.repeats)
+                t_pyg, t_sj = timed_pair(ref, ours, x, g.edge_index, args.repeats)
                 rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f,
                                  layer=name, pyg_s=t_pyg, sparsejit_s=t_sj,
                                  speedup=t_pyg / t_sj, dense_linear_s=dense))
@@ -155,14 +168,14 @@ def main(argv=None) -> int:
                       f"sparsejit {t_sj * 1e3:9.2f} ms  x{t_pyg / t_sj:5.2f}  "
                       f"(one dense Linear {dense * 1e3:.2f} ms)", flush=True)
         if args.peak_memory:
-            peaks[g.name] = peak_memory(spec, 64)
+            peaks[g.name] = peak_memory(spec, 64, args.threads)
             print(f"  GATConv peak memory: {json.dumps(peaks[g.name])}", flush=True)
     geo = {}
     for name in sorted({r["layer"] for r in rows}):
         s = [r["speedup"] for r in rows if r["layer"] == name]
         geo[name] = math.exp(sum(map(math.log, s)) / len(s))
         print(f"geomean {name:<16} x{geo[name]:.2f} over {len(s)} runs")
-    result = dict(threads=2, repeats=args.repeats, torch=torch.__version__,
+    result = dict(threads=args.threads, load_average=os.getloadavg(), repeats=args.repeats, torch=torch.__version__,
                   note="forward+backward of one layer, medians; shared noisy 2-core machine",
                   rows=rows, geomean_speedup=geo, gat_peak_memory=peaks)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

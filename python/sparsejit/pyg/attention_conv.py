@@ -20,7 +20,7 @@ from torch import nn
 from ..ops import edge_softmax, spmm
 from ..ops.attention import gat_attention, sparse_attention
 from . import graph as G
-from .conv import glorot_, linear, pair, sizes
+from .conv import _no_kwargs, glorot_, linear, pair, sizes
 
 
 def _loop_structure(edges: G.Edges):
@@ -100,6 +100,7 @@ class GATConv(nn.Module):
                  edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True,
                  residual: bool = False, **kwargs):
         super().__init__()
+        _no_kwargs("GATConv", kwargs)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
@@ -181,6 +182,7 @@ class GATv2Conv(nn.Module):
                  edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True,
                  share_weights: bool = False, residual: bool = False, **kwargs):
         super().__init__()
+        _no_kwargs("GATv2Conv", kwargs)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
@@ -239,6 +241,7 @@ class TransformerConv(nn.Module):
                  edge_dim: Optional[int] = None, bias: bool = True, root_weight: bool = True,
                  **kwargs):
         super().__init__()
+        _no_kwargs("TransformerConv", kwargs)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta, self.root_weight = beta and root_weight, root_weight
         self.concat, self.dropout, self.edge_dim = concat, dropout, edge_dim
