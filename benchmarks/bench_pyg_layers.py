@@ -115,6 +115,31 @@ def peak_rss_child(side: str, spec: str, f: int) -> None:
                       before / 1024.0, "nodes": g.num_nodes, "edges": g.num_edges}))
 
 
+def gat_epoch(side: str, spec: str, f: int = 64, classes: int = 16) -> None:
+    """One full-batch training epoch of a 2-layer GAT (4 heads, then 1) with Adam: prints the
+    time and the growth of the resident high-water mark (MiB) over the loaded graph."""
+    g = load_graph(spec)
+    m = pnn if side == "pyg" else sj.nn
+    torch.manual_seed(0)
+    x = torch.randn(g.num_nodes, f)
+    y = torch.randint(0, classes, (g.num_nodes,))
+    conv1, conv2 = m.GATConv(f, f // 4, heads=4), m.GATConv(f, classes, heads=1)
+    params = list(conv1.parameters()) + list(conv2.parameters())
+    opt = torch.optim.Adam(params, lr=0.01)
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = _status_kib("VmRSS")
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    out = conv2(torch.relu(conv1(x, g.edge_index)), g.edge_index)
+    torch.nn.functional.cross_entropy(out, y).backward()
+    opt.step()
+    print(json.dumps({"side": side, "graph": g.name, "nodes": g.num_nodes, "edges": g.num_edges,
+                      "epoch_s": time.perf_counter() - t0,
+                      "peak_growth_mib": (_status_kib("VmHWM") - before) / 1024.0,
+                      "rss_before_mib": before / 1024.0}))
+
+
 def peak_memory(spec: str, f: int, threads: int) -> dict:
     out = {}
     for side in ("pyg", "sparsejit"):
@@ -139,11 +164,17 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-memory", action="store_true")
     ap.add_argument("--peak-only", action="store_true", help="only the peak-memory runs")
     ap.add_argument("--peak-child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--gat-epoch", nargs=2, metavar=("SIDE", "GRAPH"),
+                    help="one 2-layer GAT training epoch for SIDE (pyg or sparsejit) on GRAPH "
+                         "(e.g. the --large graph); prints time and peak memory")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pyg_layers.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.peak_child:
         peak_rss_child(args.peak_child[0], args.peak_child[1], int(args.peak_child[2]))
+        return 0
+    if args.gat_epoch:
+        gat_epoch(*args.gat_epoch)
         return 0
     graphs = args.graphs or (GRAPHS + ([LARGE] if args.large else []))
     rows, peaks = [], {}

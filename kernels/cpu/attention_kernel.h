@@ -3,7 +3,8 @@
 //
 //   z[p, h] = scale * <q[i, h, :], k[j, h, :]> + bias[p, h]        (dot mode, Transformer)
 //   z[p, h] = q[i, h, 0] + k[j, h, 0] + bias[p, h]                 (additive mode, GAT), then
-//   s[p, h] = LeakyReLU(z) in additive mode, z in dot mode
+//   z[p, h] = sum_d att[h, d] LeakyReLU(q[i, h, d] + k[j, h, d]) + bias[p, h]   (GATv2 mode)
+//   s[p, h] = LeakyReLU(z) in additive mode, z otherwise
 //   P[p, h] = softmax over row i of s[., h];   out[i, h, :] = sum_p keep(p, h) P[p, h] v[j, h, :]
 //
 // keep(p, h) is attention dropout: 0 with probability `dropout`, else 1 / (1 - dropout), drawn
@@ -32,7 +33,7 @@
 
 namespace sparsejit::attention {
 
-enum class Mode : int64_t { Dot = 0, Additive = 1 };
+enum class Mode : int64_t { Dot = 0, Additive = 1, GATv2 = 2 };
 
 struct Shape {
   int64_t rows;      // targets
@@ -46,7 +47,11 @@ struct Shape {
   double dropout;  // probability of dropping an attention weight
   uint64_t seed;
   int threads;
+  const void* att = nullptr;  // GATv2 mode: [H, D] of the kernel's scalar type
 };
+
+template <typename T>
+inline T leaky(T u, double slope) { return u < T(0) ? u * T(slope) : u; }
 
 // Counter-based uniform in [0, 1) (splitmix64 finaliser): the same (seed, p, h) always draws
 // the same number, in the forward and in both backward passes.
@@ -77,6 +82,13 @@ inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_
     T acc = 0;
     for (int64_t d = 0; d < D; ++d) acc += qi[d] * kj[d];
     z = T(s.scale) * acc;
+  } else if (s.mode == Mode::GATv2) {
+    const T* qi = q + (i * s.heads + h) * D;
+    const T* kj = k + (j * s.heads + h) * D;
+    const T* a = static_cast<const T*>(s.att) + h * D;
+    T acc = 0;
+    for (int64_t d = 0; d < D; ++d) acc += a[d] * leaky(qi[d] + kj[d], s.negative_slope);
+    z = acc;
   } else {
     z = q[i * s.heads + h] + k[j * s.heads + h];
   }
@@ -181,13 +193,40 @@ void row_delta(const Shape& s, const T* out, const T* dout, T* delta) {
   }
 }
 
-// Pass 1, over targets: dq [rows, H, D] (may be null) and dbias [nnz, H] (may be null).
+// d(score)/d(q[i]) (= d/d(k[j]) up to the scale) of entry (i, j), head h, times dz, added
+// to g[0:D]; in GATv2 mode also dz * LeakyReLU(q + k) to datt[0:D] when datt is given.
+template <int64_t kD, typename T>
+inline void add_score_grad(const Shape& s, const T* other, const T* qi, const T* kj, T dz,
+                           T* g, T* datt, int64_t h) {
+  const int64_t D = kD > 0 ? kD : s.qk_width;
+  if (s.mode == Mode::Dot) {
+    const T c = dz * T(s.scale);
+    for (int64_t d = 0; d < D; ++d) g[d] += c * other[d];
+  } else if (s.mode == Mode::GATv2) {
+    const T* a = static_cast<const T*>(s.att) + h * D;
+    for (int64_t d = 0; d < D; ++d) {
+      const T u = qi[d] + kj[d];
+      if (g) g[d] += dz * a[d] * (u < T(0) ? T(s.negative_slope) : T(1));
+      if (datt) datt[d] += dz * leaky(u, s.negative_slope);
+    }
+  } else {
+    g[0] += dz;
+  }
+}
+
+// Pass 1, over targets: dq [rows, H, D], dbias [nnz, H] and (GATv2) datt [H, D]; each may be
+// null. datt is summed over every entry: per-thread partial sums, added up at the end.
 template <int64_t kD, typename T, typename I>
 void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
                    const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
-                   T* dq, T* dbias) {
+                   T* dq, T* dbias, T* datt) {
   const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width;
-#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.rows * H > 256)
+  if (datt) std::fill(datt, datt + H * D, T(0));
+#pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
+  {
+  std::vector<T> datt_local(datt ? H * D : 0, T(0));
+  T* dal = datt ? datt_local.data() : nullptr;
+#pragma omp for schedule(dynamic, 64)
   for (int64_t i = 0; i < s.rows; ++i) {
     T* dqi = dq ? dq + i * H * D : nullptr;
     if (dqi) std::fill(dqi, dqi + H * D, T(0));
@@ -197,16 +236,22 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
         T dz, pk;
         entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
         if (dbias) dbias[p * H + h] = dz;
-        if (!dqi) continue;
-        if (s.mode == Mode::Dot) {
-          const T c = dz * T(s.scale);
-          const T* kj = k + (j * H + h) * D;
-          for (int64_t d = 0; d < D; ++d) dqi[h * D + d] += c * kj[d];
-        } else {
+        if (!dqi && !dal) continue;
+        if (s.mode == Mode::Additive) {
           dqi[h] += dz;
+          continue;
         }
+        const T* qi = q + (i * H + h) * D;
+        const T* kj = k + (j * H + h) * D;
+        add_score_grad<kD>(s, kj, qi, kj, dz, dqi ? dqi + h * D : nullptr,
+                           dal ? dal + h * D : nullptr, h);
       }
     }
+  }
+  if (dal) {
+#pragma omp critical
+    for (int64_t t = 0; t < H * D; ++t) datt[t] += dal[t];
+  }
   }
 }
 
@@ -240,13 +285,13 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
           for (int64_t d = 0; d < Dv; ++d) dvj[h * Dv + d] += pk * g[d];
         }
         if (!dkj) continue;
-        if (s.mode == Mode::Dot) {
-          const T c = dz * T(s.scale);
-          const T* qi = q + (i * H + h) * D;
-          for (int64_t d = 0; d < D; ++d) dkj[h * D + d] += c * qi[d];
-        } else {
+        if (s.mode == Mode::Additive) {
           dkj[h] += dz;
+          continue;
         }
+        const T* qi = q + (i * H + h) * D;
+        const T* kj = k + (j * H + h) * D;
+        add_score_grad<kD>(s, qi, qi, kj, dz, dkj + h * D, static_cast<T*>(nullptr), h);
       }
     }
   }

@@ -21,12 +21,14 @@ def poison_heap(*shapes):
         del t
 
 
-def reference(A, q, k, v, bias, mode, scale=1.0, slope=0.2):
+def reference(A, q, k, v, bias, mode, scale=1.0, slope=0.2, att=None):
     """float64 per-edge softmax attention: (out [rows, H, Dv], weights [nnz, H])."""
     row, col = A.row_indices(), A.indices.long()
     q, k, v = q.double(), k.double(), v.double()
     if mode == "dot":
         s = (q[row] * k[col]).sum(-1) * scale
+    elif mode == "gatv2":
+        s = (F.leaky_relu(q[row] + k[col], slope) * att.double()).sum(-1)
     else:
         s = q[row] + k[col]
     if bias is not None:
@@ -92,6 +94,22 @@ def test_gat_attention_matches_reference(graph, index_dtype):
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+@pytest.mark.parametrize("width", [16, 5])
+def test_gatv2_attention_matches_reference(graph, width):
+    A = GRAPHS[graph]()
+    rows, cols = A.shape
+    g = torch.Generator().manual_seed(width)
+    xd, xs = torch.randn(rows, 2, width, generator=g), torch.randn(cols, 2, width, generator=g)
+    att = torch.randn(1, 2, width, generator=g)
+    poison_heap((rows, 2, width))
+    out, w = sj.gatv2_attention(A, xd, xs, att, negative_slope=0.3,
+                                return_attention_weights=True)
+    ref, ref_w = reference(A, xd, xs, xs, None, "gatv2", slope=0.3, att=att[0])
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w.double(), ref_w, atol=1e-5, rtol=1e-5)
+
+
 def test_masked_entries_and_rows():
     """-inf scores drop entries (how the layers remove old self-loops), even as the first
     entry of a row; a row with only masked entries gives 0, never NaN."""
@@ -104,6 +122,18 @@ def test_masked_entries_and_rows():
     ref, _ = reference(keep, q, k, v, None, "dot", 0.5)
     torch.testing.assert_close(out.double(), ref, atol=1e-6, rtol=1e-6)
     assert torch.isfinite(out).all()
+
+
+def test_gradcheck_gatv2():
+    A = random_graph(12, 9, 3, seed=6, empty_frac=0.2)
+    g = torch.Generator().manual_seed(8)
+    mk = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_()  # noqa
+    xd, xs, att, v, bias = mk(12, 2, 3), mk(9, 2, 3), mk(2, 3), mk(9, 2, 4), mk(A.nnz, 2)
+    fn = lambda xd, xs, att, v, b: sj.gatv2_attention(A, xd, xs, att, v, 0.25, b)  # noqa
+    assert torch.autograd.gradcheck(fn, (xd, xs, att, v, bias))
+    # V defaults to x_src: the gradient of x_src then sums both roles.
+    assert torch.autograd.gradcheck(lambda xd, xs, att: sj.gatv2_attention(A, xd, xs, att),
+                                    (xd, xs, att))
 
 
 @pytest.mark.parametrize("mode", ["dot", "additive"])
@@ -143,15 +173,20 @@ def test_opcheck():
     trp, tcol, tperm = A.transpose_arrays()
     q, k, v = torch.randn(10, 2, 4), torch.randn(8, 2, 4), torch.randn(8, 2, 3)
     bias = torch.randn(A.nnz, 2)
-    for mode, (qq, kk) in ((0, (q, k)), (1, (q[..., :1].contiguous(), k[..., :1].contiguous()))):
+    att = torch.randn(2, 4)
+    for mode, (qq, kk), a in ((0, (q, k), None),
+                              (1, (q[..., :1].contiguous(), k[..., :1].contiguous()), None),
+                              (2, (q, k), att)):
+        qq, kk = qq.detach().clone(), kk.detach().clone()
+        a = None if a is None else a.clone().requires_grad_()
         args = (A.indptr, A.indices, qq.requires_grad_(), kk.requires_grad_(),
                 v.requires_grad_(), bias.requires_grad_(), mode, 0.5, 0.2, 0.0, 0, trp, tcol,
-                tperm)
+                tperm, a)
         torch.library.opcheck(torch.ops.sparsejit.sparse_attention.default, args)
         out, lse = torch.ops.sparsejit.sparse_attention(*args)
         bargs = (A.indptr, A.indices, trp, tcol, tperm, qq.detach(), kk.detach(), v.detach(),
-                 bias.detach(), out.detach(), lse.detach(), torch.randn_like(out), mode, 0.5, 0.2, 0.0,
-                 0, True, True, True, True)
+                 bias.detach(), out.detach(), lse.detach(), torch.randn_like(out), mode, 0.5, 0.2,
+                 0.0, 0, True, True, True, True, None if a is None else a.detach(), a is not None)
         torch.library.opcheck(torch.ops.sparsejit.sparse_attention_backward.default, bargs)
 
 

@@ -11,16 +11,18 @@
 #include "torch_ext/common.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
-  // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum).
+  // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum),
+  // 2 = GATv2 (q, k: [N, H, D], score att . LeakyReLU(q_i + k_j), att: [H, D]).
   // bias: [nnz, H] added to the pre-activation score. Returns (out [rows, H, Dv], lse [rows, H]).
   m.def("sparse_attention(Tensor rowptr, Tensor col, Tensor q, Tensor k, Tensor v, "
         "Tensor? bias, int mode, float scale, float negative_slope, float dropout, int seed, "
-        "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None) -> (Tensor, Tensor)");
+        "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? att=None) "
+        "-> (Tensor, Tensor)");
   m.def("sparse_attention_backward(Tensor rowptr, Tensor col, Tensor t_rowptr, Tensor t_col, "
         "Tensor t_perm, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, Tensor lse, "
         "Tensor grad_out, int mode, float scale, float negative_slope, float dropout, int seed, "
-        "bool need_q, bool need_k, bool need_v, bool need_bias) "
-        "-> (Tensor, Tensor, Tensor, Tensor)");
+        "bool need_q, bool need_k, bool need_v, bool need_bias, Tensor? att=None, "
+        "bool need_att=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 namespace sparsejit {
@@ -35,9 +37,18 @@ at::ScalarType compute_type(at::ScalarType t) {
 attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& bias, int64_t mode, double scale,
-                            double negative_slope, double dropout, int64_t seed) {
+                            double negative_slope, double dropout, int64_t seed,
+                            const std::optional<at::Tensor>& att) {
   check_index_pair(rowptr, col);
-  ATT_CHECK(mode == 0 || mode == 1, "mode must be 0 (dot) or 1 (additive); got ", mode);
+  ATT_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ",
+            mode);
+  ATT_CHECK((mode == 2) == att.has_value(), "att must be given exactly in mode 2 (GATv2)");
+  if (att.has_value()) {
+    check_float(*att, "att");
+    check_same_device(rowptr, *att, "indptr", "att");
+    ATT_CHECK(att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
+              "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
+  }
   for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     check_float(*t, name);
     check_same_device(rowptr, *t, "indptr", name);
@@ -53,7 +64,7 @@ attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, con
             "heads; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   ATT_CHECK(q.size(2) == k.size(2), "q and k must have the same head width; got ", q.sizes(),
             " and ", k.sizes());
-  ATT_CHECK(mode == 0 || q.size(2) == 1, "additive mode needs q and k of shape [N, H, 1]; got ",
+  ATT_CHECK(mode != 1 || q.size(2) == 1, "additive mode needs q and k of shape [N, H, 1]; got ",
             q.sizes());
   ATT_CHECK(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1); got ", dropout);
   ATT_CHECK(std::isfinite(scale) && std::isfinite(negative_slope),
@@ -67,9 +78,8 @@ attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, con
   }
   ATT_CHECK(rowptr.device().is_cpu(), "only CPU tensors are supported; got ", rowptr.device());
   return attention::Shape{rows, cols, heads, q.size(2), v.size(2),
-                          mode == 0 ? attention::Mode::Dot : attention::Mode::Additive,
-                          scale, negative_slope, dropout, uint64_t(seed),
-                          int(at::get_num_threads())};
+                          static_cast<attention::Mode>(mode), scale, negative_slope, dropout,
+                          uint64_t(seed), int(at::get_num_threads())};
 }
 
 at::Tensor prep(const at::Tensor& t, at::ScalarType ct) { return t.to(ct).contiguous(); }
@@ -111,13 +121,15 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
     const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
     int64_t mode, double scale, double negative_slope, double dropout, int64_t seed,
     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&) {
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>& att_in) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
-                      dropout, seed);
+                      dropout, seed, att_in);
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
   auto bias = prep(bias_in, ct);
+  auto att = prep(att_in, ct);
+  if (att.has_value()) s.att = att->data_ptr();
   auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
   auto lse = at::empty({s.rows, s.heads}, q.options());
   dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
@@ -131,15 +143,16 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   return {out.to(q_in.scalar_type()), lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+sparse_attention_backward_cpu(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& t_rowptr,
     const at::Tensor& t_col, const at::Tensor& t_perm, const at::Tensor& q_in,
     const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
     const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& grad_in, int64_t mode,
     double scale, double negative_slope, double dropout, int64_t seed, bool need_q, bool need_k,
-    bool need_v, bool need_bias) {
+    bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
-                      dropout, seed);
+                      dropout, seed, att_in);
   check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
   TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
                        t_perm.scalar_type() == rowptr.scalar_type(),
@@ -158,6 +171,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
   auto trp = t_rowptr.contiguous(), tcl = t_col.contiguous(), tpm = t_perm.contiguous();
   auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
   auto bias = prep(bias_in, ct);
+  auto att = prep(att_in, ct);
+  if (att.has_value()) s.att = att->data_ptr();
+  const bool want_att = need_att && att.has_value();
+  auto datt = want_att ? at::empty_like(*att) : at::Tensor();
   auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);
   auto delta = at::empty({s.rows, s.heads}, q.options());
   auto dq = need_q ? at::empty_like(q) : at::Tensor();
@@ -174,11 +191,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
     using I = decltype(I0);
     constexpr int64_t D = decltype(kD)::value;
     attention::row_delta<T>(s, ptr<T>(out), ptr<T>(g), ptr<T>(delta));
-    if (need_q || want_bias)
+    if (need_q || want_bias || want_att)
       attention::backward_rows<D, T, I>(s, ptr<I>(rp), ptr<I>(cl), ptr<T>(q), ptr<T>(k),
                                         ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse),
                                         ptr<T>(delta), ptr<T>(g), p_or_null(dq, T0),
-                                        p_or_null(db, T0));
+                                        p_or_null(db, T0), p_or_null(datt, T0));
     if (need_k || need_v)
       bad_perm = attention::backward_cols<D, T, I>(
           s, ptr<I>(trp), ptr<I>(tcl), ptr<I>(tpm), col.numel(), ptr<T>(q), ptr<T>(k),
@@ -192,7 +209,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sparse_attention_back
     return t.defined() ? t.to(like.scalar_type()) : at::empty({0}, like.options());
   };
   return {back(dq, q_in), back(dk, k_in), back(dv, v_in),
-          want_bias ? db.to(bias_in->scalar_type()) : at::empty({0}, q_in.options())};
+          want_bias ? db.to(bias_in->scalar_type()) : at::empty({0}, q_in.options()),
+          want_att ? datt.to(att_in->scalar_type()) : at::empty({0}, q_in.options())};
 }
 
 }  // namespace

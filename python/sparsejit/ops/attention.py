@@ -1,8 +1,10 @@
 """Fused sparse attention: ``out[i] = sum_{j in row i} softmax_j(s_ij) V[j]`` in one pass.
 
-Two score forms share one kernel (torch_ext/ops/attention.cpp, kernels/cpu/attention_kernel.h):
-``sparse_attention`` (dot product, ``s = scale <Q[i], K[j]> + values``, TransformerConv) and
-``gat_attention`` (additive, ``s = LeakyReLU(a_dst[i] + a_src[j] + edge_logits)``, GATConv).
+Three score forms share one kernel (torch_ext/ops/attention.cpp,
+kernels/cpu/attention_kernel.h): ``sparse_attention`` (dot product, ``s = scale <Q[i], K[j]> +
+values``, TransformerConv), ``gat_attention`` (additive, ``s = LeakyReLU(a_dst[i] + a_src[j] +
+edge_logits)``, GATConv) and ``gatv2_attention`` (``s = att . LeakyReLU(x_i + x_j)``,
+GATv2Conv).
 The forward keeps an online softmax per target row and saves only the row log-sum-exp; no
 ``[nnz, H]`` logits or probabilities are written. The backward recomputes them (the
 FlashAttention recipe), in two passes: over targets (dQ, bias) and over sources through the
@@ -23,7 +25,7 @@ from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
 from ._common import check_same_device, needs_grad, transpose, without_autograd
 
-_DOT, _ADDITIVE = 0, 1
+_DOT, _ADDITIVE, _GATV2 = 0, 1, 2
 
 
 def _heads3(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -56,27 +58,30 @@ def _seed(dropout: float) -> int:
     return int(torch.randint(0, 2**62, (1,)).item()) if dropout > 0 else 0
 
 
-def _run(A, q, k, v, bias, mode, scale, slope, dropout, return_attention_weights):
+def _run(A, q, k, v, bias, mode, scale, slope, dropout, return_attention_weights, att=None):
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1); got {dropout}")
     seed = _seed(dropout)
-    t = A.transpose_arrays() if needs_grad(q, k, v, bias) else (None, None, None)
-    with without_autograd(q, k, v, bias):
+    t = A.transpose_arrays() if needs_grad(q, k, v, bias, att) else (None, None, None)
+    with without_autograd(q, k, v, bias, att):
         out, lse = ops.sparse_attention.default(A.indptr, A.indices, q, k, v, bias, mode,
                                                 float(scale), float(slope), float(dropout),
-                                                seed, *t)
+                                                seed, *t, att)
     if not return_attention_weights:
         return out
-    return out, _weights(A, q, k, bias, lse, mode, scale, slope)
+    return out, _weights(A, q, k, bias, lse, mode, scale, slope, att)
 
 
 @torch.no_grad()
-def _weights(A, q, k, bias, lse, mode, scale, slope):
+def _weights(A, q, k, bias, lse, mode, scale, slope, att=None):
     """The softmax weights ``[nnz, H]`` (CSR order), materialized only on request, from the
     saved row log-sum-exp (before dropout; no gradient flows through them)."""
     row, col = A.row_indices(), A.indices.to(torch.long)
     if mode == _DOT:
         s = (q[row].float() * k[col].float()).sum(-1) * scale
+    elif mode == _GATV2:
+        u = torch.nn.functional.leaky_relu(q[row].float() + k[col].float(), slope)
+        s = (u * att.float()).sum(-1)
     else:
         s = q[row, :, 0].float() + k[col, :, 0].float()
     if bias is not None:
@@ -130,6 +135,27 @@ def gat_attention(A, a_dst: torch.Tensor, a_src: torch.Tensor, V: torch.Tensor,
                 negative_slope, dropout, return_attention_weights)
 
 
+def gatv2_attention(A, x_dst: torch.Tensor, x_src: torch.Tensor, att: torch.Tensor,
+                    V: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
+                    edge_logits: Optional[torch.Tensor] = None, dropout: float = 0.0,
+                    return_attention_weights: bool = False):
+    """GATv2's attention, fused: ``P = softmax_j(att[h] . LeakyReLU(x_dst[i, h] + x_src[j, h])
+    + edge_logits[ij, h])`` over row i's entries, ``out[i, h] = sum_j P[ij, h] V[j, h]`` (V
+    defaults to x_src). x_dst ``[rows, H, C]``, x_src ``[cols, H, C]``, att ``[H, C]`` (or
+    PyG's ``[1, H, C]``). The score costs O(C) per entry, recomputed in the backward, so no
+    ``[nnz, H, C]`` tensor is formed. Otherwise as :func:`sparse_attention`."""
+    A = as_matrix(A, max(x_dst.shape[0], x_src.shape[0]) if isinstance(A, torch.Tensor)
+                  else None)
+    q, k = _heads3(x_dst, "x_dst"), _heads3(x_src, "x_src")
+    v = k if V is None else _heads3(V, "V")
+    if not isinstance(att, torch.Tensor):
+        raise TypeError(f"att must be a tensor; got {type(att).__name__}")
+    att = att.reshape(att.shape[-2], att.shape[-1]) if att.dim() == 3 else att
+    bias = _edge_term(edge_logits, A, q.shape[1], "edge_logits")
+    return _run(A, q, k, v, bias, _GATV2, 1.0, negative_slope, dropout,
+                return_attention_weights, att)
+
+
 # ---- fakes ---------------------------------------------------------------------------------
 
 
@@ -139,7 +165,7 @@ def _compute_dtype(dtype):
 
 @torch.library.register_fake("sparsejit::sparse_attention")
 def _sparse_attention_fake(rowptr, col, q, k, v, bias, mode, scale, negative_slope, dropout,
-                           seed, t_rowptr=None, t_col=None, t_perm=None):
+                           seed, t_rowptr=None, t_col=None, t_perm=None, att=None):
     check_same_device("sparse_attention", rowptr=rowptr, col=col, q=q, k=k, v=v, bias=bias)
     rows, heads = rowptr.shape[0] - 1, q.shape[1]
     out = q.new_empty((rows, heads, v.shape[2]))
@@ -150,12 +176,14 @@ def _sparse_attention_fake(rowptr, col, q, k, v, bias, mode, scale, negative_slo
 @torch.library.register_fake("sparsejit::sparse_attention_backward")
 def _sparse_attention_backward_fake(rowptr, col, t_rowptr, t_col, t_perm, q, k, v, bias, out,
                                     lse, grad_out, mode, scale, negative_slope, dropout, seed,
-                                    need_q, need_k, need_v, need_bias):
+                                    need_q, need_k, need_v, need_bias, att=None,
+                                    need_att=False):
     check_same_device("sparse_attention_backward", rowptr=rowptr, q=q, k=k, v=v, out=out)
     pick = lambda need, t: t.new_empty(t.shape) if need else t.new_empty((0,))  # noqa: E731
     db = (bias.new_empty(bias.shape) if need_bias and bias is not None
           else q.new_empty((0,)))
-    return pick(need_q, q), pick(need_k, k), pick(need_v, v), db
+    da = att.new_empty(att.shape) if need_att and att is not None else q.new_empty((0,))
+    return pick(need_q, q), pick(need_k, k), pick(need_v, v), db, da
 
 
 # ---- autograd ------------------------------------------------------------------------------
@@ -163,22 +191,24 @@ def _sparse_attention_backward_fake(rowptr, col, t_rowptr, t_col, t_perm, q, k, 
 
 def _setup(ctx, inputs, output):
     (rowptr, col, q, k, v, bias, mode, scale, slope, dropout, seed, t_rowptr, t_col,
-     t_perm) = inputs
+     t_perm, att) = inputs
     out, lse = output
     ctx.args = (mode, scale, slope, dropout, seed)
-    ctx.save_for_backward(rowptr, col, q, k, v, bias, out, lse, t_rowptr, t_col, t_perm)
+    ctx.save_for_backward(rowptr, col, q, k, v, bias, out, lse, t_rowptr, t_col, t_perm, att)
 
 
 def _backward(ctx, grad_out, _grad_lse):
-    rowptr, col, q, k, v, bias, out, lse, t_rowptr, t_col, t_perm = ctx.saved_tensors
+    rowptr, col, q, k, v, bias, out, lse, t_rowptr, t_col, t_perm, att = ctx.saved_tensors
     need = ctx.needs_input_grad
+    need_bias = bias is not None and need[5]
+    need_att = att is not None and need[14]
     trp, tcol, tperm = transpose(rowptr, col, k.shape[0], t_rowptr, t_col, t_perm)
-    dq, dk, dv, db = ops.sparse_attention_backward(
+    dq, dk, dv, db, da = ops.sparse_attention_backward(
         rowptr, col, trp, tcol, tperm, q, k, v, bias, out, lse, grad_out.contiguous(),
-        *ctx.args, need[2], need[3], need[4], bias is not None and need[5])
+        *ctx.args, need[2], need[3], need[4], need_bias, att, need_att)
     return (None, None, dq if need[2] else None, dk if need[3] else None,
-            dv if need[4] else None, db if bias is not None and need[5] else None,
-            None, None, None, None, None, None, None, None)
+            dv if need[4] else None, db if need_bias else None,
+            None, None, None, None, None, None, None, None, da if need_att else None)
 
 
 torch.library.register_autograd("sparsejit::sparse_attention", _backward, setup_context=_setup)

@@ -1,7 +1,8 @@
 """PyG-signature attention layers: GATConv and TransformerConv on the fused sparse attention
-(``sparsejit.gat_attention`` / ``sparsejit.sparse_attention``: no per-edge logits or
-probabilities in the forward), and GATv2Conv (its score ``att . LeakyReLU(x_i + x_j)`` does
-not split into per-node terms, so it gathers per edge like PyG, then edge_softmax + SpMM).
+and GATv2Conv on the fused sparse attention (``sparsejit.gat_attention`` /
+``sparse_attention`` / ``gatv2_attention``: no per-edge logits, probabilities or messages in
+the forward). With edge features, GATv2Conv and TransformerConv run unfused (the features
+enter each entry's score and message: per-edge tensors, like PyG).
 
 Self-loops (``add_self_loops=True``) are appended once per graph (cached); existing ones stay
 in the structure with a score of -inf, which removes them from the softmax exactly as PyG's
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import edge_softmax, spmm
-from ..ops.attention import gat_attention, sparse_attention
+from ..ops.attention import gat_attention, gatv2_attention, sparse_attention
 from . import graph as G
 from .conv import _no_kwargs, glorot_, linear, pair, sizes
 
@@ -174,7 +175,9 @@ class GATConv(nn.Module):
 
 
 class GATv2Conv(nn.Module):
-    """PyG's ``GATv2Conv`` (Brody et al.): ``e_ij = att . LeakyReLU(W_r x_i + W_l x_j)``."""
+    """PyG's ``GATv2Conv`` (Brody et al.): ``e_ij = att . LeakyReLU(W_r x_i + W_l x_j)``, on
+    the fused ``gatv2_attention`` (unfused with ``edge_dim``). Same differences from PyG as
+    :class:`GATConv` (dropout draws; returned weights before dropout, without gradient)."""
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
@@ -213,16 +216,23 @@ class GATv2Conv(nn.Module):
         edges = G.edges_of(edge_index, (x_l.size(0), x_r.size(0)))
         A, perm, row, col, old_loop, mask, e = _graph(edges, self.add_self_loops, edge_attr,
                                                       self.fill_value)
-        z = x_r.index_select(0, row) + x_l.index_select(0, col)
-        if e is not None:
-            z = z + self.lin_edge(e).view(-1, H, C)
-        logits = (F.leaky_relu(z, self.negative_slope) * self.att).sum(-1)
-        logits = _masked(logits, mask, A.nnz, H, logits)
-        alpha = edge_softmax(A, logits)
-        dropped = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = _finish(spmm(A.with_values(dropped), x_l, "sum"), self.concat, res, self.bias)
-        if return_attention_weights:
-            return out, _weights_out(edges, perm, old_loop, dropped)
+        p = self.dropout if self.training else 0.0
+        want = bool(return_attention_weights)
+        if e is None:  # fused: the O(C) score is recomputed per entry, never stored
+            got = gatv2_attention(A, x_r, x_l, self.att, None, self.negative_slope,
+                                  _masked(None, mask, A.nnz, H, x_l), p,
+                                  return_attention_weights=want)
+            out, alpha = got if want else (got, None)
+        else:  # edge features enter inside the LeakyReLU: per-edge [nnz, H, C], like PyG
+            z = x_r.index_select(0, row) + x_l.index_select(0, col) + \
+                self.lin_edge(e).view(-1, H, C)
+            logits = (F.leaky_relu(z, self.negative_slope) * self.att).sum(-1)
+            alpha = edge_softmax(A, _masked(logits, mask, A.nnz, H, logits))
+            alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+            out = spmm(A.with_values(alpha), x_l, "sum")
+        out = _finish(out, self.concat, res, self.bias)
+        if want:
+            return out, _weights_out(edges, perm, old_loop, alpha)
         return out
 
     def __repr__(self) -> str:
