@@ -234,11 +234,13 @@ class TwoLayer(torch.nn.Module):
         self.conv2 = m.GATConv(16, 4, heads=2)
         self.conv3 = m.SAGEConv(8, 3)
         self.conv4 = m.TransformerConv(3, 3, heads=2)
+        self.conv5 = m.GATv2Conv(6, 2, heads=2)
 
     def forward(self, x, edge_index):
         h = torch.relu(self.conv1(x, edge_index))
         h = torch.relu(self.conv2(h, edge_index))
-        return self.conv4(torch.relu(self.conv3(h, edge_index)), edge_index)
+        h = self.conv4(torch.relu(self.conv3(h, edge_index)), edge_index)
+        return self.conv5(torch.relu(h), edge_index)
 
 
 def test_compile_fullgraph_model():
