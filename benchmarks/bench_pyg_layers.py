@@ -153,6 +153,26 @@ def peak_memory(spec: str, f: int, threads: int) -> dict:
     return out
 
 
+TARGETS = {"GCNConv": 8, "SAGEConv": 4, "GINConv": 4, "GraphConv": 4, "GATConv": 6,
+           "GATv2Conv": 6, "TransformerConv": 6}
+
+
+def markdown(rows, geo) -> str:
+    """Speedup (PyG time / sparsejit time) per layer and graph, F = 64 / 128, geomeans."""
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    short = lambda g: g.split(",seed")[0]  # noqa: E731
+    head = "| layer | " + " | ".join(short(g) for g in graphs) + " | geomean | target |"
+    lines = [head, "|---" * (len(graphs) + 3) + "|"]
+    for name in geo:
+        cells = []
+        for g in graphs:
+            by_f = {r["F"]: r["speedup"] for r in rows if r["layer"] == name and r["graph"] == g}
+            cells.append(" / ".join(f"{by_f[f]:.1f}" for f in sorted(by_f)))
+        lines.append(f"| {name} | " + " | ".join(cells) +
+                     f" | {geo[name]:.2f} | {TARGETS.get(name, '')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graphs", nargs="*", default=None)
@@ -211,7 +231,8 @@ def main(argv=None) -> int:
                   rows=rows, geomean_speedup=geo, gat_peak_memory=peaks)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    Path(args.out).with_suffix(".md").write_text(markdown(rows, geo))
+    print(f"wrote {args.out} and its .md table")
     return 0
 
 

@@ -53,6 +53,24 @@ struct Shape {
 template <typename T>
 inline T leaky(T u, double slope) { return u < T(0) ? u * T(slope) : u; }
 
+// sum_{d < D} f(d) in eight interleaved partial sums, then a fixed tree: a floating-point
+// reduction in one accumulator does not vectorize (the compiler may not reorder it), eight
+// independent lanes do. The order is fixed, so results do not depend on the target.
+template <int64_t kD, typename T, typename F>
+inline T lane_sum(int64_t D_rt, F&& f) {
+  const int64_t D = kD > 0 ? kD : D_rt;
+  constexpr int64_t L = 8;
+  T part[L] = {};
+  const int64_t full = D - D % L;
+  for (int64_t d0 = 0; d0 < full; d0 += L)
+#pragma GCC unroll 8
+    for (int64_t l = 0; l < L; ++l) part[l] += f(d0 + l);
+  T tail = 0;
+  for (int64_t d = full; d < D; ++d) tail += f(d);
+  return (((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]))) +
+         tail;
+}
+
 // Counter-based uniform in [0, 1) (splitmix64 finaliser): the same (seed, p, h) always draws
 // the same number, in the forward and in both backward passes.
 inline double uniform01(uint64_t seed, int64_t p, int64_t h, int64_t heads) {
@@ -79,16 +97,16 @@ inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_
   if (s.mode == Mode::Dot) {
     const T* qi = q + (i * s.heads + h) * D;
     const T* kj = k + (j * s.heads + h) * D;
-    T acc = 0;
-    for (int64_t d = 0; d < D; ++d) acc += qi[d] * kj[d];
-    z = T(s.scale) * acc;
+    z = T(s.scale) * lane_sum<kD, T>(D, [&](int64_t d) { return qi[d] * kj[d]; });
   } else if (s.mode == Mode::GATv2) {
     const T* qi = q + (i * s.heads + h) * D;
     const T* kj = k + (j * s.heads + h) * D;
     const T* a = static_cast<const T*>(s.att) + h * D;
-    T acc = 0;
-    for (int64_t d = 0; d < D; ++d) acc += a[d] * leaky(qi[d] + kj[d], s.negative_slope);
-    z = acc;
+    const T slope = T(s.negative_slope);
+    z = lane_sum<kD, T>(D, [&](int64_t d) {
+      const T u = qi[d] + kj[d];
+      return a[d] * (u < T(0) ? u * slope : u);
+    });
   } else {
     z = q[i * s.heads + h] + k[j * s.heads + h];
   }
@@ -174,8 +192,7 @@ inline void entry_grad(const Shape& s, const T* q, const T* k, const T* v, const
   if (keep != T(0)) {
     const T* g = dout + (i * H + h) * Dv;
     const T* vj = v + (j * H + h) * Dv;
-    for (int64_t d = 0; d < Dv; ++d) dp += g[d] * vj[d];
-    dp *= keep;
+    dp = keep * lane_sum<0, T>(Dv, [&](int64_t d) { return g[d] * vj[d]; });
   }
   *dz = prob * (dp - delta[i * H + h]) * activation_grad(s, z);
   *pk = prob * keep;
@@ -187,9 +204,7 @@ void row_delta(const Shape& s, const T* out, const T* dout, T* delta) {
   const int64_t n = s.rows * s.heads, Dv = s.v_width;
 #pragma omp parallel for num_threads(s.threads) schedule(static) if (n * Dv > 32768)
   for (int64_t r = 0; r < n; ++r) {
-    T acc = 0;
-    for (int64_t d = 0; d < Dv; ++d) acc += out[r * Dv + d] * dout[r * Dv + d];
-    delta[r] = acc;
+    delta[r] = lane_sum<0, T>(Dv, [&](int64_t d) { return out[r * Dv + d] * dout[r * Dv + d]; });
   }
 }
 
