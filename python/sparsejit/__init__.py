@@ -13,6 +13,7 @@ implementation, so it works under torch.compile and torch.export.
 from . import _library  # noqa: F401  (loads the op library)
 from .matrix import SparseMatrix
 from .ops import TypedSparseMatrix, edge_softmax, gather_matmul, rgms, sddmm, segment_matmul, spmm  # also registers every fake and autograd formula
+from .ops import gat_attention, gatv2_attention, sparse_attention  # noqa: E402
 from . import nn  # noqa: E402
 from .plans import clear_caches, fingerprint
 from .tuning import explain, tune
@@ -36,4 +37,5 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__"]
+__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention", "gat_attention",
+           "gatv2_attention"]

@@ -27,7 +27,9 @@ DEFAULT_GRAPH = "powerlaw:n=50000,avg=10,alpha=2.1,seed=0"
 class SparsejitGCN(torch.nn.Module):
     def __init__(self, fin: int, hidden: int, classes: int):
         super().__init__()
-        self.conv1, self.conv2 = GCNConv(fin, hidden), GCNConv(hidden, classes)
+        # A_hat is normalised once, up front (gcn_norm), as the baseline's weights are.
+        self.conv1 = GCNConv(fin, hidden, normalize=False)
+        self.conv2 = GCNConv(hidden, classes, normalize=False)
 
     def forward(self, x, A_hat: SparseMatrix):
         return self.conv2(torch.relu(self.conv1(x, A_hat)), A_hat)

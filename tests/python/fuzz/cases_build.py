@@ -214,7 +214,9 @@ def gcn_layer(r: Rand) -> Case:
         dense = torch.zeros(n, n, dtype=torch.float64)
         ones = torch.ones(A.nnz, dtype=torch.float64)
         dense.index_put_((A.row_indices(), A.indices.long()), ones, accumulate=True)
-        dense += torch.eye(n, dtype=torch.float64)
+        # PyG's add_remaining_self_loops: a node's existing self-loop keeps its weight.
+        diag = torch.diagonal(dense)
+        diag.copy_(torch.where(diag > 0, diag, torch.ones_like(diag)))
         dinv = dense.sum(1).pow(-0.5)
         a_hat = dinv[:, None] * dense * dinv[None, :]
         b = layer.bias.double() if layer.bias is not None else 0
@@ -222,7 +224,7 @@ def gcn_layer(r: Rand) -> Case:
         return a_hat @ _lin(layer.lin, x) + b, a_hat.abs() @ _lin(layer.lin, x, True) + babs
 
     def forward(layer, x, A):
-        return layer(x, sj.nn.gcn_norm(A, dtype=x.dtype))
+        return layer(x, A)
 
     return _layer_case(r, "GCNConv", lambda c: sj.nn.GCNConv(c, r.randint(1, 5)), forward,
                        reference)
@@ -234,14 +236,16 @@ def sage_layer(r: Rand) -> Case:
     def reference(layer, x, A):
         red = ref_spmm(A.indptr, A.indices, None, x, aggr)[0]
         red_abs = ref_spmm(A.indptr, A.indices, None, x, aggr, absolute=True)
-        ref = _lin(layer.lin_neigh, red) + _lin(layer.lin_self, x)
-        return ref, _lin(layer.lin_neigh, red_abs, True) + _lin(layer.lin_self, x, True)
+        ref = _lin(layer.lin_l, red) + _lin(layer.lin_r, x)
+        return ref, _lin(layer.lin_l, red_abs, True) + _lin(layer.lin_r, x, True)
 
+    if aggr == "prod":  # rejected by the constructor, as PyG's unknown aggregations are
+        cin = r.randint(1, 5)
+        return Case("invalid", lambda: sj.nn.SAGEConv(cin, 2, aggr=aggr),
+                    why="SAGEConv(aggr='prod')", params=dict(layer="SAGEConv", aggr=aggr))
     case = _layer_case(r, "SAGEConv", lambda c: sj.nn.SAGEConv(c, r.randint(1, 5), aggr=aggr),
                        lambda layer, x, A: layer(x, A), reference)
     case.params["aggr"] = aggr
-    if aggr == "prod":
-        case.expect, case.why = "invalid", "SAGEConv(aggr='prod')"
     return case
 
 
@@ -262,7 +266,7 @@ def gat_layer(r: Rand) -> Case:
         b = layer.bias.double()
         return out.reshape(n, -1) + b, mag.reshape(n, -1) + b.abs() + 1e-3
 
-    return _layer_case(r, "GATConv", lambda c: sj.nn.GATConv(c, cout, heads=heads),
+    return _layer_case(r, "GATConv", lambda c: sj.nn.GATConv(c, cout, heads=heads, add_self_loops=False),
                        lambda layer, x, A: layer(x, A), reference)
 
 

@@ -1,0 +1,316 @@
+// Fused sparse attention (Torch-free, raw pointers, OpenMP): FlashAttention's online softmax on
+// a CSR pattern. Rows are targets i, stored entries p = (i, j) are their sources.
+//
+//   z[p, h] = scale * <q[i, h, :], k[j, h, :]> + bias[p, h]        (dot mode, Transformer)
+//   z[p, h] = q[i, h, 0] + k[j, h, 0] + bias[p, h]                 (additive mode, GAT), then
+//   z[p, h] = sum_d att[h, d] LeakyReLU(q[i, h, d] + k[j, h, d]) + bias[p, h]   (GATv2 mode)
+//   s[p, h] = LeakyReLU(z) in additive mode, z otherwise
+//   P[p, h] = softmax over row i of s[., h];   out[i, h, :] = sum_p keep(p, h) P[p, h] v[j, h, :]
+//
+// keep(p, h) is attention dropout: 0 with probability `dropout`, else 1 / (1 - dropout), drawn
+// from a counter-based hash of (seed, p, h) so the backward regenerates the same mask without
+// storing it. The forward keeps per row only m (running max), l (running sum) and the output
+// accumulator, so no [nnz, H] tensor is ever written; it saves lse = m + log(l) per (i, h).
+//
+// The backward recomputes s and P = exp(s - lse) (FlashAttention-2's recipe) with
+// D[i, h] = <dout[i, h], out[i, h]>, dP = keep <dout[i], v[j]>, dS = P (dP - D):
+//   pass 1, row-parallel over targets:   dq, dbias (no write conflicts);
+//   pass 2, row-parallel over the transpose (sources): dk, dv. Two passes recompute the
+//   scores twice but need no atomics and give results independent of the thread count.
+// Entries whose pre-activation score is -inf (a -inf bias) are masked out of the softmax.
+// Rows without (unmasked) entries give out = 0 and lse = -inf.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace sparsejit::attention {
+
+enum class Mode : int64_t { Dot = 0, Additive = 1, GATv2 = 2 };
+
+struct Shape {
+  int64_t rows;      // targets
+  int64_t cols;      // sources
+  int64_t heads;     // H
+  int64_t qk_width;  // D of q and k (1 in additive mode)
+  int64_t v_width;   // Dv
+  Mode mode;
+  double scale;
+  double negative_slope;
+  double dropout;  // probability of dropping an attention weight
+  uint64_t seed;
+  int threads;
+  const void* att = nullptr;  // GATv2 mode: [H, D] of the kernel's scalar type
+};
+
+template <typename T>
+inline T leaky(T u, double slope) { return u < T(0) ? u * T(slope) : u; }
+
+// sum_{d < D} f(d) in eight interleaved partial sums, then a fixed tree: a floating-point
+// reduction in one accumulator does not vectorize (the compiler may not reorder it), eight
+// independent lanes do. The order is fixed, so results do not depend on the target.
+template <int64_t kD, typename T, typename F>
+inline T lane_sum(int64_t D_rt, F&& f) {
+  const int64_t D = kD > 0 ? kD : D_rt;
+  constexpr int64_t L = 8;
+  T part[L] = {};
+  const int64_t full = D - D % L;
+  for (int64_t d0 = 0; d0 < full; d0 += L)
+#pragma GCC unroll 8
+    for (int64_t l = 0; l < L; ++l) part[l] += f(d0 + l);
+  T tail = 0;
+  for (int64_t d = full; d < D; ++d) tail += f(d);
+  return (((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]))) +
+         tail;
+}
+
+// Counter-based uniform in [0, 1) (splitmix64 finaliser): the same (seed, p, h) always draws
+// the same number, in the forward and in both backward passes.
+inline double uniform01(uint64_t seed, int64_t p, int64_t h, int64_t heads) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t(p) * uint64_t(heads) + uint64_t(h) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+template <typename T>
+inline T keep_factor(const Shape& s, int64_t p, int64_t h) {
+  if (s.dropout <= 0.0) return T(1);
+  return uniform01(s.seed, p, h, s.heads) < s.dropout ? T(0) : T(1.0 / (1.0 - s.dropout));
+}
+
+// Pre-activation z and score s of entry p = (i, j), head h. kD > 0 fixes the q/k width at
+// compile time (the loop unrolls); 0 reads it from the shape.
+template <int64_t kD, typename T>
+inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_t i, int64_t j,
+                   int64_t p, int64_t h) {
+  const int64_t D = kD > 0 ? kD : s.qk_width;
+  T z;
+  if (s.mode == Mode::Dot) {
+    const T* qi = q + (i * s.heads + h) * D;
+    const T* kj = k + (j * s.heads + h) * D;
+    z = T(s.scale) * lane_sum<kD, T>(D, [&](int64_t d) { return qi[d] * kj[d]; });
+  } else if (s.mode == Mode::GATv2) {
+    const T* qi = q + (i * s.heads + h) * D;
+    const T* kj = k + (j * s.heads + h) * D;
+    const T* a = static_cast<const T*>(s.att) + h * D;
+    const T slope = T(s.negative_slope);
+    z = lane_sum<kD, T>(D, [&](int64_t d) {
+      const T u = qi[d] + kj[d];
+      return a[d] * (u < T(0) ? u * slope : u);
+    });
+  } else {
+    z = q[i * s.heads + h] + k[j * s.heads + h];
+  }
+  if (bias) z += bias[p * s.heads + h];
+  return z;
+}
+
+template <typename T>
+inline T activate(const Shape& s, T z) {
+  if (s.mode == Mode::Additive && z < T(0)) return z * T(s.negative_slope);
+  return z;
+}
+
+template <typename T>
+inline T activation_grad(const Shape& s, T z) {
+  return (s.mode == Mode::Additive && z < T(0)) ? T(s.negative_slope) : T(1);
+}
+
+template <int64_t kD, typename T, typename I>
+void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k, const T* v,
+             const T* bias, T* out, T* lse) {
+  const int64_t H = s.heads, Dv = s.v_width;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
+  {
+    std::vector<T> m(H), l(H);
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t i = 0; i < s.rows; ++i) {
+      T* acc = out + i * H * Dv;
+      std::fill(acc, acc + H * Dv, T(0));
+      std::fill(m.begin(), m.end(), neg_inf);
+      std::fill(l.begin(), l.end(), T(0));
+      for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+        const int64_t j = col[p];
+        const T* vj = v + j * H * Dv;
+        for (int64_t h = 0; h < H; ++h) {
+          const T z = pre_score<kD>(s, q, k, bias, i, j, p, h);
+          if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
+          const T sc = activate(s, z);
+          T* a = acc + h * Dv;
+          if (sc > m[h]) {  // new running max: rescale what was summed so far
+            const T c = m[h] == neg_inf ? T(0) : std::exp(m[h] - sc);
+            l[h] *= c;
+            for (int64_t d = 0; d < Dv; ++d) a[d] *= c;
+            m[h] = sc;
+          }
+          const T w = std::exp(sc - m[h]);
+          l[h] += w;
+          const T wk = w * keep_factor<T>(s, p, h);
+          if (wk != T(0))
+            for (int64_t d = 0; d < Dv; ++d) a[d] += wk * vj[h * Dv + d];
+        }
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        if (l[h] > T(0)) {
+          const T inv = T(1) / l[h];
+          for (int64_t d = 0; d < Dv; ++d) acc[h * Dv + d] *= inv;
+          lse[i * H + h] = m[h] + std::log(l[h]);
+        } else {
+          lse[i * H + h] = neg_inf;
+        }
+      }
+    }
+  }
+}
+
+// Everything the backward needs about one entry (p = (i, j), head h): the derivative of the
+// loss w.r.t. its pre-activation z, and its dropout-scaled probability (for dv).
+template <int64_t kD, typename T>
+inline void entry_grad(const Shape& s, const T* q, const T* k, const T* v, const T* bias,
+                       const T* lse, const T* delta, const T* dout, int64_t i, int64_t j,
+                       int64_t p, int64_t h, T* dz, T* pk) {
+  const int64_t H = s.heads, Dv = s.v_width;
+  const T z = pre_score<kD>(s, q, k, bias, i, j, p, h);
+  if (z == -std::numeric_limits<T>::infinity()) {  // masked: no weight, no gradient
+    *dz = T(0);
+    *pk = T(0);
+    return;
+  }
+  const T prob = std::exp(activate(s, z) - lse[i * H + h]);
+  const T keep = keep_factor<T>(s, p, h);
+  T dp = 0;
+  if (keep != T(0)) {
+    const T* g = dout + (i * H + h) * Dv;
+    const T* vj = v + (j * H + h) * Dv;
+    dp = keep * lane_sum<0, T>(Dv, [&](int64_t d) { return g[d] * vj[d]; });
+  }
+  *dz = prob * (dp - delta[i * H + h]) * activation_grad(s, z);
+  *pk = prob * keep;
+}
+
+// delta[i, h] = <dout[i, h], out[i, h]>.
+template <typename T>
+void row_delta(const Shape& s, const T* out, const T* dout, T* delta) {
+  const int64_t n = s.rows * s.heads, Dv = s.v_width;
+#pragma omp parallel for num_threads(s.threads) schedule(static) if (n * Dv > 32768)
+  for (int64_t r = 0; r < n; ++r) {
+    delta[r] = lane_sum<0, T>(Dv, [&](int64_t d) { return out[r * Dv + d] * dout[r * Dv + d]; });
+  }
+}
+
+// d(score)/d(q[i]) (= d/d(k[j]) up to the scale) of entry (i, j), head h, times dz, added
+// to g[0:D]; in GATv2 mode also dz * LeakyReLU(q + k) to datt[0:D] when datt is given.
+template <int64_t kD, typename T>
+inline void add_score_grad(const Shape& s, const T* other, const T* qi, const T* kj, T dz,
+                           T* g, T* datt, int64_t h) {
+  const int64_t D = kD > 0 ? kD : s.qk_width;
+  if (s.mode == Mode::Dot) {
+    const T c = dz * T(s.scale);
+    for (int64_t d = 0; d < D; ++d) g[d] += c * other[d];
+  } else if (s.mode == Mode::GATv2) {
+    const T* a = static_cast<const T*>(s.att) + h * D;
+    for (int64_t d = 0; d < D; ++d) {
+      const T u = qi[d] + kj[d];
+      if (g) g[d] += dz * a[d] * (u < T(0) ? T(s.negative_slope) : T(1));
+      if (datt) datt[d] += dz * leaky(u, s.negative_slope);
+    }
+  } else {
+    g[0] += dz;
+  }
+}
+
+// Pass 1, over targets: dq [rows, H, D], dbias [nnz, H] and (GATv2) datt [H, D]; each may be
+// null. datt is summed over every entry: per-thread partial sums, added up at the end.
+template <int64_t kD, typename T, typename I>
+void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
+                   const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
+                   T* dq, T* dbias, T* datt) {
+  const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width;
+  if (datt) std::fill(datt, datt + H * D, T(0));
+#pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
+  {
+  std::vector<T> datt_local(datt ? H * D : 0, T(0));
+  T* dal = datt ? datt_local.data() : nullptr;
+#pragma omp for schedule(dynamic, 64)
+  for (int64_t i = 0; i < s.rows; ++i) {
+    T* dqi = dq ? dq + i * H * D : nullptr;
+    if (dqi) std::fill(dqi, dqi + H * D, T(0));
+    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+      const int64_t j = col[p];
+      for (int64_t h = 0; h < H; ++h) {
+        T dz, pk;
+        entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        if (dbias) dbias[p * H + h] = dz;
+        if (!dqi && !dal) continue;
+        if (s.mode == Mode::Additive) {
+          dqi[h] += dz;
+          continue;
+        }
+        const T* qi = q + (i * H + h) * D;
+        const T* kj = k + (j * H + h) * D;
+        add_score_grad<kD>(s, kj, qi, kj, dz, dqi ? dqi + h * D : nullptr,
+                           dal ? dal + h * D : nullptr, h);
+      }
+    }
+  }
+  if (dal) {
+#pragma omp critical
+    for (int64_t t = 0; t < H * D; ++t) datt[t] += dal[t];
+  }
+  }
+}
+
+// Pass 2, over sources through the transpose (t_rowptr over sources, t_col = target of each
+// transposed entry, t_perm = its position in the forward CSR): dk and dv (either may be null).
+// Returns true when t_perm held a position outside [0, nnz) (those entries are skipped).
+template <int64_t kD, typename T, typename I>
+bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
+                   int64_t nnz, const T* q, const T* k, const T* v, const T* bias, const T* lse,
+                   const T* delta, const T* dout, T* dk, T* dv) {
+  const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width, Dv = s.v_width;
+  bool bad = false;
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256) \
+    reduction(|| : bad)
+  for (int64_t j = 0; j < s.cols; ++j) {
+    T* dkj = dk ? dk + j * H * D : nullptr;
+    T* dvj = dv ? dv + j * H * Dv : nullptr;
+    if (dkj) std::fill(dkj, dkj + H * D, T(0));
+    if (dvj) std::fill(dvj, dvj + H * Dv, T(0));
+    for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
+      const int64_t i = t_col[t], p = t_perm[t];
+      if (p < 0 || p >= nnz) {
+        bad = true;
+        continue;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        T dz, pk;
+        entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        if (dvj && pk != T(0)) {
+          const T* g = dout + (i * H + h) * Dv;
+          for (int64_t d = 0; d < Dv; ++d) dvj[h * Dv + d] += pk * g[d];
+        }
+        if (!dkj) continue;
+        if (s.mode == Mode::Additive) {
+          dkj[h] += dz;
+          continue;
+        }
+        const T* qi = q + (i * H + h) * D;
+        const T* kj = k + (j * H + h) * D;
+        add_score_grad<kD>(s, qi, qi, kj, dz, dkj + h * D, static_cast<T*>(nullptr), h);
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace sparsejit::attention

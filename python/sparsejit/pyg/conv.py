@@ -1,0 +1,338 @@
+"""PyG-signature message-passing layers on sparsejit's SpMM: GCNConv, SAGEConv, GraphConv,
+GINConv and GINEConv.
+
+Constructors, defaults, parameter names and shapes follow torch_geometric 2.8 (so
+``load_state_dict(pyg_layer.state_dict())`` works); ``forward`` takes PyG's arguments and any
+adjacency form of :mod:`sparsejit.pyg.graph`. Aggregations run as one ``sparsejit.spmm`` with
+the bias fused; when a layer's Linear shrinks the features it runs before the aggregation
+(linear maps commute with sum and mean), so the sparse pass moves fewer bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import spmm
+from . import graph as G
+
+
+def linear(in_channels: int, out_channels: int, bias: bool = True,
+           glorot: bool = False) -> nn.Module:
+    """torch's Linear with PyG's names (``weight``, ``bias``); in_channels -1 is lazy."""
+    if in_channels == -1:
+        return nn.LazyLinear(out_channels, bias=bias)
+    lin = nn.Linear(in_channels, out_channels, bias=bias)
+    if glorot:
+        glorot_(lin.weight)
+        if bias:
+            nn.init.zeros_(lin.bias)
+    return lin
+
+
+def glorot_(t: Optional[torch.Tensor]) -> None:
+    if t is not None:
+        bound = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
+        with torch.no_grad():
+            t.uniform_(-bound, bound)
+
+
+def pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """PyG's ``x`` or ``(x_src, x_dst)`` as a pair."""
+    if isinstance(x, torch.Tensor):
+        return x, x
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return x[0], x[1]
+    raise TypeError(f"x must be a tensor or a pair (x_src, x_dst); got {type(x).__name__}")
+
+
+def sizes(x_src: torch.Tensor, x_dst: Optional[torch.Tensor], size=None) -> Tuple[int, int]:
+    if size is not None:
+        return int(size[0]), int(size[1])
+    return x_src.size(0), (x_dst if x_dst is not None else x_src).size(0)
+
+
+def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
+    """``lin(reduce_j x_j)`` (``lin`` optional): for sum / mean with a Linear that does not
+    widen the features, ``reduce_j lin_w(x_j) + b`` instead, the bias fused into the SpMM."""
+    if lin is None:
+        return spmm(A, x, reduce)
+    linear_ok = reduce in ("sum", "mean") and isinstance(lin, nn.Linear)
+    if linear_ok and lin.out_features <= lin.in_features:
+        return spmm(A, F.linear(x, lin.weight), reduce, bias=lin.bias)
+    return lin(spmm(A, x, reduce))
+
+
+_REDUCE = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
+
+
+def _reduce_of(aggr: str, layer: str) -> str:
+    if aggr not in _REDUCE:
+        raise ValueError(f"{layer}: aggr must be one of {tuple(_REDUCE)}; got {aggr!r}")
+    return _REDUCE[aggr]
+
+
+# ---- GCNConv -------------------------------------------------------------------------------
+
+
+def gcn_matrix(edges: G.Edges, improved: bool, add_self_loops: bool, dtype: torch.dtype):
+    """``D^-1/2 (A + fill I) D^-1/2`` as a SparseMatrix with values, exactly as PyG 2.8's
+    ``gcn_norm`` computes it for an edge_index (self-loop weights included)."""
+    if edges.num_src != edges.num_dst:
+        raise ValueError(f"GCNConv needs a square adjacency; got {edges.num_src} sources and "
+                         f"{edges.num_dst} targets")
+    n = edges.num_dst
+    w = edges.weight
+    given = w is not None
+    if w is None:
+        w = torch.ones(edges.src.shape[0], dtype=dtype, device=edges.src.device)
+    if add_self_loops:
+        A, perm, row, col, old_loop = G.with_self_loops(edges)
+        old = old_loop[: w.shape[0]]
+        if given:
+            # PyG's add_remaining_self_loops: a node's existing self-loop (the last one, if
+            # repeated) keeps its weight; the others get 2 if improved else 1.
+            slot = torch.where(old, edges.src, n)
+            pos = torch.where(old, torch.arange(w.shape[0], device=w.device), -1)
+            last = torch.full((n + 1,), -1, dtype=pos.dtype, device=w.device).scatter_reduce(
+                0, slot, pos, "amax")[:n]
+            fill = torch.full((n,), 2.0 if improved else 1.0, dtype=w.dtype, device=w.device)
+            # PyG assigns with index_put, whose backward sends the loop's gradient to every
+            # repeated self-loop: the value of the last one, the gradient of their sum.
+            total = torch.zeros(n + 1, dtype=w.dtype, device=w.device).index_add(0, slot, w)[:n]
+            kept = w[last.clamp(min=0)].detach() + (total - total.detach())
+            loop_w = torch.where(last >= 0, kept, fill)
+        else:
+            # Without edge weights PyG gives every self-loop weight 1 (even when improved).
+            loop_w = torch.ones(n, dtype=w.dtype, device=w.device)
+        w_all = torch.cat([torch.where(old, torch.zeros_like(w), w), loop_w])
+        w_csr = w_all.index_select(0, perm)
+    else:
+        A, perm, row, col = G.structure(edges)
+        w_csr = G.in_csr_order(w, perm)
+    deg = torch.zeros(n, dtype=w_csr.dtype, device=w_csr.device).index_add_(0, row, w_csr)
+    dinv = deg.pow(-0.5)
+    dinv = torch.where(torch.isinf(dinv), torch.zeros_like(dinv), dinv)
+    return A.with_values(dinv[row] * w_csr * dinv[col])
+
+
+class GCNConv(nn.Module):
+    """PyG's ``GCNConv`` (Kipf & Welling): ``D^-1/2 (A + I) D^-1/2 X W + b``.
+
+    ``cached=True`` keeps the normalised matrix of the first graph (PyG's semantics: later
+    graphs are ignored); otherwise it comes from the content-keyed cache of
+    :mod:`sparsejit.pyg.graph`, so it is computed once per distinct graph."""
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
+                 cached: bool = False, add_self_loops: Optional[bool] = None,
+                 normalize: bool = True, bias: bool = True, **kwargs):
+        super().__init__()
+        if add_self_loops is None:
+            add_self_loops = normalize
+        if add_self_loops and not normalize:
+            raise ValueError("'GCNConv' does not support adding self-loops to the graph when "
+                             "no on-the-fly normalization is applied")
+        _no_kwargs("GCNConv", kwargs)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.improved, self.cached = improved, cached
+        self.add_self_loops, self.normalize = add_self_loops, normalize
+        self._cached_adj = None
+        self.lin = linear(in_channels, out_channels, bias=False, glorot=True)
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+
+    def reset_parameters(self) -> None:
+        glorot_(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self._cached_adj = None
+
+    def forward(self, x: torch.Tensor, edge_index, edge_weight: Optional[torch.Tensor] = None):
+        if isinstance(x, (tuple, list)):
+            raise ValueError("'GCNConv' received a tuple of node features as input while this "
+                             "layer does not support bipartite message passing. Please try "
+                             "other layers such as 'SAGEConv' or 'GraphConv' instead")
+        A = self._cached_adj
+        if A is None:
+            edges = G.edges_of(edge_index, (x.size(0), x.size(0)), edge_weight)
+            if self.normalize:
+                A = G.prepared(edges, "gcn", lambda e: gcn_matrix(
+                    e, self.improved, self.add_self_loops, x.dtype), self.improved,
+                    self.add_self_loops, x.dtype)
+            else:
+                A, perm, _, _ = G.structure(edges)
+                A = A.with_values(G.in_csr_order(edges.weight, perm))
+            if self.cached:
+                self._cached_adj = A
+        if A.values is not None and A.values.dtype != x.dtype:
+            A = A.with_values(A.values.to(x.dtype))
+        if self.out_channels <= self.in_channels:
+            return spmm(A, self.lin(x), "sum", bias=self.bias)
+        out = self.lin(spmm(A, x, "sum"))
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"
+
+
+def _no_kwargs(layer: str, kwargs: dict) -> None:
+    # PyG forwards these to MessagePassing; the ones that change the maths are not supported.
+    allowed = {"aggr": ("add", "sum"), "flow": ("source_to_target",), "node_dim": (-2, 0)}
+    for k, v in kwargs.items():
+        if k not in allowed or v not in allowed[k]:
+            raise ValueError(f"{layer}: argument {k}={v!r} is not supported by sparsejit.nn")
+
+
+# ---- SAGEConv ------------------------------------------------------------------------------
+
+
+class SAGEConv(nn.Module):
+    """PyG's ``SAGEConv``: ``lin_l(aggr_j x_j) + lin_r(x_i)``, optionally projected (``lin``,
+    ReLU) and L2-normalised. aggr: 'mean' (default), 'sum'/'add', 'max', 'min'."""
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
+                 project: bool = False, bias: bool = True, **kwargs):
+        super().__init__()
+        self.reduce = _reduce_of(aggr, "SAGEConv")
+        _no_kwargs("SAGEConv", kwargs)
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        self.normalize, self.root_weight, self.project = normalize, root_weight, project
+        if isinstance(in_channels, int):
+            in_channels = (in_channels, in_channels)
+        if project:
+            if in_channels[0] <= 0:
+                raise ValueError("'SAGEConv' does not support lazy initialization with "
+                                 "`project=True`")
+            self.lin = linear(in_channels[0], in_channels[0], bias=True)
+        self.lin_l = linear(in_channels[0], out_channels, bias=bias)
+        if root_weight:
+            self.lin_r = linear(in_channels[1], out_channels, bias=False)
+
+    def forward(self, x, edge_index, size=None) -> torch.Tensor:
+        x_src, x_dst = pair(x)
+        if self.project:
+            x_src = self.lin(x_src).relu()
+        edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
+        A, _, _, _ = G.structure(edges)
+        out = aggregate(A, x_src, self.reduce, self.lin_l)
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        if self.normalize:
+            out = F.normalize(out, p=2.0, dim=-1)
+        return out
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+                f"aggr={self.aggr})")
+
+
+# ---- GraphConv -----------------------------------------------------------------------------
+
+
+class GraphConv(nn.Module):
+    """PyG's ``GraphConv`` (Morris et al.): ``lin_rel(aggr_j e_ji x_j) + lin_root(x_i)``."""
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 aggr: str = "add", bias: bool = True, **kwargs):
+        super().__init__()
+        self.reduce = _reduce_of(aggr, "GraphConv")
+        _no_kwargs("GraphConv", {k: v for k, v in kwargs.items()})
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        if isinstance(in_channels, int):
+            in_channels = (in_channels, in_channels)
+        self.lin_rel = linear(in_channels[0], out_channels, bias=bias)
+        self.lin_root = linear(in_channels[1], out_channels, bias=False)
+
+    def forward(self, x, edge_index, edge_weight: Optional[torch.Tensor] = None,
+                size=None) -> torch.Tensor:
+        x_src, x_dst = pair(x)
+        edges = G.edges_of(edge_index, sizes(x_src, x_dst, size), edge_weight)
+        A, perm, _, _ = G.structure(edges)
+        w = G.in_csr_order(edges.weight, perm)
+        A = A.with_values(None if w is None else w.to(x_src.dtype))
+        out = aggregate(A, x_src, self.reduce, self.lin_rel)
+        if x_dst is not None:
+            out = out + self.lin_root(x_dst)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"
+
+
+# ---- GINConv / GINEConv --------------------------------------------------------------------
+
+
+class GINConv(nn.Module):
+    """PyG's ``GINConv``: ``nn((1 + eps) x_i + sum_j x_j)``; ``eps`` is a buffer, or a
+    parameter with ``train_eps=True``."""
+
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False,
+                 **kwargs):
+        super().__init__()
+        _no_kwargs("GINConv", kwargs)
+        self.nn = nn
+        self.initial_eps = eps
+        if train_eps:
+            self.eps = torch.nn.Parameter(torch.full((1,), float(eps)))
+        else:
+            self.register_buffer("eps", torch.full((1,), float(eps)))
+
+    def reset_parameters(self) -> None:
+        self.eps.data.fill_(self.initial_eps)
+
+    def forward(self, x, edge_index, size=None) -> torch.Tensor:
+        x_src, x_dst = pair(x)
+        edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
+        A, _, _, _ = G.structure(edges)
+        out = spmm(A, x_src, "sum")
+        if x_dst is not None:
+            out = out + (1 + self.eps) * x_dst
+        return self.nn(out)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(nn={self.nn})"
+
+
+class GINEConv(GINConv):
+    """PyG's ``GINEConv``: ``nn((1 + eps) x_i + sum_j ReLU(x_j + lin(e_ji)))`` (``lin`` only
+    with ``edge_dim``). The message depends on the edge, so it is gathered per edge and
+    reduced in CSR order (no fused kernel yet)."""
+
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False,
+                 edge_dim: Optional[int] = None, **kwargs):
+        super().__init__(nn, eps, train_eps, **kwargs)
+        if edge_dim is not None:
+            if isinstance(nn, torch.nn.Sequential):
+                nn = nn[0]
+            if hasattr(nn, "in_features"):
+                in_channels = nn.in_features
+            elif hasattr(nn, "in_channels"):
+                in_channels = nn.in_channels
+            else:
+                raise ValueError("Could not infer input channels from `nn`.")
+            self.lin = linear(edge_dim, in_channels)
+        else:
+            self.lin = None
+
+    def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None,
+                size=None) -> torch.Tensor:
+        x_src, x_dst = pair(x)
+        if edge_attr is None:
+            raise ValueError("GINEConv: edge_attr is required")
+        edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
+        A, perm, row, col = G.structure(edges)
+        if self.lin is None and x_src.size(-1) != edge_attr.size(-1):
+            raise ValueError("Node and edge feature dimensionalities do not match. Consider "
+                             "setting the 'edge_dim' attribute of 'GINEConv'")
+        e = G.in_csr_order(edge_attr, perm)
+        if self.lin is not None:
+            e = self.lin(e)
+        msg = (x_src.index_select(0, col) + e).relu()
+        out = msg.new_zeros((A.shape[0], msg.shape[1])).index_add_(0, row, msg)
+        if x_dst is not None:
+            out = out + (1 + self.eps) * x_dst
+        return self.nn(out)

@@ -1,0 +1,223 @@
+// Fused sparse attention (kernels/cpu/attention_kernel.h): softmax over each target row's
+// stored entries of a dot-product (Transformer) or additive (GAT) score, times V, in one pass
+// with an online softmax; the backward recomputes the scores from the saved per-row
+// log-sum-exp. float32 / float64 kernels; bfloat16 and float16 run in float32.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "kernels/cpu/attention_kernel.h"
+#include "torch_ext/common.h"
+
+TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+  // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum),
+  // 2 = GATv2 (q, k: [N, H, D], score att . LeakyReLU(q_i + k_j), att: [H, D]).
+  // bias: [nnz, H] added to the pre-activation score. Returns (out [rows, H, Dv], lse [rows, H]).
+  m.def("sparse_attention(Tensor rowptr, Tensor col, Tensor q, Tensor k, Tensor v, "
+        "Tensor? bias, int mode, float scale, float negative_slope, float dropout, int seed, "
+        "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? att=None) "
+        "-> (Tensor, Tensor)");
+  m.def("sparse_attention_backward(Tensor rowptr, Tensor col, Tensor t_rowptr, Tensor t_col, "
+        "Tensor t_perm, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, Tensor lse, "
+        "Tensor grad_out, int mode, float scale, float negative_slope, float dropout, int seed, "
+        "bool need_q, bool need_k, bool need_v, bool need_bias, Tensor? att=None, "
+        "bool need_att=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+namespace sparsejit {
+namespace {
+
+#define ATT_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.sparse_attention: ", __VA_ARGS__)
+
+at::ScalarType compute_type(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
+}
+
+attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& bias, int64_t mode, double scale,
+                            double negative_slope, double dropout, int64_t seed,
+                            const std::optional<at::Tensor>& att) {
+  check_index_pair(rowptr, col);
+  ATT_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ",
+            mode);
+  ATT_CHECK((mode == 2) == att.has_value(), "att must be given exactly in mode 2 (GATv2)");
+  if (att.has_value()) {
+    check_float(*att, "att");
+    check_same_device(rowptr, *att, "indptr", "att");
+    ATT_CHECK(att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
+              "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
+  }
+  for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    check_float(*t, name);
+    check_same_device(rowptr, *t, "indptr", name);
+    ATT_CHECK(t->dim() == 3, name, " must be [N, H, D]; got shape ", t->sizes());
+  }
+  ATT_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
+            "q, k and v must share a dtype; got ", q.scalar_type(), ", ", k.scalar_type(), ", ",
+            v.scalar_type());
+  const int64_t rows = rowptr.numel() - 1, cols = k.size(0), heads = q.size(1);
+  ATT_CHECK(q.size(0) == rows, "q has ", q.size(0), " rows but the pattern has ", rows);
+  ATT_CHECK(v.size(0) == cols, "v has ", v.size(0), " rows but k has ", cols);
+  ATT_CHECK(k.size(1) == heads && v.size(1) == heads, "q, k and v must have the same number of "
+            "heads; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  ATT_CHECK(q.size(2) == k.size(2), "q and k must have the same head width; got ", q.sizes(),
+            " and ", k.sizes());
+  ATT_CHECK(mode != 1 || q.size(2) == 1, "additive mode needs q and k of shape [N, H, 1]; got ",
+            q.sizes());
+  ATT_CHECK(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1); got ", dropout);
+  ATT_CHECK(std::isfinite(scale) && std::isfinite(negative_slope),
+            "scale and negative_slope must be finite");
+  checked_structure(rowptr, col, cols, "sparse_attention");
+  if (bias.has_value()) {
+    check_float(*bias, "bias");
+    check_same_device(rowptr, *bias, "indptr", "bias");
+    ATT_CHECK(bias->dim() == 2 && bias->size(0) == col.numel() && bias->size(1) == heads,
+              "bias must be [nnz, H] = [", col.numel(), ", ", heads, "]; got ", bias->sizes());
+  }
+  ATT_CHECK(rowptr.device().is_cpu(), "only CPU tensors are supported; got ", rowptr.device());
+  return attention::Shape{rows, cols, heads, q.size(2), v.size(2),
+                          static_cast<attention::Mode>(mode), scale, negative_slope, dropout,
+                          uint64_t(seed), int(at::get_num_threads())};
+}
+
+at::Tensor prep(const at::Tensor& t, at::ScalarType ct) { return t.to(ct).contiguous(); }
+
+std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarType ct) {
+  if (!t.has_value()) return std::nullopt;
+  return prep(*t, ct);
+}
+
+template <typename T>
+const T* opt_ptr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? ptr<T>(*t) : nullptr;
+}
+
+// Calls f(T{}, I{}, std::integral_constant<int64_t, kD>) for the computation dtype, the index
+// type and the q/k width: common head widths get a kernel with the width fixed at compile
+// time (the dot product unrolls and vectorizes), others the run-time width.
+template <typename F>
+void dispatch(at::ScalarType ct, const at::Tensor& rowptr, int64_t D, F&& f) {
+  auto with_width = [&](auto T, auto I) {
+    switch (D) {
+      case 8: f(T, I, std::integral_constant<int64_t, 8>{}); return;
+      case 16: f(T, I, std::integral_constant<int64_t, 16>{}); return;
+      case 32: f(T, I, std::integral_constant<int64_t, 32>{}); return;
+      case 64: f(T, I, std::integral_constant<int64_t, 64>{}); return;
+      default: f(T, I, std::integral_constant<int64_t, 0>{}); return;
+    }
+  };
+  auto with_index = [&](auto T) {
+    if (rowptr.scalar_type() == at::kInt) with_width(T, int32_t{});
+    else with_width(T, int64_t{});
+  };
+  if (ct == at::kDouble) with_index(double{});
+  else with_index(float{});
+}
+
+std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q_in,
+    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+    int64_t mode, double scale, double negative_slope, double dropout, int64_t seed,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>& att_in) {
+  auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
+                      dropout, seed, att_in);
+  const auto ct = compute_type(q_in.scalar_type());
+  auto rp = rowptr.contiguous(), cl = col.contiguous();
+  auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
+  auto bias = prep(bias_in, ct);
+  auto att = prep(att_in, ct);
+  if (att.has_value()) s.att = att->data_ptr();
+  auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
+  auto lse = at::empty({s.rows, s.heads}, q.options());
+  dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
+    using T = decltype(T0);
+    using I = decltype(I0);
+    attention::forward<decltype(kD)::value, T, I>(s, ptr<I>(rp), ptr<I>(cl), ptr<T>(q),
+                                                  ptr<T>(k), ptr<T>(v), opt_ptr<T>(bias),
+                                                  ptr<T>(out), ptr<T>(lse));
+  });
+  // lse stays in the computation dtype: the backward needs it at full precision.
+  return {out.to(q_in.scalar_type()), lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+sparse_attention_backward_cpu(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& t_rowptr,
+    const at::Tensor& t_col, const at::Tensor& t_perm, const at::Tensor& q_in,
+    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& grad_in, int64_t mode,
+    double scale, double negative_slope, double dropout, int64_t seed, bool need_q, bool need_k,
+    bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
+  auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
+                      dropout, seed, att_in);
+  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
+  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
+                       t_perm.scalar_type() == rowptr.scalar_type(),
+                   "sparsejit.sparse_attention_backward: the transpose arrays must have the "
+                   "index dtype of indptr (", rowptr.scalar_type(), ")");
+  checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
+  const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
+  ATT_CHECK(out_in.sizes() == at::IntArrayRef(out_sizes) &&
+                grad_in.sizes() == at::IntArrayRef(out_sizes),
+            "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
+            out_in.sizes(), " and ", grad_in.sizes());
+  ATT_CHECK(lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
+            "lse must be [rows, H]; got ", lse_in.sizes());
+  const auto ct = compute_type(q_in.scalar_type());
+  auto rp = rowptr.contiguous(), cl = col.contiguous();
+  auto trp = t_rowptr.contiguous(), tcl = t_col.contiguous(), tpm = t_perm.contiguous();
+  auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
+  auto bias = prep(bias_in, ct);
+  auto att = prep(att_in, ct);
+  if (att.has_value()) s.att = att->data_ptr();
+  const bool want_att = need_att && att.has_value();
+  auto datt = want_att ? at::empty_like(*att) : at::Tensor();
+  auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);
+  auto delta = at::empty({s.rows, s.heads}, q.options());
+  auto dq = need_q ? at::empty_like(q) : at::Tensor();
+  auto dk = need_k ? at::empty_like(k) : at::Tensor();
+  auto dv = need_v ? at::empty_like(v) : at::Tensor();
+  const bool want_bias = need_bias && bias.has_value();
+  auto db = want_bias ? at::empty({col.numel(), s.heads}, q.options()) : at::Tensor();
+  auto p_or_null = [](const at::Tensor& t, auto T0) {
+    return t.defined() ? ptr<decltype(T0)>(t) : nullptr;
+  };
+  bool bad_perm = false;
+  dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
+    using T = decltype(T0);
+    using I = decltype(I0);
+    constexpr int64_t D = decltype(kD)::value;
+    attention::row_delta<T>(s, ptr<T>(out), ptr<T>(g), ptr<T>(delta));
+    if (need_q || want_bias || want_att)
+      attention::backward_rows<D, T, I>(s, ptr<I>(rp), ptr<I>(cl), ptr<T>(q), ptr<T>(k),
+                                        ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse),
+                                        ptr<T>(delta), ptr<T>(g), p_or_null(dq, T0),
+                                        p_or_null(db, T0), p_or_null(datt, T0));
+    if (need_k || need_v)
+      bad_perm = attention::backward_cols<D, T, I>(
+          s, ptr<I>(trp), ptr<I>(tcl), ptr<I>(tpm), col.numel(), ptr<T>(q), ptr<T>(k),
+          ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse), ptr<T>(delta), ptr<T>(g),
+          p_or_null(dk, T0), p_or_null(dv, T0));
+  });
+  // t_perm is checked where it is read (no separate O(nnz) pass per call).
+  ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
+  auto back = [&](const at::Tensor& t, const at::Tensor& like) {
+    // Gradients not asked for come back empty (an op cannot return undefined tensors).
+    return t.defined() ? t.to(like.scalar_type()) : at::empty({0}, like.options());
+  };
+  return {back(dq, q_in), back(dk, k_in), back(dv, v_in),
+          want_bias ? db.to(bias_in->scalar_type()) : at::empty({0}, q_in.options()),
+          want_att ? datt.to(att_in->scalar_type()) : at::empty({0}, q_in.options())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("sparse_attention", &sparse_attention_cpu);
+  m.impl("sparse_attention_backward", &sparse_attention_backward_cpu);
+}
+
+}  // namespace sparsejit
