@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .matrix import SparseMatrix
+from .ops import spmm
 from .ops.rgms import cached_from_edge_index, rgms
 from .pyg import graph as _graph
 from .pyg.attention_conv import GATConv, GATv2Conv, TransformerConv
