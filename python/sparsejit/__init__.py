@@ -14,6 +14,8 @@ from . import _library  # noqa: F401  (loads the op library)
 from .matrix import SparseMatrix
 from .ops import TypedSparseMatrix, edge_softmax, gather_matmul, rgms, sddmm, segment_matmul, spmm  # also registers every fake and autograd formula
 from . import nn  # noqa: E402
+from . import spconv  # noqa: E402,F401  (spconv-compatible modules)
+from .pointcloud import SparseTensor, voxelize  # noqa: E402
 from .plans import clear_caches, fingerprint
 from .tuning import explain, tune
 
@@ -35,4 +37,4 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__"]
+__all__ = ["nn", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "SparseTensor", "voxelize", "spconv"]

@@ -1,0 +1,352 @@
+#include "csrc/ggs/ggs.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "csrc/dense/gemm.h"
+
+namespace sparsejit::ggs {
+
+const char* dataflow_name(Dataflow d) {
+  switch (d) {
+    case Dataflow::GatherGemmScatter: return "gather_gemm_scatter";
+    case Dataflow::OutputStationary: return "output_stationary";
+    default: return "auto";
+  }
+}
+
+Pairs swapped(const Pairs& p, const int64_t* in_row_ptr, const int32_t* in_row_pair,
+              bool unique_in_per_group) {
+  Pairs s = p;
+  std::swap(s.in_idx, s.out_idx);
+  std::swap(s.num_in, s.num_out);
+  s.row_ptr = in_row_ptr;
+  s.row_pair = in_row_pair;
+  s.unique_out_per_group = unique_in_per_group;
+  return s;
+}
+
+void index_by_row(const int64_t* group_ptr, int64_t num_groups, const int32_t* rows,
+                  int64_t num_rows, int64_t* row_ptr, int32_t* row_pair, int32_t* pair_group) {
+  const int64_t m = group_ptr[num_groups];
+  std::fill(row_ptr, row_ptr + num_rows + 1, 0);
+  for (int64_t p = 0; p < m; ++p) ++row_ptr[rows[p] + 1];
+  for (int64_t r = 0; r < num_rows; ++r) row_ptr[r + 1] += row_ptr[r];
+  std::vector<int64_t> next(row_ptr, row_ptr + num_rows);
+  for (int64_t p = 0; p < m; ++p) row_pair[next[rows[p]]++] = static_cast<int32_t>(p);
+  if (pair_group != nullptr)
+    for (int64_t g = 0; g < num_groups; ++g)
+      for (int64_t p = group_ptr[g]; p < group_ptr[g + 1]; ++p)
+        pair_group[p] = static_cast<int32_t>(g);
+}
+
+std::string check_pairs(const Pairs& p, bool full) {
+  if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
+  if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    if (p.group_ptr[g + 1] < p.group_ptr[g]) return "group_ptr decreases at group " + std::to_string(g);
+  const int64_t m = p.size();
+  // Branch-free range checks (vectorize); the position is looked up only on failure.
+  uint32_t bad_in = 0, bad_out = 0;
+  const uint32_t ni = static_cast<uint32_t>(p.num_in), no = static_cast<uint32_t>(p.num_out);
+  for (int64_t q = 0; q < m; ++q) {
+    bad_in |= static_cast<uint32_t>(p.in_idx[q]) >= ni;
+    bad_out |= static_cast<uint32_t>(p.out_idx[q]) >= no;
+  }
+  if (bad_in) return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
+  if (bad_out) return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
+  if (p.identity_group >= 0 &&
+      (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
+       p.group_ptr[p.identity_group + 1] - p.group_ptr[p.identity_group] != p.num_in))
+    return "the identity group does not cover every row once";
+  if (p.row_ptr != nullptr) {
+    if (p.row_ptr[0] != 0 || p.row_ptr[p.num_out] != m) return "row index does not cover the pairs";
+    uint32_t bad = 0;
+    for (int64_t r = 0; r < p.num_out; ++r) bad |= p.row_ptr[r + 1] < p.row_ptr[r];
+    const uint32_t um = static_cast<uint32_t>(m), ug = static_cast<uint32_t>(p.num_groups);
+    for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.row_pair[q]) >= um;
+    if (p.pair_group != nullptr)
+      for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.pair_group[q]) >= ug;
+    if (bad) return "row index or pair groups out of range";
+  }
+  if (!full) return {};
+  if (p.identity_group >= 0) {
+    const int64_t g = p.identity_group;
+    if (g >= p.num_groups || p.num_in != p.num_out ||
+        p.group_ptr[g + 1] - p.group_ptr[g] != p.num_in)
+      return "the identity group does not cover every row once";
+    for (int64_t r = 0; r < p.num_in; ++r)
+      if (p.in_idx[p.group_ptr[g] + r] != r || p.out_idx[p.group_ptr[g] + r] != r)
+        return "the identity group is not the identity";
+  }
+  if (p.identity_group >= 0)
+    for (int64_t r = 0; r < p.num_in; ++r)
+      if (p.in_idx[p.group_ptr[p.identity_group] + r] != r ||
+          p.out_idx[p.group_ptr[p.identity_group] + r] != r)
+        return "the identity group is not the identity";
+  if (p.row_ptr != nullptr) {
+    for (int64_t r = 0; r < p.num_out; ++r)
+      for (int64_t q = p.row_ptr[r]; q < p.row_ptr[r + 1]; ++q)
+        if (p.out_idx[p.row_pair[q]] != r) return "row index inconsistent with the pairs";
+    if (p.pair_group != nullptr)
+      for (int64_t g = 0; g < p.num_groups; ++g)
+        for (int64_t q = p.group_ptr[g]; q < p.group_ptr[g + 1]; ++q)
+          if (p.pair_group[q] != g) return "pair_group inconsistent with group_ptr";
+  }
+  return {};
+}
+
+namespace {
+
+// Rows per tile of the gathered buffers: both buffers in about 128 KiB (L2).
+template <typename T>
+int64_t tile_rows(int64_t c_in, int64_t c_out) {
+  const int64_t budget = (int64_t{128} << 10) / static_cast<int64_t>(sizeof(T));
+  return std::clamp<int64_t>(budget / std::max<int64_t>(1, c_in + c_out), 16, 2048);
+}
+
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  dense::sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+                 int64_t ldc) {
+  dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <typename T>
+void init_rows(const GgsArgs<T>& a, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    T* yr = a.y + r * a.c_out;
+    if (a.bias != nullptr)
+      std::memcpy(yr, a.bias, sizeof(T) * a.c_out);
+    else
+      std::fill(yr, yr + a.c_out, T(0));
+  }
+}
+
+// ---- gather-GEMM-scatter ------------------------------------------------------------------
+
+template <typename T>
+void gather_tile(const T* x, int64_t c, const int32_t* idx, const T* scale, int64_t n, T* buf) {
+  for (int64_t r = 0; r < n; ++r) {
+    const T* src = x + static_cast<int64_t>(idx[r]) * c;
+    T* dst = buf + r * c;
+    if (scale == nullptr) {
+      std::memcpy(dst, src, sizeof(T) * c);
+    } else {
+      const T s = scale[r];
+      for (int64_t j = 0; j < c; ++j) dst[j] = s * src[j];
+    }
+  }
+}
+
+template <typename T>
+void scatter_add_tile(const T* buf, int64_t c, const int32_t* idx, int64_t n, T* y) {
+  for (int64_t r = 0; r < n; ++r) {
+    T* dst = y + static_cast<int64_t>(idx[r]) * c;
+    const T* src = buf + r * c;
+    for (int64_t j = 0; j < c; ++j) dst[j] += src[j];
+  }
+}
+
+template <typename T>
+void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
+  const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
+  const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+#pragma omp parallel
+  {
+    std::vector<T> xbuf(tile * ci), ybuf(tile * co);
+    if (!a.accumulate) {
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < p.num_out; ++r) init_rows(a, r, r + 1);
+    }
+    for (int64_t g = 0; g < p.num_groups; ++g) {
+      const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
+      const T* wg = a.w + g * wstride;
+      const int64_t tiles = (n + tile - 1) / tile;
+      if (g == p.identity_group && a.scale == nullptr) {
+        // Centre offset: rows map to themselves, Y[r0:r1] += X[r0:r1] @ W, no gather.
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t r0 = t * tile, m = std::min(tile, n - r0);
+          gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
+        }
+        continue;
+      }
+      if (p.unique_out_per_group) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
+          gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
+          gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
+        }
+      } else {
+        // Out rows may repeat within the group: products in parallel, scatters one at a time
+        // (in tile order, so the result stays deterministic).
+#pragma omp for schedule(static, 1) ordered
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
+          gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
+          gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+#pragma omp ordered
+          scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
+        }
+      }
+    }
+  }
+}
+
+// ---- output-stationary -------------------------------------------------------------------
+
+// One tile of out rows [r0, r1): row r's pairs are accumulated into a local copy of the row
+// (CO > 0: a compile-time width kept in registers), then stored once.
+template <typename T, int CO>
+inline __attribute__((always_inline)) void os_rows(const Pairs& p, const GgsArgs<T>& a,
+                                                   const T* w, int64_t r0, int64_t r1) {
+  const int64_t ci = a.c_in, co = CO > 0 ? CO : a.c_out, wstride = ci * co;
+  constexpr int kLocal = CO > 0 ? CO : 1;
+  T local[kLocal];
+  for (int64_t r = r0; r < r1; ++r) {
+    T* yr = a.y + r * co;
+    T* acc = CO > 0 ? local : yr;
+    if (a.accumulate)
+      for (int64_t j = 0; j < co; ++j) acc[j] = yr[j];
+    else if (a.bias != nullptr)
+      for (int64_t j = 0; j < co; ++j) acc[j] = a.bias[j];
+    else
+      for (int64_t j = 0; j < co; ++j) acc[j] = T(0);
+    for (int64_t q = p.row_ptr[r]; q < p.row_ptr[r + 1]; ++q) {
+      const int32_t pair = p.row_pair[q];
+      const T* xi = a.x + static_cast<int64_t>(p.in_idx[pair]) * ci;
+      const T* wg = w + static_cast<int64_t>(p.pair_group[pair]) * wstride;
+      const T s = a.scale != nullptr ? a.scale[pair] : T(1);
+      for (int64_t c = 0; c < ci; ++c) {
+        const T v = s * xi[c];
+        const T* wr = wg + c * co;
+        for (int64_t j = 0; j < co; ++j) acc[j] += v * wr[j];
+      }
+    }
+    if (CO > 0)
+      for (int64_t j = 0; j < co; ++j) yr[j] = acc[j];
+  }
+}
+
+template <typename T>
+inline __attribute__((always_inline)) void os_dispatch(const Pairs& p, const GgsArgs<T>& a,
+                                                       const T* w, int64_t r0, int64_t r1) {
+  switch (a.c_out) {
+    case 16: os_rows<T, 16>(p, a, w, r0, r1); break;
+    case 32: os_rows<T, 32>(p, a, w, r0, r1); break;
+    case 64: os_rows<T, 64>(p, a, w, r0, r1); break;
+    case 128: os_rows<T, 128>(p, a, w, r0, r1); break;
+    default: os_rows<T, 0>(p, a, w, r0, r1);
+  }
+}
+
+// AVX2/FMA and baseline clones, picked at load time (the build has no -march).
+__attribute__((target_clones("arch=haswell", "default"))) void os_tile(
+    const Pairs& p, const GgsArgs<float>& a, const float* w, int64_t r0, int64_t r1) {
+  os_dispatch<float>(p, a, w, r0, r1);
+}
+__attribute__((target_clones("arch=haswell", "default"))) void os_tile(
+    const Pairs& p, const GgsArgs<double>& a, const double* w, int64_t r0, int64_t r1) {
+  os_dispatch<double>(p, a, w, r0, r1);
+}
+
+template <typename T>
+void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
+  const int64_t ci = a.c_in, co = a.c_out;
+  // Row-wise accumulation wants W[g] as [c_in, c_out]; a transposed W is copied once.
+  std::vector<T> wt;
+  const T* w = a.w;
+  if (a.trans_w) {
+    wt.resize(p.num_groups * ci * co);
+    for (int64_t g = 0; g < p.num_groups; ++g)
+      for (int64_t c = 0; c < ci; ++c)
+        for (int64_t j = 0; j < co; ++j) wt[(g * ci + c) * co + j] = a.w[(g * co + j) * ci + c];
+    w = wt.data();
+  }
+  constexpr int64_t kTile = 256;
+  const int64_t tiles = (p.num_out + kTile - 1) / kTile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t)
+    os_tile(p, a, w, t * kTile, std::min(p.num_out, (t + 1) * kTile));
+}
+
+// ---- weight gradient ---------------------------------------------------------------------
+
+template <typename T>
+void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
+                     const T* scale, T* dw) {
+  const int64_t tile = tile_rows<T>(ci, co);
+#pragma omp parallel
+  {
+    std::vector<T> xbuf(tile * ci), ybuf(tile * co);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t g = 0; g < p.num_groups; ++g) {
+      T* dwg = dw + g * ci * co;
+      std::fill(dwg, dwg + ci * co, T(0));
+      const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
+      if (g == p.identity_group && scale == nullptr) {
+        gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co);
+        continue;
+      }
+      for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
+        const int64_t m = std::min(tile, p0 + n - q0);
+        gather_tile(x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
+        gather_tile(dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m, ybuf.data());
+        gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out) {
+  if (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0))
+    return Dataflow::GatherGemmScatter;
+  // Row-wise accumulation keeps the output row in registers and W (K * c_in * c_out) in
+  // cache; past 32 x 32 channels the dense GEMM's blocking wins (benchmarks/bench_sparse_conv.py).
+  return c_in * c_out <= 32 * 32 ? Dataflow::OutputStationary : Dataflow::GatherGemmScatter;
+}
+
+template <typename T>
+Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
+  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out);
+  if (d == Dataflow::OutputStationary &&
+      (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0)))
+    d = Dataflow::GatherGemmScatter;
+  if (a.c_out == 0 || p.num_out == 0) return d;
+  if (a.c_in == 0 || p.size() == 0) {
+    if (!a.accumulate) init_rows(a, 0, p.num_out);
+    return d;
+  }
+  if (d == Dataflow::OutputStationary)
+    run_output_stationary(p, a);
+  else
+    run_gather_gemm_scatter(p, a);
+  return d;
+}
+
+template <typename T>
+void weight_grad(const Pairs& p, const T* x, int64_t c_in, const T* dy, int64_t c_out,
+                 const T* scale, T* dw) {
+  if (c_in == 0 || c_out == 0 || p.num_groups == 0) return;
+  run_weight_grad(p, x, c_in, dy, c_out, scale, dw);
+}
+
+template Dataflow gather_gemm_scatter<float>(const Pairs&, const GgsArgs<float>&, Dataflow);
+template Dataflow gather_gemm_scatter<double>(const Pairs&, const GgsArgs<double>&, Dataflow);
+template void weight_grad<float>(const Pairs&, const float*, int64_t, const float*, int64_t,
+                                 const float*, float*);
+template void weight_grad<double>(const Pairs&, const double*, int64_t, const double*, int64_t,
+                                  const double*, double*);
+
+}  // namespace sparsejit::ggs
