@@ -52,13 +52,13 @@ inline __attribute__((always_inline)) void gemm(bool ta, bool tb, int64_t m, int
 
 }  // namespace
 
-__attribute__((target_clones("arch=haswell", "default"))) void sgemm(
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void sgemm(
     bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm<float>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-__attribute__((target_clones("arch=haswell", "default"))) void dgemm(
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void dgemm(
     bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
     int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   gemm<double>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

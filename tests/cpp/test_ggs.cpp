@@ -111,8 +111,17 @@ void check_forward(Structure s, int64_t ci, int64_t co, bool trans_w, bool scale
   const auto ref = reference<T>(s, x, ci, w, trans_w, co, scaled ? &scale : nullptr,
                                 biased ? &bias : nullptr);
   const double tol = std::is_same<T, float>::value ? 1e-4 : 1e-10;
-  for (auto d : {ggs::Dataflow::GatherGemmScatter, ggs::Dataflow::OutputStationary,
-                 ggs::Dataflow::Auto}) {
+  // Gather-GEMM-scatter runs two ways: with the row index (products buffered, then summed
+  // per row) and without it (per-group scatter, the RGMS case without an index).
+  ggs::Pairs unindexed = p;
+  unindexed.row_ptr = nullptr;
+  unindexed.row_pair = nullptr;
+  unindexed.pair_group = nullptr;
+  for (int variant = 0; variant < 4; ++variant) {
+    const ggs::Dataflow d = variant == 1 ? ggs::Dataflow::OutputStationary
+                            : variant == 2 ? ggs::Dataflow::Auto
+                                           : ggs::Dataflow::GatherGemmScatter;
+    const ggs::Pairs& pv = variant == 3 ? unindexed : p;
     std::vector<T> y(s.n_out * co, std::numeric_limits<T>::quiet_NaN());
     ggs::GgsArgs<T> a;
     a.x = x.data();
@@ -123,15 +132,15 @@ void check_forward(Structure s, int64_t ci, int64_t co, bool trans_w, bool scale
     a.scale = scaled ? scale.data() : nullptr;
     a.bias = biased ? bias.data() : nullptr;
     a.y = y.data();
-    const auto ran = ggs::gather_gemm_scatter<T>(p, a, d);
+    const auto ran = ggs::gather_gemm_scatter<T>(pv, a, d);
     if (d != ggs::Dataflow::Auto) EXPECT_EQ(ran, d);
     for (size_t i = 0; i < y.size(); ++i)
       ASSERT_NEAR(y[i], ref[i], tol * (1 + std::abs(ref[i]) + ci))
-          << ggs::dataflow_name(d) << " entry " << i << " ci " << ci << " co " << co;
+          << ggs::dataflow_name(d) << " variant " << variant << " entry " << i << " ci " << ci << " co " << co;
     // accumulate: Y += the same sum again
     a.accumulate = true;
     a.bias = nullptr;
-    ggs::gather_gemm_scatter<T>(p, a, d);
+    ggs::gather_gemm_scatter<T>(pv, a, d);
     const double b0 = biased ? 1.0 : 0.0;
     for (size_t i = 0; i < y.size(); ++i) {
       const double twice = 2 * ref[i] - b0 * bias[i % co];
