@@ -6,7 +6,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 # Pinned: 2.13.0 is the CPU build (an unpinned torch pulls a multi-GB CUDA build).
 TORCH_SPEC ?= torch==2.13.0
-APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache
+APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache libdnnl-dev
 # nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
 PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8
 

@@ -86,4 +86,57 @@ at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores) {
   return h.call(a.rowptr, scores);
 }
 
+// ---- RGMS ------------------------------------------------------------------------------
+
+TypedCsr TypedCsr::from_edge_index(const at::Tensor& edge_index, const at::Tensor& edge_type,
+                                   int64_t num_nodes, int64_t num_relations) {
+  TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2,
+                    "sparsejit: edge_index must have shape [2, E]; got ", edge_index.sizes());
+  TORCH_CHECK_VALUE(edge_type.dim() == 1, "sparsejit: edge_type must be 1-D; got ",
+                    edge_type.sizes());
+  if (num_nodes < 0) {
+    num_nodes = edge_index.size(1) > 0 ? std::max<int64_t>(edge_index.max().item<int64_t>() + 1, 0)
+                                       : 0;
+  }
+  if (num_relations < 0) {
+    num_relations = edge_type.numel() > 0
+                        ? std::max<int64_t>(edge_type.max().item<int64_t>() + 1, 1)
+                        : 1;
+  }
+  static auto plan = op("sparsejit::rgms_plan")
+                         .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                           at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                       int64_t, int64_t, int64_t)>();
+  auto [rel_ptr, grp_ptr, grp_dst, src, perm] =
+      plan.call(edge_index, edge_type, num_nodes, num_nodes, num_relations);
+  TypedCsr t;
+  t.rel_ptr = rel_ptr;
+  t.grp_ptr = grp_ptr;
+  t.grp_dst = grp_dst;
+  t.src = src;
+  t.perm = perm;
+  t.num_src = t.num_dst = num_nodes;
+  t.num_relations = num_relations;
+  return t;
+}
+
+at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
+                const std::string& reduce, const std::optional<at::Tensor>& values) {
+  TORCH_CHECK_VALUE(x.dim() == 2 && x.size(0) == a.num_src, "sparsejit.rgms: X must be [",
+                    a.num_src, ", F_in]; got ", x.sizes());
+  static auto h = op("sparsejit::rgms")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const std::optional<at::Tensor>&,
+                                        c10::string_view, int64_t, int64_t, int64_t)>();
+  return h.call(a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm, x, w, values, reduce, a.num_dst,
+                0, 0);
+}
+
+at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w) {
+  static auto h = op("sparsejit::segment_matmul")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return h.call(x, ptr, w);
+}
+
 }  // namespace sparsejit

@@ -1,69 +1,161 @@
-// TEMPORARY built-in GEMM (replaced by main's oneDNN-backed csrc/dense at merge): row loop
-// over C, i-p-j order so the innermost loop streams a row of B and C (vectorizes); parallel
-// over rows of C outside an OpenMP region.
+// Dense products: oneDNN's sgemm when available, else a built-in register-blocked kernel.
 #include "csrc/dense/gemm.h"
 
-#include <omp.h>
+#define SPARSEJIT_GEMM_NS packed_base
+#include "csrc/dense/gemm_packed.h"
+#undef SPARSEJIT_GEMM_NS
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef SPARSEJIT_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 namespace sparsejit::dense {
 namespace {
 
+void check_gemm_args(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                     int64_t ldb, int64_t ldc) {
+  if (m < 0 || n < 0 || k < 0)
+    throw std::invalid_argument("gemm: negative size (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  const int64_t need_a = std::max<int64_t>(1, ta ? m : k);
+  const int64_t need_b = std::max<int64_t>(1, tb ? k : n);
+  if (lda < need_a) throw std::invalid_argument("gemm: lda=" + std::to_string(lda) + " < " + std::to_string(need_a));
+  if (ldb < need_b) throw std::invalid_argument("gemm: ldb=" + std::to_string(ldb) + " < " + std::to_string(need_b));
+  if (ldc < std::max<int64_t>(1, n))
+    throw std::invalid_argument("gemm: ldc=" + std::to_string(ldc) + " < " + std::to_string(n));
+}
+
+// C = alpha * op(A) op(B) + beta * C. Rows of C in blocks of 4, columns in the compiler's
+// vector width (the inner loop over j vectorizes); op(B) rows are contiguous when !tb.
 template <typename T>
-inline __attribute__((always_inline)) void gemm_rows(bool ta, bool tb, int64_t r0, int64_t r1,
-                                                     int64_t n, int64_t k, T alpha, const T* a,
-                                                     int64_t lda, const T* b, int64_t ldb,
-                                                     T beta, T* c, int64_t ldc) {
-  for (int64_t i = r0; i < r1; ++i) {
-    T* ci = c + i * ldc;
-    if (beta == T(0)) {
-      for (int64_t j = 0; j < n; ++j) ci[j] = T(0);
-    } else if (beta != T(1)) {
-      for (int64_t j = 0; j < n; ++j) ci[j] *= beta;
-    }
-    for (int64_t p = 0; p < k; ++p) {
-      const T av = alpha * (ta ? a[p * lda + i] : a[i * lda + p]);
-      if (!tb) {
-        const T* bp = b + p * ldb;
-        for (int64_t j = 0; j < n; ++j) ci[j] += av * bp[j];
-      } else {
-        for (int64_t j = 0; j < n; ++j) ci[j] += av * b[j * ldb + p];
+void gemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+              int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  auto A = [&](int64_t i, int64_t p) { return ta ? a[p * lda + i] : a[i * lda + p]; };
+  constexpr int64_t NB = 64;
+  T acc[4][NB];
+  for (int64_t j0 = 0; j0 < n; j0 += NB) {
+    const int64_t nb = std::min(NB, n - j0);
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int64_t mb = std::min<int64_t>(4, m - i0);
+      for (int64_t ii = 0; ii < 4; ++ii)
+        for (int64_t jj = 0; jj < NB; ++jj) acc[ii][jj] = T(0);
+      for (int64_t p = 0; p < k; ++p) {
+        if (tb) {
+          for (int64_t ii = 0; ii < mb; ++ii) {
+            const T av = A(i0 + ii, p);
+            for (int64_t jj = 0; jj < nb; ++jj) acc[ii][jj] += av * b[(j0 + jj) * ldb + p];
+          }
+        } else {
+          const T* brow = b + p * ldb + j0;
+          for (int64_t ii = 0; ii < mb; ++ii) {
+            const T av = A(i0 + ii, p);
+            for (int64_t jj = 0; jj < nb; ++jj) acc[ii][jj] += av * brow[jj];
+          }
+        }
+      }
+      for (int64_t ii = 0; ii < mb; ++ii) {
+        T* crow = c + (i0 + ii) * ldc + j0;
+        if (beta == T(0)) {
+          for (int64_t jj = 0; jj < nb; ++jj) crow[jj] = alpha * acc[ii][jj];
+        } else {
+          for (int64_t jj = 0; jj < nb; ++jj) crow[jj] = alpha * acc[ii][jj] + beta * crow[jj];
+        }
       }
     }
   }
 }
 
-template <typename T>
-inline __attribute__((always_inline)) void gemm(bool ta, bool tb, int64_t m, int64_t n,
-                                                int64_t k, T alpha, const T* a, int64_t lda,
-                                                const T* b, int64_t ldb, T beta, T* c,
-                                                int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (omp_in_parallel() || m * n * k < (int64_t{1} << 16)) {
-    gemm_rows<T>(ta, tb, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
+
+// The packed 4 x 16 kernel, compiled twice (gemm_packed.h): for the baseline ISA here and
+// for AVX2 + FMA in gemm_avx2.cpp; the CPU picks at run time.
+}  // namespace
+
+// gemm_avx2.cpp (compiled with -mavx2 -mfma).
+void packed_avx2_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+namespace {
+
+bool cpu_has_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void sgemm_packed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                  float* c, int64_t ldc) {
+  // Small per-thread scratch reused across calls (the tile products call this per tile).
+  thread_local std::vector<float> pa, pb;
+  const int64_t n16 = (n + 15) / 16 * 16;
+  pb.assign(size_t(std::max<int64_t>(1, k * n16)), 0.f);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) pb[p * n16 + j] = tb ? b[j * ldb + p] : b[p * ldb + j];
+  const float* ap = a;
+  int64_t lda_p = lda;
+  if (ta) {
+    pa.resize(size_t(std::max<int64_t>(1, m * k)));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) pa[i * k + p] = a[p * lda + i];
+    ap = pa.data();
+    lda_p = std::max<int64_t>(1, k);
   }
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t r0 = m * t / nt, r1 = m * (t + 1) / nt;
-    gemm_rows<T>(ta, tb, r0, r1, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (cpu_has_avx2_fma()) {
+    packed_avx2_gemm(m, n, k, alpha, ap, lda_p, pb.data(), n16, beta, c, ldc);
+  } else {
+    packed_base::packed_gemm(m, n, k, alpha, ap, lda_p, pb.data(), n16, beta, c, ldc);
   }
 }
 
 }  // namespace
 
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void sgemm(
-    bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm<float>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void sgemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void dgemm(
-    bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-    int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  gemm<double>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+#ifdef SPARSEJIT_WITH_ONEDNN
+  if (k > 0) {
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                        b, ldb, beta, c, ldc);
+    if (st == dnnl_success) return;
+    throw std::runtime_error("gemm: oneDNN dnnl_sgemm failed with status " + std::to_string(int(st)) +
+                             " (m=" + std::to_string(m) + ", n=" + std::to_string(n) +
+                             ", k=" + std::to_string(k) + ")");
+  }
+#endif
+  sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-const char* gemm_backend() { return "builtin"; }
+void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  gemm_ref<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+const char* gemm_backend() {
+#ifdef SPARSEJIT_WITH_ONEDNN
+  static const std::string name = [] {
+    const dnnl_version_t* v = dnnl_version();
+    return "onednn " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch);
+  }();
+  return name.c_str();
+#else
+  return "builtin";
+#endif
+}
 
 }  // namespace sparsejit::dense

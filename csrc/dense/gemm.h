@@ -1,19 +1,36 @@
-// Dense GEMM entry points (TEMPORARY local copy on branch `conv`: main's csrc/dense/gemm.h,
-// oneDNN-backed, replaces this file at merge; same names and signatures).
+// Dense matrix products for the sparse op families (Torch-free).
+//
+// The gather-GEMM-scatter core (RGMS, point-cloud convolution) and the filter-sparse dense
+// fallback multiply small gathered tiles by per-group weights. These entry points hide where
+// the product runs: oneDNN's sgemm when the build found oneDNN (SPARSEJIT_WITH_ONEDNN), else a
+// built-in register-blocked kernel. Both are row-major, like cblas_?gemm(CblasRowMajor, ...).
 #pragma once
 
 #include <cstdint>
 
 namespace sparsejit::dense {
 
-// Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C (like cblas_sgemm RowMajor).
-// Runs single-threaded when called inside an OpenMP parallel region.
+// C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, row-major with leading dimensions.
+// op(A) = A (m x k, lda >= k) or A^T (A stored k x m, lda >= m); likewise B.
+// Runs single-threaded when called inside an OpenMP parallel region (oneDNN's OpenMP build
+// checks omp_in_parallel; the built-in kernel is serial); outside one it may use all threads.
+// Throws std::invalid_argument for negative sizes or leading dimensions that are too small.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc);
+
+// The same for float64 (always the built-in kernel: oneDNN has no double-precision gemm).
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
            const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
            int64_t ldc);
-const char* gemm_backend();  // "onednn" or "builtin"
+
+// The built-in kernel, always available (tests compare it with oneDNN; tiny shapes may
+// prefer it: no library dispatch).
+void sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc);
+
+// "onednn <version>" or "builtin".
+const char* gemm_backend();
 
 }  // namespace sparsejit::dense

@@ -14,12 +14,13 @@
 // segment_matmul_backward_w(x, ptr, grad_y) -> dw[k] = x_k^T grad_y_k.
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <string>
 
 #include "csrc/rgms/rgms_plan.h"
-#include "kernels/cpu/rgms_kernel.h"
+#include "csrc/rgms/rgms_run.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
 
@@ -27,10 +28,12 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("rgms_plan(Tensor edge_index, Tensor edge_type, int num_src, int num_dst, "
         "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
-        "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows) -> Tensor");
+        "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows, int gemm=0, "
+        "int tile=0) -> Tensor");
   m.def("rgms_backward(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
         "Tensor perm, Tensor x, Tensor w, Tensor? values, Tensor grad_y, str reduce, "
-        "bool need_x, bool need_w, bool need_values) -> (Tensor, Tensor, Tensor)");
+        "bool need_x, bool need_w, bool need_values, int gemm=0, int tile=0) "
+        "-> (Tensor, Tensor, Tensor)");
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
   m.def("segment_matmul_backward_w(Tensor x, Tensor ptr, Tensor grad_y) -> Tensor");
 }
@@ -159,18 +162,25 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   return a;
 }
 
-rgms::GroupRange group_range(const PlanArgs& a, int64_t r) {
-  const int64_t* rp = ptr<int64_t>(a.rel_ptr);
-  return {ptr<int64_t>(a.grp_ptr), ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src),
-          ptr<int64_t>(a.perm),    rp[r],                   rp[r + 1],
-          a.mean};
-}
-
-int64_t max_groups(const PlanArgs& a) {
-  const int64_t* rp = ptr<int64_t>(a.rel_ptr);
-  int64_t m = 0;
-  for (int64_t r = 0; r < a.r; ++r) m = std::max(m, rp[r + 1] - rp[r]);
-  return m;
+// The Torch-free problem description (csrc/rgms/rgms_run.h) of a checked call.
+rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src, int64_t f_in,
+                           int64_t f_out, int64_t gemm, int64_t tile) {
+  RGMS_CHECK(gemm >= 0 && gemm <= 2, "rgms: gemm must be 0 (auto), 1 (oneDNN) or 2 (built-in); got ",
+             gemm);
+  RGMS_CHECK(tile >= 0 && tile <= (int64_t(1) << 20), "rgms: tile must be in [0, 2^20]; got ", tile);
+  rgms::Problem p;
+  p.plan = {ptr<int64_t>(a.rel_ptr), ptr<int64_t>(a.grp_ptr), ptr<int64_t>(a.grp_dst),
+            ptr<int64_t>(a.src),     ptr<int64_t>(a.perm),    a.r,
+            a.e};
+  p.num_rows = num_rows;
+  p.num_src = num_src;
+  p.f_in = f_in;
+  p.f_out = f_out;
+  p.mean = a.mean;
+  p.gemm = static_cast<rgms::Gemm>(gemm);
+  p.tile = tile;
+  p.num_threads = at::get_num_threads();
+  return p;
 }
 
 template <typename T>
@@ -182,7 +192,7 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
                     const at::Tensor& x_in, const at::Tensor& w_in,
                     const std::optional<at::Tensor>& values_in, c10::string_view reduce,
-                    int64_t num_rows) {
+                    int64_t num_rows, int64_t gemm, int64_t tile) {
   const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
                                  values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
@@ -191,22 +201,11 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
   std::optional<at::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   const int64_t f_in = x.size(1), f_out = w.size(2);
-  auto y = at::zeros({num_rows, f_out}, x.options());
-  const int64_t gmax = max_groups(a);
-  auto agg = at::empty({gmax, f_in}, x.options());
-  auto m = at::empty({gmax, f_out}, x.options());
+  auto y = at::empty({num_rows, f_out}, x.options());
+  const auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
-    for (int64_t r = 0; r < a.r; ++r) {
-      const auto gr = group_range(a, r);
-      const int64_t g = gr.g1 - gr.g0;
-      if (g == 0) continue;
-      auto agg_r = agg.narrow(0, 0, g);
-      auto m_r = m.narrow(0, 0, g);
-      rgms::gather_reduce<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(x), f_in,
-                                    ptr<scalar_t>(agg_r));
-      at::mm_out(m_r, agg_r, w[r]);
-      rgms::scatter_add_rows<scalar_t>(gr, ptr<scalar_t>(m_r), f_out, ptr<scalar_t>(y));
-    }
+    rgms::forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
+                            ptr<scalar_t>(y));
   });
   return y.to(x_in.scalar_type());
 }
@@ -216,12 +215,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
     const at::Tensor& src, const at::Tensor& perm, const at::Tensor& x_in,
     const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
     const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
-    bool need_values) {
+    bool need_values, int64_t gemm, int64_t tile) {
   const int64_t num_rows = grad_y_in.dim() >= 1 ? grad_y_in.size(0) : 0;
   const auto a = check_rgms_args("rgms_backward", rel_ptr, grp_ptr, grp_dst, src, perm, x_in,
                                  w_in, values_in, reduce, num_rows);
   RGMS_CHECK(grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2), "rgms_backward",
              ": grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
+  TORCH_CHECK_TYPE(grad_y_in.scalar_type() == x_in.scalar_type(),
+                   "sparsejit.rgms_backward: grad_y dtype (", grad_y_in.scalar_type(),
+                   ") must match X dtype (", x_in.scalar_type(), ")");
+  check_same_device(grad_y_in, x_in, "grad_y", "X");
   const auto ct = compute_type(x_in.scalar_type());
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
@@ -230,40 +233,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   need_values = need_values && values.has_value();
   const int64_t f_in = x.size(1), f_out = w.size(2);
-  auto dx = need_x ? at::zeros_like(x) : at::empty({0}, x.options());
+  auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
   auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
-  auto dv = need_values ? at::zeros({a.e}, x.options()) : at::empty({0}, x.options());
-  const int64_t gmax = max_groups(a);
-  auto dyg = at::empty({gmax, f_out}, x.options());
-  auto agg = at::empty({need_w ? gmax : 0, f_in}, x.options());
-  auto dagg = at::empty({gmax, f_in}, x.options());
+  auto dv = need_values ? at::empty({a.e}, x.options()) : at::empty({0}, x.options());
+  const auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
-    for (int64_t r = 0; r < a.r; ++r) {
-      const auto gr = group_range(a, r);
-      const int64_t g = gr.g1 - gr.g0;
-      if (g == 0) continue;
-      auto dyg_r = dyg.narrow(0, 0, g);
-      rgms::gather_rows<scalar_t>(gr, ptr<scalar_t>(dy), f_out, ptr<scalar_t>(dyg_r));
-      if (need_w) {
-        auto agg_r = agg.narrow(0, 0, g);
-        rgms::gather_reduce<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(x), f_in,
-                                      ptr<scalar_t>(agg_r));
-        auto dw_r = dw[r];
-        at::mm_out(dw_r, agg_r.t(), dyg_r);
-      }
-      if (need_x || need_values) {
-        auto dagg_r = dagg.narrow(0, 0, g);
-        at::mm_out(dagg_r, dyg_r, w[r].t());
-        if (need_x) {
-          rgms::scatter_entries<scalar_t>(gr, opt_ptr<scalar_t>(values), ptr<scalar_t>(dagg_r),
-                                          f_in, ptr<scalar_t>(dx));
-        }
-        if (need_values) {
-          rgms::values_grad<scalar_t>(gr, ptr<scalar_t>(x), ptr<scalar_t>(dagg_r), f_in,
-                                      ptr<scalar_t>(dv));
-        }
-      }
-    }
+    rgms::backward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
+                             ptr<scalar_t>(dy), need_x ? ptr<scalar_t>(dx) : nullptr,
+                             need_w ? ptr<scalar_t>(dw) : nullptr,
+                             need_values ? ptr<scalar_t>(dv) : nullptr);
   });
   const auto out_t = x_in.scalar_type();
   return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};

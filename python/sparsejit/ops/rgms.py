@@ -255,14 +255,15 @@ def _check_fake(op, x, w, values, plan):
 
 
 @torch.library.register_fake("sparsejit::rgms")
-def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows):
+def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows, gemm=0,
+               tile=0):
     _check_fake("rgms", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
     return x.new_empty(num_rows, w.shape[2])
 
 
 @torch.library.register_fake("sparsejit::rgms_backward")
 def _rgms_backward_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad_y, reduce,
-                        need_x, need_w, need_values):
+                        need_x, need_w, need_values, gemm=0, tile=0):
     _check_fake("rgms_backward", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
     dx = x.new_empty(x.shape) if need_x else x.new_empty(0)
     dw = w.new_empty(w.shape) if need_w else x.new_empty(0)
@@ -285,9 +286,11 @@ def _segment_matmul_backward_w_fake(x, ptr, grad_y):
 # ---- autograd -----------------------------------------------------------------------------
 
 def _rgms_setup(ctx, inputs, output):
-    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows = inputs
+    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows = inputs[:10]
     ctx.save_for_backward(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values)
     ctx.reduce = reduce
+    ctx.gemm = inputs[10] if len(inputs) > 10 else 0
+    ctx.tile = inputs[11] if len(inputs) > 11 else 0
 
 
 def _rgms_backward(ctx, grad):
@@ -296,9 +299,9 @@ def _rgms_backward(ctx, grad):
     need_v = bool(need[7]) and values is not None
     dx, dw, dv = torch.ops.sparsejit.rgms_backward(
         rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad.contiguous(), ctx.reduce,
-        bool(need[5]), bool(need[6]), need_v)
+        bool(need[5]), bool(need[6]), need_v, ctx.gemm, ctx.tile)
     return (None, None, None, None, None, dx if need[5] else None, dw if need[6] else None,
-            dv if need_v else None, None, None)
+            dv if need_v else None, None, None, None, None)
 
 
 torch.library.register_autograd("sparsejit::rgms", _rgms_backward, setup_context=_rgms_setup)

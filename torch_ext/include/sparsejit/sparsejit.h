@@ -39,4 +39,27 @@ at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& redu
 at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k);
 at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores);
 
+// ---- RGMS (relational gather-matmul-scatter, R-GCN) ---------------------------------------
+
+// A typed structure: every edge carries a relation id in [0, num_relations); grouped by
+// relation, then target, once (the rgms_plan op; errors name the bad position and value).
+struct TypedCsr {
+  at::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;  // the plan (csrc/rgms/rgms_plan.h)
+  int64_t num_src = 0, num_dst = 0, num_relations = 0;
+
+  // edge_index [2, E] (row 0 sources, row 1 targets), edge_type [E]. num_nodes < 0:
+  // 1 + max index; num_relations < 0: 1 + max relation id.
+  static TypedCsr from_edge_index(const at::Tensor& edge_index, const at::Tensor& edge_type,
+                                  int64_t num_nodes = -1, int64_t num_relations = -1);
+};
+
+// Y[i] = sum over entries (i, j, r) of a * X[j] @ W[r]; W is [R, F_in, F_out]; reduce "sum"
+// or "mean" (per target and relation, R-GCN's c_{i,r}); values [E] in edge order, optional.
+at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
+                const std::string& reduce = "sum",
+                const std::optional<at::Tensor>& values = std::nullopt);
+
+// Rows ptr[k]:ptr[k+1] of x times w[k] (pyg-lib's segment_matmul).
+at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w);
+
 }  // namespace sparsejit

@@ -1,0 +1,294 @@
+// RGMS compute: see rgms_run.h for the partitioning of each pass.
+#include "csrc/rgms/rgms_run.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "csrc/dense/gemm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace sparsejit::rgms {
+namespace {
+
+int thread_count() {
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+// An exception must not leave an OpenMP region (std::terminate): the first one is kept and
+// rethrown by the caller after the region.
+struct FirstError {
+  std::exception_ptr err;
+  template <typename Fn>
+  void guard(Fn&& fn) {
+    try {
+      fn();
+    } catch (...) {
+#pragma omp critical(sparsejit_rgms_error)
+      if (!err) err = std::current_exception();
+    }
+  }
+  void rethrow() {
+    if (err) std::rethrow_exception(err);
+  }
+};
+
+// Row-major C = op(A) op(B) + beta C on the chosen backend (float64: always built-in).
+void gemm_raw(Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // Auto = the built-in kernel: the tile products are tiny (tens of rows, K and N = the
+  // feature widths) and run inside our parallel region (see docs/RGMS.md for the measurements).
+  if (g != Gemm::kOneDnn) {
+    dense::sgemm_builtin(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    dense::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// gemm_raw inside a parallel region: an error is recorded, not thrown.
+template <typename T>
+void gemm(FirstError& fe, Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  fe.guard([&] { gemm_raw(g, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc); });
+}
+
+template <typename T>
+inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t p) {
+  T c = values ? values[pv.perm[p]] : T(1);
+  if (mean) c /= T(pv.grp_ptr[g + 1] - pv.grp_ptr[g]);
+  return c;
+}
+
+// out[t, 0:w] = sum over group g0 + t's entries of coef * x[src, c0:c0 + w] (x row stride ldx).
+template <typename T>
+void gather_reduce(const Problem& p, const T* values, const T* x, int64_t ldx, int64_t c0,
+                   int64_t w, int64_t g0, int64_t g1, T* out) {
+  const PlanView& pv = p.plan;
+  // Rows of X are gathered at random: ask for the row a few entries ahead (the loop is
+  // bound by the latency of these loads, not by arithmetic).
+  constexpr int64_t kAhead = 6;
+  const int64_t last = pv.grp_ptr[g1];
+  for (int64_t g = g0; g < g1; ++g) {
+    T* o = out + (g - g0) * w;
+    const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
+    const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
+    for (int64_t j = 0; j < w; ++j) o[j] = T(0);
+    for (int64_t q = p0; q < p1; ++q) {
+      if (q + kAhead < last) __builtin_prefetch(x + pv.src[q + kAhead] * ldx + c0);
+      const T c = (values ? values[pv.perm[q]] : T(1)) * inv;
+      const T* row = x + pv.src[q] * ldx + c0;
+      for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
+    }
+  }
+}
+
+// out[t, :] = dy[grp_dst[g0 + t], :].
+template <typename T>
+void gather_targets(const PlanView& pv, const T* dy, int64_t f, int64_t g0, int64_t g1, T* out) {
+  for (int64_t g = g0; g < g1; ++g) std::memcpy(out + (g - g0) * f, dy + pv.grp_dst[g] * f, sizeof(T) * f);
+}
+
+int64_t lower_bound_dst(const PlanView& pv, int64_t g0, int64_t g1, int64_t row) {
+  return std::lower_bound(pv.grp_dst + g0, pv.grp_dst + g1, row) - pv.grp_dst;
+}
+
+int64_t tile_of(const Problem& p) {
+  return p.tile > 0 ? p.tile : default_tile(p.f_in, p.f_out);
+}
+
+}  // namespace
+
+int64_t default_tile(int64_t f_in, int64_t f_out) {
+  // Gathered rows plus products within ~64 KiB of float32 (L1 + part of L2): the tile then
+  // amortizes the per-call packing of W[r] (AIFB, F = 16: 512 groups measured ~20% faster
+  // than 128).
+  const int64_t width = std::max<int64_t>(1, f_in + f_out);
+  return std::clamp<int64_t>(16384 / width, 16, 512);
+}
+
+template <typename T>
+void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
+  const PlanView& pv = p.plan;
+  const int64_t n = p.num_rows, fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
+  {
+    const int nt = thread_count();
+    const int64_t chunks = nt == 1 ? 1 : std::min<int64_t>(n, 8 * int64_t(nt));
+    std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t row0 = n * c / chunks, row1 = n * (c + 1) / chunks;
+      if (row1 > row0 && fo > 0) std::memset(y + row0 * fo, 0, sizeof(T) * (row1 - row0) * fo);
+      if (fo == 0) continue;
+      for (int64_t r = 0; r < pv.r; ++r) {
+        const int64_t ga = lower_bound_dst(pv, pv.rel_ptr[r], pv.rel_ptr[r + 1], row0);
+        const int64_t gb = lower_bound_dst(pv, ga, pv.rel_ptr[r + 1], row1);
+        const T* w_r = w + r * fi * fo;
+        for (int64_t g0 = ga; g0 < gb; g0 += tile) {
+          const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
+          gather_reduce(p, values, x, fi, 0, fi, g0, g1, agg.data());
+          gemm(fe, p.gemm, false, false, m, fo, fi, agg.data(), std::max<int64_t>(fi, 1), w_r,
+               std::max<int64_t>(fo, 1), T(0), prod.data(), fo);
+          for (int64_t g = g0; g < g1; ++g) {
+            T* out = y + pv.grp_dst[g] * fo;
+            const T* in = prod.data() + (g - g0) * fo;
+            for (int64_t j = 0; j < fo; ++j) out[j] += in[j];
+          }
+        }
+      }
+    }
+  }
+  fe.rethrow();
+}
+
+namespace {
+
+// dX: thread t owns columns [i0, i1) of dX; dagg[:, i0:i1] = dYg @ W[r][i0:i1, :]^T.
+template <typename T>
+void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* dx) {
+  const PlanView& pv = p.plan;
+  const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  const bool par = p.num_src * fi > 4096 && fi >= 16;
+  FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (par)
+  {
+    const int64_t nt = thread_count(), t = thread_id();
+    const int64_t blocks = (fi + 7) / 8;  // whole 8-column blocks per thread
+    const int64_t i0 = std::min(fi, blocks * t / nt * 8), i1 = std::min(fi, blocks * (t + 1) / nt * 8);
+    const int64_t wd = i1 - i0;
+    for (int64_t s = 0; s < p.num_src && wd > 0; ++s) std::memset(dx + s * fi + i0, 0, sizeof(T) * wd);
+    std::vector<T> dyg(size_t(tile * std::max<int64_t>(fo, 1))), dagg(size_t(tile * std::max<int64_t>(wd, 1)));
+    for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
+      const T* w_r = w + r * fi * fo + i0 * fo;
+      for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1]; g0 += tile) {
+        const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
+        gather_targets(pv, dy, fo, g0, g1, dyg.data());
+        gemm(fe, p.gemm, false, true, m, wd, fo, dyg.data(), std::max<int64_t>(fo, 1), w_r,
+             std::max<int64_t>(fo, 1), T(0), dagg.data(), wd);
+        for (int64_t g = g0; g < g1; ++g) {
+          const T* d = dagg.data() + (g - g0) * wd;
+          for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
+            const T c = coef(pv, values, p.mean, g, q);
+            T* out = dx + pv.src[q] * fi + i0;
+            for (int64_t j = 0; j < wd; ++j) out[j] += c * d[j];
+          }
+        }
+      }
+    }
+  }
+  fe.rethrow();
+}
+
+// dW[r][i0:i1, :] = sum over tiles of agg[:, i0:i1]^T @ dYg; thread t owns rows [i0, i1).
+template <typename T>
+void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* dw) {
+  const PlanView& pv = p.plan;
+  const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fi > 4096 && fi >= 2)
+  {
+    const int64_t nt = thread_count(), t = thread_id();
+    const int64_t i0 = fi * t / nt, i1 = fi * (t + 1) / nt, wd = i1 - i0;
+    std::vector<T> agg(size_t(tile * std::max<int64_t>(wd, 1))), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
+    for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
+      T* dw_r = dw + r * fi * fo + i0 * fo;
+      if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
+      for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1] && fo > 0; g0 += tile) {
+        const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
+        gather_reduce(p, values, x, fi, i0, wd, g0, g1, agg.data());
+        gather_targets(pv, dy, fo, g0, g1, dyg.data());
+        gemm(fe, p.gemm, true, false, wd, fo, m, agg.data(), wd, dyg.data(), fo, T(1), dw_r, fo);
+      }
+    }
+  }
+  fe.rethrow();
+}
+
+// dvalues[perm_p] = scale_g * <x[src_p], dY[dst_g] @ W[r]^T>.
+template <typename T>
+void backward_values(const Problem& p, const T* x, const T* w, const T* dy, T* dv) {
+  const PlanView& pv = p.plan;
+  const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  std::vector<int64_t> items;  // (relation, first group) of every tile
+  for (int64_t r = 0; r < pv.r; ++r)
+    for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1]; g0 += tile) {
+      items.push_back(r);
+      items.push_back(g0);
+    }
+  const int64_t n_items = int64_t(items.size() / 2);
+  FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fi > 4096)
+  {
+    std::vector<T> dyg(size_t(tile * std::max<int64_t>(fo, 1))), dagg(size_t(tile * std::max<int64_t>(fi, 1)));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t it = 0; it < n_items; ++it) {
+      const int64_t r = items[2 * it], g0 = items[2 * it + 1];
+      const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
+      gather_targets(pv, dy, fo, g0, g1, dyg.data());
+      if (fi > 0) {
+        gemm(fe, p.gemm, false, true, m, fi, fo, dyg.data(), std::max<int64_t>(fo, 1),
+             w + r * fi * fo, std::max<int64_t>(fo, 1), T(0), dagg.data(), fi);
+      }
+      for (int64_t g = g0; g < g1; ++g) {
+        const T* d = dagg.data() + (g - g0) * fi;
+        const T scale = p.mean ? T(1) / T(pv.grp_ptr[g + 1] - pv.grp_ptr[g]) : T(1);
+        for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
+          const T* row = x + pv.src[q] * fi;
+          T acc = 0;
+          for (int64_t j = 0; j < fi; ++j) acc += row[j] * d[j];
+          dv[pv.perm[q]] = scale * acc;
+        }
+      }
+    }
+  }
+  fe.rethrow();
+}
+
+}  // namespace
+
+template <typename T>
+void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
+              T* dw, T* dvalues) {
+  if (dx) {
+    if (p.f_out == 0 || p.plan.e == 0) {
+      std::memset(dx, 0, sizeof(T) * p.num_src * p.f_in);
+    } else {
+      backward_x(p, w, values, dy, dx);
+    }
+  }
+  if (dw) {
+    if (p.f_in > 0 && p.f_out > 0) {
+      backward_w(p, x, values, dy, dw);
+    }
+  }
+  if (dvalues) backward_values(p, x, w, dy, dvalues);
+}
+
+template void forward<float>(const Problem&, const float*, const float*, const float*, float*);
+template void forward<double>(const Problem&, const double*, const double*, const double*, double*);
+template void backward<float>(const Problem&, const float*, const float*, const float*,
+                              const float*, float*, float*, float*);
+template void backward<double>(const Problem&, const double*, const double*, const double*,
+                               const double*, double*, double*, double*);
+
+}  // namespace sparsejit::rgms

@@ -1,0 +1,57 @@
+// RGMS compute (Torch-free): Y[i] = sum_{p = (i, j, r)} coef_p * X[j] @ W[r] over a plan from
+// csrc/rgms/rgms_plan.h (entries grouped by relation, then target), and its gradients.
+//
+// Every function runs in ONE OpenMP parallel region (no per-relation dispatch) and tiles each
+// relation's groups so the gathered rows stay in cache:
+//   forward     rows of Y split into chunks (dynamic schedule); per chunk and relation, tiles
+//               of groups: gather-reduce X rows (aggregate-then-transform), one small GEMM
+//               with W[r], add into the chunk's own rows of Y (no races, deterministic).
+//   grad X      columns of dX split between threads: per relation tile, gather dY rows, GEMM
+//               with the thread's rows of W[r] (transposed), scatter into its columns.
+//   grad W      rows of every dW[r] split between threads (F_in): gather-reduce the thread's
+//               columns of X, GEMM (transposed) with the gathered dY rows, accumulate.
+//   grad values one dot product per entry, tiles of groups spread dynamically.
+// coef_p = values[perm_p] (1 without values), divided by the group's size for reduce = mean
+// (R-GCN's c_{i,r}). Dense products go through csrc/dense/gemm.h (oneDNN or built-in).
+#pragma once
+
+#include <cstdint>
+
+namespace sparsejit::rgms {
+
+struct PlanView {
+  const int64_t* rel_ptr;  // [r + 1]
+  const int64_t* grp_ptr;  // [e + 1]
+  const int64_t* grp_dst;  // [e]
+  const int64_t* src;      // [e]
+  const int64_t* perm;     // [e]
+  int64_t r = 0, e = 0;
+};
+
+// Where the small dense products run (tests force each; kAuto = the planner's choice).
+enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2 };
+
+struct Problem {
+  PlanView plan;
+  int64_t num_rows = 0;  // rows of Y / dY
+  int64_t num_src = 0;   // rows of X / dX
+  int64_t f_in = 0, f_out = 0;
+  bool mean = false;
+  Gemm gemm = Gemm::kAuto;
+  int64_t tile = 0;  // groups per tile; 0 = chosen from f_in / f_out
+  int num_threads = 1;  // the caller's intra-op thread count (at::get_num_threads())
+};
+
+// y [num_rows, f_out] is fully written (rows without entries become 0).
+template <typename T>
+void forward(const Problem& p, const T* x, const T* w, const T* values, T* y);
+
+// Each output may be null (not needed). Each non-null one is fully written.
+template <typename T>
+void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
+              T* dw, T* dvalues);
+
+// The tile (groups per GEMM) the planner uses for these widths.
+int64_t default_tile(int64_t f_in, int64_t f_out);
+
+}  // namespace sparsejit::rgms
