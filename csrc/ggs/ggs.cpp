@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <vector>
 
 #include "csrc/dense/gemm.h"
@@ -108,9 +110,32 @@ int64_t tile_rows(int64_t c_in, int64_t c_out) {
   return std::clamp<int64_t>(budget / std::max<int64_t>(1, c_in + c_out), 16, 2048);
 }
 
+// An exception must not leave an OpenMP region (std::terminate): the first error thrown by a
+// dense product inside one is kept here and rethrown by the caller after the region.
+struct FirstError {
+  std::exception_ptr error;
+  std::mutex mutex;
+  template <typename F>
+  void run(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+    }
+  }
+  void rethrow() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+// Tiles go through the built-in kernel: every call here is inside an OpenMP region, and there
+// Debian's oneDNN 2.6.3 dnnl_sgemm returns "unimplemented" (status 3) in a process that has
+// loaded torch (torch's libgomp), while the same call outside a region works (found with
+// ctypes; the C++ tests, without torch, pass either way). To revisit with the dense owner.
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  dense::sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  dense::sgemm_builtin(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
                  int64_t lda, const double* b, int64_t ldb, double beta, double* c,
@@ -158,6 +183,7 @@ template <typename T>
 void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
   const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
   const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  FirstError errors;
 #pragma omp parallel
   {
     std::vector<T> xbuf(tile * ci), ybuf(tile * co);
@@ -174,7 +200,9 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t r0 = t * tile, m = std::min(tile, n - r0);
-          gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
+          errors.run([&] {
+            gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
+          });
         }
         continue;
       }
@@ -183,7 +211,9 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
           gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
-          gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          errors.run([&] {
+            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          });
           scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
       } else {
@@ -193,13 +223,16 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
           gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
-          gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          errors.run([&] {
+            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          });
 #pragma omp ordered
           scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
       }
     }
   }
+  errors.rethrow();
 }
 
 // With a row index: every (group, tile) product goes to its own rows of a [M, C_out] buffer
@@ -216,6 +249,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
       tasks.push_back({g, q0, std::min(tile, p.group_ptr[g + 1] - q0)});
   std::vector<T> prod(static_cast<size_t>(p.size()) * co);
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  FirstError errors;
 #pragma omp parallel
   {
     std::vector<T> xbuf(tile * ci);
@@ -231,7 +265,9 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
                     xbuf.data());
         xs = xbuf.data();
       }
-      gemm(false, a.trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod.data() + k.q0 * co, co);
+      errors.run([&] {
+        gemm(false, a.trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod.data() + k.q0 * co, co);
+      });
     }
 #pragma omp for schedule(dynamic, 256)
     for (int64_t r = 0; r < p.num_out; ++r) {
@@ -243,6 +279,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
       }
     }
   }
+  errors.rethrow();
 }
 
 // ---- output-stationary -------------------------------------------------------------------
@@ -416,6 +453,7 @@ template <typename T>
 void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
                      const T* scale, T* dw) {
   const int64_t tile = tile_rows<T>(ci, co);
+  FirstError errors;
 #pragma omp parallel
   {
     std::vector<T> xbuf(tile * ci), ybuf(tile * co);
@@ -427,17 +465,20 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
       // Channel widths with a register-resident kernel: rank-1 updates, no buffers.
       if (wgrad_group(p, x, ci, dy, co, scale, dwg, g)) continue;
       if (g == p.identity_group && scale == nullptr) {
-        gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co);
+        errors.run([&] { gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co); });
         continue;
       }
       for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
         const int64_t m = std::min(tile, p0 + n - q0);
         gather_tile(x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
         gather_tile(dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m, ybuf.data());
-        gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
+        errors.run([&] {
+          gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
+        });
       }
     }
   }
+  errors.rethrow();
 }
 
 }  // namespace
