@@ -9,9 +9,9 @@ $SPARSEJIT_DATA/pointclouds/kitti_pointpillars voxelized at 5 cm. Per case and c
     get_indice_pairs);
   - SubMConv3d forward and forward+backward, each including the first map build (a fresh
     SparseConvTensor per run), and the forward with the map cached (both dataflows);
-plus GFLOP/s of the cached forward (2 * pairs * C_in * C_out) against the dense GEMM rate
-(torch.mm of [N, C] x [C, C] rows at the same N * 27 / pairs ratio... measured on [pairs, C] x
-[C, C]). 2 threads (torch.set_num_threads(2)); the machine is shared, so read ratios.
+plus GFLOP/s of the cached forward (2 * pairs * C_in * C_out) against the dense GEMM rate of
+the same product as one torch.mm ([pairs, C] x [C, C]), the roofline of this op. 2 threads (torch.set_num_threads(2)), OMP_WAIT_POLICY=passive unless given (see below);
+the machine is shared, so read ratios.
 """
 
 from __future__ import annotations
@@ -25,8 +25,21 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+# OpenMP workers that spin while waiting starve the working threads when the machine is
+# oversubscribed (2 shared cores, several helpers compiling): measured here, conv_plan went
+# from 3 ms (passive) to 150 ms (spinning). libgomp reads this once, when torch loads it, so
+# it is set before the import; --omp-wait-policy is recorded in the results. It applies to
+# both libraries (torch's and sparsejit's OpenMP regions run on the same libgomp).
+if "OMP_WAIT_POLICY" not in os.environ:
+    _policy = "passive"
+    for _i, _a in enumerate(sys.argv):
+        if _a.startswith("--omp-wait-policy"):
+            _policy = _a.split("=", 1)[1] if "=" in _a else sys.argv[_i + 1]
+    if _policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = _policy
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import sparsejit as sj  # noqa: E402
@@ -74,7 +87,7 @@ def kitti_cases(limit):
     return out
 
 
-def bench_case(name, idx, shape, channels, reps):
+def bench_case(name, idx, shape, channels, reps, args_threads=2):
     rows = []
     n = idx.shape[0]
     res = {"case": name, "voxels": n, "spatial_shape": shape}
@@ -140,7 +153,7 @@ def bench_case(name, idx, shape, channels, reps):
             ref_2t = sp_fwd()
             torch.set_num_threads(1)
             ref_1t = sp_fwd()
-            torch.set_num_threads(2)
+            torch.set_num_threads(args_threads)
             torch.testing.assert_close(sj_fwd(), ref_1t, atol=1e-3, rtol=1e-3)
             r["spconv_2thread_wrong_rows"] = int(((ref_2t - ref_1t).abs().max(1).values
                                                   > 1e-3).sum())
@@ -160,16 +173,19 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--channels", type=int, nargs="+", default=[16, 32, 64])
     ap.add_argument("--kitti", type=int, default=2, help="number of KITTI scans (0 = none)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--omp-wait-policy", default="passive",
+                    help="passive, active or default (environment untouched); see the top")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sparse_conv.json"))
     args = ap.parse_args()
-    torch.set_num_threads(2)
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    torch.set_num_threads(args.threads)
     rows = []
     idx, shape = random_case()
-    rows += bench_case("random_20k_128cube", idx, shape, args.channels, args.reps)
+    rows += bench_case("random_20k_128cube", idx, shape, args.channels, args.reps, args.threads)
     for name, coords, shp in kitti_cases(args.kitti):
-        rows += bench_case(name, coords, shp, args.channels, args.reps)
+        rows += bench_case(name, coords, shp, args.channels, args.reps, args.threads)
     meta = {"threads": torch.get_num_threads(), "torch": torch.__version__,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "spconv": getattr(sys.modules.get("spconv"), "__version__", None),
             "machine": platform.processor() or platform.machine(),
             "note": "2-core shared machine with concurrent builds: timings noisy, read ratios",
