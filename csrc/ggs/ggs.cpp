@@ -183,6 +183,13 @@ template <typename T>
 void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
   const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
   const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  std::vector<T> group_prod;  // [largest group, co], only when out rows repeat in a group
+  if (!p.unique_out_per_group) {
+    int64_t largest = 0;
+    for (int64_t g = 0; g < p.num_groups; ++g)
+      largest = std::max(largest, p.group_ptr[g + 1] - p.group_ptr[g]);
+    group_prod.resize(static_cast<size_t>(largest) * co);
+  }
   FirstError errors;
 #pragma omp parallel
   {
@@ -217,18 +224,19 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
           scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
       } else {
-        // Out rows may repeat within the group: products in parallel, scatters one at a time
-        // (in tile order, so the result stays deterministic).
-#pragma omp for schedule(static, 1) ordered
+        // Out rows may repeat within the group: the group's products in parallel into a shared
+        // buffer, then one thread adds them in pair order (deterministic, no conflicts).
+#pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
           gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
           errors.run([&] {
-            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
+                 group_prod.data() + (q0 - p0) * co, co);
           });
-#pragma omp ordered
-          scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
+#pragma omp single
+        scatter_add_tile(group_prod.data(), co, p.out_idx + p0, n, a.y);
       }
     }
   }
@@ -396,32 +404,53 @@ void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
 
 // ---- weight gradient ---------------------------------------------------------------------
 
-// dW[g] += scale_p * X[in_p]^T dY[out_p] over one group's pairs, as rank-1 updates: the dY
-// row sits in registers (CO / L vectors), dW[g] ([c_in, CO]) stays in L1/L2.
+// dW[g] += scale_p * X[in_p]^T dY[out_p] over one group's pairs. Pairs in tiles of 256 (their
+// X and dY rows stay in L2); per tile, CB rows of dW[g] at a time are held in vector registers
+// (CB * CO / L accumulators) while the tile's pairs stream by: one dY row load feeds CB
+// rows of FMAs, and dW is loaded / stored once per tile instead of once per pair.
+template <typename T, int CO, int CB>
+inline __attribute__((always_inline)) void wgrad_rows(const Pairs& p, const T* x, int64_t ci,
+                                                      const T* dy, const T* scale, T* dwg,
+                                                      int64_t q0, int64_t q1, int64_t c0) {
+  constexpr int L = 32 / sizeof(T), NV = CO / L;
+  typedef T V __attribute__((vector_size(32), aligned(sizeof(T))));
+  V acc[CB][NV];
+#pragma GCC unroll 16
+  for (int b = 0; b < CB; ++b)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) std::memcpy(&acc[b][v], dwg + (c0 + b) * CO + v * L, sizeof(V));
+  for (int64_t q = q0; q < q1; ++q) {
+    const T* xi = x + static_cast<int64_t>(p.in_idx[q]) * ci + c0;
+    const T* dyo = dy + static_cast<int64_t>(p.out_idx[q]) * CO;
+    const T s = scale != nullptr ? scale[q] : T(1);
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      V d;
+      std::memcpy(&d, dyo + v * L, sizeof(V));
+#pragma GCC unroll 16
+      for (int b = 0; b < CB; ++b) acc[b][v] += (s * xi[b]) * d;
+    }
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < CB; ++b)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) std::memcpy(dwg + (c0 + b) * CO + v * L, &acc[b][v], sizeof(V));
+}
+
 template <typename T, int CO>
 inline __attribute__((always_inline)) void wgrad_group_fixed(const Pairs& p, const T* x,
                                                              int64_t ci, const T* dy,
                                                              const T* scale, T* dwg, int64_t g) {
   constexpr int L = 32 / sizeof(T), NV = CO / L;
-  typedef T V __attribute__((vector_size(32), aligned(sizeof(T))));
-  for (int64_t q = p.group_ptr[g]; q < p.group_ptr[g + 1]; ++q) {
-    const T* xi = x + static_cast<int64_t>(p.in_idx[q]) * ci;
-    const T* dyo = dy + static_cast<int64_t>(p.out_idx[q]) * CO;
-    const T s = scale != nullptr ? scale[q] : T(1);
-    V d[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) std::memcpy(&d[v], dyo + v * L, sizeof(V));
-    for (int64_t c = 0; c < ci; ++c) {
-      const T xv = s * xi[c];
-      T* row = dwg + c * CO;
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) {
-        V acc;
-        std::memcpy(&acc, row + v * L, sizeof(V));
-        acc += xv * d[v];
-        std::memcpy(row + v * L, &acc, sizeof(V));
-      }
-    }
+  // Rows of dW held per pass: up to 16 accumulators (measured best for 16, 32, 64 channels).
+  constexpr int CB = NV >= 16 ? 1 : NV >= 8 ? 2 : 8 / NV;
+  constexpr int64_t kTile = 256;
+  const int64_t p0 = p.group_ptr[g], p1 = p.group_ptr[g + 1];
+  for (int64_t q0 = p0; q0 < p1; q0 += kTile) {
+    const int64_t q1 = std::min(p1, q0 + kTile);
+    int64_t c0 = 0;
+    for (; c0 + CB <= ci; c0 += CB) wgrad_rows<T, CO, CB>(p, x, ci, dy, scale, dwg, q0, q1, c0);
+    for (; c0 < ci; ++c0) wgrad_rows<T, CO, 1>(p, x, ci, dy, scale, dwg, q0, q1, c0);
   }
 }
 

@@ -181,6 +181,17 @@ def test_channel_specializations_agree(channels):
     ref = torch.zeros_like(ys[0]).index_add_(0, o, torch.einsum("mc,mcd->md", x.features[i], w[k]))
     for y in ys:
         torch.testing.assert_close(y, ref)
+    # backward: the weight gradient (register-blocked per width) and the features gradient
+    dy = torch.randn_like(ref)
+    for d in (1, 2):
+        dx, dw = torch.ops.sparsejit.sparse_conv_backward(x.features, w, dy, plan, False, d,
+                                                          True, True)
+        ref_dw = torch.zeros_like(w).index_put_((k,), torch.einsum("mc,md->mcd", x.features[i],
+                                                                   dy[o]), accumulate=True)
+        ref_dx = torch.zeros_like(x.features).index_add_(
+            0, i, torch.einsum("md,mcd->mc", dy[o], w[k]))
+        torch.testing.assert_close(dw, ref_dw)
+        torch.testing.assert_close(dx, ref_dx)
 
 
 # ---- plans ---------------------------------------------------------------------------------
