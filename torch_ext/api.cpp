@@ -137,6 +137,37 @@ at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::
   static auto h = op("sparsejit::segment_matmul")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
   return h.call(x, ptr, w);
+SparseConv2d SparseConv2d::from_dense(const at::Tensor& weight, std::optional<at::Tensor> bias,
+                                      std::vector<int64_t> stride, std::vector<int64_t> padding,
+                                      std::vector<int64_t> dilation, int64_t groups, bool relu,
+                                      double threshold) {
+  TORCH_CHECK_VALUE(weight.dim() == 4, "sparsejit::SparseConv2d: weight must be 4-D [C_out, "
+                    "C_in/groups, R, S]; got shape ", weight.sizes());
+  static auto plan_op = op("sparsejit::filter_conv_plan")
+                            .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+                                const at::Tensor&, double, int64_t)>();
+  SparseConv2d m;
+  std::tie(m.plan, m.rowptr, m.taps, m.values) = plan_op.call(weight.cpu(), threshold, 0);
+  m.bias = std::move(bias);
+  m.kernel_size = {weight.size(2), weight.size(3)};
+  m.stride = std::move(stride);
+  m.padding = std::move(padding);
+  m.dilation = std::move(dilation);
+  m.groups = groups;
+  m.relu = relu;
+  return m;
+}
+
+at::Tensor SparseConv2d::forward(const at::Tensor& x) const {
+  static auto conv_op =
+      op("sparsejit::filter_conv")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&,
+                            const std::optional<at::Tensor>&, c10::IntArrayRef,
+                            c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t, bool,
+                            int64_t)>();
+  return conv_op.call(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding,
+                      dilation, groups, relu, -1);
 }
 
 // ---- point-cloud sparse convolution ---------------------------------------------------------

@@ -13,6 +13,9 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <vector>
+
 #include "csrc/plan/plan_header.h"
 
 namespace sparsejit {
@@ -27,5 +30,11 @@ plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tenso
 // already was one).
 void checked_bucketed_plan(const at::Tensor& plan, const at::Tensor& words,
                            const plan::StructureStamp& stamp);
+
+// Runs `validate` (which throws on bad input) unless the same live tensors, at the same
+// versions, already passed it with the same `param`: the once-per-structure check for op
+// families whose plans are several tensors (RGMS). A table of its own per `family`.
+void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+                    const std::function<void()>& validate);
 
 }  // namespace sparsejit

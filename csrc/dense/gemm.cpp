@@ -11,7 +11,10 @@
 #include <vector>
 
 #ifdef SPARSEJIT_WITH_ONEDNN
+#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
+
+#include <mutex>
 #endif
 
 namespace sparsejit::dense {
@@ -121,13 +124,66 @@ void sgemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
   sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+#ifdef SPARSEJIT_WITH_ONEDNN
+namespace {
+
+// oneDNN is opened at first use with RTLD_DEEPBIND, not linked: PyTorch carries its own
+// oneDNN inside libtorch_cpu, and both define the same weak template symbols (the
+// std::call_once state of oneDNN's GEMM JIT initialisation among them). Linked normally,
+// libdnnl's references bind to torch's copies, so once torch has run a matmul libdnnl's
+// sgemm finds its kernels uninitialised and returns dnnl_unimplemented. DEEPBIND makes
+// libdnnl resolve its own symbols first.
+// AddressSanitizer refuses RTLD_DEEPBIND; sanitizer builds load no Torch, so plain binding is
+// right there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kDeepBind = 0;
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
+
+struct OneDnn {
+  using SgemmFn = dnnl_status_t (*)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float,
+                                    const float*, dnnl_dim_t, const float*, dnnl_dim_t, float,
+                                    float*, dnnl_dim_t);
+  using VersionFn = const dnnl_version_t* (*)();
+  SgemmFn sgemm = nullptr;
+  VersionFn version = nullptr;
+  std::string error;
+};
+
+const OneDnn& onednn() {
+  static OneDnn lib = [] {
+    OneDnn l;
+    const char* names[] = {SPARSEJIT_ONEDNN_LIB, "libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"};
+    void* h = nullptr;
+    for (const char* name : names) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL | kDeepBind);
+      if (h) break;
+      const char* e = dlerror();
+      if (l.error.empty() && e) l.error = e;
+    }
+    if (!h) return l;
+    l.sgemm = reinterpret_cast<OneDnn::SgemmFn>(dlsym(h, "dnnl_sgemm"));
+    l.version = reinterpret_cast<OneDnn::VersionFn>(dlsym(h, "dnnl_version"));
+    if (!l.sgemm || !l.version) {
+      l.sgemm = nullptr;
+      l.error = "dnnl_sgemm / dnnl_version not found in the oneDNN library";
+    }
+    return l;
+  }();
+  return lib;
+}
+
+}  // namespace
+#endif
+
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
 #ifdef SPARSEJIT_WITH_ONEDNN
-  if (k > 0) {
-    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda,
+  if (k > 0 && onednn().sgemm) {
+    const dnnl_status_t st = onednn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda,
                                         b, ldb, beta, c, ldc);
     if (st == dnnl_success) return;
     throw std::runtime_error("gemm: oneDNN dnnl_sgemm failed with status " + std::to_string(int(st)) +
@@ -148,7 +204,8 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, cons
 const char* gemm_backend() {
 #ifdef SPARSEJIT_WITH_ONEDNN
   static const std::string name = [] {
-    const dnnl_version_t* v = dnnl_version();
+    if (!onednn().sgemm) return "builtin (oneDNN not loaded: " + onednn().error + ")";
+    const dnnl_version_t* v = onednn().version();
     return "onednn " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
            std::to_string(v->patch);
   }();

@@ -34,3 +34,18 @@ void sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 const char* gemm_backend();
 
 }  // namespace sparsejit::dense
+
+namespace sparsejit::dense {
+
+// pyg-lib's segment_matmul on raw pointers (float32): rows ptr[k]:ptr[k+1] of x times w[k].
+// y[N, f_out] is fully written. Work items are (segment, block of <= 256 rows), spread over
+// `num_threads` in one parallel region, so many small segments cost no dispatch each.
+void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
+                   const float* w, int64_t f_out, float* y, int num_threads);
+
+// Its weight gradient: dw[k] = x_k^T dy_k ([segments, f_in, f_out], fully written). Parallel
+// over segments; with fewer segments than threads, over each product (oneDNN's own threads).
+void segment_sgemm_grad_w(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
+                          const float* dy, int64_t f_out, float* dw, int num_threads);
+
+}  // namespace sparsejit::dense

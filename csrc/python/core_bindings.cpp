@@ -10,6 +10,7 @@
 #include "codegen/disk_cache.h"
 #include "csrc/core/csr.h"
 #include "csrc/dense/gemm.h"
+#include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
 #include "csrc/plan/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
@@ -259,6 +260,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("indices"), py::arg("num_cols"));
   m.def("enums", &enums, "The enums of kernels/common/enums.h: {kind: {name: value}}");
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
+  m.def("rgms_default_tile", &sparsejit::rgms::default_tile, py::arg("f_in"), py::arg("f_out"),
+        "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
 #ifdef _OPENMP

@@ -51,9 +51,10 @@ struct FirstError {
 // Row-major C = op(A) op(B) + beta C on the chosen backend (float64: always built-in).
 void gemm_raw(Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // Auto = the built-in kernel: the tile products are tiny (tens of rows, K and N = the
-  // feature widths) and run inside our parallel region (see docs/RGMS.md for the measurements).
-  if (g != Gemm::kOneDnn) {
+  // Auto = oneDNN (when loaded; else dense::sgemm falls back to the built-in kernel): on the
+  // tile shapes here it measured 1.2-2.5x faster than the built-in kernel, which wins only
+  // below ~64 x 16 x 16 (benchmarks/gemm_bench.cpp, docs/RGMS.md).
+  if (g == Gemm::kBuiltin) {
     dense::sgemm_builtin(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
   } else {
     dense::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
@@ -125,10 +126,121 @@ int64_t default_tile(int64_t f_in, int64_t f_out) {
   return std::clamp<int64_t>(16384 / width, 16, 512);
 }
 
+namespace {
+
+// Distinct sources per relation: src_ptr [R + 1], src_list [sum S_r] (first-seen order) and
+// each entry's slot in its relation's list. Parallel over relations; each thread stamps a
+// private array of num_src marks with the relation id, so nothing is cleared between them.
+struct SourceIndex {
+  std::vector<int64_t> src_ptr, src_list, slot;
+};
+
+SourceIndex index_sources(const Problem& p, const std::vector<int8_t>* only) {
+  const PlanView& pv = p.plan;
+  SourceIndex si;
+  si.src_ptr.assign(size_t(pv.r + 1), 0);
+  si.slot.assign(size_t(pv.e), 0);
+  auto wanted = [&](int64_t r) { return !only || (*only)[size_t(r)] == 2; };
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      for (int64_t r = 0; r < pv.r; ++r) si.src_ptr[r + 1] += si.src_ptr[r];
+      si.src_list.assign(size_t(si.src_ptr[pv.r]), 0);
+    }
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e > 65536)
+    {
+      std::vector<int64_t> mark(size_t(p.num_src), -1), local(size_t(p.num_src), 0);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t r = 0; r < pv.r; ++r) {
+        if (!wanted(r)) continue;
+        int64_t count = 0;
+        const int64_t q0 = pv.grp_ptr[pv.rel_ptr[r]], q1 = pv.grp_ptr[pv.rel_ptr[r + 1]];
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t s = pv.src[q];
+          if (mark[s] != r) {
+            mark[s] = r;
+            local[s] = count;
+            if (pass == 1) si.src_list[size_t(si.src_ptr[r] + count)] = s;
+            ++count;
+          }
+          if (pass == 1) si.slot[size_t(q)] = local[s];
+        }
+        if (pass == 0) si.src_ptr[r + 1] = count;
+      }
+    }
+  }
+  return si;
+}
+
+}  // namespace
+
+RelationPlan relation_plan(const Problem& p) {
+  const PlanView& pv = p.plan;
+  RelationPlan rp;
+  const SourceIndex si = index_sources(p, nullptr);
+  const double fi = double(p.f_in), fo = double(p.f_out);
+  int64_t budget = p.num_rows;  // transformed rows kept, in rows of F_out
+  for (int64_t r = 0; r < pv.r; ++r) {
+    const int64_t g = pv.rel_ptr[r + 1] - pv.rel_ptr[r];
+    const int64_t e = g > 0 ? pv.grp_ptr[pv.rel_ptr[r + 1]] - pv.grp_ptr[pv.rel_ptr[r]] : 0;
+    const int64_t s = si.src_ptr[r + 1] - si.src_ptr[r];
+    rp.entries.push_back(e);
+    rp.targets.push_back(g);
+    rp.sources.push_back(s);
+    const double agg_first = double(g) * fi * fo + double(e) * fi;
+    const double tr_first = double(s) * fi * fo + double(s) * fi + double(e) * fo;
+    int8_t c = 1;
+    if (p.strategy == Strategy::kTransformFirst) {
+      c = 2;
+    } else if (p.strategy == Strategy::kAuto && e > 0 && tr_first < 0.9 * agg_first &&
+               s <= budget) {
+      c = 2;
+      budget -= s;
+    }
+    rp.choice.push_back(c);
+  }
+  return rp;
+}
+
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
   const PlanView& pv = p.plan;
   const int64_t n = p.num_rows, fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  // Relations computed transform-first: their distinct sources' rows times W[r], once.
+  std::vector<int8_t> choice(size_t(pv.r), 1);
+  SourceIndex si;
+  std::vector<T> transformed;
+  if (p.strategy != Strategy::kAggregateFirst && fo > 0 && pv.e > 0) {
+    choice = relation_plan(p).choice;
+    bool any = false;
+    for (auto c : choice) any = any || c == 2;
+    if (any) {
+      si = index_sources(p, &choice);
+      transformed.assign(size_t(si.src_ptr[pv.r] * fo), T(0));
+      std::vector<int64_t> items;  // (relation, first source slot) of every tile
+      for (int64_t r = 0; r < pv.r; ++r)
+        for (int64_t k = si.src_ptr[r]; choice[r] == 2 && k < si.src_ptr[r + 1]; k += tile) {
+          items.push_back(r);
+          items.push_back(k);
+        }
+      const int64_t n_items = int64_t(items.size() / 2);
+      FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_items > 1)
+      {
+        std::vector<T> rows(size_t(tile * std::max<int64_t>(fi, 1)));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < n_items; ++it) {
+          const int64_t r = items[2 * it], k0 = items[2 * it + 1];
+          const int64_t k1 = std::min(si.src_ptr[r + 1], k0 + tile), m = k1 - k0;
+          for (int64_t k = k0; k < k1; ++k)
+            std::memcpy(rows.data() + (k - k0) * fi, x + si.src_list[k] * fi, sizeof(T) * fi);
+          gemm(fe, p.gemm, false, false, m, fo, fi, rows.data(), std::max<int64_t>(fi, 1),
+               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0), transformed.data() + k0 * fo,
+               fo);
+        }
+      }
+      fe.rethrow();
+    }
+  }
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
@@ -143,6 +255,20 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
       for (int64_t r = 0; r < pv.r; ++r) {
         const int64_t ga = lower_bound_dst(pv, pv.rel_ptr[r], pv.rel_ptr[r + 1], row0);
         const int64_t gb = lower_bound_dst(pv, ga, pv.rel_ptr[r + 1], row1);
+        if (choice[r] == 2) {  // reduce transformed rows straight into Y
+          const T* t_r = transformed.data() + si.src_ptr[r] * fo;
+          for (int64_t g = ga; g < gb; ++g) {
+            T* out = y + pv.grp_dst[g] * fo;
+            const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
+            const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
+            for (int64_t q = p0; q < p1; ++q) {
+              const T cq = (values ? values[pv.perm[q]] : T(1)) * inv;
+              const T* row = t_r + si.slot[q] * fo;
+              for (int64_t j = 0; j < fo; ++j) out[j] += cq * row[j];
+            }
+          }
+          continue;
+        }
         const T* w_r = w + r * fi * fo;
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace sparsejit::rgms {
 
@@ -27,6 +28,12 @@ struct PlanView {
   const int64_t* perm;     // [e]
   int64_t r = 0, e = 0;
 };
+
+// Per relation: aggregate-then-transform (reduce the entries onto the relation's distinct
+// targets, then GEMM the reduced rows with W[r]) or transform-then-aggregate (GEMM the
+// relation's distinct sources with W[r] once, then reduce the transformed rows). kAuto: the
+// cost model (relation_plan). The backward always uses aggregate-then-transform.
+enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 };
 
 // Where the small dense products run (tests force each; kAuto = the planner's choice).
 enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2 };
@@ -40,7 +47,19 @@ struct Problem {
   Gemm gemm = Gemm::kAuto;
   int64_t tile = 0;  // groups per tile; 0 = chosen from f_in / f_out
   int num_threads = 1;  // the caller's intra-op thread count (at::get_num_threads())
+  Strategy strategy = Strategy::kAuto;
 };
+
+// Per relation r (arrays of length R): entries, distinct targets (groups), distinct sources,
+// and the forward's choice (1 = aggregate first, 2 = transform first). The model: GEMM rows
+// times F_in x F_out plus gathered elements, transform first when it is at least 10% cheaper,
+// while the transformed rows (sum of the chosen relations' sources x F_out) fit in the
+// output's size (so peak memory stays near inputs + outputs).
+struct RelationPlan {
+  std::vector<int64_t> entries, targets, sources;
+  std::vector<int8_t> choice;
+};
+RelationPlan relation_plan(const Problem& p);
 
 // y [num_rows, f_out] is fully written (rows without entries become 0).
 template <typename T>

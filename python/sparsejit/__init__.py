@@ -18,6 +18,7 @@ from . import spconv  # noqa: E402,F401  (spconv-compatible modules)
 from .pointcloud import SparseTensor, voxelize  # noqa: E402
 from .plans import clear_caches, fingerprint
 from .tuning import explain, tune
+from .filter_conv import sparsify  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -37,4 +38,4 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "SparseTensor", "voxelize", "spconv"]
+__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "SparseTensor", "voxelize", "spconv"]

@@ -184,22 +184,33 @@ class RGCNConv(nn.Module):
         """`x`: ``[N, in]`` features, a LongTensor of node ids, None (ids 0 .. in - 1), or
         PyG's bipartite pair ``(x_src, x_dst)``."""
         x_l = x[0] if isinstance(x, tuple) else x
+        all_ids = x_l is None  # featureless, ids 0 .. in - 1: no gathers needed
         if x_l is None:
             x_l = torch.arange(self.in_channels_l, device=self.weight.device)
         x_r = x[1] if isinstance(x, tuple) and x[1] is not None else x_l
+        all_ids_r = all_ids and not (isinstance(x, tuple) and x[1] is not None)
         reduce = "mean" if self.aggr == "mean" else "sum"
-        weight = self.relation_weights()
         size = (x_l.size(0), x_r.size(0))
         if x_l.dtype == torch.long:
             if self.num_blocks is not None:
                 raise ValueError("Block-diagonal decomposition not supported for "
                                  "non-continuous input features.")
-            out = _featureless_rgms(weight, x_l, edge_index, edge_type, size[1], reduce)
+            if self.num_bases is not None and not torch.compiler.is_compiling():
+                out = _featureless_bases(self.comp, self.weight, None if all_ids else x_l,
+                                         edge_index, edge_type, size[1], reduce)
+            else:
+                out = _featureless_rgms(self.relation_weights(), x_l, edge_index, edge_type,
+                                        size[1], reduce)
         else:
             A = cached_from_edge_index(edge_index, size, edge_type, self.num_relations)
-            out = rgms(A, x_l, weight, reduce=reduce)
+            out = rgms(A, x_l, self.relation_weights(), reduce=reduce)
         if self.root is not None:
-            out = out + (self.root[x_r] if x_r.dtype == torch.long else x_r @ self.root)
+            if x_r.dtype != torch.long:
+                out = out + x_r @ self.root
+            elif all_ids_r and self.root.shape[0] == out.shape[0]:
+                out = out + self.root
+            else:
+                out = out + self.root[x_r]
         if self.bias is not None:
             out = out + self.bias
         return out
@@ -207,6 +218,67 @@ class RGCNConv(nn.Module):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"num_relations={self.num_relations})")
+
+
+def _featureless_bases(comp, basis, ids, edge_index, edge_type, n, reduce):
+    """Featureless nodes with a basis decomposition, without forming the relation weights
+    ``[R, N, out]``: ``out[i] = sum_b sum_{(j -> i, r)} comp[r, b] c_e basis[b, ids[j]]``, one
+    multi-head SpMM over the bases (heads) with per-edge values ``comp[r_e, :] * c_e``
+    (``c_e = 1 / |N_r(i)|`` for mean). On AIFB (90 relations, 30 bases, 8,285 nodes) this
+    replaces a 358 MFLOP weight product by a 56 MFLOP SpMM."""
+    A, perm, et_sorted, by_rel = _featureless_structure(edge_index, edge_type, n, comp.shape[0])
+    vals = _GatherRows.apply(comp, et_sorted, by_rel)                      # [E, B], CSR order
+    if reduce == "mean":
+        dst = A.row_indices().long()
+        key = et_sorted * n + dst
+        cnt = torch.bincount(key, minlength=comp.shape[0] * n).to(comp.dtype)
+        vals = vals / cnt[key].unsqueeze(1)
+    chosen = basis if ids is None else basis.index_select(1, ids)
+    x = chosen.permute(1, 0, 2).contiguous()                               # [N_src, B, out]
+    if x.shape[0] != n:
+        raise ValueError(f"RGCNConv: featureless input has {x.shape[0]} node ids but the "
+                         f"graph has {n} target nodes")
+    return spmm(A.with_values(vals), x, reduce="sum").sum(dim=1)
+
+
+class _GatherRows(torch.autograd.Function):
+    """``table[idx]`` whose backward is an SpMM over the (relation x edge) incidence matrix
+    ``by_rel`` instead of index_add (serial in torch, and slow for few rows hit many times)."""
+
+    @staticmethod
+    def forward(ctx, table, idx, by_rel):
+        ctx.by_rel = by_rel
+        return table.index_select(0, idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return spmm(ctx.by_rel, grad.contiguous(), reduce="sum"), None, None
+
+
+def _featureless_structure(edge_index, edge_type, n, num_relations):
+    """(A, perm, edge types in A's order, relation x entry incidence), cached per tensors."""
+    key = (id(edge_index), edge_index._version, id(edge_type), edge_type._version, n,
+           num_relations)
+    hit = _CSR_PERM_CACHE.get(key)
+    if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
+        return hit[2]
+    indptr, indices, perm = torch.ops.sparsejit.csr_from_edge_index(edge_index, n)
+    A = SparseMatrix.from_csr(indptr, indices, shape=(n, n))
+    perm = perm.long()
+    et_sorted = edge_type.long().index_select(0, perm)
+    e = et_sorted.numel()
+    order = torch.argsort(et_sorted, stable=True)
+    counts = torch.bincount(et_sorted, minlength=num_relations)
+    rel_ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    by_rel = SparseMatrix.from_csr(rel_ptr, order, shape=(num_relations, e))
+    value = (A, perm, et_sorted, by_rel)
+    if len(_CSR_PERM_CACHE) >= 4:
+        _CSR_PERM_CACHE.pop(next(iter(_CSR_PERM_CACHE)))
+    _CSR_PERM_CACHE[key] = (edge_index, edge_type, value)
+    return value
+
+
+_CSR_PERM_CACHE: dict = {}
 
 
 def _featureless_rgms(weight, ids, edge_index, edge_type, n, reduce):
@@ -228,3 +300,4 @@ def _featureless_rgms(weight, ids, edge_index, edge_type, n, reduce):
 FastRGCNConv = RGCNConv
 
 __all__ = ["gcn_norm", "GCNConv", "SAGEConv", "GATConv", "RGCNConv", "FastRGCNConv"]
+from .filter_conv import SparseConv2d  # noqa: E402,F401

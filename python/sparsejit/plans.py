@@ -198,6 +198,11 @@ def clear_caches() -> None:
     live SparseMatrix objects go with those objects; the disk cache stays."""
     from .matrix import clear_graph_cache
 
+    from .ops.rgms import clear_typed_cache
+    from .rgms_tuning import clear_schedule_cache
+
     _tuned_lru.clear()
     clear_graph_cache()
+    clear_typed_cache()
+    clear_schedule_cache()
     _core.jit_clear_memory_cache()

@@ -82,6 +82,13 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
 
     Returns ``{"best": name, "times_ms": {name: median_ms}, "key": ..., "header": [...]}``.
     """
+    from .ops.rgms import TypedSparseMatrix
+
+    if isinstance(A, TypedSparseMatrix):  # RGMS: strategies and tiles (rgms_tuning.py)
+        from .rgms_tuning import tune_rgms
+
+        return tune_rgms(A, F=F, reduce=reduce, dtype=dtype, repeat=repeat, progress=progress,
+                         store=store)
     if op != "spmm":
         raise ValueError(f"tune supports op='spmm' (SDDMM has no tunable schedule yet); got {op!r}")
     if reduce not in _REDUCES:
@@ -136,6 +143,17 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     """Prints (and returns) the plan sparsejit uses for ``op`` on A: structure statistics,
     chosen kernel and why, the KernelSpec name, the generated source path, compile / load
     time, and a measured run time."""
+    from .ops.rgms import TypedSparseMatrix
+
+    if isinstance(A, TypedSparseMatrix):  # per-relation strategies (rgms_explain)
+        from .rgms_tuning import schedule_for
+
+        text = A.explain(F, F)
+        sched = schedule_for(A, F, F, dtype, reduce)
+        if sched is not None:
+            text += f"\ntuned schedule (sparsejit.tune): strategy id {sched[0]}, tile {sched[1]}"
+        print(text, file=file or sys.stdout)
+        return {"text": text, "tuned": sched}
     if op != "spmm":
         raise ValueError(f"explain supports op='spmm'; got {op!r}")
     out = file or sys.stdout

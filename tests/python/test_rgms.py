@@ -470,7 +470,8 @@ def _grads_reference(ei, et, n_dst, X, W, values, reduce, dY):
 @pytest.mark.parametrize("tile", [0, 1, 3, 4096])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_rgms_tiles_and_threads(tile, threads, reduce, poison_empty):
+@pytest.mark.parametrize("strategy", [0, 1, 2])
+def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
     """Large enough for every pass to go parallel; odd widths (not multiples of 8 or 16);
     forward and all three gradients against the float64 reference."""
     g = torch.Generator().manual_seed(7 + tile)
@@ -488,7 +489,7 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, poison_empty):
     try:
         for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
             x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-            Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile)
+            Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile, strategy)
             dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, reduce,
                                                            True, True, True, 0, tile)
             ref = _grads_reference(ei, et, n, X, W, values, reduce, dY)
@@ -499,23 +500,55 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, poison_empty):
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("gemm", [1, 2])
+@pytest.mark.parametrize("strategy", [1, 2])
+def test_rgms_each_gemm_kernel(gemm, strategy):
+    """oneDNN (1) and the built-in kernel (2) forced, after torch has run its own oneDNN
+    matmul (the case that once made libdnnl's sgemm return 'unimplemented')."""
+    torch.randn(64, 64) @ torch.randn(64, 64)
+    g = torch.Generator().manual_seed(5)
+    ei, et, n, _, r = typed_graph("hub", seed=3)
+    X = torch.randn(n, 33, generator=g)
+    W = torch.randn(r, 33, 17, generator=g)
+    dY = torch.randn(n, 17, generator=g)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    Y = torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, strategy)
+    dx, dw, _ = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+                                                  False, gemm, 0)
+    ref = _grads_reference(ei, et, n, X.double(), W.double(), torch.ones(ei.shape[1]), "mean",
+                           dY.double())
+    for got, want in zip((Y, dx, dw), ref[:3]):
+        torch.testing.assert_close(got.double(), want, atol=2e-4 * max(1, want.abs().max()),
+                                   rtol=2e-4)
+
+
 def test_rgms_results_do_not_depend_on_threads():
-    """Every pass owns its output rows / columns: the same bits with 1 and 2 threads."""
+    """Every pass owns its output rows / columns: with the built-in GEMM (fixed summation
+    order) the same bits with 1 and 2 threads; with oneDNN (auto) the same bits on every
+    run at a fixed thread count (its kernels may sum in another order for another tile
+    shape, so across thread counts only to rounding)."""
     ei, et, n, _, r = typed_graph("hub", seed=11)
     g = torch.Generator().manual_seed(3)
     X, W = torch.randn(n, 64, generator=g), torch.randn(r, 64, 48, generator=g)
     dY = torch.randn(n, 48, generator=g)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    old, outs = torch.get_num_threads(), []
+
+    def run(gemm):
+        return (torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, 0),
+                *torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+                                                   False, gemm, 0))
+
+    old, outs = torch.get_num_threads(), {}
     try:
         for t in (1, 2):
             torch.set_num_threads(t)
-            outs.append((torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n),
-                         *torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean",
-                                                            True, True, False)))
+            outs[t] = run(2)
+            first, again = run(0), run(0)
+            for a, b in zip(first, again):
+                assert torch.equal(a, b)
     finally:
         torch.set_num_threads(old)
-    for a, b in zip(outs[0], outs[1]):
+    for a, b in zip(outs[1], outs[2]):
         assert torch.equal(a, b)
 
 
@@ -527,3 +560,96 @@ def test_rgms_bad_gemm_and_tile_arguments():
         torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 7, 0)
     with pytest.raises(ValueError, match="tile must be"):
         torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 0, -1)
+
+
+def test_rgms_plan_validated_once_but_rechecked_after_in_place_change():
+    ei, et, n, _, r = typed_graph("uniform")
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    plan = [t.clone() for t in A.plan]
+    X, W = torch.randn(n, 4), torch.randn(r, 4, 3)
+    torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)   # validated and remembered
+    plan[3][0] = 10 ** 6                                    # src out of range, version bumped
+    with pytest.raises(ValueError, match=r"src\[0\] = 1000000 is out of range"):
+        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)
+    plan[3][0] = 0
+    with pytest.raises(ValueError, match="grp_dst"):       # fewer rows than the plan's targets
+        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", 1)
+
+
+def test_rgms_explain_and_cost_model():
+    """A relation with many targets and few sources transforms first; its inverse (few
+    targets, many sources) aggregates first; forcing either gives the same result."""
+    g = torch.Generator().manual_seed(4)
+    n, e = 500, 4000
+    hubs = torch.randint(0, 5, (e,), generator=g)            # 5 distinct nodes
+    spread = torch.randint(0, n, (e,), generator=g)
+    ei = torch.cat([torch.stack([hubs, spread]), torch.stack([spread, hubs])], dim=1)
+    et = torch.cat([torch.zeros(e, dtype=torch.long), torch.ones(e, dtype=torch.long)])
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=3)
+    t = torch.ops.sparsejit.rgms_explain(*A.plan, n, n, 16, 16)
+    assert t[:, 0].tolist() == [e, e, 0]
+    assert t[0, 2] == 5 and t[0, 3] == 2        # few sources: transform first
+    assert t[1, 1] == 5 and t[1, 3] == 1        # few targets: aggregate first
+    text = A.explain(16, 16)
+    assert "transform-then-aggregate" in text and "1 of 3 relations transform first" in text
+    X, W = torch.randn(n, 16, dtype=torch.float64), torch.randn(3, 16, 16, dtype=torch.float64)
+    ref = reference(ei, et, n, X, W, "mean")
+    for s in ("auto", "aggregate_first", "transform_first"):
+        torch.testing.assert_close(sj.rgms(A, X, W, reduce="mean", strategy=s), ref)
+    with pytest.raises(ValueError, match="strategy"):
+        sj.rgms(A, X, W, strategy="fused")
+
+
+def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
+    from sparsejit import rgms_tuning
+    monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
+    sj._core.jit_refresh_env()
+    rgms_tuning.clear_schedule_cache()
+    ei, et, n, _, r = typed_graph("skewed", seed=21)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    res = sj.tune(A, F=8, reduce="mean", repeat=1, progress=True)
+    assert res["best"] in res["times_ms"] and len(res["times_ms"]) >= 18
+    assert "sparsejit.tune rgms" in capsys.readouterr().err       # the progress bar
+    stored = list((tmp_path / "tuned").glob("rgms-*.json"))
+    assert len(stored) == 1
+    # A fresh structure object (same graph) in a "new process": memory cleared, disk read.
+    sj.clear_caches()
+    B = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    assert rgms_tuning.schedule_for(B, 8, 8, torch.float32, "mean") == (res["strategy"], res["tile"])
+    assert rgms_tuning.schedule_for(B, 8, 8, torch.float64, "mean") is None
+    X, W = torch.randn(n, 8, dtype=torch.float64), torch.randn(r, 8, 8, dtype=torch.float64)
+    torch.testing.assert_close(sj.rgms(B, X, W, reduce="mean"), reference(ei, et, n, X, W, "mean"))
+    info = sj.explain(B, F=8, reduce="mean", dtype=torch.float32)
+    assert info["tuned"] == (res["strategy"], res["tile"])
+    sj.clear_caches()
+    monkeypatch.delenv("SPARSEJIT_CACHE_DIR")
+    sj._core.jit_refresh_env()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("f_in,f_out", [(24, 17), (0, 5), (6, 0)])
+def test_segment_matmul_many_segments(threads, f_in, f_out, poison_empty):
+    """50 segments (empty ones, one of 700 rows spanning several row blocks) through the one
+    parallel region; forward and both gradients against a float64 loop."""
+    g = torch.Generator().manual_seed(17)
+    sizes = torch.randint(0, 12, (50,), generator=g)
+    sizes[3] = sizes[10] = 0
+    sizes[20] = 700
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    x = torch.randn(int(ptr[-1]), f_in, generator=g, requires_grad=True)
+    w = torch.randn(50, f_in, f_out, generator=g, requires_grad=True)
+    dy = torch.randn(int(ptr[-1]), f_out, generator=g)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = sj.segment_matmul(x, ptr, w)
+        y.backward(dy)
+    finally:
+        torch.set_num_threads(old)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    b = ptr.tolist()
+    ref = torch.cat([xd[b[k]:b[k + 1]] @ wd[k] for k in range(50)])
+    ref.backward(dy.double())
+    torch.testing.assert_close(y.double(), ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(x.grad.double(), xd.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad.double(), wd.grad, atol=1e-4, rtol=1e-4)

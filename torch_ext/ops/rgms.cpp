@@ -17,19 +17,24 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <string>
 
+#include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/rgms_run.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
+#include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("rgms_plan(Tensor edge_index, Tensor edge_type, int num_src, int num_dst, "
         "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
         "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows, int gemm=0, "
-        "int tile=0) -> Tensor");
+        "int tile=0, int strategy=0) -> Tensor");
+  m.def("rgms_explain(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
+        "Tensor perm, int num_rows, int num_src, int f_in, int f_out) -> Tensor");
   m.def("rgms_backward(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
         "Tensor perm, Tensor x, Tensor w, Tensor? values, Tensor grad_y, str reduce, "
         "bool need_x, bool need_w, bool need_values, int gemm=0, int tile=0) "
@@ -155,10 +160,19 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   a.grp_dst = grp_dst.contiguous();
   a.src = src.contiguous();
   a.perm = perm.contiguous();
-  const auto ok = rgms::check_plan(ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
-                                   ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src),
-                                   ptr<int64_t>(a.perm), a.e, num_rows, x.size(0));
-  RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+  // O(R + G + E): once per live plan (same tensors, versions, row and source counts).
+  const int64_t num_src = x.size(0);
+  // The key packs both counts exactly (sizes past 2^31 use a key no call can repeat).
+  const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
+  static std::atomic<int64_t> unique_key{-1};
+  const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
+  validated_once("rgms", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key, [&] {
+                   const auto ok = rgms::check_plan(
+                       ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
+                       ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src), ptr<int64_t>(a.perm), a.e,
+                       num_rows, num_src);
+                   RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+                 });
   return a;
 }
 
@@ -192,7 +206,9 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
                     const at::Tensor& x_in, const at::Tensor& w_in,
                     const std::optional<at::Tensor>& values_in, c10::string_view reduce,
-                    int64_t num_rows, int64_t gemm, int64_t tile) {
+                    int64_t num_rows, int64_t gemm, int64_t tile, int64_t strategy) {
+  RGMS_CHECK(strategy >= 0 && strategy <= 2, "rgms: strategy must be 0 (auto), 1 (aggregate "
+             "first) or 2 (transform first); got ", strategy);
   const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
                                  values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
@@ -202,7 +218,8 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   const int64_t f_in = x.size(1), f_out = w.size(2);
   auto y = at::empty({num_rows, f_out}, x.options());
-  const auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
+  auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
+  p.strategy = static_cast<rgms::Strategy>(strategy);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
                             ptr<scalar_t>(y));
@@ -247,6 +264,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
   return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
 }
 
+// [R, 4]: entries, distinct targets, distinct sources, the forward's choice per relation
+// (1 aggregate first, 2 transform first) for these widths (csrc/rgms/rgms_run.h).
+at::Tensor rgms_explain_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
+                            const at::Tensor& grp_dst, const at::Tensor& src,
+                            const at::Tensor& perm, int64_t num_rows, int64_t num_src,
+                            int64_t f_in, int64_t f_out) {
+  RGMS_CHECK(f_in >= 0 && f_out >= 0, "rgms_explain: widths must be >= 0");
+  RGMS_CHECK(num_src >= 0, "rgms_explain: num_src must be >= 0; got ", num_src);
+  const auto x = at::empty({num_src, f_in});
+  const auto w = at::empty({std::max<int64_t>(rel_ptr.numel() - 1, 0), f_in, f_out});
+  const auto a = check_rgms_args("rgms_explain", rel_ptr, grp_ptr, grp_dst, src, perm, x, w,
+                                 std::nullopt, "sum", num_rows);
+  const auto p = make_problem(a, num_rows, num_src, f_in, f_out, 0, 0);
+  const auto rp = rgms::relation_plan(p);
+  auto out = at::empty({a.r, 4}, at::kLong);
+  int64_t* o = out.data_ptr<int64_t>();
+  for (int64_t r = 0; r < a.r; ++r) {
+    o[4 * r] = rp.entries[r];
+    o[4 * r + 1] = rp.targets[r];
+    o[4 * r + 2] = rp.sources[r];
+    o[4 * r + 3] = rp.choice[r];
+  }
+  return out;
+}
+
 // ---- segment_matmul -------------------------------------------------------------------
 
 // ptr: 1-D integer, starts at 0, never decreases, ends at x.size(0), num_segments + 1 long.
@@ -288,6 +330,11 @@ at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const
   const auto w = w_in.to(ct).contiguous();
   auto y = at::empty({x.size(0), w.size(2)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
+  if (ct == at::kFloat) {  // one parallel region over (segment, row block) tiles
+    dense::segment_sgemm(v, w.size(0), ptr<float>(x), x.size(1), ptr<float>(w), w.size(2),
+                         ptr<float>(y), at::get_num_threads());
+    return y.to(x_in.scalar_type());
+  }
   for (int64_t k = 0; k < w.size(0); ++k) {
     if (v[k + 1] == v[k]) continue;
     auto y_k = y.narrow(0, v[k], v[k + 1] - v[k]);
@@ -313,6 +360,11 @@ at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tenso
   const int64_t k_n = pc.numel() - 1;
   auto dw = at::empty({k_n, x.size(1), dy.size(1)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
+  if (ct == at::kFloat) {
+    dense::segment_sgemm_grad_w(v, k_n, ptr<float>(x), x.size(1), ptr<float>(dy), dy.size(1),
+                                ptr<float>(dw), at::get_num_threads());
+    return dw.to(x_in.scalar_type());
+  }
   for (int64_t k = 0; k < k_n; ++k) {
     auto dw_k = dw[k];
     at::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
@@ -327,6 +379,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("rgms_plan", &rgms_plan_cpu);
   m.impl("rgms", &rgms_cpu);
   m.impl("rgms_backward", &rgms_backward_cpu);
+  m.impl("rgms_explain", &rgms_explain_cpu);
   m.impl("segment_matmul", &segment_matmul_cpu);
   m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_cpu);
 }
@@ -337,6 +390,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   m.impl("rgms_plan", SPARSEJIT_CUDA_FALLBACK);
   m.impl("rgms", SPARSEJIT_CUDA_FALLBACK);
   m.impl("rgms_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms_explain", SPARSEJIT_CUDA_FALLBACK);
   m.impl("segment_matmul", SPARSEJIT_CUDA_FALLBACK);
   m.impl("segment_matmul_backward_w", SPARSEJIT_CUDA_FALLBACK);
 }

@@ -5,6 +5,7 @@ A new op family adds ``ops/<family>.py`` and one import line here.
 """
 
 from . import csr  # noqa: F401  (fakes of the structure ops)
+from . import filter_conv as _filter_conv  # noqa: F401  (fakes of the filter-sparse conv ops)
 from .edge_softmax import edge_softmax
 from .rgms import TypedSparseMatrix, gather_matmul, rgms, segment_matmul
 from .sddmm import sddmm

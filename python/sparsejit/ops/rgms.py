@@ -20,6 +20,7 @@ import torch
 from ._common import FLOAT_DTYPES
 
 _REDUCES = ("sum", "mean")
+_STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
 
 
 class TypedSparseMatrix:
@@ -100,6 +101,27 @@ class TypedSparseMatrix:
         entries = grp_ptr[rel_ptr[1:]] - grp_ptr[rel_ptr[:-1]]
         return {"entries": entries.tolist(), "targets": groups.tolist()}
 
+    def explain(self, f_in: int, f_out: int) -> str:
+        """Per relation: stored entries, distinct targets and sources, and the strategy the
+        forward's cost model picks for these widths (aggregate-then-transform or transform-
+        then-aggregate; csrc/rgms/rgms_run.h). The backward always aggregates first."""
+        t = torch.ops.sparsejit.rgms_explain(*[p.cpu() for p in self.plan], self.shape[0],
+                                             self.shape[1], f_in, f_out)
+        from .. import _core
+
+        names = {1: "aggregate-then-transform", 2: "transform-then-aggregate"}
+        lines = [f"{self!r}, F_in={f_in}, F_out={f_out}, tile="
+                 f"{_core.rgms_default_tile(f_in, f_out)} groups per GEMM",
+                 "relation  entries  targets  sources  strategy"]
+        counts = {1: 0, 2: 0}
+        for r, (e, g, s, c) in enumerate(t.tolist()):
+            counts[c] += 1
+            if e:
+                lines.append(f"{r:8d} {e:8d} {g:8d} {s:8d}  {names[c]}")
+        lines.append(f"{counts[2]} of {len(t)} relations transform first; empty relations "
+                     "are not listed")
+        return "\n".join(lines)
+
     def __repr__(self) -> str:
         return (f"TypedSparseMatrix(shape={self.shape}, nnz={self.nnz}, "
                 f"num_relations={self.num_relations})")
@@ -112,6 +134,11 @@ class TypedSparseMatrix:
 # rgms_plan op is traced into the graph instead).
 _TYPED_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 _TYPED_CACHE_SIZE = 4
+
+
+def clear_typed_cache() -> None:
+    """Drops the remembered typed structures (sj.clear_caches calls it)."""
+    _TYPED_CACHE.clear()
 
 
 def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch.Tensor,
@@ -152,8 +179,13 @@ def rgms(
     reduce: str = "sum",
     values: Optional[torch.Tensor] = None,
     num_nodes: Union[int, Tuple[int, int], None] = None,
+    strategy: str = "auto",
 ) -> torch.Tensor:
     """``Y[i] = sum_{stored p = (i, j)} a_p * X[j] @ W[type_p]``; `W` is ``[R, F_in, F_out]``.
+
+    `strategy` (forward): "auto" lets the cost model pick per relation (``A.explain(F_in,
+    F_out)`` shows its choices), "aggregate_first" / "transform_first" force one for every
+    relation.
 
     `A` is a TypedSparseMatrix, or an ``edge_index`` with `edge_type` (the structure is then
     built on this call, or taken from a small cache of recent ones; `num_nodes` defaults to
@@ -163,6 +195,9 @@ def rgms(
     """
     if reduce not in _REDUCES:
         raise ValueError(f"sparsejit.rgms: reduce must be 'sum' or 'mean'; got {reduce!r}")
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"sparsejit.rgms: strategy must be one of {tuple(_STRATEGIES)}; got "
+                         f"{strategy!r}")
     if not isinstance(X, torch.Tensor) or X.dim() != 2:
         raise ValueError(f"sparsejit.rgms: X must be a [num_nodes, F_in] tensor; got "
                          f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
@@ -191,7 +226,14 @@ def rgms(
     if W.shape[1] != X.shape[1]:
         raise ValueError(f"sparsejit.rgms: W has F_in = {W.shape[1]} but X has {X.shape[1]} "
                          "features")
-    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0])
+    sid, tile = _STRATEGIES[strategy], 0
+    if strategy == "auto" and not torch.compiler.is_compiling():
+        from ..rgms_tuning import schedule_for  # a schedule stored by sj.tune, if any
+
+        sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
+        if sched is not None:
+            sid, tile = sched
+    return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid)
 
 
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -256,9 +298,14 @@ def _check_fake(op, x, w, values, plan):
 
 @torch.library.register_fake("sparsejit::rgms")
 def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows, gemm=0,
-               tile=0):
+               tile=0, strategy=0):
     _check_fake("rgms", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
     return x.new_empty(num_rows, w.shape[2])
+
+
+@torch.library.register_fake("sparsejit::rgms_explain")
+def _rgms_explain_fake(rel_ptr, grp_ptr, grp_dst, src, perm, num_rows, num_src, f_in, f_out):
+    return rel_ptr.new_empty(rel_ptr.shape[0] - 1, 4)
 
 
 @torch.library.register_fake("sparsejit::rgms_backward")
@@ -301,7 +348,7 @@ def _rgms_backward(ctx, grad):
         rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad.contiguous(), ctx.reduce,
         bool(need[5]), bool(need[6]), need_v, ctx.gemm, ctx.tile)
     return (None, None, None, None, None, dx if need[5] else None, dw if need[6] else None,
-            dv if need_v else None, None, None, None, None)
+            dv if need_v else None, None, None, None, None, None)
 
 
 torch.library.register_autograd("sparsejit::rgms", _rgms_backward, setup_context=_rgms_setup)

@@ -87,4 +87,25 @@ at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, const ConvMap& map,
                        bool inverse = false, int64_t dataflow = 0);
 
+// Filter-sparse convolution (pruned Conv2d inference, docs/FILTER_SPARSE_CONV.md): the
+// weight [C_out, C_in/groups, R, S] compressed once (zeros and |w| <= threshold dropped), then
+// y = relu?(conv2d(x, W) + bias) without touching the zeros. CPU, inference only; x float32
+// (other float dtypes computed in float32), NCHW or channels_last; y NCHW.
+struct SparseConv2d {
+  at::Tensor plan, rowptr, taps, values;  // from the filter_conv_plan op
+  std::optional<at::Tensor> bias;         // [C_out] or none
+  std::vector<int64_t> kernel_size{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool relu = false;
+
+  // Fold a following BatchNorm into weight and bias first (scale = gamma / sqrt(var + eps)).
+  static SparseConv2d from_dense(const at::Tensor& weight, std::optional<at::Tensor> bias,
+                                 std::vector<int64_t> stride = {1, 1},
+                                 std::vector<int64_t> padding = {0, 0},
+                                 std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1,
+                                 bool relu = false, double threshold = 0.0);
+  at::Tensor forward(const at::Tensor& x) const;
+  int64_t nnz() const { return taps.numel(); }
+};
+
 }  // namespace sparsejit

@@ -1,0 +1,255 @@
+"""Filter-sparse convolution vs torch's dense conv2d (oneDNN) on every ResNet-50 convolution,
+with the layer's real magnitude-pruning pattern from DLMC (random values on it).
+
+    python3 benchmarks/bench_filter_conv.py [--quick] [--batches 1 8] [--threads 2]
+        [--out benchmarks/results/filter_conv.json]
+
+Patterns: $SPARSEJIT_DATA/dlmc/rn50/magnitude_pruning/0.8 (default data dir: the repository's
+../shared/data). Each file is the layer's im2col weight [C_out, C_in * R * S]; its columns are
+read in PyTorch's (c, r, s) order. The 90% patterns drop half of the 80% pattern's entries at
+random (seeded). Input sizes are the network's at 224x224 (ResNet-50 v1.5: stride on the 3x3).
+
+Dense and sparse run side by side in one process, alternated, medians of `--repeat` runs.
+Reported per layer: medians, speed-up (dense / sparse), useful GFLOP/s of the sparse kernel
+(2 * nnz * output pixels) and the dense rate (2 * C_out * C_in/groups * R * S * pixels), and
+the per-layer choice (sparse where it measured faster, else dense: speed-up max(1, ratio)).
+Timings on a shared machine are noisy: compare ratios, not absolute times. Where other jobs
+load the machine, `--clock cpu --threads 1` compares the CPU time each side consumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+
+from sparsejit.filter_conv import SparseConv2d  # noqa: E402
+
+
+def resnet50_layers():
+    """(DLMC file stem, C_in, C_out, k, stride, padding, input H = W) for all 53 convolutions."""
+    layers = [("initial_conv", 3, 64, 7, 2, 3, 224)]
+    groups = [(1, 64, 256, 3, 56), (2, 128, 512, 4, 56), (3, 256, 1024, 6, 28),
+              (4, 512, 2048, 3, 14)]
+    c_prev = 64
+    for g, mid, out, blocks, h_in in groups:
+        stride = 1 if g == 1 else 2
+        h_out = h_in // stride
+        for b in range(blocks):
+            if b == 0:
+                tag = f"block_group_projection_block_group{g}"
+                layers += [(f"bottleneck_1_{tag}", c_prev, mid, 1, 1, 0, h_in),
+                           (f"bottleneck_2_{tag}", mid, mid, 3, stride, 1, h_in),
+                           (f"bottleneck_3_{tag}", mid, out, 1, 1, 0, h_out),
+                           (f"bottleneck_projection_{tag}", c_prev, out, 1, stride, 0, h_in)]
+            else:
+                tag = f"block_group{g}_{b}_1"
+                layers += [(f"bottleneck_1_{tag}", out, mid, 1, 1, 0, h_out),
+                           (f"bottleneck_2_{tag}", mid, mid, 3, 1, 1, h_out),
+                           (f"bottleneck_3_{tag}", mid, out, 1, 1, 0, h_out)]
+        c_prev = out
+    return layers
+
+
+QUICK = ["initial_conv", "bottleneck_2_block_group1_1_1", "bottleneck_1_block_group2_1_1",
+         "bottleneck_2_block_group_projection_block_group3", "bottleneck_2_block_group4_1_1",
+         "bottleneck_projection_block_group_projection_block_group4"]
+
+
+def read_smtx(path: Path):
+    with gzip.open(path, "rt") as f:
+        rows, cols, nnz = (int(v) for v in f.readline().replace(",", " ").split())
+        indptr = [int(v) for v in f.readline().split()]
+        indices = [int(v) for v in f.readline().split()] if nnz else []
+    assert len(indptr) == rows + 1 and len(indices) == nnz, path
+    return rows, cols, torch.tensor(indptr), torch.tensor(indices, dtype=torch.long)
+
+
+def pattern_weight(path, c_out, c_in, k, keep_fraction, seed):
+    rows, cols, indptr, indices = read_smtx(path)
+    assert (rows, cols) == (c_out, c_in * k * k), (path, rows, cols, c_out, c_in, k)
+    g = torch.Generator().manual_seed(seed)
+    row_of = torch.repeat_interleave(torch.arange(rows), indptr.diff())
+    if keep_fraction < 1.0:
+        keep = torch.rand(indices.numel(), generator=g) < keep_fraction
+        row_of, indices = row_of[keep], indices[keep]
+    w = torch.zeros(rows * cols)
+    w[row_of * cols + indices] = torch.randn(indices.numel(), generator=g)
+    return w.view(c_out, c_in, k, k)
+
+
+def median_pair(dense_fn, sparse_fn, repeat, clock=time.perf_counter):
+    """Medians (ms) of both, alternated run by run so both see the same load."""
+    for _ in range(2):
+        dense_fn()
+        sparse_fn()
+    td, ts = [], []
+    for _ in range(repeat):
+        t0 = clock()
+        dense_fn()
+        t1 = clock()
+        sparse_fn()
+        t2 = clock()
+        td.append((t1 - t0) * 1e3)
+        ts.append((t2 - t1) * 1e3)
+    td.sort()
+    ts.sort()
+    return td[len(td) // 2], ts[len(ts) // 2]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="six layers, fewer repeats")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--sparsities", type=float, nargs="+", default=[0.8, 0.9])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall: elapsed time (the protocol); cpu: this process's CPU time, "
+                         "robust to other jobs on a shared machine (use with --threads 1: "
+                         "with more, idle OpenMP threads' spinning is counted)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv.json"))
+    ap.add_argument("--table", metavar="JSON", help="print the markdown tables of a saved run "
+                    "(for benchmarks/RESULTS.md) and exit")
+    args = ap.parse_args()
+    if args.table:
+        print_markdown(json.loads(Path(args.table).read_text()))
+        return
+    torch.set_num_threads(args.threads)
+    data = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
+    pdir = data / "dlmc/rn50/magnitude_pruning/0.8"
+    if not pdir.is_dir():
+        sys.exit(f"no DLMC patterns at {pdir} (set SPARSEJIT_DATA)")
+    layers = resnet50_layers()
+    if args.quick:
+        layers = [l for l in layers if l[0] in QUICK]
+    repeat = args.repeat or (5 if args.quick else 9)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+
+    records = []
+    with torch.no_grad():
+        for sparsity in args.sparsities:
+            keep = (1 - sparsity) / 0.2  # of the 80% pattern's entries
+            for batch in args.batches:
+                print(f"\n== sparsity {sparsity:.0%}, batch {batch}, {args.threads} threads")
+                print(f"{'layer':<52} {'shape':<22} {'dense ms':>9} {'sparse ms':>9} "
+                      f"{'speedup':>8} {'GF/s sp':>8} {'GF/s dn':>8}")
+                for i, (name, c_in, c_out, k, stride, pad, h) in enumerate(layers):
+                    w = pattern_weight(pdir / f"{name}.smtx.gz", c_out, c_in, k,
+                                       min(keep, 1.0), seed=i)
+                    b = torch.randn(c_out)
+                    x = torch.randn(batch, c_in, h, h)
+                    sp = SparseConv2d(w, b, stride, pad)
+                    dense = lambda: F.conv2d(x, w, b, stride, pad)  # noqa: E731
+                    sparse = lambda: sp(x)  # noqa: E731
+                    torch.testing.assert_close(sparse(), dense(), rtol=1e-3, atol=1e-3)
+                    d_ms, s_ms = median_pair(dense, sparse, repeat, clock)
+                    oh = (h + 2 * pad - k) // stride + 1
+                    pix = batch * oh * oh
+                    useful = 2 * sp.nnz * pix
+                    full = 2 * c_out * c_in * k * k * pix
+                    rec = dict(layer=name, c_in=c_in, c_out=c_out, k=k, stride=stride,
+                               padding=pad, h=h, batch=batch, sparsity=sparsity,
+                               actual_sparsity=sp.sparsity, nnz=sp.nnz, dense_ms=d_ms,
+                               sparse_ms=s_ms, speedup=d_ms / s_ms,
+                               choice_speedup=max(1.0, d_ms / s_ms),
+                               sparse_gflops=useful / s_ms / 1e6,
+                               dense_gflops=full / d_ms / 1e6, threads=args.threads)
+                    records.append(rec)
+                    shape = f"{c_in}->{c_out} k{k} s{stride} {h}x{h}"
+                    print(f"{name:<52} {shape:<22} {d_ms:>9.3f} {s_ms:>9.3f} "
+                          f"{rec['speedup']:>7.2f}x {rec['sparse_gflops']:>8.1f} "
+                          f"{rec['dense_gflops']:>8.1f}", flush=True)
+                sel = [r for r in records if r["sparsity"] == sparsity and r["batch"] == batch]
+                print(f"geomean speed-up: {geomean([r['speedup'] for r in sel]):.2f}x sparse "
+                      f"everywhere, {geomean([r['choice_speedup'] for r in sel]):.2f}x with "
+                      f"per-layer choice; sparse faster on "
+                      f"{sum(r['speedup'] > 1 for r in sel)}/{len(sel)} layers")
+
+    summary = []
+    for sparsity in args.sparsities:
+        for batch in args.batches:
+            sel = [r for r in records if r["sparsity"] == sparsity and r["batch"] == batch]
+            summary.append(dict(sparsity=sparsity, batch=batch, layers=len(sel),
+                                geomean_speedup=geomean([r["speedup"] for r in sel]),
+                                geomean_with_choice=geomean([r["choice_speedup"] for r in sel]),
+                                sparse_wins=sum(r["speedup"] > 1 for r in sel)))
+    print("\n| sparsity | batch | layers | geomean sparse/dense | with per-layer choice | "
+          "sparse faster |")
+    print("|---|---|---|---|---|---|")
+    for s in summary:
+        print(f"| {s['sparsity']:.0%} | {s['batch']} | {s['layers']} | "
+              f"{s['geomean_speedup']:.2f}x | {s['geomean_with_choice']:.2f}x | "
+              f"{s['sparse_wins']}/{s['layers']} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(torch=torch.__version__, threads=args.threads, quick=args.quick, repeat=repeat,
+                clock=args.clock, load_average=os.getloadavg(),
+                cpu=_cpu_model(), note="dense = torch.nn.functional.conv2d (oneDNN)")
+    out.write_text(json.dumps(dict(meta=meta, summary=summary, records=records), indent=1))
+    print(f"wrote {out}")
+
+
+def print_markdown(run):
+    """Summary and per-layer tables of a saved run, as markdown."""
+    meta = run["meta"]
+    print(f"{meta['threads']} thread(s), clock {meta.get('clock', 'wall')}, medians of "
+          f"{meta['repeat']}, torch {meta['torch']}, load average at the end "
+          f"{meta.get('load_average')}\n")
+    print("| sparsity | batch | layers | geomean sparse/dense | with per-layer choice | "
+          "sparse faster |")
+    print("|---|---|---|---|---|---|")
+    for s in run["summary"]:
+        print(f"| {s['sparsity']:.0%} | {s['batch']} | {s['layers']} | "
+              f"{s['geomean_speedup']:.2f}x | {s['geomean_with_choice']:.2f}x | "
+              f"{s['sparse_wins']}/{s['layers']} |")
+    recs = run["records"]
+    keys = sorted({(r["sparsity"], r["batch"]) for r in recs})
+    print("\nPer layer: speed-up (dense ms / sparse ms) and useful GFLOP/s of the sparse kernel "
+          "against the dense rate.\n")
+    head = "| layer | shape | " + " | ".join(f"{sp:.0%} b{b}" for sp, b in keys) + " |"
+    print(head)
+    print("|---|---|" + "---|" * len(keys))
+    by = {(r["layer"], r["sparsity"], r["batch"]): r for r in recs}
+    for name in dict.fromkeys(r["layer"] for r in recs):
+        r0 = by[(name, *keys[0])]
+        cells = []
+        for sp, b in keys:
+            r = by.get((name, sp, b))
+            cells.append("-" if r is None else f"{r['speedup']:.2f}x ({r['sparse_gflops']:.0f} / "
+                         f"{r['dense_gflops']:.0f})")
+        short = name.replace("bottleneck_", "b").replace("block_group_projection_block_group",
+                                                         "proj").replace("block_group", "g")
+        print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
+              f"{r0['h']}x{r0['h']} | " + " | ".join(cells) + " |")
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()

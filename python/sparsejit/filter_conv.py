@@ -1,0 +1,351 @@
+"""Pruned Conv2d / Linear inference with filter-sparse kernels, and ``sparsify``, which
+converts a model's layers where the sparse kernel measures faster than the dense one.
+
+``SparseConv2d.from_dense(conv, bn=None, threshold=0.0, relu=False)`` keeps the nonzeros of
+``conv.weight`` (BatchNorm folded in first), and runs ``sparsejit::filter_conv``. Inference only:
+the modules hold buffers, not parameters, and no gradient flows to the weight or the input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from . import _library  # noqa: F401  (loads the op library)
+from .ops.filter_conv import VARIANTS
+
+
+def _pair(v) -> Tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _fold_bn(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm2d):
+    """Weight and bias of conv followed by bn (running statistics, as in eval mode)."""
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError("sparsejit.SparseConv2d.from_dense: bn must track running statistics")
+    if bn.num_features != weight.shape[0]:
+        raise ValueError(f"sparsejit.SparseConv2d.from_dense: bn has {bn.num_features} "
+                         f"features but the convolution has {weight.shape[0]} output channels")
+    inv = torch.rsqrt(bn.running_var.double() + bn.eps)
+    gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(inv)
+    beta = bn.bias.double() if bn.bias is not None else torch.zeros_like(inv)
+    scale = gamma * inv
+    b = bias.double() if bias is not None else torch.zeros_like(inv)
+    new_w = (weight.double() * scale.view(-1, 1, 1, 1)).to(weight.dtype)
+    new_b = ((b - bn.running_mean.double()) * scale + beta).to(weight.dtype)
+    return new_w, new_b
+
+
+class SparseConv2d(nn.Module):
+    """A Conv2d whose weight's zeros are skipped: the weight compressed per output channel
+    (``sparsejit::filter_conv_plan``), bias and an optional ReLU fused into the output write.
+    Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16,
+    float16 and float64 results converted back); returns NCHW."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride=1,
+                 padding=0, dilation=1, groups: int = 1, relu: bool = False,
+                 threshold: float = 0.0, kernel: str = "auto"):
+        super().__init__()
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
+            raise ValueError("sparsejit.SparseConv2d: weight must be a 4-D tensor [C_out, "
+                             "C_in/groups, R, S]")
+        if kernel not in VARIANTS:
+            raise ValueError(f"sparsejit.SparseConv2d: kernel must be one of {list(VARIANTS)}; "
+                             f"got {kernel!r}")
+        if groups < 1 or weight.shape[0] % groups:
+            raise ValueError(f"sparsejit.SparseConv2d: groups ({groups}) must divide "
+                             f"out_channels ({weight.shape[0]})")
+        w = weight.detach().cpu()
+        plan, rowptr, taps, values = torch.ops.sparsejit.filter_conv_plan(
+            w, float(threshold), VARIANTS[kernel])
+        self.register_buffer("plan", plan)
+        self.register_buffer("rowptr", rowptr)
+        self.register_buffer("taps", taps)
+        self.register_buffer("values", values)
+        self.register_buffer("bias", None if bias is None else bias.detach().cpu().float())
+        self.out_channels = int(weight.shape[0])
+        self.in_channels = int(weight.shape[1]) * groups
+        self.kernel_size = _pair(tuple(weight.shape[2:]))
+        self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
+        self.groups = int(groups)
+        self.relu = bool(relu)
+        self.kernel = kernel
+
+    @classmethod
+    def from_dense(cls, conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d] = None,
+                   threshold: float = 0.0, relu: bool = False,
+                   kernel: str = "auto") -> "SparseConv2d":
+        """The sparse twin of `conv` (followed by `bn`, folded in, and ReLU when `relu`);
+        entries with magnitude <= `threshold` are dropped as well as zeros."""
+        if not isinstance(conv, nn.Conv2d):
+            raise TypeError(f"sparsejit.SparseConv2d.from_dense: conv must be an nn.Conv2d; "
+                            f"got {type(conv).__name__}")
+        if conv.padding_mode != "zeros":
+            raise ValueError("sparsejit.SparseConv2d.from_dense: only padding_mode='zeros' is "
+                             f"supported; got {conv.padding_mode!r}")
+        padding = conv.padding
+        if isinstance(padding, str):
+            if padding == "valid":
+                padding = (0, 0)
+            else:  # 'same' (stride 1): symmetric only
+                tot = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
+                if any(t % 2 for t in tot):
+                    raise ValueError("sparsejit.SparseConv2d.from_dense: padding='same' needs "
+                                     "asymmetric padding for this kernel; not supported")
+                padding = tuple(t // 2 for t in tot)
+        weight, bias = conv.weight.detach(), conv.bias
+        if bn is not None:
+            weight, bias = _fold_bn(weight, None if bias is None else bias.detach(), bn)
+        return cls(weight, bias, conv.stride, padding, conv.dilation, conv.groups, relu,
+                   threshold, kernel)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.taps.shape[0])
+
+    @property
+    def sparsity(self) -> float:
+        total = self.out_channels * (self.in_channels // self.groups) * \
+            self.kernel_size[0] * self.kernel_size[1]
+        return 1.0 - self.nnz / max(total, 1)
+
+    def forward(self, x: torch.Tensor, variant: int = -1) -> torch.Tensor:
+        """`variant` >= 0 forces a tile variant (ops.filter_conv.VARIANTS; tests)."""
+        return torch.ops.sparsejit.filter_conv(
+            self.plan, self.rowptr, self.taps, self.values, x, self.bias, list(self.kernel_size),
+            list(self.stride), list(self.padding), list(self.dilation), self.groups, self.relu,
+            variant)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
+                f"groups={self.groups}, relu={self.relu}, sparsity={self.sparsity:.3f}")
+
+
+class SparseLinear(nn.Module):
+    """A Linear layer run as a 1x1 filter-sparse convolution: the rows of the input are the
+    pixels of one image, ``Y^T [out, M] = W_sparse [out, in] . X^T [in, M]``."""
+
+    def __init__(self, linear: nn.Linear, threshold: float = 0.0):
+        super().__init__()
+        w = linear.weight.detach()
+        self.conv = SparseConv2d(w.view(w.shape[0], w.shape[1], 1, 1), linear.bias,
+                                 threshold=threshold)
+        self.in_features, self.out_features = int(w.shape[1]), int(w.shape[0])
+
+    @property
+    def sparsity(self) -> float:
+        return self.conv.sparsity
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"sparsejit.SparseLinear: input has {x.shape[-1]} features; "
+                             f"expected {self.in_features}")
+        lead = x.shape[:-1]
+        if x.numel() == 0:  # no rows: nothing to convolve (an empty image is an error there)
+            return x.new_empty(*lead, self.out_features)
+        xt = x.reshape(-1, self.in_features).t().reshape(1, self.in_features, -1, 1)
+        y = self.conv(xt).reshape(self.out_features, -1).t()
+        return y.reshape(*lead, self.out_features)
+
+
+# ---- sparsify -------------------------------------------------------------------------------
+
+LAST_REPORT: List[dict] = []  # the per-layer rows of the last sparsify() call
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown-cpu"
+
+
+def _default_cache_dir() -> Path:
+    from . import _core
+    return Path(_core.cache_dir()) / "filter_conv"
+
+
+def _decision_key(module: nn.Module, sparse: nn.Module, shape, dtype) -> str:
+    conv = sparse.conv if isinstance(sparse, SparseLinear) else sparse
+    h = hashlib.blake2b(digest_size=8)
+    h.update(conv.rowptr.numpy().tobytes())
+    h.update(conv.taps.numpy().tobytes())
+    geo = (type(module).__name__, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+           conv.groups, conv.in_channels, conv.out_channels)
+    return (f"{h.hexdigest()}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
+            f"{_cpu_model()}|t{torch.get_num_threads()}")
+
+
+def _load_decisions(path: Path) -> Dict[str, dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # missing or damaged: measured again and rewritten
+
+
+def _save_decisions(path: Path, table: Dict[str, dict]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".decisions.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new table
+    except OSError as e:
+        print(f"sparsejit.sparsify: cannot write the decision cache {path}: {e}",
+              file=sys.stderr)
+
+
+_CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
+            clock: str = "wall"):
+    """Median milliseconds of the dense and the sparse module on a random input of `shape`,
+    alternated run by run so that both see the same machine load. ``clock="cpu"`` counts this
+    process's CPU time instead of elapsed time (robust to other jobs; use with one thread)."""
+    tick = _CLOCKS[clock]
+    x = torch.randn(shape, dtype=dtype)
+    td, ts = [], []
+    with torch.no_grad():
+        dense(x)  # warm-up (first-touch allocations, oneDNN primitive creation)
+        sparse(x)
+        for _ in range(repeat):
+            t0 = tick()
+            dense(x)
+            t1 = tick()
+            sparse(x)
+            t2 = tick()
+            td.append((t1 - t0) * 1e3)
+            ts.append((t2 - t1) * 1e3)
+    td.sort()
+    ts.sort()
+    return td[len(td) // 2], ts[len(ts) // 2]
+
+
+def _progress(enabled: bool, done: int, total: int, what: str) -> None:
+    if not enabled:
+        return
+    width = 24
+    filled = int(width * done / max(total, 1))
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\rsparsify [{'#' * filled}{'-' * (width - filled)}] {done}/{total} "
+                     f"{what:<28}{end}")
+    sys.stderr.flush()
+
+
+def _format_table(rows: List[dict]) -> str:
+    head = f"{'layer':<28} {'input shape':<20} {'weight':<18} {'sparsity':>8} " \
+           f"{'dense ms':>9} {'sparse ms':>9} {'speedup':>8}  choice"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        d, s = r["dense_ms"], r["sparse_ms"]
+        ratio = f"{d / s:.2f}x" if d and s else "-"
+        lines.append(f"{r['name'][:28]:<28} {str(tuple(r['input_shape'])):<20} "
+                     f"{str(tuple(r['weight_shape'])):<18} {r['sparsity']:>8.3f} "
+                     f"{d if d is not None else float('nan'):>9.3f} "
+                     f"{s if s is not None else float('nan'):>9.3f} {ratio:>8}  "
+                     f"{r['choice']}{' (cached)' if r['cached'] else ''}")
+    return "\n".join(lines)
+
+
+def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
+             threshold: float = 0.0, min_sparsity: float = 0.3, repeat: int = 7,
+             cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
+             verbose: bool = True, clock: str = "wall") -> nn.Module:
+    """Replaces (in place) each Conv2d and Linear of `model` whose sparse kernel, measured on
+    the input shape it sees in ``model(example_input)``, beats the dense module by
+    `min_speedup`; returns `model`. Layers sparser than `min_sparsity` are not measured.
+    Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
+    (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
+    process converts without measuring. Prints the per-layer table when `verbose`; its rows
+    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s."""
+    if clock not in _CLOCKS:
+        raise ValueError(f"sparsejit.sparsify: clock must be 'wall' or 'cpu'; got {clock!r}")
+    targets: List[Tuple[str, nn.Module]] = [
+        (n, m) for n, m in model.named_modules()
+        if n and type(m) in (nn.Conv2d, nn.Linear) and m.weight.device.type == "cpu"]
+    shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
+    hooks = []
+    for name, mod in targets:
+        def hook(m, args, name=name):
+            if name not in shapes and args and isinstance(args[0], torch.Tensor):
+                shapes[name] = (tuple(args[0].shape), args[0].dtype)
+        hooks.append(mod.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            model(*example_input) if isinstance(example_input, tuple) else model(example_input)
+    finally:
+        for h in hooks:
+            h.remove()
+
+    path = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    path = path / "decisions.json"
+    table = _load_decisions(path)
+    show = sys.stderr.isatty() if progress is None else progress
+    rows: List[dict] = []
+    changed = False
+    seen = [(n, m) for n, m in targets if n in shapes]
+    for i, (name, mod) in enumerate(seen):
+        shape, dtype = shapes[name]
+        if isinstance(mod, nn.Conv2d):
+            ok = mod.padding_mode == "zeros" and len(shape) == 4
+            sparse = SparseConv2d.from_dense(mod, threshold=threshold) if ok else None
+        else:
+            sparse = SparseLinear(mod, threshold=threshold)
+        row = dict(name=name, input_shape=list(shape), weight_shape=list(mod.weight.shape),
+                   sparsity=sparse.sparsity if sparse is not None else 0.0, dense_ms=None,
+                   sparse_ms=None, choice="dense", cached=False)
+        if sparse is not None and row["sparsity"] >= min_sparsity:
+            key = _decision_key(mod, sparse, shape, dtype)
+            hit = table.get(key)
+            if hit is None:
+                d, s = measure(mod, sparse, shape, dtype, repeat, clock)
+                hit = dict(dense_ms=d, sparse_ms=s, sparse=d >= s * min_speedup)
+                table[key] = hit
+                changed = True
+            else:
+                row["cached"] = True
+            row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
+            if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
+                row["choice"] = "sparse"
+                _replace(model, name, sparse)
+        rows.append(row)
+        _progress(show, i + 1, len(seen), name)
+    if changed:
+        _save_decisions(path, table)
+    LAST_REPORT[:] = rows
+    if verbose:
+        print(_format_table(rows))
+    return model
+
+
+def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent = model
+    *path, leaf = name.split(".")
+    for p in path:
+        parent = getattr(parent, p)
+    setattr(parent, leaf, new)
+
+
+def format_report(rows: Optional[List[dict]] = None) -> str:
+    """The per-layer table of `rows` (default: the last sparsify call)."""
+    return _format_table(LAST_REPORT if rows is None else rows)
+
+
+__all__ = ["SparseConv2d", "SparseLinear", "sparsify", "measure", "format_report",
+           "LAST_REPORT"]

@@ -1,0 +1,57 @@
+"""Filter-sparse convolution ops (pruned Conv2d inference): fakes for torch.compile /
+torch.export. The user-facing module is sparsejit.filter_conv (SparseConv2d, sparsify).
+
+``filter_conv_plan(weight, threshold, variant) -> (plan, rowptr, taps, values)`` compresses a
+weight ``[C_out, C_in/groups, R, S]`` per output channel; ``filter_conv(plan, rowptr, taps,
+values, x, bias, kernel_size, stride, padding, dilation, groups, relu, variant=-1)`` runs it.
+Inference only: no autograd formula is registered.
+"""
+
+from typing import Optional, Sequence
+
+import torch
+
+# Tile variants (the plan's kernel word, the ops' `variant` argument; csrc/fsconv/fsconv.h).
+VARIANTS = {"auto": 0, "scalar": 1, "vec8x1": 2, "vec8x2": 3, "vec8x4": 4, "vec8x8": 5}
+
+_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _pair(v: Sequence[int], name: str):
+    if len(v) == 1:
+        return int(v[0]), int(v[0])
+    if len(v) != 2:
+        raise ValueError(f"sparsejit.filter_conv: {name} must have 2 entries; got {list(v)}")
+    return int(v[0]), int(v[1])
+
+
+def output_size(h: int, w: int, kernel_size, stride, padding, dilation):
+    (r, s), (sh, sw), (ph, pw), (dh, dw) = (_pair(kernel_size, "kernel_size"),
+                                            _pair(stride, "stride"), _pair(padding, "padding"),
+                                            _pair(dilation, "dilation"))
+    return (h + 2 * ph - dh * (r - 1) - 1) // sh + 1, (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+
+
+@torch.library.register_fake("sparsejit::filter_conv_plan")
+def _filter_conv_plan_fake(weight, threshold=0.0, variant=0):
+    if weight.dim() != 4:
+        raise ValueError("sparsejit.filter_conv_plan: weight must be 4-D [C_out, C_in/groups, "
+                         f"R, S]; got shape {tuple(weight.shape)}")
+    nnz = torch.library.get_ctx().new_dynamic_size()
+    opt = dict(dtype=torch.long, device=weight.device)
+    return (weight.new_empty(14, **opt), weight.new_empty(weight.shape[0] + 1, **opt),
+            weight.new_empty(nnz, **opt),
+            weight.new_empty(nnz, dtype=torch.float32, device=weight.device))
+
+
+@torch.library.register_fake("sparsejit::filter_conv")
+def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor], kernel_size,
+                      stride, padding, dilation, groups, relu, variant=-1):
+    if x.dim() != 4:
+        raise ValueError(f"sparsejit.filter_conv: x must be 4-D [N, C_in, H, W]; got shape "
+                         f"{tuple(x.shape)}")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"sparsejit: x must be float32, float64, bfloat16 or float16; got "
+                        f"{x.dtype}")
+    oh, ow = output_size(x.shape[2], x.shape[3], kernel_size, stride, padding, dilation)
+    return x.new_empty((x.shape[0], rowptr.shape[0] - 1, oh, ow))
