@@ -128,15 +128,19 @@ at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                         const at::Tensor&, const std::optional<at::Tensor>&,
-                                        c10::string_view, int64_t, int64_t, int64_t)>();
+                                        c10::string_view, int64_t, int64_t, int64_t,
+                                        int64_t)>();
+  // gemm, tile, strategy = 0: the cost model's choices.
   return h.call(a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm, x, w, values, reduce, a.num_dst,
-                0, 0);
+                0, 0, 0);
 }
 
 at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w) {
   static auto h = op("sparsejit::segment_matmul")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
   return h.call(x, ptr, w);
+}
+
 SparseConv2d SparseConv2d::from_dense(const at::Tensor& weight, std::optional<at::Tensor> bias,
                                       std::vector<int64_t> stride, std::vector<int64_t> padding,
                                       std::vector<int64_t> dilation, int64_t groups, bool relu,

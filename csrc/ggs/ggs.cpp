@@ -134,13 +134,11 @@ struct FirstError {
   }
 };
 
-// Tiles go through the built-in kernel: every call here is inside an OpenMP region, and there
-// Debian's oneDNN 2.6.3 dnnl_sgemm returns "unimplemented" (status 3) in a process that has
-// loaded torch (torch's libgomp), while the same call outside a region works (found with
-// ctypes; the C++ tests, without torch, pass either way). To revisit with the dense owner.
+// Tiles go through dense::sgemm (oneDNN when built with it). Before main opened oneDNN with
+// RTLD_DEEPBIND, dnnl_sgemm returned "unimplemented" here once torch was loaded (docs/RGMS.md).
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  dense::sgemm_builtin(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  dense::sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
                  int64_t lda, const double* b, int64_t ldb, double beta, double* c,

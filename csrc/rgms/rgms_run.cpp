@@ -171,12 +171,9 @@ SourceIndex index_sources(const Problem& p, const std::vector<int8_t>* only) {
   return si;
 }
 
-}  // namespace
-
-RelationPlan relation_plan(const Problem& p) {
+RelationPlan plan_from_sources(const Problem& p, const SourceIndex& si) {
   const PlanView& pv = p.plan;
   RelationPlan rp;
-  const SourceIndex si = index_sources(p, nullptr);
   const double fi = double(p.f_in), fo = double(p.f_out);
   int64_t budget = p.num_rows;  // transformed rows kept, in rows of F_out
   for (int64_t r = 0; r < pv.r; ++r) {
@@ -201,6 +198,10 @@ RelationPlan relation_plan(const Problem& p) {
   return rp;
 }
 
+}  // namespace
+
+RelationPlan relation_plan(const Problem& p) { return plan_from_sources(p, index_sources(p, nullptr)); }
+
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
   const PlanView& pv = p.plan;
@@ -209,13 +210,20 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
   std::vector<int8_t> choice(size_t(pv.r), 1);
   SourceIndex si;
   std::vector<T> transformed;
+  std::vector<int64_t> t_off;
   if (p.strategy != Strategy::kAggregateFirst && fo > 0 && pv.e > 0) {
-    choice = relation_plan(p).choice;
+    // One pass indexes every relation's sources: the cost model reads their counts, the
+    // transform-first relations their slots.
+    si = index_sources(p, nullptr);
+    choice = plan_from_sources(p, si).choice;
     bool any = false;
     for (auto c : choice) any = any || c == 2;
     if (any) {
-      si = index_sources(p, &choice);
-      transformed.assign(size_t(si.src_ptr[pv.r] * fo), T(0));
+      // Only the transform-first relations' rows are kept (t_off: their prefix sums).
+      t_off.assign(size_t(pv.r + 1), 0);
+      for (int64_t r = 0; r < pv.r; ++r)
+        t_off[r + 1] = t_off[r] + (choice[r] == 2 ? si.src_ptr[r + 1] - si.src_ptr[r] : 0);
+      transformed.assign(size_t(t_off[pv.r] * fo), T(0));
       std::vector<int64_t> items;  // (relation, first source slot) of every tile
       for (int64_t r = 0; r < pv.r; ++r)
         for (int64_t k = si.src_ptr[r]; choice[r] == 2 && k < si.src_ptr[r + 1]; k += tile) {
@@ -234,8 +242,8 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
           for (int64_t k = k0; k < k1; ++k)
             std::memcpy(rows.data() + (k - k0) * fi, x + si.src_list[k] * fi, sizeof(T) * fi);
           gemm(fe, p.gemm, false, false, m, fo, fi, rows.data(), std::max<int64_t>(fi, 1),
-               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0), transformed.data() + k0 * fo,
-               fo);
+               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0),
+               transformed.data() + (t_off[r] + k0 - si.src_ptr[r]) * fo, fo);
         }
       }
       fe.rethrow();
@@ -256,7 +264,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
         const int64_t ga = lower_bound_dst(pv, pv.rel_ptr[r], pv.rel_ptr[r + 1], row0);
         const int64_t gb = lower_bound_dst(pv, ga, pv.rel_ptr[r + 1], row1);
         if (choice[r] == 2) {  // reduce transformed rows straight into Y
-          const T* t_r = transformed.data() + si.src_ptr[r] * fo;
+          const T* t_r = transformed.data() + t_off[r] * fo;
           for (int64_t g = ga; g < gb; ++g) {
             T* out = y + pv.grp_dst[g] * fo;
             const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
