@@ -8,7 +8,7 @@ JOBS   ?= $(shell nproc)
 TORCH_SPEC ?= torch==2.13.0
 APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache libdnnl-dev
 # nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
-PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1
+PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8
 
 .PHONY: all setup build develop install test test-cpp test-python test-sanitize demo bench format clean
 

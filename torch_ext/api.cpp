@@ -174,4 +174,36 @@ at::Tensor SparseConv2d::forward(const at::Tensor& x) const {
                       dilation, groups, relu, -1);
 }
 
+// ---- point-cloud sparse convolution ---------------------------------------------------------
+
+ConvMap ConvMap::build(const at::Tensor& coords, const std::vector<int64_t>& spatial_shape,
+                       int64_t batch_size, const std::string& kind,
+                       const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                       const std::vector<int64_t>& padding,
+                       const std::vector<int64_t>& dilation) {
+  static auto h = op("sparsejit::conv_plan")
+                      .typed<std::tuple<at::Tensor, at::Tensor>(
+                          const at::Tensor&, at::IntArrayRef, int64_t, c10::string_view,
+                          at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
+                          const std::optional<at::Tensor>&)>();
+  auto [plan, out] = h.call(coords, spatial_shape, batch_size, kind, kernel, stride, padding,
+                            dilation, std::nullopt);
+  return {plan, out};
+}
+
+// Header words 8 (input sites) and 6 (output sites) of the plan (csrc/plan/plan_header.h).
+int64_t ConvMap::num_in() const { return plan[8].item<int64_t>(); }
+int64_t ConvMap::num_out() const { return plan[6].item<int64_t>(); }
+
+at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, const ConvMap& map, bool inverse,
+                       int64_t dataflow) {
+  static auto h = op("sparsejit::sparse_conv")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                        const std::optional<at::Tensor>&, const at::Tensor&,
+                                        c10::SymInt, bool, int64_t)>();
+  const int64_t num_out = inverse ? map.num_in() : map.num_out();
+  return h.call(features, weight, bias, map.plan, c10::SymInt(num_out), inverse, dataflow);
+}
+
 }  // namespace sparsejit

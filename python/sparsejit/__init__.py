@@ -15,6 +15,8 @@ from .matrix import SparseMatrix
 from .ops import TypedSparseMatrix, edge_softmax, gather_matmul, rgms, sddmm, segment_matmul, spmm  # also registers every fake and autograd formula
 from .ops import gat_attention, gatv2_attention, sparse_attention  # noqa: E402
 from . import nn  # noqa: E402
+from . import spconv  # noqa: E402,F401  (spconv-compatible modules)
+from .pointcloud import SparseTensor, voxelize  # noqa: E402
 from .plans import clear_caches, fingerprint
 from .tuning import explain, tune
 from .filter_conv import sparsify  # noqa: E402
@@ -38,4 +40,4 @@ def row_stats(A: SparseMatrix) -> dict:
 
 
 __all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention", "gat_attention",
-           "gatv2_attention"]
+           "gatv2_attention", "SparseTensor", "voxelize", "spconv"]

@@ -11,6 +11,7 @@ from .edge_softmax import edge_softmax
 from .rgms import TypedSparseMatrix, gather_matmul, rgms, segment_matmul
 from .sddmm import sddmm
 from .spmm import spmm
+from .sparse_conv import conv_plan, sparse_conv  # noqa: F401
 
 __all__ = ["spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "sparse_attention",
            "gat_attention", "gatv2_attention"]

@@ -63,6 +63,30 @@ at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
 // Rows ptr[k]:ptr[k+1] of x times w[k] (pyg-lib's segment_matmul).
 at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w);
 
+// ---- point-cloud sparse convolution ---------------------------------------------------------
+
+// A kernel map as a plan tensor plus the output sites (the conv_plan op). coords [N, 1 + D]
+// integers, batch index first; kind "subm", "spconv", "coarse" or "transposed" (see
+// docs/SPARSE_CONV.md); errors name the bad row, column and value.
+struct ConvMap {
+  at::Tensor plan, out_coords;
+  static ConvMap build(const at::Tensor& coords, const std::vector<int64_t>& spatial_shape,
+                       int64_t batch_size, const std::string& kind,
+                       const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                       const std::vector<int64_t>& padding,
+                       const std::vector<int64_t>& dilation);
+  int64_t num_in() const;   // input sites the map was built on
+  int64_t num_out() const;  // output sites
+};
+
+// y = bias + sum over the map's pairs (i, o, k) of features[i] @ weight[k]; weight is
+// [K, C_in, C_out] (spconv's [C_out, *kernel, C_in] permuted). inverse: the map read backwards
+// (spconv's SparseInverseConv: outputs are the map's input sites). dataflow: 0 auto,
+// 1 gather-GEMM-scatter, 2 output-stationary.
+at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, const ConvMap& map,
+                       bool inverse = false, int64_t dataflow = 0);
+
 // Filter-sparse convolution (pruned Conv2d inference, docs/FILTER_SPARSE_CONV.md): the
 // weight [C_out, C_in/groups, R, S] compressed once (zeros and |w| <= threshold dropped), then
 // y = relu?(conv2d(x, W) + bias) without touching the zeros. CPU, inference only; x float32

@@ -1,0 +1,163 @@
+"""Point-cloud sparse convolution ops: kernel-map plans and the gather-GEMM-scatter conv.
+
+    plan, out_coords = conv_plan(coords, spatial_shape, batch_size, "subm", kernel, ...)
+    y = sparse_conv(features, weight, bias, plan, num_out)   # weight [K, C_in, C_out]
+
+A plan is an int64 tensor (the common plan header, then the kernel map: pairs grouped by
+kernel offset, indexed by output and by input row); it crosses ``.to()``, ``torch.save`` and
+torch.compile. ``swap=True`` reads a plan backwards (spconv's inverse convolution: outputs
+are the plan's input sites). The dataflow ("auto", "gather_gemm_scatter",
+"output_stationary") only changes speed, never the result beyond rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from ._common import FLOAT_DTYPES
+
+DATAFLOWS = {"auto": 0, "gather_gemm_scatter": 1, "output_stationary": 2}
+KINDS = ("subm", "spconv", "coarse", "transposed", "generalized")
+
+# Plan words (torch_ext/ops/sparse_conv.cpp): header, then K.
+_WORD_OP, _WORD_KERNEL, _WORD_PARAM, _WORD_ROWS, _WORD_NNZ, _WORD_COLS = 2, 3, 5, 6, 7, 8
+_WORD_K = 10
+
+
+def _dataflow_id(dataflow: Union[str, int]) -> int:
+    if isinstance(dataflow, int) and dataflow in DATAFLOWS.values():
+        return dataflow
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"sparsejit.sparse_conv: dataflow must be one of {list(DATAFLOWS)}; "
+                         f"got {dataflow!r}")
+    return DATAFLOWS[dataflow]
+
+
+def _ints(v, dims: int, name: str) -> list:
+    if isinstance(v, int):
+        return [v] * dims
+    v = [int(e) for e in v]
+    if len(v) != dims:
+        raise ValueError(f"sparsejit: {name} must have {dims} values (one per spatial axis); "
+                         f"got {v}")
+    return v
+
+
+def conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: int,
+              kind: str, kernel_size, stride=1, padding=0, dilation=1,
+              out_coords: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Kernel map of one convolution geometry as ``(plan, out_coords)``; `coords` is
+    ``[N, 1 + D]`` integers, batch index first. See the module docstring for `kind`."""
+    if not isinstance(coords, torch.Tensor):
+        raise TypeError(f"sparsejit.conv_plan: coords must be a tensor; got {type(coords).__name__}")
+    dims = len(spatial_shape)
+    return torch.ops.sparsejit.conv_plan(
+        coords, [int(s) for s in spatial_shape], int(batch_size), kind,
+        _ints(kernel_size, dims, "kernel_size"), _ints(stride, dims, "stride"),
+        _ints(padding, dims, "padding"), _ints(dilation, dims, "dilation"), out_coords)
+
+
+def plan_info(plan: torch.Tensor) -> dict:
+    """Sizes stored in a conv plan: kernel volume, pairs, input and output sites."""
+    w = plan[:_WORD_K + 1].tolist()
+    return {"kind": KINDS[w[_WORD_KERNEL]], "kernel_volume": w[_WORD_K], "pairs": w[_WORD_NNZ],
+            "num_in": w[_WORD_COLS], "num_out": w[_WORD_ROWS],
+            "identity_offset": w[_WORD_PARAM]}
+
+
+def plan_pairs(plan: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernel map of a plan as ``(offset_ptr [K + 1], in_idx [M], out_idx [M])``
+    (int64 copies; for inspection, tests and pooling)."""
+    info = plan_info(plan)
+    k, m = info["kernel_volume"], info["pairs"]
+    at = _WORD_K + 1
+    offset_ptr = plan[at:at + k + 1].clone()
+    at += k + 1
+    words = (m + 1) // 2
+    in_idx = plan[at:at + words].view(torch.int32)[:m].long()
+    out_idx = plan[at + words:at + 2 * words].view(torch.int32)[:m].long()
+    return offset_ptr, in_idx, out_idx
+
+
+def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                plan: torch.Tensor, num_out: int, swap: bool = False,
+                dataflow: Union[str, int] = "auto") -> torch.Tensor:
+    """``y[o] = bias + sum_{(i, o, k) in plan} features[i] @ weight[k]`` with `weight`
+    ``[K, C_in, C_out]``; differentiable in features, weight and bias."""
+    if not isinstance(features, torch.Tensor) or features.dtype not in FLOAT_DTYPES:
+        raise TypeError("sparsejit.sparse_conv: features must be a floating tensor")
+    return torch.ops.sparsejit.sparse_conv(features, weight, bias, plan, num_out,
+                                           bool(swap), _dataflow_id(dataflow))
+
+
+# ---- fakes --------------------------------------------------------------------------------
+
+@torch.library.register_fake("sparsejit::conv_plan")
+def _conv_plan_fake(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
+                    out_coords):
+    if kind not in KINDS:
+        raise ValueError(f"sparsejit.conv_plan: kind must be one of {KINDS}; got {kind!r}")
+    if coords.dim() != 2 or coords.shape[1] != len(spatial_shape) + 1:
+        raise ValueError(f"sparsejit.conv_plan: coords must be [N, {len(spatial_shape) + 1}]; "
+                         f"got {tuple(coords.shape)}")
+    ctx = torch.library.get_ctx()
+    plan = coords.new_empty(ctx.new_dynamic_size(), dtype=torch.long)
+    if kind == "subm":
+        rows = coords.shape[0]
+    elif kind == "generalized":
+        rows = out_coords.shape[0]
+    else:
+        rows = ctx.new_dynamic_size()
+    return plan, coords.new_empty(rows, coords.shape[1], dtype=torch.int32)
+
+
+def _check_fake(op, x, w, plan):
+    if len({x.device, w.device, plan.device}) > 1:
+        raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device")
+    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
+        raise ValueError(f"sparsejit.{op}: features [N, C_in] and weight [K, C_in, C_out] do "
+                         f"not agree: {tuple(x.shape)}, {tuple(w.shape)}")
+    if w.dtype != x.dtype:
+        raise TypeError(f"sparsejit.{op}: weight dtype must match features dtype")
+
+
+@torch.library.register_fake("sparsejit::sparse_conv")
+def _sparse_conv_fake(features, weight, bias, plan, num_out, swap, dataflow):
+    _check_fake("sparse_conv", features, weight, plan)
+    return features.new_empty(num_out, weight.shape[2])
+
+
+@torch.library.register_fake("sparsejit::sparse_conv_backward")
+def _sparse_conv_backward_fake(features, weight, grad_out, plan, swap, dataflow, need_features,
+                               need_weight):
+    _check_fake("sparse_conv_backward", features, weight, plan)
+    dx = features.new_empty(features.shape) if need_features else features.new_empty(0)
+    dw = weight.new_empty(weight.shape) if need_weight else features.new_empty(0)
+    return dx, dw
+
+
+# ---- autograd -----------------------------------------------------------------------------
+
+def _sparse_conv_setup(ctx, inputs, output):
+    features, weight, bias, plan, num_out, swap, dataflow = inputs
+    ctx.save_for_backward(features, weight, plan)
+    ctx.swap, ctx.dataflow = swap, dataflow
+    ctx.has_bias = bias is not None
+
+
+def _sparse_conv_backward(ctx, grad):
+    features, weight, plan = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    grad = grad.contiguous()
+    dx = dw = None
+    if need[0] or need[1]:
+        dx, dw = torch.ops.sparsejit.sparse_conv_backward(
+            features, weight, grad, plan, ctx.swap, ctx.dataflow, bool(need[0]), bool(need[1]))
+    db = grad.sum(0) if ctx.has_bias and need[2] else None
+    return (dx if need[0] else None, dw if need[1] else None, db, None, None, None, None)
+
+
+torch.library.register_autograd("sparsejit::sparse_conv", _sparse_conv_backward,
+                                setup_context=_sparse_conv_setup)
