@@ -22,7 +22,7 @@ setup:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13" 2>/dev/null || \
+	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13, torch_geometric, spconv" 2>/dev/null || \
 	  { echo "== pip install $(PIP_PACKAGES)"; $(PYTHON) -m pip install -q $(PIP_PACKAGES); }
 
 $(BUILD)/build.ninja: CMakeLists.txt | setup
