@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -164,15 +163,7 @@ class SparseLinear(nn.Module):
 LAST_REPORT: List[dict] = []  # the per-layer rows of the last sparsify() call
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown-cpu"
+from .plans import _cpu_model  # noqa: E402  (one definition of the CPU-model key)
 
 
 def _default_cache_dir() -> Path:

@@ -4,10 +4,9 @@
 // rgms_plan(edge_index, edge_type, num_src, num_dst, num_relations)
 //     -> (rel_ptr, grp_ptr, grp_dst, src, perm): the typed structure grouped by relation and
 //   target (csrc/rgms/rgms_plan.h), built and validated once.
-// rgms(plan..., x, w, values, reduce, num_rows) -> y [num_rows, F_out]: per relation,
-//   aggregate-then-transform: gather-reduce its entries onto its distinct targets
-//   (kernels/cpu/rgms_kernel.h), one GEMM with W[r] (at::mm: MKL / oneDNN underneath), scatter
-//   into Y. The loop over relations runs here, in C++. Never a per-edge tensor.
+// rgms(plan..., x, w, values, reduce, num_rows, gemm, tile, strategy) -> y [num_rows, F_out]:
+//   csrc/rgms/rgms_run.h (one parallel region; per relation aggregate-then-transform or
+//   transform-then-aggregate over tiles of groups, each tile one GEMM). Never a per-edge tensor.
 // rgms_backward(plan..., x, w, values, grad_y, reduce, need_x, need_w, need_values)
 //   -> (dx, dw, dvalues), each empty when not needed.
 // segment_matmul(x, ptr, w) -> rows ptr[k]:ptr[k+1] of x times w[k];
