@@ -23,7 +23,7 @@ import torch
 
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import check_same_device, needs_grad, transpose, without_autograd
+from ._common import call_op, check_same_device, needs_grad, transpose
 
 _DOT, _ADDITIVE, _GATV2 = 0, 1, 2
 
@@ -63,10 +63,9 @@ def _run(A, q, k, v, bias, mode, scale, slope, dropout, return_attention_weights
         raise ValueError(f"dropout must be in [0, 1); got {dropout}")
     seed = _seed(dropout)
     t = A.transpose_arrays() if needs_grad(q, k, v, bias, att) else (None, None, None)
-    with without_autograd(q, k, v, bias, att):
-        out, lse = ops.sparse_attention.default(A.indptr, A.indices, q, k, v, bias, mode,
-                                                float(scale), float(slope), float(dropout),
-                                                seed, *t, att)
+    out, lse = call_op(ops.sparse_attention.default, _setup, _backward,
+                       (A.indptr, A.indices, q, k, v, bias, mode, float(scale), float(slope),
+                        float(dropout), seed, *t, att), (q, k, v, bias, att))
     if not return_attention_weights:
         return out
     return out, _weights(A, q, k, bias, lse, mode, scale, slope, att)

@@ -10,7 +10,7 @@ import torch
 
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import check_same_device, without_autograd
+from ._common import call_op, check_same_device
 
 
 def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
@@ -26,8 +26,8 @@ def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
         )
     if S.device != A.device:
         raise ValueError(f"S is on {S.device} but the sparse matrix is on {A.device}")
-    with without_autograd(S):
-        return ops.edge_softmax(A.indptr, S)
+    return call_op(ops.edge_softmax.default, _edge_softmax_setup, _edge_softmax_backward,
+                   (A.indptr, S), (S,))
 
 
 @torch.library.register_fake("sparsejit::edge_softmax")

@@ -10,7 +10,7 @@ import torch
 
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
-from ._common import check_dense, check_same_device, needs_grad, transpose, without_autograd
+from ._common import call_op, check_dense, check_same_device, needs_grad, transpose
 
 
 def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -29,8 +29,8 @@ def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     if Q.dtype != K.dtype:
         raise TypeError(f"Q dtype ({Q.dtype}) must match K dtype ({K.dtype})")
     t = A.transpose_arrays() if needs_grad(K) else (None, None, None)
-    with without_autograd(Q, K):
-        return ops.sddmm(A.indptr, A.indices, Q, K, A.shape[1], *t)
+    return call_op(ops.sddmm.default, _sddmm_setup, _sddmm_backward,
+                   (A.indptr, A.indices, Q, K, A.shape[1], *t), (Q, K))
 
 
 @torch.library.register_fake("sparsejit::sddmm")

@@ -16,7 +16,7 @@ from .. import _core, plans
 from .._library import ops
 from ..matrix import SparseMatrix, as_matrix
 from ._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
-                      without_autograd)
+                      call_op)
 
 REDUCES = ("sum", "mean", "max", "min")
 ACTIVATIONS = (None,) + tuple(a for a in _core.enums()["act"] if a != "runtime")
@@ -92,8 +92,7 @@ def spmm(
     # Positional call of the overload (no keyword or overload resolution on the hot path).
     args = (A.indptr, A.indices, values, X, reduce, A.shape[1], *t, plan, bias, act,
             float(act_param), float(scale), grad)
-    with without_autograd(X, values, bias):
-        out, _ = ops.spmm.default(*args)
+    out, _ = call_op(ops.spmm.default, _spmm_setup, _spmm_backward, args, (X, values, bias))
     return out
 
 
