@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 from sparsejit.filter_conv import SparseConv2d  # noqa: E402
+from sparsejit.plans import _cpu_model  # noqa: E402  (one CPU-model string)
 
 
 def resnet50_layers():
@@ -238,17 +239,6 @@ def print_markdown(run):
                                                          "proj").replace("block_group", "g")
         print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
               f"{r0['h']}x{r0['h']} | " + " | ".join(cells) + " |")
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":
