@@ -15,33 +15,6 @@
 namespace sparsejit {
 namespace {
 
-// One tensor as it was when validated: the same TensorImpl (weakly held), data, size and
-// version mean the same contents.
-using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-
-struct TensorState {
-  std::optional<WeakImpl> impl;
-  const void* data = nullptr;
-  int64_t numel = -1;
-  uint32_t version = 0;
-
-  static bool trackable(const at::Tensor& t) { return !t.is_inference(); }
-  static TensorState of(const at::Tensor& t) {
-    TensorState s;
-    s.impl.emplace(t.getIntrusivePtr());
-    s.data = t.data_ptr();
-    s.numel = t.numel();
-    s.version = t._version();
-    return s;
-  }
-  bool matches(const at::Tensor& t) const {
-    if (!impl) return false;
-    const auto live = impl->lock();
-    return live.get() == t.unsafeGetTensorImpl() && data == t.data_ptr() &&
-           numel == t.numel() && version == t._version();
-  }
-  bool expired() const { return !impl || impl->expired(); }
-};
 
 struct Entry {
   TensorState a, b;

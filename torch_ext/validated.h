@@ -14,11 +14,41 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "csrc/plan/plan_header.h"
 
 namespace sparsejit {
+
+// One tensor as it was when validated: the same TensorImpl (weakly held), data, size and
+// version mean the same contents.
+using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+struct TensorState {  // shared by the validation tables here and filter_conv's setup cache
+  std::optional<WeakImpl> impl;
+  const void* data = nullptr;
+  int64_t numel = -1;
+  uint32_t version = 0;
+
+  static bool trackable(const at::Tensor& t) { return !t.is_inference(); }
+  static TensorState of(const at::Tensor& t) {
+    TensorState s;
+    s.impl.emplace(t.getIntrusivePtr());
+    s.data = t.data_ptr();
+    s.numel = t.numel();
+    s.version = t._version();
+    return s;
+  }
+  bool matches(const at::Tensor& t) const {
+    if (!impl) return false;
+    const auto live = impl->lock();
+    return live.get() == t.unsafeGetTensorImpl() && data == t.data_ptr() &&
+           numel == t.numel() && version == t._version();
+  }
+  bool expired() const { return !impl || impl->expired(); }
+};
+
 
 // Validates (rowptr, col) against num_cols (once per live tensor version) and returns the
 // structure's stamp. Raises ValueError naming `op` and the first bad position.

@@ -24,6 +24,7 @@
 #include "csrc/fsconv/fsconv.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
+#include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("filter_conv_plan(Tensor weight, float threshold=0.0, int variant=0) "
@@ -86,30 +87,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
 // version, as torch_ext/validated.cpp does for CSR structures. A tensor modified in place bumps
 // its version and is validated again; inference tensors (no version counter) every call.
 
-using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-
-struct TensorState {
-  std::optional<WeakImpl> impl;
-  const void* data = nullptr;
-  int64_t numel = -1;
-  uint32_t version = 0;
-
-  static TensorState of(const at::Tensor& t) {
-    TensorState s;
-    s.impl.emplace(t.getIntrusivePtr());
-    s.data = t.data_ptr();
-    s.numel = t.numel();
-    s.version = t._version();
-    return s;
-  }
-  bool matches(const at::Tensor& t) const {
-    if (!impl) return false;
-    const auto live = impl->lock();
-    return live.get() == t.unsafeGetTensorImpl() && data == t.data_ptr() &&
-           numel == t.numel() && version == t._version();
-  }
-  bool expired() const { return !impl || impl->expired(); }
-};
+// TensorState: torch_ext/validated.h.
 
 // Geometry without the batch: what a Prepared depends on.
 std::vector<int64_t> geometry_key(const fsconv::Geometry& g, int64_t variant) {
