@@ -121,18 +121,19 @@ TypedCsr TypedCsr::from_edge_index(const at::Tensor& edge_index, const at::Tenso
 }
 
 at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
-                const std::string& reduce, const std::optional<at::Tensor>& values) {
+                const std::string& reduce, const std::optional<at::Tensor>& values,
+                const std::optional<at::Tensor>& root, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK_VALUE(x.dim() == 2 && x.size(0) == a.num_src, "sparsejit.rgms: X must be [",
                     a.num_src, ", F_in]; got ", x.sizes());
+  using Opt = const std::optional<at::Tensor>&;
   static auto h = op("sparsejit::rgms")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const at::Tensor&, const std::optional<at::Tensor>&,
-                                        c10::string_view, int64_t, int64_t, int64_t,
-                                        int64_t)>();
-  // gemm, tile, strategy = 0: the cost model's choices.
+                                        const at::Tensor&, Opt, c10::string_view, int64_t,
+                                        int64_t, int64_t, int64_t, Opt, Opt, Opt)>();
+  // gemm, tile, strategy = 0: the cost model's choices; the root term reads X.
   return h.call(a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm, x, w, values, reduce, a.num_dst,
-                0, 0, 0);
+                0, 0, 0, root, bias, std::nullopt);
 }
 
 at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w) {

@@ -116,6 +116,23 @@ int64_t tile_of(const Problem& p) {
   return p.tile > 0 ? p.tile : default_tile(p.f_in, p.f_out);
 }
 
+// Rows [row0, row1) of Y before the relations add into them: x_root @ root + bias, or 0.
+template <typename T>
+void init_rows(FirstError& fe, const Problem& p, const RootTerm<T>& rt, int64_t row0,
+               int64_t row1, T* y) {
+  const int64_t fo = p.f_out, m = row1 - row0;
+  if (m <= 0) return;
+  if (rt.root && p.f_root > 0) {
+    gemm(fe, p.gemm, false, false, m, fo, p.f_root, rt.x_root + row0 * p.f_root, p.f_root,
+         rt.root, fo, T(0), y + row0 * fo, fo);
+  } else {
+    std::memset(y + row0 * fo, 0, sizeof(T) * m * fo);
+  }
+  if (rt.bias)
+    for (int64_t i = row0; i < row1; ++i)
+      for (int64_t j = 0; j < fo; ++j) y[i * fo + j] += rt.bias[j];
+}
+
 }  // namespace
 
 int64_t default_tile(int64_t f_in, int64_t f_out) {
@@ -203,7 +220,8 @@ RelationPlan plan_from_sources(const Problem& p, const SourceIndex& si) {
 RelationPlan relation_plan(const Problem& p) { return plan_from_sources(p, index_sources(p, nullptr)); }
 
 template <typename T>
-void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
+void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
+             const RootTerm<T>& rt) {
   const PlanView& pv = p.plan;
   const int64_t n = p.num_rows, fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   // Relations computed transform-first: their distinct sources' rows times W[r], once.
@@ -258,8 +276,8 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t row0 = n * c / chunks, row1 = n * (c + 1) / chunks;
-      if (row1 > row0 && fo > 0) std::memset(y + row0 * fo, 0, sizeof(T) * (row1 - row0) * fo);
       if (fo == 0) continue;
+      init_rows(fe, p, rt, row0, row1, y);
       for (int64_t r = 0; r < pv.r; ++r) {
         const int64_t ga = lower_bound_dst(pv, pv.rel_ptr[r], pv.rel_ptr[r + 1], row0);
         const int64_t gb = lower_bound_dst(pv, ga, pv.rel_ptr[r + 1], row1);
@@ -297,9 +315,81 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y) {
 
 namespace {
 
+// Relations differentiated on their source side (see rgms_run.h): side[r] == 2, the U_r rows
+// (S_r x F_in each, at u_off[r]) and the relations' distinct-source lists.
+template <typename T>
+struct SourceSide {
+  std::vector<int8_t> side;
+  SourceIndex si;
+  std::vector<int64_t> u_off;
+  std::vector<T> u;
+  bool any = false;
+};
+
+// Chooses the source-side relations (the forward's transform-first ones) and computes their
+// dW[r] (into dw, when given) and U_r (when need_u), one relation per task.
+template <typename T>
+SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* values,
+                          const T* dy, bool need_u, T* dw) {
+  const PlanView& pv = p.plan;
+  const int64_t fi = p.f_in, fo = p.f_out;
+  SourceSide<T> ss;
+  ss.side.assign(size_t(pv.r), 1);
+  if (p.strategy == Strategy::kAggregateFirst || pv.e == 0 || fi == 0 || fo == 0 ||
+      (!need_u && !dw))
+    return ss;
+  ss.si = index_sources(p, nullptr);
+  ss.side = plan_from_sources(p, ss.si).choice;
+  std::vector<int64_t> rels;
+  ss.u_off.assign(size_t(pv.r + 1), 0);
+  for (int64_t r = 0; r < pv.r; ++r) {
+    const int64_t s_r = ss.si.src_ptr[r + 1] - ss.si.src_ptr[r];
+    const bool two = ss.side[r] == 2 && s_r > 0;
+    if (two) rels.push_back(r);
+    ss.u_off[r + 1] = ss.u_off[r] + (two && need_u ? s_r : 0);
+  }
+  ss.any = !rels.empty();
+  if (!ss.any) return ss;
+  if (need_u) ss.u.assign(size_t(ss.u_off[pv.r] * fi), T(0));
+  const int64_t n_rels = int64_t(rels.size());
+  FirstError fe;
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_rels > 1 && pv.e * fo > 4096)
+  {
+    std::vector<T> t_r, xs;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < n_rels; ++k) {
+      const int64_t r = rels[size_t(k)];
+      const int64_t s0 = ss.si.src_ptr[r], s_r = ss.si.src_ptr[r + 1] - s0;
+      t_r.assign(size_t(s_r * fo), T(0));
+      // T_r[slot] += coef * dY[target]: entries in their stored order (deterministic).
+      for (int64_t g = pv.rel_ptr[r]; g < pv.rel_ptr[r + 1]; ++g) {
+        const T* d = dy + pv.grp_dst[g] * fo;
+        for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
+          const T c = coef(pv, values, p.mean, g, q);
+          T* o = t_r.data() + ss.si.slot[size_t(q)] * fo;
+          for (int64_t j = 0; j < fo; ++j) o[j] += c * d[j];
+        }
+      }
+      if (dw) {  // dW[r] = X[sources]^T T_r
+        xs.resize(size_t(s_r * fi));
+        for (int64_t i = 0; i < s_r; ++i)
+          std::memcpy(xs.data() + i * fi, x + ss.si.src_list[size_t(s0 + i)] * fi, sizeof(T) * fi);
+        gemm(fe, p.gemm, true, false, fi, fo, s_r, xs.data(), fi, t_r.data(), fo, T(0),
+             dw + r * fi * fo, fo);
+      }
+      if (need_u)  // U_r = T_r W[r]^T
+        gemm(fe, p.gemm, false, true, s_r, fi, fo, t_r.data(), fo, w + r * fi * fo, fo, T(0),
+             ss.u.data() + ss.u_off[r] * fi, fi);
+    }
+  }
+  fe.rethrow();
+  return ss;
+}
+
 // dX: thread t owns columns [i0, i1) of dX; dagg[:, i0:i1] = dYg @ W[r][i0:i1, :]^T.
 template <typename T>
-void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* dx) {
+void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* dx,
+                const SourceSide<T>& ss, const T* root) {
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   const bool par = p.num_src * fi > 4096 && fi >= 16;
@@ -310,9 +400,24 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
     const int64_t blocks = (fi + 7) / 8;  // whole 8-column blocks per thread
     const int64_t i0 = std::min(fi, blocks * t / nt * 8), i1 = std::min(fi, blocks * (t + 1) / nt * 8);
     const int64_t wd = i1 - i0;
-    for (int64_t s = 0; s < p.num_src && wd > 0; ++s) std::memset(dx + s * fi + i0, 0, sizeof(T) * wd);
+    if (wd > 0 && root && fo > 0 && p.num_src > 0) {  // dX = dY @ root^T, the root term's share
+      gemm(fe, p.gemm, false, true, p.num_src, wd, fo, dy, fo, root + i0 * fo, fo, T(0), dx + i0,
+           fi);
+    } else {
+      for (int64_t s = 0; s < p.num_src && wd > 0; ++s) std::memset(dx + s * fi + i0, 0, sizeof(T) * wd);
+    }
     std::vector<T> dyg(size_t(tile * std::max<int64_t>(fo, 1))), dagg(size_t(tile * std::max<int64_t>(wd, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
+      if (ss.side[r] == 2) {  // U_r rows into their sources' rows
+        const int64_t s0 = ss.si.src_ptr[r], s_r = ss.si.src_ptr[r + 1] - s0;
+        const T* u = ss.u.data() + ss.u_off[r] * fi + i0;
+        for (int64_t i = 0; i < s_r; ++i) {
+          T* out = dx + ss.si.src_list[size_t(s0 + i)] * fi + i0;
+          const T* in = u + i * fi;
+          for (int64_t j = 0; j < wd; ++j) out[j] += in[j];
+        }
+        continue;
+      }
       const T* w_r = w + r * fi * fo + i0 * fo;
       for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1]; g0 += tile) {
         const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
@@ -334,8 +439,10 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
 }
 
 // dW[r][i0:i1, :] = sum over tiles of agg[:, i0:i1]^T @ dYg; thread t owns rows [i0, i1).
+// Source-side relations were written by source_side.
 template <typename T>
-void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* dw) {
+void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* dw,
+                const std::vector<int8_t>& side) {
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   FirstError fe;
@@ -345,6 +452,7 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
     const int64_t i0 = fi * t / nt, i1 = fi * (t + 1) / nt, wd = i1 - i0;
     std::vector<T> agg(size_t(tile * std::max<int64_t>(wd, 1))), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
+      if (side[r] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r]) continue;
       T* dw_r = dw + r * fi * fo + i0 * fo;
       if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
       for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1] && fo > 0; g0 += tile) {
@@ -402,27 +510,27 @@ void backward_values(const Problem& p, const T* x, const T* w, const T* dy, T* d
 
 template <typename T>
 void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
-              T* dw, T* dvalues) {
+              T* dw, T* dvalues, const T* root) {
+  const bool want_w = dw && p.f_in > 0 && p.f_out > 0;
+  const auto ss = source_side(p, x, w, values, dy, dx != nullptr, want_w ? dw : nullptr);
   if (dx) {
-    if (p.f_out == 0 || p.plan.e == 0) {
+    if (p.f_out == 0 || (p.plan.e == 0 && !root)) {
       std::memset(dx, 0, sizeof(T) * p.num_src * p.f_in);
     } else {
-      backward_x(p, w, values, dy, dx);
+      backward_x(p, w, values, dy, dx, ss, root);
     }
   }
-  if (dw) {
-    if (p.f_in > 0 && p.f_out > 0) {
-      backward_w(p, x, values, dy, dw);
-    }
-  }
+  if (want_w) backward_w(p, x, values, dy, dw, ss.side);
   if (dvalues) backward_values(p, x, w, dy, dvalues);
 }
 
-template void forward<float>(const Problem&, const float*, const float*, const float*, float*);
-template void forward<double>(const Problem&, const double*, const double*, const double*, double*);
+template void forward<float>(const Problem&, const float*, const float*, const float*, float*,
+                             const RootTerm<float>&);
+template void forward<double>(const Problem&, const double*, const double*, const double*,
+                              double*, const RootTerm<double>&);
 template void backward<float>(const Problem&, const float*, const float*, const float*,
-                              const float*, float*, float*, float*);
+                              const float*, float*, float*, float*, const float*);
 template void backward<double>(const Problem&, const double*, const double*, const double*,
-                               const double*, double*, double*, double*);
+                               const double*, double*, double*, double*, const double*);
 
 }  // namespace sparsejit::rgms

@@ -10,6 +10,12 @@
 //               with the thread's rows of W[r] (transposed), scatter into its columns.
 //   grad W      rows of every dW[r] split between threads (F_in): gather-reduce the thread's
 //               columns of X, GEMM (transposed) with the gathered dY rows, accumulate.
+//   source side relations the forward computes transform-first (few distinct sources) are
+//               differentiated on their sources instead, before the two passes above: per
+//               relation (dynamic schedule), reduce coef * dY rows onto the distinct sources
+//               (T_r, S_r rows), dW[r] = X[sources]^T T_r and U_r = T_r W[r]^T, whose rows
+//               the grad-X pass adds into the sources' rows of dX: S_r GEMM rows instead of
+//               one per distinct target.
 //   grad values one dot product per entry, tiles of groups spread dynamically.
 // coef_p = values[perm_p] (1 without values), divided by the group's size for reduce = mean
 // (R-GCN's c_{i,r}). Dense products go through csrc/dense/gemm.h (oneDNN or built-in).
@@ -48,6 +54,16 @@ struct Problem {
   int64_t tile = 0;  // groups per tile; 0 = chosen from f_in / f_out
   int num_threads = 1;  // the caller's intra-op thread count (at::get_num_threads())
   Strategy strategy = Strategy::kAuto;
+  int64_t f_root = 0;  // columns of x_root (the root term's input), when there is one
+};
+
+// The fused root term and bias of an R-GCN layer: Y = x_root @ root + bias + sum over
+// relations. x_root [num_rows, f_root], root [f_root, f_out], bias [f_out]; each may be null.
+template <typename T>
+struct RootTerm {
+  const T* x_root = nullptr;
+  const T* root = nullptr;
+  const T* bias = nullptr;
 };
 
 // Per relation r (arrays of length R): entries, distinct targets (groups), distinct sources,
@@ -61,14 +77,17 @@ struct RelationPlan {
 };
 RelationPlan relation_plan(const Problem& p);
 
-// y [num_rows, f_out] is fully written (rows without entries become 0).
+// y [num_rows, f_out] is fully written (rows without entries get the root term and bias).
 template <typename T>
-void forward(const Problem& p, const T* x, const T* w, const T* values, T* y);
+void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
+             const RootTerm<T>& rt = {});
 
-// Each output may be null (not needed). Each non-null one is fully written.
+// Each output may be null (not needed). Each non-null one is fully written. root (may be
+// null; needs num_src == num_rows and f_root == f_in): dX also gets dY @ root^T, the root
+// term's gradient when x_root is X itself.
 template <typename T>
 void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
-              T* dw, T* dvalues);
+              T* dw, T* dvalues, const T* root = nullptr);
 
 // The tile (groups per GEMM) the planner uses for these widths.
 int64_t default_tile(int64_t f_in, int64_t f_out);

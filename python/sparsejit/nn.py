@@ -136,6 +136,9 @@ class RGCNConv(nn.Module):
                                         size[1], reduce)
         else:
             A = cached_from_edge_index(edge_index, size, edge_type, self.num_relations)
+            if x_r.dtype != torch.long:  # root term and bias fused into the same pass
+                return rgms(A, x_l, self.relation_weights(), reduce=reduce, root=self.root,
+                            bias=self.bias, x_root=None if x_r is x_l else x_r)
             out = rgms(A, x_l, self.relation_weights(), reduce=reduce)
         if self.root is not None:
             if x_r.dtype != torch.long:

@@ -128,7 +128,7 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
         def step():
             y = torch.ops.sparsejit.rgms(*A.plan, X, W, vals, reduce, n_dst, 0, t, sid)
             g = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, vals, dY, reduce, True, True,
-                                                  False, 0, t)
+                                                  False, 0, t, sid)
             return y, g
 
         y, _ = step()

@@ -1,9 +1,25 @@
 """Shared helpers: random graphs and dense float64 references."""
 
-import pytest
-import torch
+import hashlib
+import os
+import tempfile
+from pathlib import Path
 
-import sparsejit as sj
+# Inductor's on-disk caches key compiled graphs without the custom ops' schemas: after an op
+# gains an argument, a graph compiled against the old library could be reused and call it
+# with the old arguments. One cache directory per build of the op library (its size and
+# modification time) keeps reuse between runs and drops it when the library changes.
+_lib = Path(__file__).resolve().parents[2] / "python" / "sparsejit" / "libsparsejit_ops.so"
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ and _lib.exists():
+    _st = _lib.stat()
+    _tag = hashlib.sha1(f"{_st.st_size}:{_st.st_mtime_ns}".encode()).hexdigest()[:12]
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(),
+                                                         f"sparsejit-inductor-{_tag}")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import sparsejit as sj  # noqa: E402
 
 
 def random_graph(n_rows, n_cols, avg_deg, power_law=False, seed=0, empty_frac=0.0):

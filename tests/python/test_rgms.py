@@ -491,7 +491,7 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
             x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
             Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile, strategy)
             dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, reduce,
-                                                           True, True, True, 0, tile)
+                                                           True, True, True, 0, tile, strategy)
             ref = _grads_reference(ei, et, n, X, W, values, reduce, dY)
             for got, want in zip((Y, dx, dw, dv), ref):
                 scale = max(1.0, want.abs().max().item())
@@ -514,7 +514,7 @@ def test_rgms_each_gemm_kernel(gemm, strategy):
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
     Y = torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, strategy)
     dx, dw, _ = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
-                                                  False, gemm, 0)
+                                                  False, gemm, 0, strategy)
     ref = _grads_reference(ei, et, n, X.double(), W.double(), torch.ones(ei.shape[1]), "mean",
                            dY.double())
     for got, want in zip((Y, dx, dw), ref[:3]):
@@ -653,3 +653,138 @@ def test_segment_matmul_many_segments(threads, f_in, f_out, poison_empty):
     torch.testing.assert_close(y.double(), ref, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(x.grad.double(), xd.grad, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(w.grad.double(), wd.grad, atol=1e-4, rtol=1e-4)
+
+
+# ---- source-side backward and the fused root term -------------------------------------------
+
+
+def _fan_graph(seed=0):
+    """Relations of both shapes: 0 and 1 fan out from 3 sources to many targets (the cost
+    model computes them transform-first, so the backward differentiates them on their
+    sources), 2 and 3 are uniform random (target side), 4 is empty."""
+    g = torch.Generator().manual_seed(seed)
+    n, per = 300, 900
+    src, dst, et = [], [], []
+    for r in range(4):
+        s = torch.randint(0, 3, (per,), generator=g) if r < 2 else \
+            torch.randint(0, n, (per,), generator=g)
+        src.append(s)
+        dst.append(torch.randint(0, n, (per,), generator=g))
+        et.append(torch.full((per,), r))
+    return torch.stack([torch.cat(src), torch.cat(dst)]), torch.cat(et), n, 5
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("strategy", [0, 1, 2])
+def test_rgms_backward_sides_match_reference(threads, strategy, poison_empty):
+    ei, et, n, r = _fan_graph()
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    plan = torch.ops.sparsejit.rgms_explain(*A.plan, n, n, 24, 24)
+    assert plan[:2, 3].tolist() == [2, 2] and plan[2:4, 3].tolist() == [1, 1]
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(n, 24, generator=g, dtype=torch.float64)
+    W = torch.randn(r, 24, 24, generator=g, dtype=torch.float64)
+    values = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
+    dY = torch.randn(n, 24, generator=g, dtype=torch.float64)
+    ref = _grads_reference(ei, et, n, X, W, values, "mean", dY)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
+            x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
+            got = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", True, True,
+                                                    True, 0, 0, strategy)
+            for a, b in zip(got, ref[1:]):
+                torch.testing.assert_close(a.double(), b, atol=tol * max(1, b.abs().max()),
+                                           rtol=tol)
+            # only dW, only dX: each pass alone writes all of its output
+            dw_only = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", False,
+                                                        True, False, 0, 0, strategy)[1]
+            dx_only = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", True,
+                                                        False, False, 0, 0, strategy)[0]
+            assert torch.equal(dw_only, got[1]) and torch.equal(dx_only, got[0])
+    finally:
+        torch.set_num_threads(old)
+
+
+def _root_reference(ei, et, n_dst, X, W, reduce, root, bias, x_root):
+    Y = reference(ei, et, n_dst, X, W, reduce)
+    Y = Y + (X if x_root is None else x_root).double() @ root.double()
+    return Y + bias.double() if bias is not None else Y
+
+
+@pytest.mark.parametrize("kind", ["uniform", "skewed", "empty", "rect"])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rgms_fused_root_and_bias(kind, with_bias, dtype, poison_empty):
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=8)
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(n_src, 6, generator=g, dtype=dtype, requires_grad=True)
+    W = torch.randn(r, 6, 5, generator=g, dtype=dtype, requires_grad=True)
+    x_root = None if n_src == n_dst else \
+        torch.randn(n_dst, 4, generator=g, dtype=dtype, requires_grad=True)
+    root = torch.randn(6 if x_root is None else 4, 5, generator=g, dtype=dtype,
+                       requires_grad=True)
+    bias = torch.randn(5, generator=g, dtype=dtype, requires_grad=True) if with_bias else None
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    Y = sj.rgms(A, X, W, reduce="mean", root=root, bias=bias, x_root=x_root)
+    want = _root_reference(ei, et, n_dst, X, W, "mean", root, bias, x_root)
+    tol = TOL[dtype]
+    torch.testing.assert_close(Y.double(), want.detach(), atol=tol * 10, rtol=tol)
+    leaves = [t for t in (X, W, root, bias, x_root) if t is not None]
+    dY = torch.randn(n_dst, 5, generator=g, dtype=dtype)
+    got = torch.autograd.grad(Y, leaves, dY)
+    ref = torch.autograd.grad(want, leaves, dY.double())
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.double(), b.double(), atol=tol * 10 * max(1, b.abs().max()),
+                                   rtol=tol)
+
+
+def test_rgms_root_gradcheck_and_opcheck():
+    ei, et, n, _, r = typed_graph("skewed", seed=5)
+    keep = torch.arange(ei.shape[1]) < 50
+    ei, et = ei[:, keep], et[keep]
+    g = torch.Generator().manual_seed(6)
+    X = torch.randn(n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(r, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    root = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(2, generator=g, dtype=torch.float64, requires_grad=True)
+    xr = torch.randn(n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    root4 = torch.randn(4, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    assert torch.autograd.gradcheck(
+        lambda X, W, root, bias: sj.rgms(A, X, W, reduce="mean", root=root, bias=bias),
+        (X, W, root, bias))
+    assert torch.autograd.gradcheck(
+        lambda X, W, xr, root4: sj.rgms(A, X, W, root=root4, x_root=xr), (X, W, xr, root4))
+    ops = torch.ops.sparsejit
+    torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, "mean", n),
+                          {"root": root, "bias": bias})
+    torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, "sum", n),
+                          {"root": root4, "x_root": xr})
+    dy = torch.randn(n, 2, dtype=torch.float64)
+    torch.library.opcheck(ops.rgms_backward, (*A.plan, X.detach(), W.detach(), None, dy, "sum",
+                                              True, True, False, 0, 0, 2, root.detach()))
+
+
+def test_rgms_root_bad_arguments():
+    ei, et, n, _, r = typed_graph("uniform", seed=4)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    X, W = torch.randn(n, 6), torch.randn(r, 6, 5)
+    with pytest.raises(ValueError, match="root must be"):
+        sj.rgms(A, X, W, root=torch.randn(5, 5))
+    with pytest.raises(ValueError, match="bias must be"):
+        sj.rgms(A, X, W, bias=torch.randn(4))
+    with pytest.raises(ValueError, match="x_root"):
+        sj.rgms(A, X, W, root=torch.randn(3, 5), x_root=torch.randn(n + 1, 3))
+    with pytest.raises(ValueError, match="x_root given without root"):
+        sj.rgms(A, X, W, x_root=torch.randn(n, 3))
+    with pytest.raises(TypeError, match="root"):
+        sj.rgms(A, X, W, root=torch.randn(6, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="strategy"):
+        torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, torch.randn(n, 5), "sum", True,
+                                          True, False, 0, 0, 3)
+    B = sj.TypedSparseMatrix.from_edge_index(ei[:, ei[1] < 30], (n, 30),
+                                             edge_type=et[ei[1] < 30], num_relations=r)
+    with pytest.raises(ValueError, match="pass x_root"):
+        sj.rgms(B, X, W, root=torch.randn(6, 5))

@@ -31,13 +31,14 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
         "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
         "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows, int gemm=0, "
-        "int tile=0, int strategy=0) -> Tensor");
+        "int tile=0, int strategy=0, Tensor? root=None, Tensor? bias=None, "
+        "Tensor? x_root=None) -> Tensor");
   m.def("rgms_explain(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
         "Tensor perm, int num_rows, int num_src, int f_in, int f_out) -> Tensor");
   m.def("rgms_backward(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
         "Tensor perm, Tensor x, Tensor w, Tensor? values, Tensor grad_y, str reduce, "
-        "bool need_x, bool need_w, bool need_values, int gemm=0, int tile=0) "
-        "-> (Tensor, Tensor, Tensor)");
+        "bool need_x, bool need_w, bool need_values, int gemm=0, int tile=0, "
+        "int strategy=0, Tensor? root=None) -> (Tensor, Tensor, Tensor)");
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
   m.def("segment_matmul_backward_w(Tensor x, Tensor ptr, Tensor grad_y) -> Tensor");
 }
@@ -205,7 +206,10 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
                     const at::Tensor& x_in, const at::Tensor& w_in,
                     const std::optional<at::Tensor>& values_in, c10::string_view reduce,
-                    int64_t num_rows, int64_t gemm, int64_t tile, int64_t strategy) {
+                    int64_t num_rows, int64_t gemm, int64_t tile, int64_t strategy,
+                    const std::optional<at::Tensor>& root_in,
+                    const std::optional<at::Tensor>& bias_in,
+                    const std::optional<at::Tensor>& x_root_in) {
   RGMS_CHECK(strategy >= 0 && strategy <= 2, "rgms: strategy must be 0 (auto), 1 (aggregate "
              "first) or 2 (transform first); got ", strategy);
   const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
@@ -216,12 +220,47 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
   std::optional<at::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   const int64_t f_in = x.size(1), f_out = w.size(2);
+  // The fused root term (x_root @ root; x_root defaults to X) and bias.
+  std::optional<at::Tensor> root, bias, x_root;
+  if (root_in.has_value()) {
+    const auto& xr_in = x_root_in.has_value() ? *x_root_in : x_in;
+    const char* xr_name = x_root_in.has_value() ? "x_root" : "X (as x_root)";
+    TORCH_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type() &&
+                         xr_in.scalar_type() == x_in.scalar_type(),
+                     "sparsejit.rgms: root and x_root must have X's dtype (", x_in.scalar_type(),
+                     "); got ", root_in->scalar_type(), " and ", xr_in.scalar_type());
+    check_same_device(*root_in, x_in, "root", "X");
+    check_same_device(xr_in, x_in, "x_root", "X");
+    RGMS_CHECK(xr_in.dim() == 2 && xr_in.size(0) == num_rows, "rgms: ", xr_name,
+               " must be [num_rows = ", num_rows, ", F] for the root term; got ", xr_in.sizes());
+    RGMS_CHECK(root_in->dim() == 2 && root_in->size(0) == xr_in.size(1) &&
+                   root_in->size(1) == f_out,
+               "rgms: root must be [", xr_in.size(1), ", F_out = ", f_out, "]; got ",
+               root_in->sizes());
+    root = root_in->to(ct).contiguous();
+    x_root = xr_in.to(ct).contiguous();
+  } else {
+    RGMS_CHECK(!x_root_in.has_value(), "rgms: x_root given without root");
+  }
+  if (bias_in.has_value()) {
+    TORCH_CHECK_TYPE(bias_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms: bias must ",
+                     "have X's dtype (", x_in.scalar_type(), "); got ", bias_in->scalar_type());
+    check_same_device(*bias_in, x_in, "bias", "X");
+    RGMS_CHECK(bias_in->dim() == 1 && bias_in->size(0) == f_out, "rgms: bias must be [F_out = ",
+               f_out, "]; got ", bias_in->sizes());
+    bias = bias_in->to(ct).contiguous();
+  }
   auto y = at::empty({num_rows, f_out}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
+  p.f_root = root.has_value() ? root->size(0) : 0;
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
+    rgms::RootTerm<scalar_t> rt;
+    rt.root = opt_ptr<scalar_t>(root);
+    rt.x_root = opt_ptr<scalar_t>(x_root);
+    rt.bias = opt_ptr<scalar_t>(bias);
     rgms::forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
-                            ptr<scalar_t>(y));
+                            ptr<scalar_t>(y), rt);
   });
   return y.to(x_in.scalar_type());
 }
@@ -231,7 +270,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
     const at::Tensor& src, const at::Tensor& perm, const at::Tensor& x_in,
     const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
     const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
-    bool need_values, int64_t gemm, int64_t tile) {
+    bool need_values, int64_t gemm, int64_t tile, int64_t strategy,
+    const std::optional<at::Tensor>& root_in) {
+  RGMS_CHECK(strategy >= 0 && strategy <= 2, "rgms_backward: strategy must be 0 (auto), 1 "
+             "(target side) or 2 (source side); got ", strategy);
   const int64_t num_rows = grad_y_in.dim() >= 1 ? grad_y_in.size(0) : 0;
   const auto a = check_rgms_args("rgms_backward", rel_ptr, grp_ptr, grp_dst, src, perm, x_in,
                                  w_in, values_in, reduce, num_rows);
@@ -249,15 +291,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   need_values = need_values && values.has_value();
   const int64_t f_in = x.size(1), f_out = w.size(2);
+  // root: dX also gets dY @ root^T (the root term's gradient when x_root is X).
+  std::optional<at::Tensor> root;
+  if (root_in.has_value()) {
+    TORCH_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms_backward: ",
+                     "root must have X's dtype (", x_in.scalar_type(), "); got ",
+                     root_in->scalar_type());
+    check_same_device(*root_in, x_in, "root", "X");
+    RGMS_CHECK(root_in->dim() == 2 && root_in->size(0) == f_in && root_in->size(1) == f_out,
+               "rgms_backward: root must be [F_in = ", f_in, ", F_out = ", f_out, "]; got ",
+               root_in->sizes());
+    RGMS_CHECK(x.size(0) == num_rows, "rgms_backward: root needs X with num_rows = ", num_rows,
+               " rows (X is x_root); got ", x.size(0));
+    if (need_x) root = root_in->to(ct).contiguous();
+  }
   auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
   auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
   auto dv = need_values ? at::empty({a.e}, x.options()) : at::empty({0}, x.options());
-  const auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
+  auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
+  p.strategy = static_cast<rgms::Strategy>(strategy);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
     rgms::backward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
                              ptr<scalar_t>(dy), need_x ? ptr<scalar_t>(dx) : nullptr,
                              need_w ? ptr<scalar_t>(dw) : nullptr,
-                             need_values ? ptr<scalar_t>(dv) : nullptr);
+                             need_values ? ptr<scalar_t>(dv) : nullptr, opt_ptr<scalar_t>(root));
   });
   const auto out_t = x_in.scalar_type();
   return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};

@@ -180,8 +180,16 @@ def rgms(
     values: Optional[torch.Tensor] = None,
     num_nodes: Union[int, Tuple[int, int], None] = None,
     strategy: str = "auto",
+    root: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    x_root: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """``Y[i] = sum_{stored p = (i, j)} a_p * X[j] @ W[type_p]``; `W` is ``[R, F_in, F_out]``.
+
+    `root` ``[F, F_out]`` and `bias` ``[F_out]`` fuse R-GCN's self-connection and bias:
+    ``Y += x_root @ root + bias``, where `x_root` (the targets' features, ``[num_rows, F]``)
+    defaults to `X` (then the graph must be square). The product runs inside the same
+    parallel pass, into the rows each thread owns; its gradients come with the op's.
 
     `strategy` (forward): "auto" lets the cost model pick per relation (``A.explain(F_in,
     F_out)`` shows its choices), "aggregate_first" / "transform_first" force one for every
@@ -226,6 +234,12 @@ def rgms(
     if W.shape[1] != X.shape[1]:
         raise ValueError(f"sparsejit.rgms: W has F_in = {W.shape[1]} but X has {X.shape[1]} "
                          "features")
+    if x_root is not None and root is None:
+        raise ValueError("sparsejit.rgms: x_root given without root")
+    if root is not None and x_root is None and X.shape[0] != A.shape[0]:
+        raise ValueError(f"sparsejit.rgms: root with x_root=None uses X as the targets' "
+                         f"features, but X has {X.shape[0]} rows and the structure "
+                         f"{A.shape[0]} targets; pass x_root")
     sid, tile = _STRATEGIES[strategy], 0
     if strategy == "auto" and not torch.compiler.is_compiling():
         from ..rgms_tuning import schedule_for  # a schedule stored by sj.tune, if any
@@ -233,36 +247,53 @@ def rgms(
         sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
         if sched is not None:
             sid, tile = sched
+    tensors = (X, W, values, root, bias, x_root)
     if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
-            any(t is not None and t.requires_grad for t in (X, W, values)):
+            any(t is not None and t.requires_grad for t in tensors):
         # Eager training: a plain autograd.Function around the same ops. torch.library's
         # registered-autograd path costs ~0.2 ms a call in Python (its fill_defaults), more
         # than the whole op on small graphs; compiled graphs still go through it.
-        return _RgmsFunction.apply(X, W, values, A.plan, reduce, A.shape[0], tile, sid)
-    with without_autograd(X, W, values):
-        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid)
+        return _RgmsFunction.apply(X, W, values, root, bias, x_root, A.plan, reduce,
+                                   A.shape[0], tile, sid)
+    with without_autograd(*tensors):
+        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid,
+                                        root, bias, x_root)
+
+
+def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, strategy, need):
+    """Gradients of rgms for ``need = (x, w, values, root, bias, x_root)``: the op's backward
+    (dX includes dY @ root^T when x_root is X), and the root term's own products."""
+    grad = grad.contiguous()
+    need_x, need_w, need_v, need_root, need_bias, need_xr = need
+    need_v = bool(need_v) and values is not None
+    fused_root = root if (root is not None and x_root is None and need_x) else None
+    dx, dw, dv = torch.ops.sparsejit.rgms_backward(
+        *plan, x, w, values, grad, reduce, bool(need_x), bool(need_w), need_v, gemm, tile,
+        strategy, fused_root)
+    d_root = (x if x_root is None else x_root).t() @ grad if need_root else None
+    d_bias = grad.sum(0) if need_bias else None
+    d_xr = grad @ root.t() if need_xr and x_root is not None else None
+    return (dx if need_x else None, dw if need_w else None, dv if need_v else None, d_root,
+            d_bias, d_xr)
 
 
 class _RgmsFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, X, W, values, plan, reduce, num_rows, tile, strategy):
+    def forward(ctx, X, W, values, root, bias, x_root, plan, reduce, num_rows, tile, strategy):
         with torch._C._AutoDispatchBelowAutograd():
-            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, 0, tile, strategy)
-        ctx.save_for_backward(X, W, values, *plan)
-        ctx.reduce, ctx.tile = reduce, tile
+            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, 0, tile, strategy,
+                                         root, bias, x_root)
+        ctx.save_for_backward(X, W, values, root, x_root, *plan)
+        ctx.reduce, ctx.tile, ctx.strategy = reduce, tile, strategy
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        X, W, values, *plan = ctx.saved_tensors
-        need_x, need_w, need_v = ctx.needs_input_grad[:3]
-        need_v = bool(need_v) and values is not None
+        X, W, values, root, x_root, *plan = ctx.saved_tensors
         with torch._C._AutoDispatchBelowAutograd():
-            dx, dw, dv = torch.ops.sparsejit.rgms_backward(
-                *plan, X, W, values, grad.contiguous(), ctx.reduce, bool(need_x), bool(need_w),
-                need_v, 0, ctx.tile)
-        return (dx if need_x else None, dw if need_w else None, dv if need_v else None,
-                None, None, None, None, None)
+            grads = _rgms_grads(plan, X, W, values, root, x_root, grad, ctx.reduce, 0, ctx.tile,
+                                ctx.strategy, ctx.needs_input_grad[:6])
+        return grads + (None, None, None, None, None)
 
 
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -327,8 +358,16 @@ def _check_fake(op, x, w, values, plan):
 
 @torch.library.register_fake("sparsejit::rgms")
 def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows, gemm=0,
-               tile=0, strategy=0):
+               tile=0, strategy=0, root=None, bias=None, x_root=None):
     _check_fake("rgms", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
+    if root is not None:
+        xr = x if x_root is None else x_root
+        if root.dim() != 2 or xr.dim() != 2 or xr.shape[0] != num_rows or \
+                root.shape[0] != xr.shape[1] or root.shape[1] != w.shape[2]:
+            raise ValueError("sparsejit.rgms: root [F, F_out] and x_root [num_rows, F] do not "
+                             "agree")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != w.shape[2]):
+        raise ValueError("sparsejit.rgms: bias must be [F_out]")
     return x.new_empty(num_rows, w.shape[2])
 
 
@@ -339,7 +378,7 @@ def _rgms_explain_fake(rel_ptr, grp_ptr, grp_dst, src, perm, num_rows, num_src, 
 
 @torch.library.register_fake("sparsejit::rgms_backward")
 def _rgms_backward_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad_y, reduce,
-                        need_x, need_w, need_values, gemm=0, tile=0):
+                        need_x, need_w, need_values, gemm=0, tile=0, strategy=0, root=None):
     _check_fake("rgms_backward", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
     dx = x.new_empty(x.shape) if need_x else x.new_empty(0)
     dw = w.new_empty(w.shape) if need_w else x.new_empty(0)
@@ -363,21 +402,22 @@ def _segment_matmul_backward_w_fake(x, ptr, grad_y):
 
 def _rgms_setup(ctx, inputs, output):
     rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows = inputs[:10]
-    ctx.save_for_backward(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values)
+    extra = list(inputs[10:]) + [None] * (6 - len(inputs[10:]))
+    gemm, tile, strategy, root, _bias, x_root = extra
+    ctx.save_for_backward(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, root, x_root)
     ctx.reduce = reduce
-    ctx.gemm = inputs[10] if len(inputs) > 10 else 0
-    ctx.tile = inputs[11] if len(inputs) > 11 else 0
+    ctx.gemm, ctx.tile, ctx.strategy = gemm or 0, tile or 0, strategy or 0
 
 
 def _rgms_backward(ctx, grad):
-    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    need_v = bool(need[7]) and values is not None
-    dx, dw, dv = torch.ops.sparsejit.rgms_backward(
-        rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad.contiguous(), ctx.reduce,
-        bool(need[5]), bool(need[6]), need_v, ctx.gemm, ctx.tile)
-    return (None, None, None, None, None, dx if need[5] else None, dw if need[6] else None,
-            dv if need_v else None, None, None, None, None, None)
+    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, root, x_root = ctx.saved_tensors
+    need = tuple(ctx.needs_input_grad) + (False,) * 16
+    grads = _rgms_grads((rel_ptr, grp_ptr, grp_dst, src, perm), x, w, values, root, x_root,
+                        grad, ctx.reduce, ctx.gemm, ctx.tile, ctx.strategy,
+                        (need[5], need[6], need[7], need[13], need[14], need[15]))
+    dx, dw, dv, d_root, d_bias, d_xr = grads
+    return (None, None, None, None, None, dx, dw, dv, None, None, None, None, None, d_root,
+            d_bias, d_xr)
 
 
 torch.library.register_autograd("sparsejit::rgms", _rgms_backward, setup_context=_rgms_setup)

@@ -56,9 +56,13 @@ struct TypedCsr {
 
 // Y[i] = sum over entries (i, j, r) of a * X[j] @ W[r]; W is [R, F_in, F_out]; reduce "sum"
 // or "mean" (per target and relation, R-GCN's c_{i,r}); values [E] in edge order, optional.
+// root [F_in, F_out] and bias [F_out], optional: Y += X @ root + bias in the same pass (an
+// R-GCN layer; needs num_src == num_dst).
 at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
                 const std::string& reduce = "sum",
-                const std::optional<at::Tensor>& values = std::nullopt);
+                const std::optional<at::Tensor>& values = std::nullopt,
+                const std::optional<at::Tensor>& root = std::nullopt,
+                const std::optional<at::Tensor>& bias = std::nullopt);
 
 // Rows ptr[k]:ptr[k+1] of x times w[k] (pyg-lib's segment_matmul).
 at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w);
