@@ -271,7 +271,11 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
     const int nt = thread_count();
-    const int64_t chunks = nt == 1 ? 1 : std::min<int64_t>(n, 8 * int64_t(nt));
+    // Every relation adds into the chunk's rows of Y: chunks small enough for those rows to
+    // stay in L2 across the relations (256 KiB), and at least 8 per thread for balance.
+    const int64_t by_cache = (n * fo * int64_t(sizeof(T)) + (256 << 10) - 1) / (256 << 10);
+    const int64_t chunks = std::clamp<int64_t>(
+        std::max<int64_t>(by_cache, nt == 1 ? 1 : 8 * nt), 1, std::max<int64_t>(n, 1));
     std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
