@@ -151,6 +151,15 @@ def make_peers():
     return peers
 
 
+def _dgl_segment_mm():
+    try:
+        import dgl.ops
+
+        return dgl.ops.segment_mm
+    except Exception:
+        return None
+
+
 def bench_segment_matmul(args):
     out = []
     for segs, rows, f in [(90, 8285, 16), (90, 8285, 64), (50, 100000, 64)]:
@@ -167,10 +176,130 @@ def bench_segment_matmul(args):
         ours = median_ms(lambda: sj.segment_matmul(x, ptr, w), args.warmup, args.repeat, "cpu")
         ref = median_ms(loop, args.warmup, args.repeat, "cpu")
         ok = bool(torch.allclose(sj.segment_matmul(x, ptr, w), loop(), atol=1e-4, rtol=1e-4))
-        out.append({"segments": segs, "rows": rows, "F": f, "sparsejit_ms": ours,
-                    "torch_mm_loop_ms": ref, "speedup": ref / ours, "agrees": ok})
+        rec = {"segments": segs, "rows": rows, "F": f, "sparsejit_ms": ours,
+               "torch_mm_loop_ms": ref, "speedup": ref / ours, "agrees": ok}
+        dgl_mm = _dgl_segment_mm()
+        if dgl_mm is not None:  # DGL's segment_mm takes the segment lengths
+            seglen = counts.clone()
+            rec["dgl_segment_mm_ms"] = median_ms(lambda: dgl_mm(x, w, seglen), args.warmup,
+                                                 args.repeat, "cpu")
+            rec["dgl_agrees"] = bool(torch.allclose(dgl_mm(x, w, seglen), loop(), atol=1e-4,
+                                                    rtol=1e-4))
+            rec["speedup_vs_dgl"] = rec["dgl_segment_mm_ms"] / ours
+        out.append(rec)
         print(f"  segment_matmul K={segs} N={rows} F={f}: sparsejit {ours:.3f} ms, "
-              f"mm loop {ref:.3f} ms ({ref / ours:.2f}x)", flush=True)
+              f"mm loop {ref:.3f} ms ({ref / ours:.2f}x)" +
+              (f", DGL segment_mm {rec['dgl_segment_mm_ms']:.3f} ms "
+               f"({rec['speedup_vs_dgl']:.2f}x)" if "speedup_vs_dgl" in rec else ""),
+              flush=True)
+    return out
+
+
+PEER_NAMES = {"pyg": "PyG RGCNConv", "pyg_fast": "PyG FastRGCNConv", "dgl": "DGL RelGraphConv"}
+COLORS = {"pyg": "#4c72b0", "pyg_fast": "#dd8452", "dgl": "#55a868"}
+
+
+def write_svg(records, path, target=30.0):
+    """Grouped bars (log scale) of sparsejit's speed-up over each peer per (graph, F), with
+    the issue's 30x target drawn; plain SVG, no plotting library."""
+    import math
+
+    groups = [(f"{r['case']}, F={r['F']}", {k: r["ms"][k] / r["ms"]["sparsejit"]
+                                             for k in PEER_NAMES if k in r["ms"]})
+              for r in records]
+    gw, left, top, h = 150, 60, 40, 260
+    width, height = left + gw * len(groups) + 20, top + h + 90
+    vmax = max([target * 1.5] + [v for _, d in groups for v in d.values()])
+
+    def y(v):  # log axis from 1x to vmax
+        return top + h - h * math.log10(max(v, 1.0)) / math.log10(vmax)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="13">RGCNConv forward '
+           '+ backward: sparsejit speed-up over each peer (log scale)</text>']
+    for tick in (1, 2, 5, 10, 20, 50, 100, 200, 500):
+        if tick <= vmax:
+            out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y(tick):.1f}" '
+                       f'y2="{y(tick):.1f}" stroke="#ddd"/><text x="{left - 5}" '
+                       f'y="{y(tick) + 4:.1f}" text-anchor="end">{tick}x</text>')
+    out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y(target):.1f}" y2="{y(target):.1f}" '
+               f'stroke="#c44e52" stroke-dasharray="5,3"/><text x="{width - 12}" '
+               f'y="{y(target) - 4:.1f}" text-anchor="end" fill="#c44e52">target {target:g}x'
+               '</text>')
+    for gi, (label, ratios) in enumerate(groups):
+        x0 = left + gi * gw + 15
+        for pi, (k, v) in enumerate(ratios.items()):
+            bx = x0 + pi * 38
+            out.append(f'<rect x="{bx}" y="{y(v):.1f}" width="32" height="{y(1) - y(v):.1f}" '
+                       f'fill="{COLORS[k]}"/><text x="{bx + 16}" y="{y(v) - 3:.1f}" '
+                       f'text-anchor="middle">{v:.1f}</text>')
+        out.append(f'<text x="{x0 + 55}" y="{top + h + 15}" text-anchor="middle">'
+                   f'{label[:28]}</text>')
+    for pi, (k, name) in enumerate(PEER_NAMES.items()):
+        lx = left + pi * 170
+        out.append(f'<rect x="{lx}" y="{height - 30}" width="12" height="12" '
+                   f'fill="{COLORS[k]}"/><text x="{lx + 16}" y="{height - 20}">{name}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out))
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def memory_child(impl, threads):
+    """One layer forward + backward on the 100k / 1M / 50 graph at F = 64 in this (fresh)
+    process; prints JSON: peak resident set above the baseline, and the bytes of inputs
+    (X, edge_index, edge_type, dY), outputs (Y and the gradients of X and the weights) and
+    weights). The inputs include dY, the backward's input, since it lives in the measured
+    process like the others."""
+    torch.set_num_threads(threads)
+    peers = make_peers() if impl != "sparsejit" else {}
+    make = (lambda f, r: sj.nn.RGCNConv(f, f, r, aggr="mean")) if impl == "sparsejit" else \
+        peers[impl]
+    warm = make(8, 3)  # libraries and kernels loaded before the baseline
+    ei0, et0, n0, _ = random_typed(50, 200, 3)
+    x0 = torch.randn(n0, 8, requires_grad=True)
+    layer_step(warm, x0, ei0, et0, torch.randn(n0, 8))
+    del warm, x0
+    base = _rss_mib()
+    ei, et, n, r = random_typed(100000, 1000000, 50, seed=3)
+    f = 64
+    x = torch.randn(n, f, requires_grad=True)
+    gy = torch.randn(n, f)
+    layer = make(f, r)
+    y = layer_step(layer, x, ei, et, gy)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    nbytes = lambda *ts: sum(t.numel() * t.element_size() for t in ts) / 2**20  # noqa: E731
+    params = list(layer.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    rec = {"impl": impl, "peak_above_baseline_mib": peak - base,
+           "inputs_mib": nbytes(x, ei, et, gy), "outputs_mib": nbytes(y, x.grad, *grads),
+           "weights_mib": nbytes(*params)}
+    rec["ratio_to_io"] = rec["peak_above_baseline_mib"] / (
+        rec["inputs_mib"] + rec["outputs_mib"] + rec["weights_mib"])
+    print("MEMORY " + json.dumps(rec), flush=True)
+
+
+def peak_memory(args):
+    import subprocess
+
+    out = []
+    for impl in ["sparsejit", "pyg"]:
+        proc = subprocess.run([sys.executable, __file__, "--memory-child", impl, "--threads",
+                               str(args.threads)], capture_output=True, text=True)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("MEMORY ")]
+        if proc.returncode != 0 or not line:
+            print(f"  peak memory {impl}: failed (rc {proc.returncode}) {proc.stderr[-300:]}",
+                  file=sys.stderr)
+            continue
+        rec = json.loads(line[0][7:])
+        out.append(rec)
+        print(f"  peak memory {impl}: {rec['peak_above_baseline_mib']:.0f} MiB above baseline; "
+              f"inputs {rec['inputs_mib']:.0f} + outputs {rec['outputs_mib']:.0f} + weights "
+              f"{rec['weights_mib']:.1f} MiB -> {rec['ratio_to_io']:.2f}x", flush=True)
     return out
 
 
@@ -182,12 +311,17 @@ def main(argv=None):
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--max-fast-bytes", type=float, default=2e9)
+    ap.add_argument("--peak-memory", action="store_true",
+                    help="peak resident memory of the large case, each side in a fresh process")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: process CPU time (use with --threads 1 on a loaded machine)")
     args = ap.parse_args(argv)
     global CLOCK
     CLOCK = args.clock
+    if args.memory_child:
+        return memory_child(args.memory_child, args.threads)
     torch.set_num_threads(args.threads)
     if args.quick:
         args.warmup, args.repeat = 1, 3
@@ -211,6 +345,7 @@ def main(argv=None):
                                   {k: v for k, v in peers.items() if k != "pyg_fast"}))
         records[-1]["maxrss_mib_after"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         records[-1]["maxrss_mib_before"] = before / 1024
+    memory = peak_memory(args) if args.peak_memory else []
     seg = [] if args.quick else bench_segment_matmul(args)
     speedups = [r["speedup_vs_fastest_peer"] for r in records if r["speedup_vs_fastest_peer"]]
     summary = {"machine": platform.processor() or platform.machine(), "threads": args.threads,
@@ -227,7 +362,9 @@ def main(argv=None):
               f"{cell('pyg_fast')} | {cell('dgl')} | {sp:.1f}x |" if sp else "| - |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "layers": records,
-                                    "segment_matmul": seg}, indent=1))
+                                    "segment_matmul": seg, "peak_memory": memory}, indent=1))
+    if not args.quick:
+        write_svg(records, args.out.with_suffix(".svg"))
     print(f"wrote {args.out}")
 
 
