@@ -339,7 +339,7 @@ def _as_index(t, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         t = torch.as_tensor(t)
     if t.dtype not in _INDEX_DTYPES:
-        if t.dtype.is_floating_point or t.dtype == torch.bool:
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers (int32 or int64); got {t.dtype}")
         t = t.to(torch.long)
     if t.dim() != 1:

@@ -214,9 +214,9 @@ def gcn_layer(r: Rand) -> Case:
         dense = torch.zeros(n, n, dtype=torch.float64)
         ones = torch.ones(A.nnz, dtype=torch.float64)
         dense.index_put_((A.row_indices(), A.indices.long()), ones, accumulate=True)
-        # PyG's add_remaining_self_loops: a node's existing self-loop keeps its weight.
-        diag = torch.diagonal(dense)
-        diag.copy_(torch.where(diag > 0, diag, torch.ones_like(diag)))
+        # PyG's gcn_norm without edge weights: add_remaining_self_loops drops the existing
+        # self-loops (duplicates included) and adds one of weight 1 per node.
+        torch.diagonal(dense).fill_(1.0)
         dinv = dense.sum(1).pow(-0.5)
         a_hat = dinv[:, None] * dense * dinv[None, :]
         b = layer.bias.double() if layer.bias is not None else 0

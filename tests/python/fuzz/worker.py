@@ -30,9 +30,10 @@ import torch
 from .cases_api import API_CASES
 from .cases_build import BUILD_CASES
 from .cases_raw import RAW_CASES
+from .cases_rgms import RGMS_CASES
 from .refs import Rand
 
-ROSTER = API_CASES + BUILD_CASES + RAW_CASES
+ROSTER = API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES
 
 ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, NotImplementedError)
 REPEATS = 2  # every case kind runs this many times per seed, with different draws
