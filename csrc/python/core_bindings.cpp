@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "codegen/cpu_jit.h"
+#include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "codegen/disk_cache.h"
@@ -72,6 +73,20 @@ py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   spec.index = static_cast<IndexKind>(index);
   spec.heads = heads;
   spec.features = features;
+  codegen::JitInfo info;
+  codegen::EntryFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = codegen::CpuJit::instance().lookup(spec, &info);
+  }
+  return info_dict(spec, info, fn != nullptr);
+}
+
+py::dict jit_rgms_tile(int dtype, int64_t width) {
+  using namespace sparsejit;
+  codegen::CpuRgmsTileSpec spec;
+  spec.dtype = static_cast<ScalarKind>(dtype);
+  spec.width = width;
   codegen::JitInfo info;
   codegen::EntryFn fn;
   {
@@ -237,6 +252,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
+  m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
+        "width; returns what it did", py::arg("dtype"), py::arg("width"));
   m.def("jit_enabled", [] { return CpuJit::instance().enabled(); });
   m.def("jit_refresh_env", [] {
     CpuJit::instance().refresh_env();

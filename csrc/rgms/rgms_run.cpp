@@ -6,7 +6,10 @@
 #include <exception>
 #include <vector>
 
+#include "codegen/cpu_jit.h"
+#include "codegen/cpu_rgms_spec.h"
 #include "csrc/dense/gemm.h"
+#include "kernels/cpu/rgms_kernel.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -79,27 +82,93 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
   return c;
 }
 
+// The tile loops (kernels/cpu/rgms_kernel.h) for one row width: JIT-compiled with the width
+// as a constant (codegen/cpu_rgms_spec) when the JIT is on and the pass is big enough to pay
+// for a first compile (later processes load it from the disk cache), else the generic
+// instantiation. Both give the same bits.
+using TileFn = void (*)(const void*);
+
+template <typename T>
+void generic_tile(const void* l) {
+  cpu::rgms_detail::run<T, 0>(*static_cast<const cpu::RgmsTileLaunch*>(l));
+}
+
+template <typename T>
+TileFn tile_fn(int64_t width, int64_t work) {
+  auto& jit = codegen::CpuJit::instance();
+  if (jit.enabled() && width >= 4 && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
+      width % 4 == 0 && work >= (int64_t(1) << 16)) {
+    codegen::CpuRgmsTileSpec spec;
+    spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
+    spec.width = width;
+    if (codegen::EntryFn fn = jit.lookup(spec)) return fn;
+  }
+  return &generic_tile<T>;
+}
+
+// Columns [i0, i1) of `width` owned by thread t of nt (whole blocks of `align` columns).
+inline std::pair<int64_t, int64_t> column_share(int64_t width, int64_t t, int64_t nt,
+                                                int64_t align) {
+  const int64_t blocks = (width + align - 1) / align;
+  return {std::min(width, blocks * t / nt * align), std::min(width, blocks * (t + 1) / nt * align)};
+}
+
+// One tile function per thread of a column-split pass, looked up before the parallel region
+// (for p.num_threads threads; a region that gets fewer threads uses the generic loops).
+template <typename T>
+std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, int64_t work) {
+  const int64_t nt = std::max(1, p.num_threads);
+  std::vector<TileFn> fns(size_t(nt), &generic_tile<T>);
+  for (int64_t t = 0; t < nt; ++t) {
+    const auto [i0, i1] = column_share(width, t, nt, align);
+    if (i1 > i0) fns[size_t(t)] = tile_fn<T>(i1 - i0, work);
+  }
+  return fns;
+}
+
 // out[t, 0:w] = sum over group g0 + t's entries of coef * x[src, c0:c0 + w] (x row stride ldx).
 template <typename T>
-void gather_reduce(const Problem& p, const T* values, const T* x, int64_t ldx, int64_t c0,
-                   int64_t w, int64_t g0, int64_t g1, T* out) {
+void gather_reduce(TileFn fn, const Problem& p, const T* values, const T* x, int64_t ldx,
+                   int64_t c0, int64_t w, int64_t g0, int64_t g1, T* out) {
   const PlanView& pv = p.plan;
-  // Rows of X are gathered at random: ask for the row a few entries ahead (the loop is
-  // bound by the latency of these loads, not by arithmetic).
-  constexpr int64_t kAhead = 6;
-  const int64_t last = pv.grp_ptr[g1];
-  for (int64_t g = g0; g < g1; ++g) {
-    T* o = out + (g - g0) * w;
-    const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
-    const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
-    for (int64_t j = 0; j < w; ++j) o[j] = T(0);
-    for (int64_t q = p0; q < p1; ++q) {
-      if (q + kAhead < last) __builtin_prefetch(x + pv.src[q + kAhead] * ldx + c0);
-      const T c = (values ? values[pv.perm[q]] : T(1)) * inv;
-      const T* row = x + pv.src[q] * ldx + c0;
-      for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
-    }
-  }
+  cpu::RgmsTileLaunch l;
+  l.kind = 0;
+  l.mean = p.mean;
+  l.grp_ptr = pv.grp_ptr;
+  l.src = pv.src;
+  l.perm = pv.perm;
+  l.values = values;
+  l.in = x;
+  l.out = out;
+  l.ld_in = ldx;
+  l.c0 = c0;
+  l.width = w;
+  l.g0 = g0;
+  l.g1 = g1;
+  l.prefetch_end = pv.grp_ptr[g1];
+  fn(&l);
+}
+
+// dx[src_q, c0:c0 + w] += coef_q * d[g - g0, 0:w] for the entries of groups [g0, g1).
+template <typename T>
+void scatter_rows(TileFn fn, const Problem& p, const T* values, const T* d, int64_t c0,
+                  int64_t w, int64_t g0, int64_t g1, T* dx, int64_t ld_dx) {
+  const PlanView& pv = p.plan;
+  cpu::RgmsTileLaunch l;
+  l.kind = 1;
+  l.mean = p.mean;
+  l.grp_ptr = pv.grp_ptr;
+  l.src = pv.src;
+  l.perm = pv.perm;
+  l.values = values;
+  l.in = d;
+  l.out = dx;
+  l.ld_out = ld_dx;
+  l.c0 = c0;
+  l.width = w;
+  l.g0 = g0;
+  l.g1 = g1;
+  fn(&l);
 }
 
 // out[t, :] = dy[grp_dst[g0 + t], :].
@@ -267,6 +336,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
       fe.rethrow();
     }
   }
+  const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi);
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
@@ -302,7 +372,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         const T* w_r = w + r * fi * fo;
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
-          gather_reduce(p, values, x, fi, 0, fi, g0, g1, agg.data());
+          gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
           gemm(fe, p.gemm, false, false, m, fo, fi, agg.data(), std::max<int64_t>(fi, 1), w_r,
                std::max<int64_t>(fo, 1), T(0), prod.data(), fo);
           for (int64_t g = g0; g < g1; ++g) {
@@ -397,13 +467,14 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   const bool par = p.num_src * fi > 4096 && fi >= 16;
+  const auto fns = share_fns<T>(p, fi, 8, pv.e * fi);
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (par)
   {
     const int64_t nt = thread_count(), t = thread_id();
-    const int64_t blocks = (fi + 7) / 8;  // whole 8-column blocks per thread
-    const int64_t i0 = std::min(fi, blocks * t / nt * 8), i1 = std::min(fi, blocks * (t + 1) / nt * 8);
+    const auto [i0, i1] = column_share(fi, t, nt, 8);  // whole 8-column blocks per thread
     const int64_t wd = i1 - i0;
+    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : &generic_tile<T>;
     if (wd > 0 && root && fo > 0 && p.num_src > 0) {  // dX = dY @ root^T, the root term's share
       gemm(fe, p.gemm, false, true, p.num_src, wd, fo, dy, fo, root + i0 * fo, fo, T(0), dx + i0,
            fi);
@@ -428,14 +499,7 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
         gather_targets(pv, dy, fo, g0, g1, dyg.data());
         gemm(fe, p.gemm, false, true, m, wd, fo, dyg.data(), std::max<int64_t>(fo, 1), w_r,
              std::max<int64_t>(fo, 1), T(0), dagg.data(), wd);
-        for (int64_t g = g0; g < g1; ++g) {
-          const T* d = dagg.data() + (g - g0) * wd;
-          for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
-            const T c = coef(pv, values, p.mean, g, q);
-            T* out = dx + pv.src[q] * fi + i0;
-            for (int64_t j = 0; j < wd; ++j) out[j] += c * d[j];
-          }
-        }
+        scatter_rows(fn, p, values, dagg.data(), i0, wd, g0, g1, dx, fi);
       }
     }
   }
@@ -450,10 +514,13 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   FirstError fe;
+  const auto fns = share_fns<T>(p, fi, 1, pv.e * fi);
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fi > 4096 && fi >= 2)
   {
     const int64_t nt = thread_count(), t = thread_id();
-    const int64_t i0 = fi * t / nt, i1 = fi * (t + 1) / nt, wd = i1 - i0;
+    const auto [i0, i1] = column_share(fi, t, nt, 1);
+    const int64_t wd = i1 - i0;
+    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : &generic_tile<T>;
     std::vector<T> agg(size_t(tile * std::max<int64_t>(wd, 1))), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
       if (side[r] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r]) continue;
@@ -461,7 +528,7 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
       if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
       for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1] && fo > 0; g0 += tile) {
         const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
-        gather_reduce(p, values, x, fi, i0, wd, g0, g1, agg.data());
+        gather_reduce(fn, p, values, x, fi, i0, wd, g0, g1, agg.data());
         gather_targets(pv, dy, fo, g0, g1, dyg.data());
         gemm(fe, p.gemm, true, false, wd, fo, m, agg.data(), wd, dyg.data(), fo, T(1), dw_r, fo);
       }

@@ -1,0 +1,37 @@
+#include "codegen/cpu_rgms_spec.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace sparsejit::codegen {
+
+uint64_t CpuRgmsTileSpec::packed_key() const {
+  return pack(OpKind::RgmsTile,
+              static_cast<uint64_t>(dtype) | static_cast<uint64_t>(width & 0xfffff) << 2);
+}
+
+std::string CpuRgmsTileSpec::name() const {
+  std::ostringstream os;
+  os << "rgms_tile_" << scalar_name(dtype) << "_w" << width;
+  return os.str();
+}
+
+std::string CpuRgmsTileSpec::source() const {
+  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F64)
+    throw std::invalid_argument("sparsejit: rgms tile kernels are float32 / float64 only");
+  if (width < 1 || width > kMaxWidth)
+    throw std::invalid_argument("sparsejit: rgms tile width " + std::to_string(width) +
+                                " out of range");
+  std::ostringstream os;
+  os << "// sparsejit generated kernel: " << name() << "\n"
+     << "// RGMS tile loops (gather-reduce, scatter), " << scalar_name(dtype)
+     << ", row width " << width << ".\n"
+     << "#include \"kernels/cpu/rgms_kernel.h\"\n\n"
+     << "extern \"C\" void sparsejit_entry(const void* launch) {\n"
+     << "  sparsejit::cpu::rgms_detail::run<" << cpp_scalar_type(dtype) << ", " << width
+     << ">(*static_cast<const sparsejit::cpu::RgmsTileLaunch*>(launch));\n"
+     << "}\n";
+  return os.str();
+}
+
+}  // namespace sparsejit::codegen

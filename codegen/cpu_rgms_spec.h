@@ -1,0 +1,26 @@
+// The JIT spec of RGMS's tile loops (kernels/cpu/rgms_kernel.h with a compile-time row
+// width); its entry point takes a cpu::RgmsTileLaunch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "codegen/kernel_spec.h"
+#include "kernels/cpu/rgms_kernel.h"
+
+namespace sparsejit::codegen {
+
+struct CpuRgmsTileSpec final : KernelSpecBase {
+  ScalarKind dtype = ScalarKind::F32;  // F32 or F64 (the RGMS compute types)
+  int64_t width = 0;                   // gathered row width, 1 .. kMaxWidth
+
+  static constexpr int64_t kMaxWidth = 1024;
+
+  OpKind op() const override { return OpKind::RgmsTile; }
+  // rgms_tile_f32_w64
+  std::string name() const override;
+  std::string source() const override;
+  uint64_t packed_key() const override;
+};
+
+}  // namespace sparsejit::codegen
