@@ -354,7 +354,12 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
     bias = bias_in->to(ct).contiguous();
   }
   auto y = at::empty({num_out, w.size(2)}, x.options());
-  const auto d = parse_dataflow(op, dataflow);
+  // Bits 2-3 may carry the backward's dataflow (set by sparse_conv's Python wrapper from
+  // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
+  CONV_CHECK(dataflow >= 0 && dataflow < 12 && (dataflow & 3) != 3, op, ": dataflow must be 0 "
+             "(auto), 1 (gather-GEMM-scatter) or 2 (output-stationary), plus 4 or 8 for the "
+             "backward's; got ", dataflow);
+  const auto d = parse_dataflow(op, dataflow & 3);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
     ggs::GgsArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
