@@ -20,9 +20,10 @@ runs of:
     get_indice_pairs; Open3D's fixed-radius neighbour search for the submanifold case);
   - SubMConv3d forward and forward+backward, each including the first map build (a fresh
     SparseConvTensor per run), and the forward with the map cached (both dataflows);
-  - peak memory of one forward+backward at --memory-channels (64): growth of the peak resident
-    set (VmHWM, reset through /proc/self/clear_refs) over the resident set before the step, in
-    a fresh subprocess per case and library, so C++ allocations count and nothing is cached;
+  - peak memory of one forward+backward at --memory-channels (64) including the map build:
+    growth of the peak resident set (VmHWM, reset through /proc/self/clear_refs) over the
+    resident set before the step (after a warm-up step and malloc_trim), in a fresh subprocess
+    per case and library, so C++ allocations count and no map is cached (Linux only);
 plus GFLOP/s of the cached forward (2 * pairs * C_in * C_out) against the dense GEMM rate of
 the same product as one torch.mm ([pairs, C] x [C, C]), the roofline of this op. 2 threads
 (torch.set_num_threads(2)), OMP_WAIT_POLICY=passive unless given (see below); the machine is
@@ -32,6 +33,7 @@ shared, so read ratios.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -152,6 +154,12 @@ def memory_child(case, lib, c, threads):
     run = fwd_bwd(step)
     run(feats)  # warm-up: lazily created state (thread pools, primitives) is not the op's
     gc.collect()
+    # Hand the warm-up's freed heap back to the kernel, else the measured step reuses those
+    # already-resident pages and its peak does not show in VmHWM.
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
     before = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # resets VmHWM to the current resident set

@@ -5,7 +5,8 @@ The two dataflows of ``sparse_conv`` (gather-GEMM-scatter and output-stationary,
 docs/SPARSE_CONV.md) compute the same sums; which is faster depends on the kernel map (pairs
 per offset, pairs per output row), the channel counts and the machine. ``tune`` runs both on
 the real kernel map with random features, for the forward and for the backward's feature
-gradient (the same core over the swapped map, C_out -> C_in), keeps the faster of each for
+gradient (the same core over the swapped map, C_out -> C_in), and both weight-gradient paths
+(register rank-1 updates, gathered tiles through the dense GEMM), keeps the faster of each for
 this process and on disk, keyed by the kernel map's fingerprint, C_in, C_out, dtype, direction
 (swap), CPU model and thread count. ``sparse_conv`` (and so every ``sparsejit.spconv`` layer)
 consults that store when its dataflow is "auto"; with nothing tuned the lookup costs one set
@@ -32,8 +33,9 @@ from .tuning import _median_ms, _Progress
 _WORD_OP, _WORD_K, _HEADER = 2, 10, 11
 _POINT_CONV = 4  # plan::OpFamily::PointConv
 DATAFLOW_NAMES = {1: "gather_gemm_scatter", 2: "output_stationary"}
+WGRAD_NAMES = {1: "registers", 2: "gemm"}  # ggs::WgradPath
 
-_MEMORY: Dict[Tuple[str, str], Tuple[int, int]] = {}   # (fingerprint, key) -> (fwd, bwd)
+_MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}  # (fp, key) -> (fwd, bwd, wgrad)
 _FP = WeakIdKeyDictionary()  # plan tensor -> fingerprint, by identity
 _ANY_STORE: Dict[str, bool] = {}  # cache dir -> holds any conv schedule (looked up once)
 _TUNED_IN_PROCESS = False
@@ -92,32 +94,40 @@ def clear_schedule_cache() -> None:
     _TUNED_IN_PROCESS = False
 
 
-def tuned_dataflow(plan: torch.Tensor, c_in: int, c_out: int, dtype: torch.dtype, swap: bool,
-                   backward: bool = False) -> int:
-    """The stored dataflow id for this call (forward, or the backward's feature gradient),
-    or 0 (auto: the cost model) when nothing was tuned for it."""
+def tuned_choices(plan: torch.Tensor, c_in: int, c_out: int, dtype: torch.dtype,
+                  swap: bool) -> Tuple[int, int, int]:
+    """(forward dataflow, feature-gradient dataflow, weight-gradient path) stored for this
+    call; (0, 0, 0) (the cost model's) when nothing was tuned for it."""
     if not (_TUNED_IN_PROCESS or _any_conv_store()) or torch.compiler.is_compiling() or \
             plan.device.type != "cpu":
-        return 0
+        return (0, 0, 0)
     fp = plan_fingerprint(plan)
     key = schedule_key(c_in, c_out, dtype, swap)
     hit = _MEMORY.get((fp, key))
     if hit is None:
         entry = _load(fp).get(key)
-        if not isinstance(entry, dict) or entry.get("forward") not in DATAFLOW_NAMES or \
-                entry.get("backward") not in DATAFLOW_NAMES:
-            _MEMORY[(fp, key)] = hit = (0, 0)
-        else:
-            _MEMORY[(fp, key)] = hit = (int(entry["forward"]), int(entry["backward"]))
-    return hit[1] if backward else hit[0]
+        ok = isinstance(entry, dict) and entry.get("forward") in DATAFLOW_NAMES and \
+            entry.get("backward") in DATAFLOW_NAMES and entry.get("wgrad") in WGRAD_NAMES
+        hit = (int(entry["forward"]), int(entry["backward"]), int(entry["wgrad"])) if ok \
+            else (0, 0, 0)
+        _MEMORY[(fp, key)] = hit
+    return hit
+
+
+def tuned_dataflow(plan: torch.Tensor, c_in: int, c_out: int, dtype: torch.dtype, swap: bool,
+                   backward: bool = False) -> int:
+    """The stored dataflow id for this call (forward, or the backward's feature gradient),
+    or 0 (auto: the cost model) when nothing was tuned for it."""
+    return tuned_choices(plan, c_in, c_out, dtype, swap)[1 if backward else 0]
 
 
 def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
                    dtype: torch.dtype = torch.float32, swap: bool = False, repeat: int = 5,
                    progress: Optional[bool] = None, store: bool = True) -> dict:
-    """Measures both dataflows of one conv layer (C_in = F -> C_out = F_out) on `plan`, for
-    the forward and the feature gradient; returns ``{"best": {"forward": name, "backward":
-    name}, "times_ms": {...}, "key": ..., "fingerprint": ...}``."""
+    """Measures both dataflows of one conv layer (C_in = F -> C_out = F_out) on `plan` for the
+    forward and the feature gradient, and both weight-gradient paths; returns ``{"best":
+    {"forward": name, "backward": name, "wgrad": name}, "times_ms": {...}, "key": ...,
+    "fingerprint": ...}``."""
     global _TUNED_IN_PROCESS
     if not is_conv_plan(plan):
         raise TypeError("sparsejit.tune: expected a conv plan from sparsejit.ops.conv_plan")
@@ -138,17 +148,21 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
     w = torch.randn(k, F, f_out).to(dtype)
     dy = torch.randn(n_out, f_out).to(dtype)
     ops = torch.ops.sparsejit
-    bar = _Progress(4, f"sparsejit.tune conv C={F}->{f_out}",
+    bar = _Progress(6, f"sparsejit.tune conv C={F}->{f_out}",
                     sys.stderr.isatty() if progress is None else progress)
     times: Dict[str, float] = {}
     refs = {}
-    for part in ("forward", "backward"):
-        for d, name in DATAFLOW_NAMES.items():
+    parts = {"forward": DATAFLOW_NAMES, "backward": DATAFLOW_NAMES, "wgrad": WGRAD_NAMES}
+    for part, choices in parts.items():
+        for d, name in choices.items():
             if part == "forward":
                 fn = lambda: ops.sparse_conv(x, w, None, plan, n_out, swap, d)  # noqa: E731
-            else:
+            elif part == "backward":
                 fn = lambda: ops.sparse_conv_backward(  # noqa: E731
                     x, w, dy, plan, swap, d, True, False)[0]
+            else:  # the weight gradient's path goes in the backward's bits 2-3
+                fn = lambda: ops.sparse_conv_backward(  # noqa: E731
+                    x, w, dy, plan, swap, d << 2, False, True)[1]
             out = fn()
             if part in refs:  # both dataflows compute the same function
                 torch.testing.assert_close(out.float(), refs[part].float(), atol=1e-2,
@@ -156,17 +170,16 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
             refs[part] = out
             times[f"{part}/{name}"] = _median_ms(fn, repeat)
             bar.step(f"{part}/{name}")
-    best = {part: min(DATAFLOW_NAMES, key=lambda d: times[f"{part}/{DATAFLOW_NAMES[d]}"])
-            for part in ("forward", "backward")}
+    best = {part: min(choices, key=lambda d: times[f"{part}/{choices[d]}"])
+            for part, choices in parts.items()}
     fp = plan_fingerprint(plan)
     key = schedule_key(F, f_out, dtype, swap)
-    _MEMORY[(fp, key)] = (best["forward"], best["backward"])
+    _MEMORY[(fp, key)] = (best["forward"], best["backward"], best["wgrad"])
     _TUNED_IN_PROCESS = True
     if store:
         path = _store_path(fp)
         data = _load(fp)
-        data[key] = {"forward": best["forward"], "backward": best["backward"],
-                     "times_ms": times}
+        data[key] = dict(best, times_ms=times)
         tmp = path.with_suffix(f".tmp.{os.getpid()}.{threading.get_ident()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +190,7 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
             import warnings
 
             warnings.warn(f"sparsejit.tune: could not store the conv schedule in {path}: {e}")
-    return {"best": {p: DATAFLOW_NAMES[d] for p, d in best.items()}, "times_ms": times,
+    return {"best": {p: parts[p][d] for p, d in best.items()}, "times_ms": times,
             "key": key, "fingerprint": fp}
 
 

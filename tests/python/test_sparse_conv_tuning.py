@@ -35,7 +35,7 @@ class CallLog:
     """Wraps torch.ops.sparsejit.sparse_conv{,_backward} to record the dataflow each call got."""
 
     def __init__(self, monkeypatch):
-        self.fwd, self.bwd = [], []
+        self.fwd, self.bwd, self.wgrad = [], [], []
         ns = torch.ops.sparsejit
         real_f, real_b = ns.sparse_conv, ns.sparse_conv_backward
 
@@ -44,7 +44,8 @@ class CallLog:
             return real_f(*a)
 
         def b(*a):
-            self.bwd.append(a[5])
+            self.bwd.append(a[5] & 3)  # bits 2-3: the weight-gradient path
+            self.wgrad.append(a[5] >> 2)
             return real_b(*a)
 
         monkeypatch.setattr(ns, "sparse_conv", f)
@@ -66,8 +67,9 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
     res = sj.tune(plan, F=8, F_out=16, repeat=1, progress=True)
     assert "sparsejit.tune conv" in capsys.readouterr().err      # the progress bar
     assert set(res["times_ms"]) == {f"{p}/{d}" for p in ("forward", "backward")
-                                    for d in ("gather_gemm_scatter", "output_stationary")}
-    for part in ("forward", "backward"):  # the winner is the faster measured one
+                                    for d in ("gather_gemm_scatter", "output_stationary")} | \
+        {"wgrad/registers", "wgrad/gemm"}
+    for part in ("forward", "backward", "wgrad"):  # the winner is the faster measured one
         win = res["best"][part]
         assert all(res["times_ms"][f"{part}/{win}"] <= t for k, t in res["times_ms"].items()
                    if k.startswith(part))
@@ -75,8 +77,9 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
     assert len(stored) == 1
     entry = json.loads(stored[0].read_text())[res["key"]]
     ids = {v: k for k, v in conv_tuning.DATAFLOW_NAMES.items()}
-    assert (entry["forward"], entry["backward"]) == (ids[res["best"]["forward"]],
-                                                     ids[res["best"]["backward"]])
+    wids = {v: k for k, v in conv_tuning.WGRAD_NAMES.items()}
+    assert (entry["forward"], entry["backward"], entry["wgrad"]) == (
+        ids[res["best"]["forward"]], ids[res["best"]["backward"]], wids[res["best"]["wgrad"]])
     # "A new process": memory dropped, the store read from disk by a rebuilt (equal) plan.
     conv_tuning.clear_schedule_cache()
     plan2, _ = conv_plan(idx, shape, 1, "subm", 3)
@@ -87,6 +90,7 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
     y = sparse_conv(x, w, None, plan2, len(idx))
     y.sum().backward()
     assert log.fwd == [entry["forward"]] and log.bwd == [entry["backward"]]
+    assert log.wgrad == [entry["wgrad"]]
     # Other widths, dtypes or directions are not tuned; a forced dataflow is kept.
     assert conv_tuning.tuned_dataflow(plan2, 8, 8, torch.float32, False) == 0
     assert conv_tuning.tuned_dataflow(plan2, 8, 16, torch.float64, False) == 0
@@ -105,15 +109,14 @@ def test_corrupt_or_foreign_store_is_ignored(cache):
     (cache / "tuned").mkdir()
     path = cache / "tuned" / f"conv-{fp}.json"
     key = conv_tuning.schedule_key(8, 8, torch.float32, False)
-    for text in ("{not json", json.dumps({key: {"forward": 7, "backward": 1}}),
-                 json.dumps({key: "x"})):
+    for text in ("{not json", json.dumps({key: {"forward": 7, "backward": 1, "wgrad": 1}}),
+                 json.dumps({key: {"forward": 1, "backward": 1}}), json.dumps({key: "x"})):
         path.write_text(text)
         conv_tuning.clear_schedule_cache()
         assert conv_tuning.tuned_dataflow(plan, 8, 8, torch.float32, False) == 0
-    path.write_text(json.dumps({key: {"forward": 2, "backward": 1}}))
+    path.write_text(json.dumps({key: {"forward": 2, "backward": 1, "wgrad": 2}}))
     conv_tuning.clear_schedule_cache()
-    assert conv_tuning.tuned_dataflow(plan, 8, 8, torch.float32, False) == 2
-    assert conv_tuning.tuned_dataflow(plan, 8, 8, torch.float32, False, backward=True) == 1
+    assert conv_tuning.tuned_choices(plan, 8, 8, torch.float32, False) == (2, 1, 2)
 
 
 def test_tune_model_covers_every_layer_and_keeps_results(cache, monkeypatch):
@@ -150,11 +153,22 @@ def test_tune_bad_arguments(cache):
     with pytest.raises(TypeError, match="dtype"):
         sj.tune(plan, F=4, dtype=torch.int32)
     x, w = torch.randn(len(idx), 4), torch.randn(27, 4, 4)
-    for bad in (3, 7, 12, -1):  # the op itself names the argument
+    dy = torch.randn(len(idx), 4)
+    for bad in (3, 7, 12 << 2, 64, -1):  # the ops themselves name the argument
         with pytest.raises(ValueError, match="dataflow"):
             torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, bad)
-    torch.testing.assert_close(  # bits 2-3 (the backward's choice) do not change the forward
-        torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, 1 | 8),
+    for bad in (3, 12, 16, -1):
+        with pytest.raises(ValueError, match="dataflow"):
+            torch.ops.sparsejit.sparse_conv_backward(x, w, dy, plan, False, bad, True, True)
+    torch.testing.assert_close(  # bits 2-5 (the backward's choices) do not change the forward
+        torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, 1 | 8 | 32),
         torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, 2))
+    for wpath in (4, 8):  # both weight-gradient paths agree with a float64 reference
+        got = torch.ops.sparsejit.sparse_conv_backward(x, w, dy, plan, False, wpath, True,
+                                                       True)
+        ref = torch.ops.sparsejit.sparse_conv_backward(x.double(), w.double(), dy.double(),
+                                                       plan, False, 1, True, True)
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4)
     assert not conv_tuning.is_conv_plan(torch.zeros(20, dtype=torch.long))
     assert not conv_tuning.is_conv_plan(plan.int())

@@ -93,11 +93,12 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         _record(features, weight, plan, bool(swap))
     if d == 0 and not torch.compiler.is_compiling() and isinstance(weight, torch.Tensor) and \
             weight.dim() == 3:
-        # sj.tune's choices: the forward's in bits 0-1, the backward's in bits 2-3 (read by
+        # sj.tune's choices: the forward's dataflow in bits 0-1, the backward's feature-
+        # gradient dataflow in bits 2-3 and weight-gradient path in bits 4-5 (read by
         # _sparse_conv_backward; the C++ forward runs bits 0-1).
-        fwd, bwd = _tuned_dataflows(plan, weight.shape[1], weight.shape[2], features.dtype,
-                                    bool(swap))
-        d = fwd | (bwd << 2)
+        fwd, bwd, wgrad = _tuned_dataflows(plan, weight.shape[1], weight.shape[2],
+                                           features.dtype, bool(swap))
+        d = fwd | (bwd << 2) | (wgrad << 4)
     return torch.ops.sparsejit.sparse_conv(features, weight, bias, plan, num_out,
                                            bool(swap), d)
 
@@ -106,13 +107,12 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 _record = None
 
 
-def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int]:
-    """The (forward, backward) dataflows sparsejit.tune stored for this call; 0 = the cost
-    model's."""
-    from ..conv_tuning import tuned_dataflow
+def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int, int]:
+    """(forward dataflow, feature-gradient dataflow, weight-gradient path) that sparsejit.tune
+    stored for this call; 0 = the cost model's."""
+    from ..conv_tuning import tuned_choices
 
-    return (tuned_dataflow(plan, int(c_in), int(c_out), dtype, swap),
-            tuned_dataflow(plan, int(c_in), int(c_out), dtype, swap, backward=True))
+    return tuned_choices(plan, int(c_in), int(c_out), dtype, swap)
 
 
 # ---- fakes --------------------------------------------------------------------------------
@@ -177,8 +177,9 @@ def _sparse_conv_backward(ctx, grad):
     dx = dw = None
     if need[0] or need[1]:
         # The feature gradient's own tuned dataflow (bits 2-3, see sparse_conv), else the
-        # forward's.
-        d = (ctx.dataflow >> 2) or (ctx.dataflow & 3)
+        # forward's; the weight-gradient path (bits 4-5) goes to the op's bits 2-3.
+        d = ((ctx.dataflow >> 2) & 3) or (ctx.dataflow & 3)
+        d |= ((ctx.dataflow >> 4) & 3) << 2
         dx, dw = torch.ops.sparsejit.sparse_conv_backward(
             features, weight, grad, plan, ctx.swap, d, bool(need[0]), bool(need[1]))
     db = grad.sum(0) if ctx.has_bias and need[2] else None
