@@ -195,15 +195,17 @@ CoordSet make_coord_set(const int32_t* coords, int64_t n, int64_t width,
 }
 
 CoordSet coord_set_from_keys(std::vector<uint64_t> keys, const KeyLayout& layout,
-                             const std::vector<int64_t>& spatial_shape) {
+                             const std::vector<int64_t>& spatial_shape, bool sorted_unique) {
   CoordSet s;
   s.dims = layout.dims;
   s.batch_size = layout.batch_size;
   s.spatial_shape = spatial_shape;
   s.layout = layout;
-  std::vector<int32_t> unused(keys.size(), 0);
-  radix_sort_pairs(keys, unused, layout.total_bits());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (!sorted_unique) {
+    std::vector<int32_t> unused(keys.size(), 0);
+    radix_sort_pairs(keys, unused, layout.total_bits());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  }
   s.keys = std::move(keys);
   const int64_t n = s.size();
   const int w = s.width();

@@ -111,8 +111,10 @@ CoordSet make_coord_set(const int32_t* coords, int64_t n, int64_t width,
 
 // Builds a set from packed keys of generated sites (e.g. strided output sites), which may
 // repeat: sorts, keeps each site once, unpacks the coordinates, numbers sites in key order.
+// `sorted_unique`: the keys are already strictly ascending (the sort is skipped).
 CoordSet coord_set_from_keys(std::vector<uint64_t> keys, const KeyLayout& layout,
-                             const std::vector<int64_t>& spatial_shape);
+                             const std::vector<int64_t>& spatial_shape,
+                             bool sorted_unique = false);
 
 // Keys of `set`'s sites (in its key order) under another layout; order is unchanged because
 // every layout orders sites the same way.

@@ -34,6 +34,11 @@
 // the inputs are grouped by residue class once, and each offset merges one class's shifted
 // keys with the sorted output keys by galloping. Fields of a layout too narrow for the
 // queries are widened by repacking (same order, O(N)); past 64 bits it is an error.
+// Output sites (strided and transposed, output_sites.cpp): plane by plane (one batch id and
+// one coordinate on axis 0); the inputs reaching a plane are one contiguous window of the
+// sorted inputs, which mark their sites in a bitmap over the other axes, read back in key
+// order: sorted and unique without sorting candidates. Wide, sparse grids (bitmaps costlier
+// than a sort) generate every candidate key and radix-sort them instead.
 #pragma once
 
 #include <cstdint>

@@ -89,10 +89,16 @@ Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out);
 template <typename T>
 Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d);
 
+// How the weight gradient is computed: rank-1 updates with the dY row in vector registers
+// (compiled for c_out = 16, 32, 64, 128; other widths take Gemm), or gathered tiles of X and
+// dY through the dense GEMM (sgemm with trans_a). Auto asks choose_wgrad_path.
+enum class WgradPath : int64_t { Auto = 0, Registers = 1, Gemm = 2 };
+WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out);
+
 // dW[g] = sum_{p in g} scale_p * X[in_p]^T dY[out_p]  ([G, c_in, c_out], overwritten).
 // Parallel over groups; deterministic.
 template <typename T>
 void weight_grad(const Pairs& p, const T* x, int64_t c_in, const T* dy, int64_t c_out,
-                 const T* scale, T* dw);
+                 const T* scale, T* dw, WgradPath path = WgradPath::Auto);
 
 }  // namespace sparsejit::ggs

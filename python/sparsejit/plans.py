@@ -207,4 +207,7 @@ def clear_caches() -> None:
     clear_graph_cache()
     clear_typed_cache()
     clear_schedule_cache()
+    from .conv_tuning import clear_schedule_cache as clear_conv_schedules
+
+    clear_conv_schedules()
     _core.jit_clear_memory_cache()

@@ -76,13 +76,25 @@ class _Progress:
 
 def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
          dtype: torch.dtype = torch.float32, heads: int = 1, repeat: int = 7,
-         progress: Optional[bool] = None, store: bool = True) -> dict:
+         progress: Optional[bool] = None, store: bool = True, F_out: Optional[int] = None
+         ) -> dict:
     """Measures every candidate plan for ``op`` on A with random ``[cols, heads, F]``
     features, keeps the fastest for this process (on A) and on disk (unless store=False).
 
     Returns ``{"best": name, "times_ms": {name: median_ms}, "key": ..., "header": [...]}``.
+    Point-cloud convolution (conv_tuning.py): ``tune(model, x)`` tunes the dataflow of every
+    sparse conv layer `model` runs on the SparseConvTensor `x`; ``tune(plan, F=C_in,
+    F_out=C_out)`` one conv plan (``op="conv_inverse"``: read backwards).
     """
+    from .conv_tuning import is_conv_plan, tune_conv_model, tune_conv_plan
     from .ops.rgms import TypedSparseMatrix
+
+    if isinstance(A, torch.nn.Module):  # point-cloud conv layers run by A on the input `op`
+        return tune_conv_model(A, op, dtype=None, repeat=repeat, progress=progress,
+                               store=store)
+    if is_conv_plan(A):
+        return tune_conv_plan(A, F=F, F_out=F_out, dtype=dtype, swap=op == "conv_inverse",
+                              repeat=repeat, progress=progress, store=store)
 
     if isinstance(A, TypedSparseMatrix):  # RGMS: strategies and tiles (rgms_tuning.py)
         from .rgms_tuning import tune_rgms

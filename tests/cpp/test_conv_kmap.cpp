@@ -283,6 +283,27 @@ TEST(Strided, OutputShapeAsSpconv) {
   EXPECT_ERROR(conv::spconv_output_shape({3}, cube_params(1, 5)), "output would be empty");
 }
 
+// Output sites come from per-plane bitmaps on compact grids and from sorting candidate keys
+// on wide sparse grids or grids of mostly empty planes: both against brute force, 1-D to 4-D.
+TEST(Strided, PlaneAndSortedSitePathsMatchBruteForce) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t n;
+    int batch;
+  };
+  for (const Case& c : {Case{{40}, 15, 2}, Case{{9, 7, 6, 5}, 300, 2}, Case{{64, 64, 64}, 3000, 1},
+                        Case{{3000, 3000, 3000}, 300, 1},  // 9M-bit planes: sorted keys
+                        Case{{5000, 6, 6}, 40, 3}}) {       // mostly empty planes: sorted keys
+    const int dims = static_cast<int>(c.shape.size());
+    CoordSetOptions o;
+    o.spatial_shape = c.shape;
+    const CoordSet in = make_set(random_coords(c.n, dims, c.batch, c.shape, 31), dims, o);
+    for (const ConvParams& p : {cube_params(dims, 3, 2, 1, 1), cube_params(dims, 2, 2),
+                                cube_params(dims, 3, 3, 2, 2)})
+      check_spconv(in, p);
+  }
+}
+
 TEST(Strided, CoarseGrid) {
   const std::vector<int64_t> shape{23, 16, 9};
   const auto c = random_coords(900, 3, 2, shape, 5);

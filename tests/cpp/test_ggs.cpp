@@ -150,14 +150,15 @@ void check_forward(Structure s, int64_t ci, int64_t co, bool trans_w, bool scale
 }
 
 template <typename T>
-void check_weight_grad(Structure s, int64_t ci, int64_t co, bool scaled, std::mt19937& rng) {
+void check_weight_grad(Structure s, int64_t ci, int64_t co, bool scaled, std::mt19937& rng,
+                       ggs::WgradPath path = ggs::WgradPath::Auto) {
   auto p = s.pairs();
   const auto x = random_vec<T>(rng, s.n_in * ci);
   const auto dy = random_vec<T>(rng, s.n_out * co);
   const auto scale = random_vec<T>(rng, static_cast<int64_t>(s.in_idx.size()));
   std::vector<T> dw(s.groups * ci * co, std::numeric_limits<T>::quiet_NaN());
   ggs::weight_grad<T>(p, x.data(), ci, dy.data(), co, scaled ? scale.data() : nullptr,
-                      dw.data());
+                      dw.data(), path);
   const double tol = std::is_same<T, float>::value ? 1e-4 : 1e-10;
   for (int64_t g = 0; g < s.groups; ++g)
     for (int64_t c = 0; c < ci; ++c)
@@ -229,6 +230,14 @@ TEST(Ggs, WeightGrad) {
   check_weight_grad<float>(random_structure(rng, 27, 200, 200, 0.3, true, true), 16, 16, false, rng);
   check_weight_grad<double>(random_structure(rng, 5, 100, 80, 0.5, false, false), 7, 9, true, rng);
   check_weight_grad<double>(random_structure(rng, 3, 0, 0, 0.5, true, false), 7, 9, false, rng);
+  // Both paths, register-kernel widths and others, with and without the identity group.
+  for (auto path : {ggs::WgradPath::Registers, ggs::WgradPath::Gemm})
+    for (int64_t co : {16, 64, 9}) {
+      check_weight_grad<float>(random_structure(rng, 27, 300, 300, 0.2, true, true), 24, co,
+                               false, rng, path);
+      check_weight_grad<double>(random_structure(rng, 8, 150, 120, 0.4, false, false), 32, co,
+                                true, rng, path);
+    }
 }
 
 TEST(Ggs, CheckPairsRejectsBadStructures) {

@@ -12,7 +12,7 @@
 //   backwards (spconv's inverse convolution: outputs are the plan's input sites).
 // sparse_conv_backward(features, weight, grad_out, plan, swap, dataflow, need_features,
 //   need_weight) -> (d_features, d_weight): d_features through the swapped map with W^T,
-//   d_weight per offset.
+//   d_weight per offset (dataflow bits 2-3: its path, ggs::WgradPath).
 //
 // Plan layout (int64 words): the common header (csrc/plan/plan_header.h, OpFamily::PointConv;
 // kWordKernel = kind, kWordParam = identity group or -1, stamp rows = n_out, nnz = M pairs,
@@ -307,6 +307,17 @@ ggs::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool swap) {
   return pairs_of(v, swap);
 }
 
+// `dataflow` packs 2-bit fields (0 = auto, 1, 2; never 3): bits 0-1 the dataflow this op
+// runs, then (forward) the backward's feature-gradient dataflow and weight-gradient path, or
+// (backward) the weight-gradient path.
+void check_packed_dataflow(const char* op, int64_t dataflow, int fields) {
+  bool ok = dataflow >= 0 && dataflow < (int64_t{1} << (2 * fields));
+  for (int f = 0; f < fields && ok; ++f) ok = ((dataflow >> (2 * f)) & 3) != 3;
+  CONV_CHECK(ok, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
+             "(output-stationary), plus 2-bit fields for the backward's choices (0, 1 or 2 "
+             "each; ", fields, " fields in all); got ", dataflow);
+}
+
 ggs::Dataflow parse_dataflow(const char* op, int64_t d) {
   CONV_CHECK(d >= 0 && d <= 2, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
              "2 (output-stationary); got ", d);
@@ -354,7 +365,10 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
     bias = bias_in->to(ct).contiguous();
   }
   auto y = at::empty({num_out, w.size(2)}, x.options());
-  const auto d = parse_dataflow(op, dataflow);
+  // Bits 2-5 may carry the backward's choices (set by sparse_conv's Python wrapper from
+  // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
+  check_packed_dataflow(op, dataflow, 3);
+  const auto d = parse_dataflow(op, dataflow & 3);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
     ggs::GgsArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
@@ -381,7 +395,9 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   const auto dy = dy_in.to(ct).contiguous();
-  const auto d = parse_dataflow(op, dataflow);
+  check_packed_dataflow(op, dataflow, 2);  // bits 2-3: the weight-gradient path
+  const auto d = parse_dataflow(op, dataflow & 3);
+  const auto wpath = static_cast<ggs::WgradPath>(dataflow >> 2);
   auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
   auto dw = need_w ? at::empty_like(w) : at::empty({0}, x.options());
   // dX = the same pairs read backwards with W^T (in rows are distinct within an offset too).
@@ -399,7 +415,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
     }
     if (need_w)
       ggs::weight_grad<scalar_t>(p, ptr<scalar_t>(x), x.size(1), ptr<scalar_t>(dy), dy.size(1),
-                                 nullptr, ptr<scalar_t>(dw));
+                                 nullptr, ptr<scalar_t>(dw), wpath);
   });
   return {dx.to(x_in.scalar_type()), dw.to(x_in.scalar_type())};
 }

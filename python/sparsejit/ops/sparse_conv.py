@@ -88,8 +88,31 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     ``[K, C_in, C_out]``; differentiable in features, weight and bias."""
     if not isinstance(features, torch.Tensor) or features.dtype not in FLOAT_DTYPES:
         raise TypeError("sparsejit.sparse_conv: features must be a floating tensor")
+    d = _dataflow_id(dataflow)
+    if _record is not None and not torch.compiler.is_compiling():
+        _record(features, weight, plan, bool(swap))
+    if d == 0 and not torch.compiler.is_compiling() and isinstance(weight, torch.Tensor) and \
+            weight.dim() == 3:
+        # sj.tune's choices: the forward's dataflow in bits 0-1, the backward's feature-
+        # gradient dataflow in bits 2-3 and weight-gradient path in bits 4-5 (read by
+        # _sparse_conv_backward; the C++ forward runs bits 0-1).
+        fwd, bwd, wgrad = _tuned_dataflows(plan, weight.shape[1], weight.shape[2],
+                                           features.dtype, bool(swap))
+        d = fwd | (bwd << 2) | (wgrad << 4)
     return torch.ops.sparsejit.sparse_conv(features, weight, bias, plan, num_out,
-                                           bool(swap), _dataflow_id(dataflow))
+                                           bool(swap), d)
+
+
+# Set by sparsejit.conv_tuning.tune_conv_model while it records a model's conv calls.
+_record = None
+
+
+def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int, int]:
+    """(forward dataflow, feature-gradient dataflow, weight-gradient path) that sparsejit.tune
+    stored for this call; 0 = the cost model's."""
+    from ..conv_tuning import tuned_choices
+
+    return tuned_choices(plan, int(c_in), int(c_out), dtype, swap)
 
 
 # ---- fakes --------------------------------------------------------------------------------
@@ -153,8 +176,12 @@ def _sparse_conv_backward(ctx, grad):
     grad = grad.contiguous()
     dx = dw = None
     if need[0] or need[1]:
+        # The feature gradient's own tuned dataflow (bits 2-3, see sparse_conv), else the
+        # forward's; the weight-gradient path (bits 4-5) goes to the op's bits 2-3.
+        d = ((ctx.dataflow >> 2) & 3) or (ctx.dataflow & 3)
+        d |= ((ctx.dataflow >> 4) & 3) << 2
         dx, dw = torch.ops.sparsejit.sparse_conv_backward(
-            features, weight, grad, plan, ctx.swap, ctx.dataflow, bool(need[0]), bool(need[1]))
+            features, weight, grad, plan, ctx.swap, d, bool(need[0]), bool(need[1]))
     db = grad.sum(0) if ctx.has_bias and need[2] else None
     return (dx if need[0] else None, dw if need[1] else None, db, None, None, None, None)
 
