@@ -4,6 +4,7 @@
 #include <exception>
 #include <vector>
 
+#include "csrc/core/first_error.h"
 #include "csrc/dense/gemm.h"
 
 namespace sparsejit::dense {
@@ -18,24 +19,21 @@ void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t
       items.push_back(r);
     }
   const int64_t n_items = int64_t(items.size() / 2);
-  std::exception_ptr err;
+  FirstError fe;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, num_threads)) if (n_items > 1)
   for (int64_t it = 0; it < n_items; ++it) {
     const int64_t k = items[2 * it], r0 = items[2 * it + 1];
     const int64_t r1 = std::min(ptr[k + 1], r0 + kRows);
-    try {
+    fe.guard([&] {
       if (f_in == 0) {
         std::memset(y + r0 * f_out, 0, sizeof(float) * (r1 - r0) * f_out);
       } else {
         sgemm(false, false, r1 - r0, f_out, f_in, 1.f, x + r0 * f_in, f_in, w + k * f_in * f_out,
               std::max<int64_t>(f_out, 1), 0.f, y + r0 * f_out, std::max<int64_t>(f_out, 1));
       }
-    } catch (...) {
-#pragma omp critical(sparsejit_segment_gemm)
-      if (!err) err = std::current_exception();
-    }
+    });
   }
-  if (err) std::rethrow_exception(err);
+  fe.rethrow();
 }
 
 void segment_sgemm_grad_w(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
@@ -54,17 +52,10 @@ void segment_sgemm_grad_w(const int64_t* ptr, int64_t segments, const float* x, 
     for (int64_t k = 0; k < segments; ++k) one(k);
     return;
   }
-  std::exception_ptr err;
+  FirstError fe;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, num_threads))
-  for (int64_t k = 0; k < segments; ++k) {
-    try {
-      one(k);
-    } catch (...) {
-#pragma omp critical(sparsejit_segment_gemm)
-      if (!err) err = std::current_exception();
-    }
-  }
-  if (err) std::rethrow_exception(err);
+  for (int64_t k = 0; k < segments; ++k) fe.guard([&] { one(k); });
+  fe.rethrow();
 }
 
 }  // namespace sparsejit::dense

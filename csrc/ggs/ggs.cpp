@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "csrc/core/first_error.h"
 #include "csrc/dense/gemm.h"
 #include "csrc/ggs/register_kernels.h"
 
@@ -115,25 +116,6 @@ int64_t tile_rows(int64_t c_in, int64_t c_out) {
   return std::clamp<int64_t>(budget / std::max<int64_t>(1, c_in + c_out), 16, 2048);
 }
 
-// An exception must not leave an OpenMP region (std::terminate): the first error thrown by a
-// dense product inside one is kept here and rethrown by the caller after the region.
-struct FirstError {
-  std::exception_ptr error;
-  std::mutex mutex;
-  template <typename F>
-  void run(F&& f) {
-    try {
-      f();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!error) error = std::current_exception();
-    }
-  }
-  void rethrow() {
-    if (error) std::rethrow_exception(error);
-  }
-};
-
 // Tiles go through dense::sgemm (oneDNN when built with it). Before main opened oneDNN with
 // RTLD_DEEPBIND, dnnl_sgemm returned "unimplemented" here once torch was loaded (docs/RGMS.md).
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -199,7 +181,7 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t r0 = t * tile, m = std::min(tile, n - r0);
-          errors.run([&] {
+          errors.guard([&] {
             gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
           });
         }
@@ -210,7 +192,7 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
           gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
-          errors.run([&] {
+          errors.guard([&] {
             gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
           });
           scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
@@ -222,7 +204,7 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
           gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
-          errors.run([&] {
+          errors.guard([&] {
             gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
                  group_prod.data() + (q0 - p0) * co, co);
           });
@@ -265,7 +247,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
                     xbuf.data());
         xs = xbuf.data();
       }
-      errors.run([&] {
+      errors.guard([&] {
         gemm(false, a.trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod.data() + k.q0 * co, co);
       });
     }
@@ -322,14 +304,14 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
       // Channel widths with a register-resident kernel: rank-1 updates, no buffers.
       if (registers && wgrad_group(p, x, ci, dy, co, scale, dwg, g)) continue;
       if (g == p.identity_group && scale == nullptr) {
-        errors.run([&] { gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co); });
+        errors.guard([&] { gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co); });
         continue;
       }
       for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
         const int64_t m = std::min(tile, p0 + n - q0);
         gather_tile(x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
         gather_tile(dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m, ybuf.data());
-        errors.run([&] {
+        errors.guard([&] {
           gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
         });
       }

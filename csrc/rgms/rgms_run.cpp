@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codegen/cpu_jit.h"
+#include "csrc/core/first_error.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "csrc/dense/gemm.h"
 #include "kernels/cpu/rgms_kernel.h"
@@ -32,24 +33,6 @@ int thread_id() {
   return 0;
 #endif
 }
-
-// An exception must not leave an OpenMP region (std::terminate): the first one is kept and
-// rethrown by the caller after the region.
-struct FirstError {
-  std::exception_ptr err;
-  template <typename Fn>
-  void guard(Fn&& fn) {
-    try {
-      fn();
-    } catch (...) {
-#pragma omp critical(sparsejit_rgms_error)
-      if (!err) err = std::current_exception();
-    }
-  }
-  void rethrow() {
-    if (err) std::rethrow_exception(err);
-  }
-};
 
 // Row-major C = op(A) op(B) + beta C on the chosen backend (float64: always built-in).
 void gemm_raw(Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
