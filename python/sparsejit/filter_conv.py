@@ -228,11 +228,12 @@ def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
     with torch.no_grad():
         for f in runs:  # warm-up (first-touch allocations, oneDNN primitives, JIT compiles)
             f(x)
-        for _ in range(repeat):
-            for f, t in zip(runs, times):
+        for rep in range(repeat):  # order rotated: who runs second finds x in cache
+            for j in range(len(runs)):
+                i = (rep + j) % len(runs)
                 t0 = tick()
-                f(x)
-                t.append((tick() - t0) * 1e3)
+                runs[i](x)
+                times[i].append((tick() - t0) * 1e3)
     med = [sorted(t)[len(t) // 2] for t in times]
     if not variants:
         return med[0], med[1]
@@ -266,19 +267,21 @@ def _format_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-# Layers up to this many stored taps also try the baked JIT variant. Its code grows with nnz
-# (~60 bytes and ~1-3 ms of compile per tap): past ~500 taps it outgrows the L1 instruction
-# cache and measured slower than "jit" on every layer tried (docs/FILTER_SPARSE_CONV.md).
-BAKED_MAX_NNZ = 512
+# sparsify tries the baked JIT variant on layers up to this many stored taps (its
+# `baked_max_nnz`). 0: never. Baked code grows with nnz (~60 bytes and 5-10 ms of compile per
+# tap on the loaded 2-core machine) and measured no faster than "jit" on any layer tried
+# (benchmarks/bench_filter_conv_baked.py: 0.84-1.03x of generic where jit gave 1.01-1.11x;
+# docs/FILTER_SPARSE_CONV.md), so by default it is not tried.
+BAKED_MAX_NNZ = 0
 
 LAST_JIT_WARMUP_S = 0.0  # wall seconds the last sparsify spent compiling JIT kernels
 
 
-def _jit_candidates(sparse: "SparseConv2d", jit: bool) -> Tuple[str, ...]:
+def _jit_candidates(sparse: "SparseConv2d", jit: bool, baked_max_nnz: int) -> Tuple[str, ...]:
     from . import _core
     if not jit or not _core.jit_enabled():
         return ()
-    return JIT_VARIANTS if sparse.nnz <= BAKED_MAX_NNZ else ("jit",)
+    return JIT_VARIANTS if sparse.nnz <= baked_max_nnz else ("jit",)
 
 
 def _warm_jit(work: List[tuple]) -> float:
@@ -309,14 +312,14 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
              threshold: float = 0.0, min_sparsity: float = 0.3, repeat: int = 7,
              cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
              verbose: bool = True, clock: str = "wall", fold_bn: bool = False,
-             jit: bool = True) -> nn.Module:
+             jit: bool = True, baked_max_nnz: Optional[int] = None) -> nn.Module:
     """Replaces each Conv2d and Linear of `model` whose sparse kernel, measured on the input
     shape it sees in ``model(example_input)``, beats the dense module by `min_speedup`;
     returns the converted model (`model` itself, converted in place, unless `fold_bn` traced
     it: then a torch.fx.GraphModule). Layers sparser than `min_sparsity` are not measured.
     With `jit` (and the JIT on), each layer's JIT variants ("jit"; "jit_baked" up to
-    BAKED_MAX_NNZ taps) are compiled in parallel first and measured against the precompiled
-    loops; the fastest becomes the layer's kernel. `fold_bn` (eval mode only) first folds each
+    `baked_max_nnz` taps, default BAKED_MAX_NNZ = 0) are compiled in parallel first and
+    measured against the precompiled loop ("generic"); the fastest becomes the layer's kernel. `fold_bn` (eval mode only) first folds each
     BatchNorm2d that directly follows a Conv2d and fuses a ReLU after it (sparsejit.conv_fold).
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
@@ -324,6 +327,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s."""
     from .conv_fold import ConvReLU, fold_batchnorm
     global LAST_JIT_WARMUP_S
+    baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
         raise ValueError(f"sparsejit.sparsify: clock must be 'wall' or 'cpu'; got {clock!r}")
     if fold_bn:
@@ -373,7 +377,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
             key = _decision_key(mod, sparse, shape, dtype)
         layers.append((name, mod, sparse, row, key))
     # Compile the JIT kernels of the layers to be measured, all at once.
-    work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit))
+    work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit, baked_max))
             for n, _, s, _, k in layers if k is not None and k not in table
             and isinstance(s, SparseConv2d)]
     LAST_JIT_WARMUP_S = _warm_jit(work)
@@ -383,7 +387,8 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
             hit = table.get(key)
             if hit is None:
                 conv = sparse if isinstance(sparse, SparseConv2d) else sparse.conv
-                kinds = _jit_candidates(conv, jit) if isinstance(sparse, SparseConv2d) else ()
+                kinds = (_jit_candidates(conv, jit, baked_max)
+                         if isinstance(sparse, SparseConv2d) else ())
                 if isinstance(sparse, SparseConv2d):
                     sparse.set_kernel("generic")  # the precompiled loop, against the JIT's
                 res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds)

@@ -214,7 +214,7 @@ def test_sparsify_measures_jit_variants(tmp_path):
     with torch.no_grad():
         want = m(x)
     out = sparsify(m, x, min_speedup=0.0, fold_bn=True, cache_dir=tmp_path, progress=False,
-                   verbose=False, repeat=3)
+                   verbose=False, repeat=3, baked_max_nnz=512)
     row = fc.LAST_REPORT[0]
     assert row["choice"] == "sparse" and row["kernel"] in VARIANTS
     entry = next(iter(json.loads((tmp_path / "decisions.json").read_text()).values()))
