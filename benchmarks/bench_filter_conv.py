@@ -306,7 +306,7 @@ def print_markdown(run):
         short = name.replace("bottleneck_", "b").replace("block_group_projection_block_group",
                                                          "proj").replace("block_group", "g")
         print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
-              f"{r0['h']}x{r0['h']} (nnz {r0['nnz']}) | " + " | ".join(cells) + " |")
+              f"{r0['h']}x{r0['h']} (nnz {r0['nnz']} at {keys[0][0]:.0%}) | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
