@@ -2,7 +2,7 @@
 with the layer's real magnitude-pruning pattern from DLMC (random values on it).
 
     python3 benchmarks/bench_filter_conv.py [--quick] [--batches 1 8] [--threads 2]
-        [--out benchmarks/results/filter_conv.json]
+        [--jit] [--out benchmarks/results/filter_conv.json]
 
 Patterns: $SPARSEJIT_DATA/dlmc/rn50/magnitude_pruning/0.8 (default data dir: the repository's
 ../shared/data). Each file is the layer's im2col weight [C_out, C_in * R * S]; its columns are
@@ -13,7 +13,11 @@ Dense and sparse run side by side in one process, alternated, medians of `--repe
 Reported per layer: medians, speed-up (dense / sparse), useful GFLOP/s of the sparse kernel
 (2 * nnz * output pixels) and the dense rate (2 * C_out * C_in/groups * R * S * pixels), and
 the per-layer choice (sparse where it measured faster, else dense: speed-up max(1, ratio)).
-Timings on a shared machine are noisy: compare ratios, not absolute times. Where other jobs
+With `--jit`, the JIT variants run in the same alternation: "jit" (the layer's loop compiled
+with its constants) and "jit_baked" (tap offsets as immediates; layers up to `--baked-max`
+taps), with their speed-up over the precompiled loop ("generic") and the first call's time
+(prepare + compile, or a disk-cache load: set SPARSEJIT_CACHE_DIR to a fresh directory to
+time compiles). Timings on a shared machine are noisy: compare ratios, not absolute times. Where other jobs
 load the machine, `--clock cpu --threads 1` compares the CPU time each side consumes.
 """
 
@@ -34,7 +38,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from sparsejit.filter_conv import SparseConv2d  # noqa: E402
+from sparsejit.filter_conv import BAKED_MAX_NNZ, SparseConv2d  # noqa: E402
+from sparsejit.ops.filter_conv import VARIANTS  # noqa: E402
 from sparsejit.plans import _cpu_model  # noqa: E402  (one CPU-model string)
 
 
@@ -90,23 +95,27 @@ def pattern_weight(path, c_out, c_in, k, keep_fraction, seed):
     return w.view(c_out, c_in, k, k)
 
 
-def median_pair(dense_fn, sparse_fn, repeat, clock=time.perf_counter):
-    """Medians (ms) of both, alternated run by run so both see the same load."""
+def median_many(fns, repeat, clock=time.perf_counter):
+    """Medians (ms) of each function, alternated run by run so all see the same load, the
+    order rotated every run: a kernel run right after another one on the same input finds it
+    in cache, which favours whoever runs second by up to ~10% on small layers."""
     for _ in range(2):
-        dense_fn()
-        sparse_fn()
-    td, ts = [], []
-    for _ in range(repeat):
-        t0 = clock()
-        dense_fn()
-        t1 = clock()
-        sparse_fn()
-        t2 = clock()
-        td.append((t1 - t0) * 1e3)
-        ts.append((t2 - t1) * 1e3)
-    td.sort()
-    ts.sort()
-    return td[len(td) // 2], ts[len(ts) // 2]
+        for f in fns:
+            f()
+    times = [[] for _ in fns]
+    for rep in range(repeat):
+        for j in range(len(fns)):
+            i = (rep + j) % len(fns)
+            t0 = clock()
+            fns[i]()
+            times[i].append((clock() - t0) * 1e3)
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
+def first_call_ms(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def geomean(xs):
@@ -125,6 +134,9 @@ def main():
                     help="wall: elapsed time (the protocol); cpu: this process's CPU time, "
                          "robust to other jobs on a shared machine (use with --threads 1: "
                          "with more, idle OpenMP threads' spinning is counted)")
+    ap.add_argument("--jit", action="store_true", help="also the JIT variants (jit, jit_baked)")
+    ap.add_argument("--baked-max", type=int, default=None,
+                    help="largest nnz that runs jit_baked (default: sparsify's BAKED_MAX_NNZ, 0)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv.json"))
     ap.add_argument("--table", metavar="JSON", help="print the markdown tables of a saved run "
                     "(for benchmarks/RESULTS.md) and exit")
@@ -142,6 +154,7 @@ def main():
         layers = [l for l in layers if l[0] in QUICK]
     repeat = args.repeat or (5 if args.quick else 9)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
+    baked_max = args.baked_max if args.baked_max is not None else BAKED_MAX_NNZ
 
     records = []
     with torch.no_grad():
@@ -150,7 +163,9 @@ def main():
             for batch in args.batches:
                 print(f"\n== sparsity {sparsity:.0%}, batch {batch}, {args.threads} threads")
                 print(f"{'layer':<52} {'shape':<22} {'dense ms':>9} {'sparse ms':>9} "
-                      f"{'speedup':>8} {'GF/s sp':>8} {'GF/s dn':>8}")
+                      f"{'speedup':>8} {'GF/s sp':>8} {'GF/s dn':>8}" +
+                      (f" {'jit/gen':>8} {'baked/gen':>9} {'compile ms':>10}" if args.jit
+                       else ""))
                 for i, (name, c_in, c_out, k, stride, pad, h) in enumerate(layers):
                     w = pattern_weight(pdir / f"{name}.smtx.gz", c_out, c_in, k,
                                        min(keep, 1.0), seed=i)
@@ -158,9 +173,21 @@ def main():
                     x = torch.randn(batch, c_in, h, h)
                     sp = SparseConv2d(w, b, stride, pad)
                     dense = lambda: F.conv2d(x, w, b, stride, pad)  # noqa: E731
-                    sparse = lambda: sp(x)  # noqa: E731
+                    # With --jit, "sparse" is the precompiled loop (else the default, "auto").
+                    gen = VARIANTS["generic"] if args.jit else -1
+                    sparse = lambda: sp(x, variant=gen)  # noqa: E731
                     torch.testing.assert_close(sparse(), dense(), rtol=1e-3, atol=1e-3)
-                    d_ms, s_ms = median_pair(dense, sparse, repeat, clock)
+                    fns = [dense, sparse]
+                    kinds = []
+                    if args.jit:
+                        kinds = ["jit"] + (["jit_baked"] if sp.nnz <= baked_max else [])
+                    first = {}
+                    for kind in kinds:
+                        fn = lambda kid=VARIANTS[kind]: sp(x, variant=kid)  # noqa: E731
+                        first[kind] = first_call_ms(fn)
+                        assert torch.equal(fn(), sparse()), kind  # bit-identical to generic
+                        fns.append(fn)
+                    d_ms, s_ms, *jit_ms = median_many(fns, repeat, clock)
                     oh = (h + 2 * pad - k) // stride + 1
                     pix = batch * oh * oh
                     useful = 2 * sp.nnz * pix
@@ -172,16 +199,32 @@ def main():
                                choice_speedup=max(1.0, d_ms / s_ms),
                                sparse_gflops=useful / s_ms / 1e6,
                                dense_gflops=full / d_ms / 1e6, threads=args.threads)
+                    for kind, ms in zip(kinds, jit_ms):
+                        rec[f"{kind}_ms"] = ms
+                        rec[f"{kind}_vs_generic"] = s_ms / ms
+                        rec[f"{kind}_first_call_ms"] = first[kind]
                     records.append(rec)
                     shape = f"{c_in}->{c_out} k{k} s{stride} {h}x{h}"
                     print(f"{name:<52} {shape:<22} {d_ms:>9.3f} {s_ms:>9.3f} "
                           f"{rec['speedup']:>7.2f}x {rec['sparse_gflops']:>8.1f} "
-                          f"{rec['dense_gflops']:>8.1f}", flush=True)
+                          f"{rec['dense_gflops']:>8.1f}" + (
+                              f" {rec['jit_vs_generic']:>7.2f}x "
+                              f"{rec.get('jit_baked_vs_generic', float('nan')):>8.2f}x "
+                              f"{max(first.values()):>10.0f}" if args.jit else ""),
+                          flush=True)
                 sel = [r for r in records if r["sparsity"] == sparsity and r["batch"] == batch]
                 print(f"geomean speed-up: {geomean([r['speedup'] for r in sel]):.2f}x sparse "
                       f"everywhere, {geomean([r['choice_speedup'] for r in sel]):.2f}x with "
                       f"per-layer choice; sparse faster on "
                       f"{sum(r['speedup'] > 1 for r in sel)}/{len(sel)} layers")
+                if args.jit:
+                    for kind in ("jit", "jit_baked"):
+                        rs = [r[f"{kind}_vs_generic"] for r in sel if f"{kind}_ms" in r]
+                        if rs:
+                            print(f"{kind} vs generic: geomean {geomean(rs):.3f}x over "
+                                  f"{len(rs)} layers, faster by >3% on "
+                                  f"{sum(v > 1.03 for v in rs)}, slower by >3% on "
+                                  f"{sum(v < 0.97 for v in rs)}")
 
     summary = []
     for sparsity in args.sparsities:
@@ -191,6 +234,10 @@ def main():
                                 geomean_speedup=geomean([r["speedup"] for r in sel]),
                                 geomean_with_choice=geomean([r["choice_speedup"] for r in sel]),
                                 sparse_wins=sum(r["speedup"] > 1 for r in sel)))
+            for kind in ("jit", "jit_baked") if args.jit else ():
+                rs = [r[f"{kind}_vs_generic"] for r in sel if f"{kind}_ms" in r]
+                summary[-1][f"{kind}_layers"] = len(rs)
+                summary[-1][f"{kind}_geomean_vs_generic"] = geomean(rs)
     print("\n| sparsity | batch | layers | geomean sparse/dense | with per-layer choice | "
           "sparse faster |")
     print("|---|---|---|---|---|---|")
@@ -239,6 +286,27 @@ def print_markdown(run):
                                                          "proj").replace("block_group", "g")
         print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
               f"{r0['h']}x{r0['h']} | " + " | ".join(cells) + " |")
+    if not any("jit_ms" in r for r in recs):
+        return
+    print("\nJIT variants: speed-up over the precompiled loop (generic ms / jit ms), jit | "
+          "jit_baked (- where nnz is over the baked limit), first call ms (compile).\n")
+    print(head)
+    print("|---|---|" + "---|" * len(keys))
+    for name in dict.fromkeys(r["layer"] for r in recs):
+        r0 = by[(name, *keys[0])]
+        cells = []
+        for sp, b in keys:
+            r = by.get((name, sp, b))
+            if r is None or "jit_ms" not in r:
+                cells.append("-")
+                continue
+            baked = f"{r['jit_baked_vs_generic']:.2f}x" if "jit_baked_ms" in r else "-"
+            first = max(r.get("jit_first_call_ms", 0), r.get("jit_baked_first_call_ms", 0))
+            cells.append(f"{r['jit_vs_generic']:.2f}x \\| {baked} ({first:.0f} ms)")
+        short = name.replace("bottleneck_", "b").replace("block_group_projection_block_group",
+                                                         "proj").replace("block_group", "g")
+        print(f"| {short} | {r0['c_in']}->{r0['c_out']} k{r0['k']} s{r0['stride']} "
+              f"{r0['h']}x{r0['h']} (nnz {r0['nnz']} at {keys[0][0]:.0%}) | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

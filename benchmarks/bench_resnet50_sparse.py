@@ -1,6 +1,9 @@
 """Whole-network inference: a ResNet-50 (v1.5, built here: torchvision does not load with the
 CPU torch), pruned by magnitude, BatchNorm folded, `sj.sparsify`-ed, against the dense model in
-eval mode (and against the dense model with BatchNorm folded), batch 1 by default.
+eval mode (and against the dense model with BatchNorm folded), batch 1 by default. sparsify
+folds the BatchNorms itself (`fold_bn=True`: torch.fx, ReLUs after conv1/conv2 fused) and
+measures the JIT variants per layer; the JIT compile wall time (parallel, cold cache unless
+SPARSEJIT_CACHE_DIR holds earlier kernels) and the whole sparsify time are reported.
 
     python3 benchmarks/bench_resnet50_sparse.py [--sparsities 0.8 0.9] [--batch 1]
         [--threads 2] [--clock wall|cpu] [--out benchmarks/results/filter_conv_resnet50.json]
@@ -150,9 +153,17 @@ def main():
             randomize_bn(dense)
             prune_by_magnitude(dense, sparsity)
             folded = fold_batchnorm(copy.deepcopy(dense)).eval()
-            sparse = sj.sparsify(copy.deepcopy(folded), x, min_speedup=1.05, progress=None,
-                                 clock=args.clock)
+            t0 = time.perf_counter()
+            sparse = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
+                                 clock=args.clock, fold_bn=True)
+            sparsify_s = time.perf_counter() - t0
             rows = list(fc.LAST_REPORT)
+            kernels = {}
+            for r in rows:
+                if r["choice"] == "sparse":
+                    kernels[r["kernel"]] = kernels.get(r["kernel"], 0) + 1
+            print(f"sparsify: {sparsify_s:.1f} s, of which JIT compiles "
+                  f"{fc.LAST_JIT_WARMUP_S:.1f} s (parallel); kernels chosen {kernels}")
             torch.testing.assert_close(sparse(x), dense(x), rtol=1e-3, atol=1e-3)
             d_ms, f_ms, s_ms = median_ms([lambda: dense(x), lambda: folded(x),
                                           lambda: sparse(x)], args.repeat, clock)
@@ -165,7 +176,9 @@ def main():
             results.append(dict(sparsity=sparsity, batch=args.batch, threads=args.threads,
                                 dense_ms=d_ms, dense_folded_ms=f_ms, sparse_ms=s_ms,
                                 speedup=d_ms / s_ms, speedup_vs_folded=f_ms / s_ms,
-                                sparse_layers=n_sparse, layers=rows))
+                                sparse_layers=n_sparse, sparsify_s=sparsify_s,
+                                jit_compile_s=fc.LAST_JIT_WARMUP_S, kernels=kernels,
+                                layers=rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(meta=dict(torch=torch.__version__, clock=args.clock,

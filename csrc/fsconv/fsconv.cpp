@@ -4,6 +4,9 @@
 
 #include <omp.h>
 
+#include "codegen/cpu_fsconv_spec.h"
+#include "codegen/cpu_jit.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,6 +23,9 @@ const char* variant_name(Variant v) {
     case Variant::Vec8x2: return "vec8x2";
     case Variant::Vec8x4: return "vec8x4";
     case Variant::Vec8x8: return "vec8x8";
+    case Variant::Jit: return "jit";
+    case Variant::JitBaked: return "jit_baked";
+    case Variant::Generic: return "generic";
   }
   return "?";
 }
@@ -258,13 +264,35 @@ int64_t chunk_channels(const Geometry& g, int64_t tile) {
   return std::clamp<int64_t>(kChunkBytes / per_channel, 1, g.c_in / g.groups);
 }
 
+// Compiles (or finds in the JIT's caches) the layer's block loop; on failure (JIT off, no
+// compiler) the JIT has warned once and the precompiled loop runs (same results).
+void attach_jit(const Geometry& g, Prepared& P, bool baked) {
+  codegen::CpuFsconvSpec spec;
+  spec.vec = static_cast<int32_t>(tile_pixels(P.variant) / 8);
+  spec.unroll = P.variant == Variant::Vec8x8 ? 1 : 2;  // as run_block(l, v) instantiates
+  spec.chunks = P.chunks;
+  spec.cout_g = g.c_out / g.groups;
+  spec.group_stride = (g.c_in / g.groups) * (P.packed ? tile_pixels(P.variant) : P.plane_c);
+  spec.baked = baked;
+  if (baked) {
+    spec.cp = P.cp;
+    spec.off = P.packed ? P.off_packed : P.off;
+  }
+  codegen::JitInfo info;
+  P.block_fn = codegen::CpuJit::instance().lookup(spec, &info);
+  P.jit_compile_ms = info.compile_ms;
+}
+
 }  // namespace
 
 std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v) {
   auto out = std::make_shared<Prepared>();
   Prepared& P = *out;
   const int64_t nnz = p.rowptr[p.c_out];
-  P.variant = v == Variant::Auto ? choose_variant(g, nnz) : v;
+  P.requested = v;
+  const bool jit = v == Variant::Jit || v == Variant::JitBaked ||
+                   (v == Variant::Auto && codegen::CpuJit::instance().enabled());
+  P.variant = v == Variant::Auto || v == Variant::Generic || jit ? choose_variant(g, nnz) : v;
   const Layout L = make_layout(g);
   P.in_place = L.in_place;
   P.out_direct = L.out_direct;
@@ -298,6 +326,7 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
     }
     P.cp[oc * (P.chunks + 1) + P.chunks] = p.rowptr[oc + 1];
   }
+  if (jit && nnz > 0 && cpu_has_avx2_fma()) attach_jit(g, P, v == Variant::JitBaked);
   return out;
 }
 
@@ -379,26 +408,14 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       const int64_t b_end = std::min(blocks, (part + 1) * blocks_per_part);
       for (int64_t block = part * blocks_per_part; block < b_end; ++block) {
       const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
-      for (int64_t k = 0; k < chunks; ++k) {
-        for (int64_t oc = oc0; oc < oc1; ++oc) {
-          const int64_t e0 = cp[oc * (chunks + 1) + k], e1 = cp[oc * (chunks + 1) + k + 1];
-          if (e0 == e1) {
-            if (k == 0) std::fill_n(acc.data() + (oc - oc0) * T, T, zero);
-            continue;
-          }
-          TileJob j;
-          j.first = k == 0;
-          j.x = ximg + (oc / cout_g) * group_stride;
-          j.off = offs + e0;
-          j.val = p.values + e0;
-          j.nnz = e1 - e0;
-          j.acc = acc.data() + (oc - oc0) * T;
-          if (avx2) {
-            accumulate_avx2(j, v);
-          } else {
-            accumulate_generic(j, v);
-          }
-        }
+      BlockLaunch bl{ximg, offs, p.values, cp.data(), acc.data(), oc0, oc1, chunks, cout_g,
+                     group_stride};
+      if (P.block_fn != nullptr) {
+        P.block_fn(&bl);
+      } else if (avx2) {
+        run_block_avx2(bl, v);
+      } else {
+        run_block_generic(bl, v);
       }
       // Epilogue: bias, ReLU, and the flattened pixels to output pixels: runs of one plane
       // row each (columns past OW dropped), computed once per tile.

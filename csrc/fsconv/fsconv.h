@@ -21,18 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/fsconv_args.h"
+
 namespace sparsejit::fsconv {
 
-// Register-tile variants of the inner loop (the plan's kernel word; 0 lets the planner pick).
-enum class Variant : int64_t {
-  Auto = 0,
-  Scalar = 1,  // portable loop, no vector extensions beyond the build's baseline
-  Vec8x1 = 2,  // 8 output pixels per tile (one AVX2 vector), 2 nonzeros interleaved
-  Vec8x2 = 3,  // 16 pixels, 2 nonzeros interleaved (4 accumulator chains)
-  Vec8x4 = 4,  // 32 pixels, 2 nonzeros interleaved (8 chains)
-  Vec8x8 = 5,  // 64 pixels (8 chains)
-};
-constexpr int64_t kNumVariants = 6;
 const char* variant_name(Variant v);
 
 struct Geometry {
@@ -76,7 +68,12 @@ bool cpu_has_avx2_fma();
 // O(nnz) and reusable for any batch size: every tap's offset into the phase planes, and each
 // output channel's taps split by input-channel chunk.
 struct Prepared {
-  Variant variant = Variant::Auto;  // resolved
+  Variant variant = Variant::Auto;  // resolved tile variant (never Auto or Jit*)
+  Variant requested = Variant::Auto;  // what was asked for (Jit, JitBaked or the tile)
+  // The JIT-compiled block loop (Jit / JitBaked), null for the precompiled loops (also when
+  // the JIT is off or failed: the JIT warned once).
+  void (*block_fn)(const void* launch) = nullptr;
+  double jit_compile_ms = 0;  // this prepare's compile time (0 on a cache hit)
   bool in_place = false, out_direct = false, packed = false;
   int64_t wq = 0, plane_c = 0, img = 0, len = 0, chunks = 0;
   std::vector<int32_t> off, off_packed;
@@ -94,27 +91,9 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
 void forward(const Geometry& g, const Pattern& p, const float* x, const float* bias, bool relu,
              Variant v, float* y);
 
-// Output pixels of one register tile of a variant (Scalar: a 32-pixel tile, one at a time).
-inline int64_t tile_pixels(Variant v) {
-  switch (v) {
-    case Variant::Vec8x1: return 8;
-    case Variant::Vec8x2: return 16;
-    case Variant::Vec8x8: return 64;
-    default: return 32;
-  }
-}
-
-// One call of the tile loop (fsconv_tiles_*.cpp, one copy per instruction set): the stored
-// taps of one output channel within one input-channel chunk, added into a pixel tile.
-struct TileJob {
-  const float* x;        // input planes of the channel group, at the tile's first pixel
-  const int32_t* off;    // per nonzero: offset of its tap in the planes
-  const float* val;      // per nonzero: weight
-  int64_t nnz;
-  float* acc;            // tile_pixels(v) accumulators
-  bool first;            // the tile's first chunk: acc is overwritten, not read
-};
-void accumulate_generic(const TileJob& j, Variant v);
-void accumulate_avx2(const TileJob& j, Variant v);
+// The tile loops of one output-channel block (fsconv_tiles_*.cpp, one copy per instruction
+// set; kernels/cpu/fsconv_tiles.h).
+void run_block_generic(const BlockLaunch& l, Variant v);
+void run_block_avx2(const BlockLaunch& l, Variant v);
 
 }  // namespace sparsejit::fsconv

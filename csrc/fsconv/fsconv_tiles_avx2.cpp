@@ -3,8 +3,8 @@
 // library code is instantiated here, so no AVX2 copy of a shared inline function can be
 // picked by the linker for the rest of the library.
 #define FSCONV_ISA avx2_isa
-#include "csrc/fsconv/fsconv_tiles.h"
+#include "kernels/cpu/fsconv_tiles.h"
 
 namespace sparsejit::fsconv {
-void accumulate_avx2(const TileJob& j, Variant v) { avx2_isa::accumulate(j, v); }
+void run_block_avx2(const BlockLaunch& l, Variant v) { avx2_isa::run_block(l, v); }
 }  // namespace sparsejit::fsconv

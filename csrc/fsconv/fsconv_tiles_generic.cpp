@@ -1,7 +1,7 @@
 // The tile loops built for the library's baseline instruction set (any x86-64 / other CPU).
 #define FSCONV_ISA generic_isa
-#include "csrc/fsconv/fsconv_tiles.h"
+#include "kernels/cpu/fsconv_tiles.h"
 
 namespace sparsejit::fsconv {
-void accumulate_generic(const TileJob& j, Variant v) { generic_isa::accumulate(j, v); }
+void run_block_generic(const BlockLaunch& l, Variant v) { generic_isa::run_block(l, v); }
 }  // namespace sparsejit::fsconv

@@ -18,7 +18,8 @@ inline constexpr Reduce kAllReduces[] = {Reduce::Sum, Reduce::Mean, Reduce::Max,
 inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::Elu, Act::Gelu,
                                    Act::Runtime};
 inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
-                                         OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile};
+                                         OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile,
+                                         OpKind::FilterConv};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -77,6 +78,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::EdgeSoftmax: return "edge_softmax";
     case OpKind::EdgeSoftmaxBackward: return "edge_softmax_backward";
     case OpKind::RgmsTile: return "rgms_tile";
+    case OpKind::FilterConv: return "filter_conv";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

@@ -27,6 +27,7 @@ enum class OpKind : int {
   EdgeSoftmax = 2,
   EdgeSoftmaxBackward = 3,
   RgmsTile = 4,
+  FilterConv = 5,  // CPU JIT only (codegen/cpu_fsconv_spec.h)
 };
 
 }  // namespace sparsejit

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from . import _library  # noqa: F401  (loads the op library)
-from .ops.filter_conv import VARIANTS
+from .ops.filter_conv import JIT_VARIANTS, VARIANTS
 
 
 def _pair(v) -> Tuple[int, int]:
@@ -118,8 +118,18 @@ class SparseConv2d(nn.Module):
             self.kernel_size[0] * self.kernel_size[1]
         return 1.0 - self.nnz / max(total, 1)
 
+    def set_kernel(self, kernel: str) -> "SparseConv2d":
+        """Makes `kernel` (a name in ops.filter_conv.VARIANTS) the plan's variant (the plan's
+        kernel word; saved with the state dict). sparsify sets the measured winner."""
+        if kernel not in VARIANTS:
+            raise ValueError(f"sparsejit.SparseConv2d: kernel must be one of {list(VARIANTS)}; "
+                             f"got {kernel!r}")
+        self.plan[3] = VARIANTS[kernel]  # plan_header.h: kWordKernel
+        self.kernel = kernel
+        return self
+
     def forward(self, x: torch.Tensor, variant: int = -1) -> torch.Tensor:
-        """`variant` >= 0 forces a tile variant (ops.filter_conv.VARIANTS; tests)."""
+        """`variant` >= 0 forces a variant (ops.filter_conv.VARIANTS; tests, measurement)."""
         return torch.ops.sparsejit.filter_conv(
             self.plan, self.rowptr, self.taps, self.values, x, self.bias, list(self.kernel_size),
             list(self.stride), list(self.padding), list(self.dilation), self.groups, self.relu,
@@ -205,27 +215,29 @@ _CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
-            clock: str = "wall"):
+            clock: str = "wall", variants=()):
     """Median milliseconds of the dense and the sparse module on a random input of `shape`,
     alternated run by run so that both see the same machine load. ``clock="cpu"`` counts this
-    process's CPU time instead of elapsed time (robust to other jobs; use with one thread)."""
+    process's CPU time instead of elapsed time (robust to other jobs; use with one thread).
+    With `variants` (names in ops.filter_conv.VARIANTS), each is run too (``sparse(x,
+    variant=...)``, in the same alternation) and a third result maps name -> median ms."""
     tick = _CLOCKS[clock]
     x = torch.randn(shape, dtype=dtype)
-    td, ts = [], []
+    runs = [dense, sparse] + [lambda x, k=VARIANTS[v]: sparse(x, variant=k) for v in variants]
+    times: List[List[float]] = [[] for _ in runs]
     with torch.no_grad():
-        dense(x)  # warm-up (first-touch allocations, oneDNN primitive creation)
-        sparse(x)
-        for _ in range(repeat):
-            t0 = tick()
-            dense(x)
-            t1 = tick()
-            sparse(x)
-            t2 = tick()
-            td.append((t1 - t0) * 1e3)
-            ts.append((t2 - t1) * 1e3)
-    td.sort()
-    ts.sort()
-    return td[len(td) // 2], ts[len(ts) // 2]
+        for f in runs:  # warm-up (first-touch allocations, oneDNN primitives, JIT compiles)
+            f(x)
+        for rep in range(repeat):  # order rotated: who runs second finds x in cache
+            for j in range(len(runs)):
+                i = (rep + j) % len(runs)
+                t0 = tick()
+                runs[i](x)
+                times[i].append((tick() - t0) * 1e3)
+    med = [sorted(t)[len(t) // 2] for t in times]
+    if not variants:
+        return med[0], med[1]
+    return med[0], med[1], dict(zip(variants, med[2:]))
 
 
 def _progress(enabled: bool, done: int, total: int, what: str) -> None:
@@ -250,26 +262,82 @@ def _format_table(rows: List[dict]) -> str:
                      f"{str(tuple(r['weight_shape'])):<18} {r['sparsity']:>8.3f} "
                      f"{d if d is not None else float('nan'):>9.3f} "
                      f"{s if s is not None else float('nan'):>9.3f} {ratio:>8}  "
-                     f"{r['choice']}{' (cached)' if r['cached'] else ''}")
+                     f"{r['choice']}{' ' + r['kernel'] if r.get('kernel') else ''}"
+                     f"{' (cached)' if r['cached'] else ''}")
     return "\n".join(lines)
+
+
+# sparsify tries the baked JIT variant on layers up to this many stored taps (its
+# `baked_max_nnz`). 0: never. Baked code grows with nnz (~60 bytes and 5-10 ms of compile per
+# tap on the loaded 2-core machine) and measured no faster than "jit" on any layer tried
+# (benchmarks/bench_filter_conv_baked.py: 0.84-1.03x of generic where jit gave 1.01-1.11x;
+# docs/FILTER_SPARSE_CONV.md), so by default it is not tried.
+BAKED_MAX_NNZ = 0
+
+LAST_JIT_WARMUP_S = 0.0  # wall seconds the last sparsify spent compiling JIT kernels
+
+
+def _jit_candidates(sparse: "SparseConv2d", jit: bool, baked_max_nnz: int) -> Tuple[str, ...]:
+    from . import _core
+    if not jit or not _core.jit_enabled():
+        return ()
+    return JIT_VARIANTS if sparse.nnz <= baked_max_nnz else ("jit",)
+
+
+def _warm_jit(work: List[tuple]) -> float:
+    """Compiles every layer's JIT kernels in parallel (one host-compiler process each; the op
+    releases the GIL) on a one-image zero input of its shape; returns the wall seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+    jobs = [(sparse, shape, dtype, v) for sparse, shape, dtype, kinds in work for v in kinds]
+    if not jobs:
+        return 0.0
+
+    def run(job):
+        sparse, shape, dtype, v = job
+        with torch.no_grad():
+            sparse(torch.zeros((1,) + tuple(shape[1:]), dtype=dtype), variant=VARIANTS[v])
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        list(pool.map(run, jobs))
+    return time.perf_counter() - t0
+
+
+def _conv_of(mod: nn.Module) -> nn.Module:
+    from .conv_fold import ConvReLU
+    return mod.conv if isinstance(mod, ConvReLU) else mod
 
 
 def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
              threshold: float = 0.0, min_sparsity: float = 0.3, repeat: int = 7,
              cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
-             verbose: bool = True, clock: str = "wall") -> nn.Module:
-    """Replaces (in place) each Conv2d and Linear of `model` whose sparse kernel, measured on
-    the input shape it sees in ``model(example_input)``, beats the dense module by
-    `min_speedup`; returns `model`. Layers sparser than `min_sparsity` are not measured.
+             verbose: bool = True, clock: str = "wall", fold_bn: bool = False,
+             jit: bool = True, baked_max_nnz: Optional[int] = None) -> nn.Module:
+    """Replaces each Conv2d and Linear of `model` whose sparse kernel, measured on the input
+    shape it sees in ``model(example_input)``, beats the dense module by `min_speedup`;
+    returns the converted model (`model` itself, converted in place, unless `fold_bn` traced
+    it: then a torch.fx.GraphModule). Layers sparser than `min_sparsity` are not measured.
+    With `jit` (and the JIT on), each layer's JIT variants ("jit"; "jit_baked" up to
+    `baked_max_nnz` taps, default BAKED_MAX_NNZ = 0) are compiled in parallel first and
+    measured against the precompiled loop ("generic"); the fastest becomes the layer's kernel. `fold_bn` (eval mode only) first folds each
+    BatchNorm2d that directly follows a Conv2d and fuses a ReLU after it (sparsejit.conv_fold).
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
     are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s."""
+    from .conv_fold import ConvReLU, fold_batchnorm
+    global LAST_JIT_WARMUP_S
+    baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
         raise ValueError(f"sparsejit.sparsify: clock must be 'wall' or 'cpu'; got {clock!r}")
+    if fold_bn:
+        model, _, _ = fold_batchnorm(model)
+    units = (nn.Conv2d, nn.Linear, ConvReLU)
     targets: List[Tuple[str, nn.Module]] = [
         (n, m) for n, m in model.named_modules()
-        if n and type(m) in (nn.Conv2d, nn.Linear) and m.weight.device.type == "cpu"]
+        if n and type(m) in units and _conv_of(m).weight.device.type == "cpu"]
+    targets = [(n, m) for n, m in targets  # a ConvReLU's conv is measured as part of it
+               if not any(n.startswith(u + ".") and type(um) is ConvReLU for u, um in targets)]
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
     hooks = []
     for name, mod in targets:
@@ -291,29 +359,54 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     rows: List[dict] = []
     changed = False
     seen = [(n, m) for n, m in targets if n in shapes]
-    for i, (name, mod) in enumerate(seen):
+    layers = []  # (name, module, sparse or None, row, key or None)
+    for name, mod in seen:
         shape, dtype = shapes[name]
-        if isinstance(mod, nn.Conv2d):
-            ok = mod.padding_mode == "zeros" and len(shape) == 4
-            sparse = SparseConv2d.from_dense(mod, threshold=threshold) if ok else None
+        conv = _conv_of(mod)
+        if isinstance(conv, nn.Conv2d):
+            ok = conv.padding_mode == "zeros" and len(shape) == 4
+            sparse = SparseConv2d.from_dense(conv, threshold=threshold,
+                                             relu=mod is not conv) if ok else None
         else:
             sparse = SparseLinear(mod, threshold=threshold)
-        row = dict(name=name, input_shape=list(shape), weight_shape=list(mod.weight.shape),
+        row = dict(name=name, input_shape=list(shape), weight_shape=list(conv.weight.shape),
                    sparsity=sparse.sparsity if sparse is not None else 0.0, dense_ms=None,
-                   sparse_ms=None, choice="dense", cached=False)
+                   sparse_ms=None, choice="dense", kernel=None, cached=False)
+        key = None
         if sparse is not None and row["sparsity"] >= min_sparsity:
             key = _decision_key(mod, sparse, shape, dtype)
+        layers.append((name, mod, sparse, row, key))
+    # Compile the JIT kernels of the layers to be measured, all at once.
+    work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit, baked_max))
+            for n, _, s, _, k in layers if k is not None and k not in table
+            and isinstance(s, SparseConv2d)]
+    LAST_JIT_WARMUP_S = _warm_jit(work)
+    for i, (name, mod, sparse, row, key) in enumerate(layers):
+        shape, dtype = shapes[name]
+        if key is not None:
             hit = table.get(key)
             if hit is None:
-                d, s = measure(mod, sparse, shape, dtype, repeat, clock)
-                hit = dict(dense_ms=d, sparse_ms=s, sparse=d >= s * min_speedup)
+                conv = sparse if isinstance(sparse, SparseConv2d) else sparse.conv
+                kinds = (_jit_candidates(conv, jit, baked_max)
+                         if isinstance(sparse, SparseConv2d) else ())
+                if isinstance(sparse, SparseConv2d):
+                    sparse.set_kernel("generic")  # the precompiled loop, against the JIT's
+                res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds)
+                d, s = res[0], res[1]
+                kernel_ms = {"generic": s, **(res[2] if kinds else {})}
+                kernel = min(kernel_ms, key=kernel_ms.get)
+                hit = dict(dense_ms=d, sparse_ms=kernel_ms[kernel], kernel=kernel,
+                           kernel_ms=kernel_ms, sparse=d >= kernel_ms[kernel] * min_speedup)
                 table[key] = hit
                 changed = True
             else:
                 row["cached"] = True
-            row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
+            row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"],
+                       kernel=hit.get("kernel", "auto"))
             if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
                 row["choice"] = "sparse"
+                if isinstance(sparse, SparseConv2d):
+                    sparse.set_kernel(row["kernel"])
                 _replace(model, name, sparse)
         rows.append(row)
         _progress(show, i + 1, len(seen), name)

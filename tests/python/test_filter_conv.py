@@ -292,9 +292,9 @@ def test_sparsify_decides_and_caches(tmp_path, monkeypatch, capsys):
     calls = []
     real = fc.measure
 
-    def counting(dense, sparse, shape, dtype, repeat=7, clock="wall"):
+    def counting(dense, sparse, shape, dtype, repeat=7, clock="wall", variants=()):
         calls.append(shape)
-        return real(dense, sparse, shape, dtype, repeat=3, clock=clock)
+        return real(dense, sparse, shape, dtype, repeat=3, clock=clock, variants=variants)
 
     monkeypatch.setattr(fc, "measure", counting)
     x = torch.randn(1, 3, 16, 16)
@@ -347,5 +347,7 @@ def test_random_geometries():
         mod = SparseConv2d(weight, bias, stride, pad, dil, groups)
         want = reference(x, weight, bias, stride, pad, dil, groups)
         for name, kid in VARIANTS.items():
+            if name.startswith("jit") and case % 4:  # compiles: every 4th case (test_*_jit.py)
+                continue
             torch.testing.assert_close(mod(x, variant=kid).double(), want, rtol=1e-4, atol=1e-4,
                                        msg=f"case {case} {name}")

@@ -12,7 +12,7 @@
 //
 // Inference only (no autograd). float32 natively; bfloat16 / float16 / float64 inputs are
 // computed in float32 and the result converted back to the input's dtype. channels_last
-// inputs are read through a contiguous NCHW copy; the output is NCHW-contiguous.
+// inputs are read through a contiguous NCHW copy and give a channels_last output.
 #include <torch/library.h>
 
 #include <memory>
@@ -44,7 +44,7 @@ constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 void check_kernel_id(int64_t kernel, const char* op) {
   TORCH_CHECK_VALUE(kernel >= 0 && kernel < fsconv::kNumVariants, "sparsejit.", op,
                     ": variant must be in [0, ", fsconv::kNumVariants, ") (0 = auto, 1 = scalar, "
-                    "2..5 = vec8x1, vec8x2, vec8x4, vec8x8); got ", kernel);
+                    "2..5 = vec8x1, vec8x2, vec8x4, vec8x8, 6 = jit, 7 = jit_baked, 8 = generic); got ", kernel);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
@@ -139,6 +139,15 @@ void check_index(const at::Tensor& t, const char* name) {
                    " must be int64; got ", t.scalar_type());
   FC_CHECK(t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
   FC_CHECK(t.device().is_cpu(), name, " must be on the CPU; got ", t.device());
+}
+
+// channels_last and not NCHW-contiguous, with more than one channel, row and column: where a
+// size is 1 the two layouts differ only in strides that Inductor may choose differently from
+// the example it traced (SparseLinear's [1, C, M, 1] views), so those stay NCHW. The fake
+// (python/sparsejit/ops/filter_conv.py) applies the same rule.
+bool channels_last_input(const at::Tensor& x) {
+  return x.dim() == 4 && x.size(1) > 1 && x.size(2) > 1 && x.size(3) > 1 && !x.is_contiguous() &&
+         x.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
 int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
@@ -247,6 +256,9 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   auto y = at::empty({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
   fsconv::forward(*hit->prepared, g, p, ptr<float>(x),
                   bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y));
+  // channels_last in, channels_last out (one transposing copy of the output: the kernel
+  // writes whole output-channel rows).
+  if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 

@@ -11,8 +11,14 @@ from typing import Optional, Sequence
 
 import torch
 
-# Tile variants (the plan's kernel word, the ops' `variant` argument; csrc/fsconv/fsconv.h).
-VARIANTS = {"auto": 0, "scalar": 1, "vec8x1": 2, "vec8x2": 3, "vec8x4": 4, "vec8x8": 5}
+# Variants (the plan's kernel word, the ops' `variant` argument; kernels/cpu/fsconv_args.h).
+# "generic" is the planner's tile with the precompiled loop; "jit" and "jit_baked" the same tile
+# with the loop compiled for the layer by the CPU JIT (the layer's constants; baked: every tap
+# an immediate offset), falling back to the precompiled loop, with one warning, when the JIT
+# cannot compile; "auto" is "jit" when the JIT is on (SPARSEJIT_JIT), else "generic".
+VARIANTS = {"auto": 0, "scalar": 1, "vec8x1": 2, "vec8x2": 3, "vec8x4": 4, "vec8x8": 5,
+            "jit": 6, "jit_baked": 7, "generic": 8}
+JIT_VARIANTS = ("jit", "jit_baked")
 
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -54,4 +60,8 @@ def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor
         raise TypeError(f"sparsejit: x must be float32, float64, bfloat16 or float16; got "
                         f"{x.dtype}")
     oh, ow = output_size(x.shape[2], x.shape[3], kernel_size, stride, padding, dilation)
-    return x.new_empty((x.shape[0], rowptr.shape[0] - 1, oh, ow))
+    y = x.new_empty((x.shape[0], rowptr.shape[0] - 1, oh, ow))
+    if x.shape[1] > 1 and x.shape[2] > 1 and x.shape[3] > 1 and not x.is_contiguous() and \
+            x.is_contiguous(memory_format=torch.channels_last):
+        y = y.contiguous(memory_format=torch.channels_last)  # as the CPU op does
+    return y
