@@ -18,7 +18,8 @@ inline constexpr Reduce kAllReduces[] = {Reduce::Sum, Reduce::Mean, Reduce::Max,
 inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::Elu, Act::Gelu,
                                    Act::Runtime};
 inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
-                                         OpKind::EdgeSoftmaxBackward};
+                                         OpKind::EdgeSoftmaxBackward,
+                                         OpKind::SparseAttention};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -28,7 +29,7 @@ namespace detail {
 }  // namespace detail
 
 // Short names: f32 f64 bf16 f16 / i32 i64 / sum mean max min / none relu leaky_relu elu gelu
-// runtime / spmm sddmm edge_softmax edge_softmax_backward. Unknown values throw
+// runtime / spmm sddmm edge_softmax edge_softmax_backward sparse_attention. Unknown values throw
 // std::invalid_argument naming the value.
 inline const char* scalar_name(ScalarKind k) {
   switch (k) {
@@ -76,6 +77,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::Sddmm: return "sddmm";
     case OpKind::EdgeSoftmax: return "edge_softmax";
     case OpKind::EdgeSoftmaxBackward: return "edge_softmax_backward";
+    case OpKind::SparseAttention: return "sparse_attention";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

@@ -21,6 +21,12 @@ enum class Reduce : int { Sum = 0, Mean = 1, Max = 2, Min = 3 };
 enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3, Gelu = 4, Runtime = 99 };
 
 // Kernel families, on every backend (CUDA kernels of edge softmax included).
-enum class OpKind : int { Spmm = 0, Sddmm = 1, EdgeSoftmax = 2, EdgeSoftmaxBackward = 3 };
+enum class OpKind : int {
+  Spmm = 0,
+  Sddmm = 1,
+  EdgeSoftmax = 2,
+  EdgeSoftmaxBackward = 3,
+  SparseAttention = 5,  // the fused attention (4 is left for the filter-conv JIT)
+};
 
 }  // namespace sparsejit
