@@ -54,6 +54,11 @@ struct AttentionLaunch {
   void* dv = nullptr;
   void* dbias = nullptr;
   void* datt = nullptr;
+  // [nnz, H] each, optional: BackwardRows writes every entry's dz (the gradient of its
+  // pre-activation score) and dropout-scaled probability there, and BackwardCols reads them
+  // instead of recomputing score, exp and <dout, v> a second time.
+  void* dz = nullptr;
+  void* pk = nullptr;
   bool bad_perm = false;  // BackwardCols: set when t_perm held a position outside [0, nnz)
 };
 

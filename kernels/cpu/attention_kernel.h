@@ -14,9 +14,11 @@
 //
 // The backward recomputes s and P = exp(s - lse) (FlashAttention-2's recipe) with
 // D[i, h] = <dout[i, h], out[i, h]>, dP = keep <dout[i], v[j]>, dS = P (dP - D):
-//   pass 1, row-parallel over targets:   dq, dbias (no write conflicts);
-//   pass 2, row-parallel over the transpose (sources): dk, dv. Two passes recompute the
-//   scores twice but need no atomics and give results independent of the thread count.
+//   pass 1, row-parallel over targets:   dq, dbias (no write conflicts), and when pass 2
+//   runs, each entry's dz and dropout-scaled P as [nnz, H] scratch (8 bytes per entry and
+//   head in float32, only during the backward);
+//   pass 2, row-parallel over the transpose (sources): dk, dv from that scratch. Two passes
+//   need no atomics and give results independent of the thread count.
 // Entries whose pre-activation score is -inf (a -inf bias) are masked out of the softmax.
 // Rows without (unmasked) entries give out = 0 and lse = -inf.
 //
@@ -259,7 +261,7 @@ inline constexpr int64_t kRowBlock = 64;
 template <class K, typename T, typename I>
 void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
                    const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
-                   T* dq, T* dbias, T* datt) {
+                   T* dq, T* dbias, T* datt, T* dz_out = nullptr, T* pk_out = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s);
   const Mode mode = K::mode(s);
   const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
@@ -276,6 +278,10 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
           T dz, pk;
           entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
           if (dbias) dbias[p * H + h] = dz;
+          if (dz_out) {
+            dz_out[p * H + h] = dz;
+            pk_out[p * H + h] = pk;
+          }
           if (!dqi && !dal) continue;
           if (mode == Mode::Additive) {
             dqi[h] += dz;
@@ -298,11 +304,14 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
 
 // Pass 2, over sources through the transpose (t_rowptr over sources, t_col = target of each
 // transposed entry, t_perm = its position in the forward CSR): dk and dv (either may be null).
-// Returns true when t_perm held a position outside [0, nnz) (those entries are skipped).
+// With dz_in / pk_in (written by backward_rows) each entry's dz and probability are read,
+// not recomputed. Returns true when t_perm held a position outside [0, nnz) (those entries
+// are skipped).
 template <class K, typename T, typename I>
 bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
                    int64_t nnz, const T* q, const T* k, const T* v, const T* bias, const T* lse,
-                   const T* delta, const T* dout, T* dk, T* dv) {
+                   const T* delta, const T* dout, T* dk, T* dv, const T* dz_in = nullptr,
+                   const T* pk_in = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s), Dv = K::v_width(s);
   const Mode mode = K::mode(s);
   bool bad = false;
@@ -321,7 +330,12 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
       }
       for (int64_t h = 0; h < H; ++h) {
         T dz, pk;
-        entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        if (dz_in) {
+          dz = dz_in[p * H + h];
+          pk = pk_in[p * H + h];
+        } else {
+          entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        }
         if (dvj && pk != T(0)) {
           const T* g = dout + (i * H + h) * Dv;
           for (int64_t d = 0; d < Dv; ++d) dvj[h * Dv + d] += pk * g[d];
@@ -357,12 +371,14 @@ void run(AttentionLaunch& l) {
       return;
     case Phase::BackwardRows:
       backward_rows<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias),
-                             c(l.lse), c(l.delta), c(l.dout), w(l.dq), w(l.dbias), w(l.datt));
+                             c(l.lse), c(l.delta), c(l.dout), w(l.dq), w(l.dbias), w(l.datt),
+                             w(l.dz), w(l.pk));
       return;
     case Phase::BackwardCols:
       l.bad_perm = backward_cols<K, T, I>(s, ix(l.t_rowptr), ix(l.t_col), ix(l.t_perm), l.nnz,
                                           c(l.q), c(l.k), c(l.v), c(l.bias), c(l.lse),
-                                          c(l.delta), c(l.dout), w(l.dk), w(l.dv));
+                                          c(l.delta), c(l.dout), w(l.dk), w(l.dv), c(l.dz),
+                                          c(l.pk));
       return;
   }
 }

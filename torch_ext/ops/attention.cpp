@@ -252,10 +252,19 @@ sparse_attention_backward_cpu(
   cols.phase = attention::Phase::BackwardCols;
   cols.dk = p_or_null(dk);
   cols.dv = p_or_null(dv);
-  const bool run_rows = need_q || want_bias || want_att, run_cols = need_k || need_v;
-  if (run_rows && run_cols) launch(ct, rp, col.numel(), {&row_delta, &rows, &cols});
-  else if (run_rows) launch(ct, rp, col.numel(), {&row_delta, &rows});
-  else if (run_cols) launch(ct, rp, col.numel(), {&row_delta, &cols});
+  const bool run_cols = need_k || need_v;
+  // The pass over targets keeps every entry's dz and probability ([nnz, H] each; dz is dbias
+  // itself when asked for) for the pass over sources, which then skips score, exp and
+  // <dout, v>: the backward computes each entry's softmax terms once.
+  at::Tensor dz_keep, pk_keep;
+  if (run_cols) {
+    dz_keep = want_bias ? db : at::empty({col.numel(), s.heads}, q.options());
+    pk_keep = at::empty({col.numel(), s.heads}, q.options());
+    rows.dz = cols.dz = dz_keep.data_ptr();
+    rows.pk = cols.pk = pk_keep.data_ptr();
+  }
+  if (run_cols) launch(ct, rp, col.numel(), {&row_delta, &rows, &cols});
+  else if (need_q || want_bias || want_att) launch(ct, rp, col.numel(), {&row_delta, &rows});
   const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
   ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
