@@ -59,6 +59,24 @@ struct Fixed {
 inline constexpr int64_t kStackHeads = 64;
 inline constexpr int64_t kStackAcc = 512;
 
+// LeakyReLU without a branch: max(u, 0) + slope * min(u, 0) (min / max instructions,
+// vectorizable; exact: one term is 0). `u < 0 ? u * slope : u` compiled to a branch on the
+// sign of every element, mispredicted half the time (GATv2's score ran 3x slower than the
+// dot product's).
+template <typename T>
+inline T leaky_select(T u, T slope) {
+  const T pos = u > T(0) ? u : T(0);
+  const T neg = u < T(0) ? u : T(0);
+  return pos + slope * neg;
+}
+
+// slope where u < 0, else 1, without a branch.
+template <typename T>
+inline T leaky_grad(T u, T slope) {
+  const T neg = u < T(0) ? slope : T(1);
+  return neg;
+}
+
 // sum_{d < D} f(d) in eight interleaved partial sums, then a fixed tree: a floating-point
 // reduction in one accumulator does not vectorize (the compiler may not reorder it), eight
 // independent lanes do. The order is fixed, so results do not depend on the target.
@@ -109,10 +127,8 @@ inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_
     const T* kj = k + (j * H + h) * D;
     const T* a = static_cast<const T*>(s.att) + h * D;
     const T slope = T(s.negative_slope);
-    z = lane_sum<K::qk_fixed, T>(D, [&](int64_t d) {
-      const T u = qi[d] + kj[d];
-      return a[d] * (u < T(0) ? u * slope : u);
-    });
+    z = lane_sum<K::qk_fixed, T>(
+        D, [&](int64_t d) { return a[d] * leaky_select<T>(qi[d] + kj[d], slope); });
   } else {
     z = q[i * H + h] + k[j * H + h];
   }
@@ -122,8 +138,7 @@ inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_
 
 template <class K, typename T>
 inline T activate(const Shape& s, T z) {
-  if (K::mode(s) == Mode::Additive && z < T(0)) return z * T(s.negative_slope);
-  return z;
+  return K::mode(s) == Mode::Additive ? leaky_select<T>(z, T(s.negative_slope)) : z;
 }
 
 template <class K, typename T>
@@ -240,13 +255,10 @@ inline void add_score_grad(const Shape& s, const T* other, const T* qi, const T*
     if (g)
       for (int64_t d = 0; d < D; ++d) {
         const T u = qi[d] + kj[d];
-        g[d] += dz * a[d] * (u < T(0) ? slope : T(1));
+        g[d] += dz * a[d] * leaky_grad<T>(u, slope);
       }
     if (datt)
-      for (int64_t d = 0; d < D; ++d) {
-        const T u = qi[d] + kj[d];
-        datt[d] += dz * (u < T(0) ? u * slope : u);
-      }
+      for (int64_t d = 0; d < D; ++d) datt[d] += dz * leaky_select<T>(qi[d] + kj[d], slope);
   } else {
     g[0] += dz;
   }
