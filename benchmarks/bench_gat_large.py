@@ -10,8 +10,10 @@ batch, cross-entropy on random labels. `--epochs 2` also times a second epoch (s
 caches warm on both sides: PyG has none to warm, sparsejit reuses its sorted CSR, self-loops
 and transpose). Each child runs under an address-space limit (`--limit-gib`, default 24,
 this machine's memory) so that a side that does not fit fails with an out-of-memory error
-instead of waking the kernel's OOM killer on a shared machine; a child killed anyway is
-reported as such. Writes benchmarks/results/gat_large.json.
+instead of waking the kernel's OOM killer on a shared machine (the limit is on address
+space, which runs about 0.5 GiB above the resident size for torch's own libraries); a child
+killed anyway is reported as such. The first epoch includes each side's one-off work (for
+sparsejit: sorting to CSR, self-loops, the transpose, and JIT compiles on a cold cache). Writes benchmarks/results/gat_large.json.
 """
 
 from __future__ import annotations
