@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -114,7 +115,9 @@ def main(argv=None) -> int:
                   f"x{row['bound'] or float('nan'):.1f}; sj other ops: "
                   + ", ".join(f"{k} {v * 100:.1f}%" for k, v in top_s), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1))
+    Path(args.out).write_text(json.dumps(dict(threads=args.threads, repeats=args.repeats,
+                                              load_average=os.getloadavg(), rows=rows),
+                                         indent=1))
     print(f"wrote {args.out}")
     return 0
 
