@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -87,6 +88,25 @@ py::dict jit_rgms_tile(int dtype, int64_t width) {
   codegen::CpuRgmsTileSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.width = width;
+  codegen::JitInfo info;
+  codegen::EntryFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = codegen::CpuJit::instance().lookup(spec, &info);
+  }
+  return info_dict(spec, info, fn != nullptr);
+}
+
+py::dict jit_attention(int dtype, int index, int mode, int64_t heads, int64_t qk_width,
+                       int64_t v_width) {
+  using namespace sparsejit;
+  codegen::CpuAttentionSpec spec;
+  spec.dtype = static_cast<ScalarKind>(dtype);
+  spec.index = static_cast<IndexKind>(index);
+  spec.mode = static_cast<attention::Mode>(mode);
+  spec.heads = heads;
+  spec.qk_width = qk_width;
+  spec.v_width = v_width;
   codegen::JitInfo info;
   codegen::EntryFn fn;
   {
@@ -281,6 +301,10 @@ PYBIND11_MODULE(_core, m) {
         "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
+  m.def("jit_attention", &jit_attention,
+        "Compiles (or finds) a specialized fused attention (mode 0 dot, 1 GAT, 2 GATv2)",
+        py::arg("dtype"), py::arg("index"), py::arg("mode"), py::arg("heads"),
+        py::arg("qk_width"), py::arg("v_width"));
 #ifdef _OPENMP
   m.attr("openmp") = true;
 #else

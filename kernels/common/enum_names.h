@@ -19,7 +19,7 @@ inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::El
                                    Act::Runtime};
 inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
                                          OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile,
-                                         OpKind::FilterConv};
+                                         OpKind::FilterConv, OpKind::SparseAttention};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -29,7 +29,7 @@ namespace detail {
 }  // namespace detail
 
 // Short names: f32 f64 bf16 f16 / i32 i64 / sum mean max min / none relu leaky_relu elu gelu
-// runtime / spmm sddmm edge_softmax edge_softmax_backward. Unknown values throw
+// runtime / spmm sddmm edge_softmax edge_softmax_backward sparse_attention. Unknown values throw
 // std::invalid_argument naming the value.
 inline const char* scalar_name(ScalarKind k) {
   switch (k) {
@@ -79,6 +79,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::EdgeSoftmaxBackward: return "edge_softmax_backward";
     case OpKind::RgmsTile: return "rgms_tile";
     case OpKind::FilterConv: return "filter_conv";
+    case OpKind::SparseAttention: return "sparse_attention";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

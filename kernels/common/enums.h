@@ -28,6 +28,7 @@ enum class OpKind : int {
   EdgeSoftmaxBackward = 3,
   RgmsTile = 4,
   FilterConv = 5,  // CPU JIT only (codegen/cpu_fsconv_spec.h)
+  SparseAttention = 6,  // the fused attention (codegen/cpu_attention_spec.h)
 };
 
 }  // namespace sparsejit

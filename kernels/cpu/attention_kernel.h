@@ -14,11 +14,19 @@
 //
 // The backward recomputes s and P = exp(s - lse) (FlashAttention-2's recipe) with
 // D[i, h] = <dout[i, h], out[i, h]>, dP = keep <dout[i], v[j]>, dS = P (dP - D):
-//   pass 1, row-parallel over targets:   dq, dbias (no write conflicts);
-//   pass 2, row-parallel over the transpose (sources): dk, dv. Two passes recompute the
-//   scores twice but need no atomics and give results independent of the thread count.
+//   pass 1, row-parallel over targets:   dq, dbias (no write conflicts), and when pass 2
+//   runs, each entry's dz and dropout-scaled P as [nnz, H] scratch (8 bytes per entry and
+//   head in float32, only during the backward);
+//   pass 2, row-parallel over the transpose (sources): dk, dv from that scratch. Two passes
+//   need no atomics and give results independent of the thread count.
 // Entries whose pre-activation score is -inf (a -inf bias) are masked out of the softmax.
 // Rows without (unmasked) entries give out = 0 and lse = -inf.
+//
+// Every pass is templated on a `Fixed<kMode, kH, kD, kDv>` policy: a value > 0 (>= 0 for the
+// mode) fixes that size at compile time, 0 (-1) reads it from the Shape. The generic build
+// (torch_ext/ops/attention.cpp) fixes only common q/k widths; the JIT
+// (codegen/cpu_attention_spec.h) fixes all four. The summation order never depends on what is
+// fixed, so JIT and generic results are bit-identical.
 #pragma once
 
 #include <algorithm>
@@ -27,31 +35,47 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_args.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 namespace sparsejit::attention {
 
-enum class Mode : int64_t { Dot = 0, Additive = 1, GATv2 = 2 };
-
-struct Shape {
-  int64_t rows;      // targets
-  int64_t cols;      // sources
-  int64_t heads;     // H
-  int64_t qk_width;  // D of q and k (1 in additive mode)
-  int64_t v_width;   // Dv
-  Mode mode;
-  double scale;
-  double negative_slope;
-  double dropout;  // probability of dropping an attention weight
-  uint64_t seed;
-  int threads;
-  const void* att = nullptr;  // GATv2 mode: [H, D] of the kernel's scalar type
+// Compile-time sizes (see the header comment); the accessors fold to constants when fixed.
+template <int kMode, int64_t kH, int64_t kD, int64_t kDv>
+struct Fixed {
+  static constexpr int64_t qk_fixed = kD;
+  static constexpr int64_t v_fixed = kDv;
+  static Mode mode(const Shape& s) { return kMode >= 0 ? static_cast<Mode>(kMode) : s.mode; }
+  static int64_t heads(const Shape& s) { return kH > 0 ? kH : s.heads; }
+  static int64_t qk_width(const Shape& s) { return kD > 0 ? kD : s.qk_width; }
+  static int64_t v_width(const Shape& s) { return kDv > 0 ? kDv : s.v_width; }
 };
 
+// Per-thread row state lives on the stack up to these sizes (registers when the JIT fixes
+// H and Dv), on the heap beyond.
+inline constexpr int64_t kStackHeads = 64;
+inline constexpr int64_t kStackAcc = 512;
+
+// LeakyReLU without a branch: max(u, 0) + slope * min(u, 0) (min / max instructions,
+// vectorizable; exact: one term is 0). `u < 0 ? u * slope : u` compiled to a branch on the
+// sign of every element, mispredicted half the time (GATv2's score ran 3x slower than the
+// dot product's).
 template <typename T>
-inline T leaky(T u, double slope) { return u < T(0) ? u * T(slope) : u; }
+inline T leaky_select(T u, T slope) {
+  const T pos = u > T(0) ? u : T(0);
+  const T neg = u < T(0) ? u : T(0);
+  return pos + slope * neg;
+}
+
+// slope where u < 0, else 1, without a branch.
+template <typename T>
+inline T leaky_grad(T u, T slope) {
+  const T neg = u < T(0) ? slope : T(1);
+  return neg;
+}
 
 // sum_{d < D} f(d) in eight interleaved partial sums, then a fixed tree: a floating-point
 // reduction in one accumulator does not vectorize (the compiler may not reorder it), eight
@@ -87,65 +111,69 @@ inline T keep_factor(const Shape& s, int64_t p, int64_t h) {
   return uniform01(s.seed, p, h, s.heads) < s.dropout ? T(0) : T(1.0 / (1.0 - s.dropout));
 }
 
-// Pre-activation z and score s of entry p = (i, j), head h. kD > 0 fixes the q/k width at
-// compile time (the loop unrolls); 0 reads it from the shape.
-template <int64_t kD, typename T>
+// Pre-activation z of entry p = (i, j), head h (the dot products unroll when K fixes D).
+template <class K, typename T>
 inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_t i, int64_t j,
                    int64_t p, int64_t h) {
-  const int64_t D = kD > 0 ? kD : s.qk_width;
+  const int64_t H = K::heads(s), D = K::qk_width(s);
+  const Mode mode = K::mode(s);
   T z;
-  if (s.mode == Mode::Dot) {
-    const T* qi = q + (i * s.heads + h) * D;
-    const T* kj = k + (j * s.heads + h) * D;
-    z = T(s.scale) * lane_sum<kD, T>(D, [&](int64_t d) { return qi[d] * kj[d]; });
-  } else if (s.mode == Mode::GATv2) {
-    const T* qi = q + (i * s.heads + h) * D;
-    const T* kj = k + (j * s.heads + h) * D;
+  if (mode == Mode::Dot) {
+    const T* qi = q + (i * H + h) * D;
+    const T* kj = k + (j * H + h) * D;
+    z = T(s.scale) * lane_sum<K::qk_fixed, T>(D, [&](int64_t d) { return qi[d] * kj[d]; });
+  } else if (mode == Mode::GATv2) {
+    const T* qi = q + (i * H + h) * D;
+    const T* kj = k + (j * H + h) * D;
     const T* a = static_cast<const T*>(s.att) + h * D;
     const T slope = T(s.negative_slope);
-    z = lane_sum<kD, T>(D, [&](int64_t d) {
-      const T u = qi[d] + kj[d];
-      return a[d] * (u < T(0) ? u * slope : u);
-    });
+    z = lane_sum<K::qk_fixed, T>(
+        D, [&](int64_t d) { return a[d] * leaky_select<T>(qi[d] + kj[d], slope); });
   } else {
-    z = q[i * s.heads + h] + k[j * s.heads + h];
+    z = q[i * H + h] + k[j * H + h];
   }
-  if (bias) z += bias[p * s.heads + h];
+  if (bias) z += bias[p * H + h];
   return z;
 }
 
-template <typename T>
+template <class K, typename T>
 inline T activate(const Shape& s, T z) {
-  if (s.mode == Mode::Additive && z < T(0)) return z * T(s.negative_slope);
-  return z;
+  return K::mode(s) == Mode::Additive ? leaky_select<T>(z, T(s.negative_slope)) : z;
 }
 
-template <typename T>
+template <class K, typename T>
 inline T activation_grad(const Shape& s, T z) {
-  return (s.mode == Mode::Additive && z < T(0)) ? T(s.negative_slope) : T(1);
+  return (K::mode(s) == Mode::Additive && z < T(0)) ? T(s.negative_slope) : T(1);
 }
 
-template <int64_t kD, typename T, typename I>
+template <class K, typename T, typename I>
 void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k, const T* v,
              const T* bias, T* out, T* lse) {
-  const int64_t H = s.heads, Dv = s.v_width;
+  const int64_t H = K::heads(s), Dv = K::v_width(s);
   const T neg_inf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
   {
-    std::vector<T> m(H), l(H);
+    // m (running max), l (running sum) and the row's accumulator: on the stack when small,
+    // so that with H and Dv fixed they can stay in registers across the entry loop.
+    T m_st[kStackHeads], l_st[kStackHeads];
+    alignas(64) T acc_st[kStackAcc];
+    std::vector<T> heap(H > kStackHeads ? 2 * H : 0);
+    T* m = H > kStackHeads ? heap.data() : m_st;
+    T* l = H > kStackHeads ? heap.data() + H : l_st;
+    const bool acc_on_stack = H * Dv <= kStackAcc;
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < s.rows; ++i) {
-      T* acc = out + i * H * Dv;
+      T* acc = acc_on_stack ? acc_st : out + i * H * Dv;
       std::fill(acc, acc + H * Dv, T(0));
-      std::fill(m.begin(), m.end(), neg_inf);
-      std::fill(l.begin(), l.end(), T(0));
+      std::fill(m, m + H, neg_inf);
+      std::fill(l, l + H, T(0));
       for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
         const int64_t j = col[p];
         const T* vj = v + j * H * Dv;
         for (int64_t h = 0; h < H; ++h) {
-          const T z = pre_score<kD>(s, q, k, bias, i, j, p, h);
+          const T z = pre_score<K>(s, q, k, bias, i, j, p, h);
           if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
-          const T sc = activate(s, z);
+          const T sc = activate<K>(s, z);
           T* a = acc + h * Dv;
           if (sc > m[h]) {  // new running max: rescale what was summed so far
             const T c = m[h] == neg_inf ? T(0) : std::exp(m[h] - sc);
@@ -160,12 +188,14 @@ void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T*
             for (int64_t d = 0; d < Dv; ++d) a[d] += wk * vj[h * Dv + d];
         }
       }
+      T* o = out + i * H * Dv;
       for (int64_t h = 0; h < H; ++h) {
         if (l[h] > T(0)) {
           const T inv = T(1) / l[h];
-          for (int64_t d = 0; d < Dv; ++d) acc[h * Dv + d] *= inv;
+          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = acc[h * Dv + d] * inv;
           lse[i * H + h] = m[h] + std::log(l[h]);
         } else {
+          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = T(0);
           lse[i * H + h] = neg_inf;
         }
       }
@@ -175,109 +205,127 @@ void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T*
 
 // Everything the backward needs about one entry (p = (i, j), head h): the derivative of the
 // loss w.r.t. its pre-activation z, and its dropout-scaled probability (for dv).
-template <int64_t kD, typename T>
+template <class K, typename T>
 inline void entry_grad(const Shape& s, const T* q, const T* k, const T* v, const T* bias,
                        const T* lse, const T* delta, const T* dout, int64_t i, int64_t j,
                        int64_t p, int64_t h, T* dz, T* pk) {
-  const int64_t H = s.heads, Dv = s.v_width;
-  const T z = pre_score<kD>(s, q, k, bias, i, j, p, h);
+  const int64_t H = K::heads(s), Dv = K::v_width(s);
+  const T z = pre_score<K>(s, q, k, bias, i, j, p, h);
   if (z == -std::numeric_limits<T>::infinity()) {  // masked: no weight, no gradient
     *dz = T(0);
     *pk = T(0);
     return;
   }
-  const T prob = std::exp(activate(s, z) - lse[i * H + h]);
+  const T prob = std::exp(activate<K>(s, z) - lse[i * H + h]);
   const T keep = keep_factor<T>(s, p, h);
   T dp = 0;
   if (keep != T(0)) {
     const T* g = dout + (i * H + h) * Dv;
     const T* vj = v + (j * H + h) * Dv;
-    dp = keep * lane_sum<0, T>(Dv, [&](int64_t d) { return g[d] * vj[d]; });
+    dp = keep * lane_sum<K::v_fixed, T>(Dv, [&](int64_t d) { return g[d] * vj[d]; });
   }
-  *dz = prob * (dp - delta[i * H + h]) * activation_grad(s, z);
+  *dz = prob * (dp - delta[i * H + h]) * activation_grad<K>(s, z);
   *pk = prob * keep;
 }
 
 // delta[i, h] = <dout[i, h], out[i, h]>.
-template <typename T>
+template <class K, typename T>
 void row_delta(const Shape& s, const T* out, const T* dout, T* delta) {
-  const int64_t n = s.rows * s.heads, Dv = s.v_width;
+  const int64_t n = s.rows * K::heads(s), Dv = K::v_width(s);
 #pragma omp parallel for num_threads(s.threads) schedule(static) if (n * Dv > 32768)
   for (int64_t r = 0; r < n; ++r) {
-    delta[r] = lane_sum<0, T>(Dv, [&](int64_t d) { return out[r * Dv + d] * dout[r * Dv + d]; });
+    delta[r] = lane_sum<K::v_fixed, T>(
+        Dv, [&](int64_t d) { return out[r * Dv + d] * dout[r * Dv + d]; });
   }
 }
 
 // d(score)/d(q[i]) (= d/d(k[j]) up to the scale) of entry (i, j), head h, times dz, added
 // to g[0:D]; in GATv2 mode also dz * LeakyReLU(q + k) to datt[0:D] when datt is given.
-template <int64_t kD, typename T>
+template <class K, typename T>
 inline void add_score_grad(const Shape& s, const T* other, const T* qi, const T* kj, T dz,
                            T* g, T* datt, int64_t h) {
-  const int64_t D = kD > 0 ? kD : s.qk_width;
-  if (s.mode == Mode::Dot) {
+  const int64_t D = K::qk_width(s);
+  const Mode mode = K::mode(s);
+  if (mode == Mode::Dot) {
     const T c = dz * T(s.scale);
     for (int64_t d = 0; d < D; ++d) g[d] += c * other[d];
-  } else if (s.mode == Mode::GATv2) {
+  } else if (mode == Mode::GATv2) {
     const T* a = static_cast<const T*>(s.att) + h * D;
-    for (int64_t d = 0; d < D; ++d) {
-      const T u = qi[d] + kj[d];
-      if (g) g[d] += dz * a[d] * (u < T(0) ? T(s.negative_slope) : T(1));
-      if (datt) datt[d] += dz * leaky(u, s.negative_slope);
-    }
+    const T slope = T(s.negative_slope);
+    if (g)
+      for (int64_t d = 0; d < D; ++d) {
+        const T u = qi[d] + kj[d];
+        g[d] += dz * a[d] * leaky_grad<T>(u, slope);
+      }
+    if (datt)
+      for (int64_t d = 0; d < D; ++d) datt[d] += dz * leaky_select<T>(qi[d] + kj[d], slope);
   } else {
     g[0] += dz;
   }
 }
 
 // Pass 1, over targets: dq [rows, H, D], dbias [nnz, H] and (GATv2) datt [H, D]; each may be
-// null. datt is summed over every entry: per-thread partial sums, added up at the end.
-template <int64_t kD, typename T, typename I>
+// null. datt is summed over every entry: one partial sum per block of kRowBlock rows (blocks
+// are fixed, whatever the thread count or schedule), then the blocks in order, so datt is
+// deterministic.
+inline constexpr int64_t kRowBlock = 64;
+
+template <class K, typename T, typename I>
 void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
                    const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
-                   T* dq, T* dbias, T* datt) {
-  const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width;
-  if (datt) std::fill(datt, datt + H * D, T(0));
-#pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
-  {
-  std::vector<T> datt_local(datt ? H * D : 0, T(0));
-  T* dal = datt ? datt_local.data() : nullptr;
-#pragma omp for schedule(dynamic, 64)
-  for (int64_t i = 0; i < s.rows; ++i) {
-    T* dqi = dq ? dq + i * H * D : nullptr;
-    if (dqi) std::fill(dqi, dqi + H * D, T(0));
-    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
-      const int64_t j = col[p];
-      for (int64_t h = 0; h < H; ++h) {
-        T dz, pk;
-        entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
-        if (dbias) dbias[p * H + h] = dz;
-        if (!dqi && !dal) continue;
-        if (s.mode == Mode::Additive) {
-          dqi[h] += dz;
-          continue;
+                   T* dq, T* dbias, T* datt, T* dz_out = nullptr, T* pk_out = nullptr) {
+  const int64_t H = K::heads(s), D = K::qk_width(s);
+  const Mode mode = K::mode(s);
+  const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
+  std::vector<T> datt_blocks(datt ? blocks * H * D : 0, T(0));
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 1) if (s.rows * H > 256)
+  for (int64_t b = 0; b < blocks; ++b) {
+    T* dal = datt ? datt_blocks.data() + b * H * D : nullptr;
+    for (int64_t i = b * kRowBlock; i < std::min(s.rows, (b + 1) * kRowBlock); ++i) {
+      T* dqi = dq ? dq + i * H * D : nullptr;
+      if (dqi) std::fill(dqi, dqi + H * D, T(0));
+      for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+        const int64_t j = col[p];
+        for (int64_t h = 0; h < H; ++h) {
+          T dz, pk;
+          entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+          if (dbias) dbias[p * H + h] = dz;
+          if (dz_out) {
+            dz_out[p * H + h] = dz;
+            pk_out[p * H + h] = pk;
+          }
+          if (!dqi && !dal) continue;
+          if (mode == Mode::Additive) {
+            dqi[h] += dz;
+            continue;
+          }
+          const T* qi = q + (i * H + h) * D;
+          const T* kj = k + (j * H + h) * D;
+          add_score_grad<K>(s, kj, qi, kj, dz, dqi ? dqi + h * D : nullptr,
+                            dal ? dal + h * D : nullptr, h);
         }
-        const T* qi = q + (i * H + h) * D;
-        const T* kj = k + (j * H + h) * D;
-        add_score_grad<kD>(s, kj, qi, kj, dz, dqi ? dqi + h * D : nullptr,
-                           dal ? dal + h * D : nullptr, h);
       }
     }
   }
-  if (dal) {
-#pragma omp critical
-    for (int64_t t = 0; t < H * D; ++t) datt[t] += dal[t];
-  }
+  if (datt) {
+    std::fill(datt, datt + H * D, T(0));
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t t = 0; t < H * D; ++t) datt[t] += datt_blocks[b * H * D + t];
   }
 }
 
 // Pass 2, over sources through the transpose (t_rowptr over sources, t_col = target of each
 // transposed entry, t_perm = its position in the forward CSR): dk and dv (either may be null).
-// Returns true when t_perm held a position outside [0, nnz) (those entries are skipped).
-template <int64_t kD, typename T, typename I>
+// With dz_in / pk_in (written by backward_rows) each entry's dz and probability are read,
+// not recomputed. Returns true when t_perm held a position outside [0, nnz) (those entries
+// are skipped).
+template <class K, typename T, typename I>
 bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
                    int64_t nnz, const T* q, const T* k, const T* v, const T* bias, const T* lse,
-                   const T* delta, const T* dout, T* dk, T* dv) {
-  const int64_t H = s.heads, D = kD > 0 ? kD : s.qk_width, Dv = s.v_width;
+                   const T* delta, const T* dout, T* dk, T* dv, const T* dz_in = nullptr,
+                   const T* pk_in = nullptr) {
+  const int64_t H = K::heads(s), D = K::qk_width(s), Dv = K::v_width(s);
+  const Mode mode = K::mode(s);
   bool bad = false;
 #pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256) \
     reduction(|| : bad)
@@ -294,23 +342,57 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
       }
       for (int64_t h = 0; h < H; ++h) {
         T dz, pk;
-        entry_grad<kD>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        if (dz_in) {
+          dz = dz_in[p * H + h];
+          pk = pk_in[p * H + h];
+        } else {
+          entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
+        }
         if (dvj && pk != T(0)) {
           const T* g = dout + (i * H + h) * Dv;
           for (int64_t d = 0; d < Dv; ++d) dvj[h * Dv + d] += pk * g[d];
         }
         if (!dkj) continue;
-        if (s.mode == Mode::Additive) {
+        if (mode == Mode::Additive) {
           dkj[h] += dz;
           continue;
         }
         const T* qi = q + (i * H + h) * D;
         const T* kj = k + (j * H + h) * D;
-        add_score_grad<kD>(s, qi, qi, kj, dz, dkj + h * D, static_cast<T*>(nullptr), h);
+        add_score_grad<K>(s, qi, qi, kj, dz, dkj + h * D, static_cast<T*>(nullptr), h);
       }
     }
   }
   return bad;
+}
+
+// Runs the launch's phase (the JIT's entry point and the generic path both come here).
+template <class K, typename T, typename I>
+void run(AttentionLaunch& l) {
+  const Shape& s = l.shape;
+  auto c = [](const void* p) { return static_cast<const T*>(p); };
+  auto w = [](void* p) { return static_cast<T*>(p); };
+  auto ix = [](const void* p) { return static_cast<const I*>(p); };
+  switch (l.phase) {
+    case Phase::Forward:
+      forward<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias), w(l.out),
+                       w(l.lse_out));
+      return;
+    case Phase::RowDelta:
+      row_delta<K, T>(s, c(l.out), c(l.dout), w(l.delta_out));
+      return;
+    case Phase::BackwardRows:
+      backward_rows<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias),
+                             c(l.lse), c(l.delta), c(l.dout), w(l.dq), w(l.dbias), w(l.datt),
+                             w(l.dz), w(l.pk));
+      return;
+    case Phase::BackwardCols:
+      l.bad_perm = backward_cols<K, T, I>(s, ix(l.t_rowptr), ix(l.t_col), ix(l.t_perm), l.nnz,
+                                          c(l.q), c(l.k), c(l.v), c(l.bias), c(l.lse),
+                                          c(l.delta), c(l.dout), w(l.dk), w(l.dv), c(l.dz),
+                                          c(l.pk));
+      return;
+  }
 }
 
 }  // namespace sparsejit::attention

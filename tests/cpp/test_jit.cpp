@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
@@ -128,6 +129,40 @@ TEST(Jit, SpmmAndSddmmMatchTheGenericKernelsBitForBit) {
   codegen::JitInfo again;
   EXPECT_EQ(CpuJit::instance().lookup(spec, &again), spmm);
   EXPECT_TRUE(again.memory_hit);
+}
+
+TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
+  using codegen::CpuAttentionSpec;
+  std::set<uint64_t> keys;
+  std::set<std::string> names;
+  for (auto mode : {attention::Mode::Dot, attention::Mode::Additive, attention::Mode::GATv2})
+    for (int64_t h : {1, 4, 64})
+      for (int64_t d : {1, 16, 1024}) {
+        CpuAttentionSpec s;
+        s.mode = mode;
+        s.heads = h;
+        s.qk_width = d;
+        s.v_width = 16;
+        EXPECT_EQ(s.op(), OpKind::SparseAttention);
+        EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
+        EXPECT_TRUE(names.insert(s.name()).second) << s.name();
+        if (CpuAttentionSpec::supports(h, d, 16))
+          EXPECT_NE(s.source().find("extern \"C\" void sparsejit_entry(const void* launch)"),
+                    std::string::npos);
+        else
+          EXPECT_THROW(s.source(), std::invalid_argument);
+      }
+  CpuAttentionSpec spmm_like;
+  spmm_like.heads = 1;
+  spmm_like.qk_width = 64;
+  spmm_like.v_width = 64;
+  CpuSddmmSpec sddmm;
+  sddmm.features = 64;
+  EXPECT_NE(spmm_like.packed_key(), sddmm.packed_key());
+  EXPECT_FALSE(CpuAttentionSpec::supports(65, 16, 16));
+  EXPECT_FALSE(CpuAttentionSpec::supports(4, 16, 2048));
+  spmm_like.dtype = ScalarKind::BF16;  // bfloat16 runs through the float32 kernel
+  EXPECT_THROW(spmm_like.source(), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,12 +1,20 @@
 // Fused sparse attention (kernels/cpu/attention_kernel.h): softmax over each target row's
 // stored entries of a dot-product (Transformer) or additive (GAT) score, times V, in one pass
 // with an online softmax; the backward recomputes the scores from the saved per-row
-// log-sum-exp. float32 / float64 kernels; bfloat16 and float16 run in float32.
+// log-sum-exp. float32 / float64 kernels; bfloat16 and float16 run in float32 (converted on
+// the way in and out: O(N (H D + H Dv)) work, against the O(nnz H (D + Dv)) of the kernel).
+//
+// Each pass runs a JIT-specialized kernel (codegen/cpu_attention_spec.h: score form, H, D and
+// Dv fixed at compile time) when the JIT is on and the problem is big enough to amortise the
+// lookup, else the generic instantiation below (the same template, same summation order, so
+// the same bits).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <tuple>
 
+#include "codegen/cpu_attention_spec.h"
+#include "codegen/cpu_jit.h"
 #include "kernels/cpu/attention_kernel.h"
 #include "torch_ext/common.h"
 
@@ -89,31 +97,60 @@ std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarTyp
   return prep(*t, ct);
 }
 
-template <typename T>
-const T* opt_ptr(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? ptr<T>(*t) : nullptr;
+// Below this much work (nnz * H * (D + Dv)) a launch runs the generic kernel: the JIT's
+// in-memory lookup is cheap, but a first compile is not, and tiny problems gain nothing.
+constexpr int64_t kJitMinWork = int64_t(1) << 15;
+
+// The JIT-compiled entry for this launch's sizes, or null (JIT off, sizes outside the spec,
+// too small, or the compile failed: CpuJit warns once and remembers the failure).
+codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
+                           const attention::Shape& s, int64_t nnz) {
+  auto& jit = codegen::CpuJit::instance();
+  if (!jit.enabled() || !codegen::CpuAttentionSpec::supports(s.heads, s.qk_width, s.v_width) ||
+      nnz * s.heads * (s.qk_width + s.v_width) < kJitMinWork)
+    return nullptr;
+  codegen::CpuAttentionSpec spec;
+  spec.dtype = ct == at::kDouble ? ScalarKind::F64 : ScalarKind::F32;
+  spec.index = rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
+  spec.mode = s.mode;
+  spec.heads = s.heads;
+  spec.qk_width = s.qk_width;
+  spec.v_width = s.v_width;
+  return jit.lookup(spec);
 }
 
-// Calls f(T{}, I{}, std::integral_constant<int64_t, kD>) for the computation dtype, the index
-// type and the q/k width: common head widths get a kernel with the width fixed at compile
-// time (the dot product unrolls and vectorizes), others the run-time width.
-template <typename F>
-void dispatch(at::ScalarType ct, const at::Tensor& rowptr, int64_t D, F&& f) {
-  auto with_width = [&](auto T, auto I) {
-    switch (D) {
-      case 8: f(T, I, std::integral_constant<int64_t, 8>{}); return;
-      case 16: f(T, I, std::integral_constant<int64_t, 16>{}); return;
-      case 32: f(T, I, std::integral_constant<int64_t, 32>{}); return;
-      case 64: f(T, I, std::integral_constant<int64_t, 64>{}); return;
-      default: f(T, I, std::integral_constant<int64_t, 0>{}); return;
+// The generic kernel for the launch: the computation dtype and index type, with common q/k
+// widths fixed at compile time (the dot product unrolls), others read at run time.
+template <typename T, typename I>
+void run_generic(attention::AttentionLaunch& l) {
+  using namespace attention;
+  switch (l.shape.qk_width) {
+    case 8: run<Fixed<-1, 0, 8, 0>, T, I>(l); return;
+    case 16: run<Fixed<-1, 0, 16, 0>, T, I>(l); return;
+    case 32: run<Fixed<-1, 0, 32, 0>, T, I>(l); return;
+    case 64: run<Fixed<-1, 0, 64, 0>, T, I>(l); return;
+    default: run<Fixed<-1, 0, 0, 0>, T, I>(l); return;
+  }
+}
+
+// Runs every launch in `ls` (in order) on the JIT's kernel or the generic one.
+void launch(at::ScalarType ct, const at::Tensor& rowptr, int64_t nnz,
+            std::initializer_list<attention::AttentionLaunch*> ls) {
+  const auto& s = ls.begin()[0]->shape;
+  if (const codegen::EntryFn fn = jit_entry(ct, rowptr, s, nnz)) {
+    for (auto* l : ls) fn(l);
+    return;
+  }
+  const bool i32 = rowptr.scalar_type() == at::kInt;
+  for (auto* l : ls) {
+    if (ct == at::kDouble) {
+      if (i32) run_generic<double, int32_t>(*l);
+      else run_generic<double, int64_t>(*l);
+    } else {
+      if (i32) run_generic<float, int32_t>(*l);
+      else run_generic<float, int64_t>(*l);
     }
-  };
-  auto with_index = [&](auto T) {
-    if (rowptr.scalar_type() == at::kInt) with_width(T, int32_t{});
-    else with_width(T, int64_t{});
-  };
-  if (ct == at::kDouble) with_index(double{});
-  else with_index(float{});
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
@@ -132,13 +169,19 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   if (att.has_value()) s.att = att->data_ptr();
   auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
   auto lse = at::empty({s.rows, s.heads}, q.options());
-  dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
-    using T = decltype(T0);
-    using I = decltype(I0);
-    attention::forward<decltype(kD)::value, T, I>(s, ptr<I>(rp), ptr<I>(cl), ptr<T>(q),
-                                                  ptr<T>(k), ptr<T>(v), opt_ptr<T>(bias),
-                                                  ptr<T>(out), ptr<T>(lse));
-  });
+  attention::AttentionLaunch l;
+  l.shape = s;
+  l.phase = attention::Phase::Forward;
+  l.rowptr = rp.data_ptr();
+  l.col = cl.data_ptr();
+  l.nnz = col.numel();
+  l.q = q.data_ptr();
+  l.k = k.data_ptr();
+  l.v = v.data_ptr();
+  l.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  l.out = out.data_ptr();
+  l.lse_out = lse.data_ptr();
+  launch(ct, rp, col.numel(), {&l});
   // lse stays in the computation dtype: the backward needs it at full precision.
   return {out.to(q_in.scalar_type()), lse};
 }
@@ -182,26 +225,47 @@ sparse_attention_backward_cpu(
   auto dv = need_v ? at::empty_like(v) : at::Tensor();
   const bool want_bias = need_bias && bias.has_value();
   auto db = want_bias ? at::empty({col.numel(), s.heads}, q.options()) : at::Tensor();
-  auto p_or_null = [](const at::Tensor& t, auto T0) {
-    return t.defined() ? ptr<decltype(T0)>(t) : nullptr;
-  };
-  bool bad_perm = false;
-  dispatch(ct, rp, s.qk_width, [&](auto T0, auto I0, auto kD) {
-    using T = decltype(T0);
-    using I = decltype(I0);
-    constexpr int64_t D = decltype(kD)::value;
-    attention::row_delta<T>(s, ptr<T>(out), ptr<T>(g), ptr<T>(delta));
-    if (need_q || want_bias || want_att)
-      attention::backward_rows<D, T, I>(s, ptr<I>(rp), ptr<I>(cl), ptr<T>(q), ptr<T>(k),
-                                        ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse),
-                                        ptr<T>(delta), ptr<T>(g), p_or_null(dq, T0),
-                                        p_or_null(db, T0), p_or_null(datt, T0));
-    if (need_k || need_v)
-      bad_perm = attention::backward_cols<D, T, I>(
-          s, ptr<I>(trp), ptr<I>(tcl), ptr<I>(tpm), col.numel(), ptr<T>(q), ptr<T>(k),
-          ptr<T>(v), opt_ptr<T>(bias), ptr<T>(lse), ptr<T>(delta), ptr<T>(g),
-          p_or_null(dk, T0), p_or_null(dv, T0));
-  });
+  auto p_or_null = [](const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
+  attention::AttentionLaunch base;
+  base.shape = s;
+  base.rowptr = rp.data_ptr();
+  base.col = cl.data_ptr();
+  base.t_rowptr = trp.data_ptr();
+  base.t_col = tcl.data_ptr();
+  base.t_perm = tpm.data_ptr();
+  base.nnz = col.numel();
+  base.q = q.data_ptr();
+  base.k = k.data_ptr();
+  base.v = v.data_ptr();
+  base.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  base.lse = lse.data_ptr();
+  base.delta = delta.data_ptr();
+  base.dout = g.data_ptr();
+  base.out = out.data_ptr();
+  attention::AttentionLaunch row_delta = base, rows = base, cols = base;
+  row_delta.phase = attention::Phase::RowDelta;
+  row_delta.delta_out = delta.data_ptr();
+  rows.phase = attention::Phase::BackwardRows;
+  rows.dq = p_or_null(dq);
+  rows.dbias = p_or_null(db);
+  rows.datt = p_or_null(datt);
+  cols.phase = attention::Phase::BackwardCols;
+  cols.dk = p_or_null(dk);
+  cols.dv = p_or_null(dv);
+  const bool run_cols = need_k || need_v;
+  // The pass over targets keeps every entry's dz and probability ([nnz, H] each; dz is dbias
+  // itself when asked for) for the pass over sources, which then skips score, exp and
+  // <dout, v>: the backward computes each entry's softmax terms once.
+  at::Tensor dz_keep, pk_keep;
+  if (run_cols) {
+    dz_keep = want_bias ? db : at::empty({col.numel(), s.heads}, q.options());
+    pk_keep = at::empty({col.numel(), s.heads}, q.options());
+    rows.dz = cols.dz = dz_keep.data_ptr();
+    rows.pk = cols.pk = pk_keep.data_ptr();
+  }
+  if (run_cols) launch(ct, rp, col.numel(), {&row_delta, &rows, &cols});
+  else if (need_q || want_bias || want_att) launch(ct, rp, col.numel(), {&row_delta, &rows});
+  const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
   ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
   auto back = [&](const at::Tensor& t, const at::Tensor& like) {

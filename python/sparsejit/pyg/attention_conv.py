@@ -81,6 +81,17 @@ def _weights_out(edges: G.Edges, perm, old_loop, alpha_csr: torch.Tensor):
     return ei, alpha
 
 
+def _head_dots(x: torch.Tensor, *atts: torch.Tensor) -> torch.Tensor:
+    """``(x * att).sum(-1)`` for each ``att`` ``[1, H, C]``, side by side as ``[N, H * len]``,
+    as one matrix product ``x.view(N, H C) @ W`` with W block-diagonal (``[H C, H]`` per att):
+    one pass over x instead of a product and a sum per att, and the same in the backward."""
+    H, C = x.shape[1], x.shape[2]
+    eye = torch.eye(H, dtype=x.dtype, device=x.device)
+    w = torch.cat([(a.reshape(H, C, 1) * eye.unsqueeze(1)).reshape(H * C, H) for a in atts],
+                  dim=1)
+    return x.reshape(x.shape[0], H * C) @ w
+
+
 def _finish(out, concat, res, bias):
     out = out.reshape(out.shape[0], -1) if concat else out.mean(dim=1)
     if res is not None:
@@ -150,9 +161,12 @@ class GATConv(nn.Module):
             x_src = lin_s(x_src).view(-1, H, C)
             x_dst = lin_d(x_dst).view(-1, H, C) if x_dst is not None else None
         n_src, n_dst = sizes(x_src, x_dst, size)
-        a_src = (x_src * self.att_src).sum(-1)
-        a_dst = (x_dst * self.att_dst).sum(-1) if x_dst is not None else \
-            a_src.new_zeros(n_dst, H)
+        if x_dst is x_src:  # both scores in one product over the shared features
+            a_src, a_dst = _head_dots(x_src, self.att_src, self.att_dst).split(H, dim=1)
+        else:
+            a_src = _head_dots(x_src, self.att_src)
+            a_dst = _head_dots(x_dst, self.att_dst) if x_dst is not None else \
+                a_src.new_zeros(n_dst, H)
         edges = G.edges_of(edge_index, (n_src, n_dst))
         A, perm, row, col, old_loop, mask, e = _graph(edges, self.add_self_loops, edge_attr,
                                                       self.fill_value)

@@ -266,6 +266,17 @@ class GraphConv(nn.Module):
 # ---- GINConv / GINEConv --------------------------------------------------------------------
 
 
+def _gin_structure(edges: G.Edges):
+    """Cached: the structure with one appended self-loop per node (existing self-loops stay
+    ordinary neighbours), and a float mask of the appended loops in CSR order."""
+
+    def build(e):
+        A, perm, _, _, _ = G.with_self_loops(e)
+        return A, (perm >= e.src.shape[0]).to(torch.float32)
+
+    return G.prepared(edges, "gin_loops", build)
+
+
 class GINConv(nn.Module):
     """PyG's ``GINConv``: ``nn((1 + eps) x_i + sum_j x_j)``; ``eps`` is a buffer, or a
     parameter with ``train_eps=True``."""
@@ -287,6 +298,13 @@ class GINConv(nn.Module):
     def forward(self, x, edge_index, size=None) -> torch.Tensor:
         x_src, x_dst = pair(x)
         edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
+        if isinstance(x, torch.Tensor) and edges.num_src == edges.num_dst and \
+                not self.eps.requires_grad:
+            # (A + (1 + eps) I) x in one SpMM over the structure with self-loops (cached):
+            # no separate [N, F] scale and add, forward or backward.
+            A, is_loop = _gin_structure(edges)
+            vals = (is_loop * self.eps.to(x.dtype) + 1).to(x.dtype)
+            return self.nn(spmm(A.with_values(vals), x, "sum"))
         A, _, _, _ = G.structure(edges)
         out = spmm(A, x_src, "sum")
         if x_dst is not None:
