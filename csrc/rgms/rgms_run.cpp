@@ -109,26 +109,33 @@ std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, in
   return fns;
 }
 
-// out[t, 0:w] = sum over group g0 + t's entries of coef * x[src, c0:c0 + w] (x row stride ldx).
+// One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/rgms_kernel.h).
 template <typename T>
-void gather_reduce(TileFn fn, const Problem& p, const T* values, const T* x, int64_t ldx,
-                   int64_t c0, int64_t w, int64_t g0, int64_t g1, T* out) {
-  const PlanView& pv = p.plan;
+cpu::RgmsTileLaunch tile_launch(const Problem& p, int32_t kind, const T* values, const T* in,
+                                T* out, int64_t c0, int64_t w, int64_t g0, int64_t g1) {
   cpu::RgmsTileLaunch l;
-  l.kind = 0;
+  l.kind = kind;
   l.mean = p.mean;
-  l.grp_ptr = pv.grp_ptr;
-  l.src = pv.src;
-  l.perm = pv.perm;
+  l.grp_ptr = p.plan.grp_ptr;
+  l.src = p.plan.src;
+  l.perm = p.plan.perm;
   l.values = values;
-  l.in = x;
+  l.in = in;
   l.out = out;
-  l.ld_in = ldx;
   l.c0 = c0;
   l.width = w;
   l.g0 = g0;
   l.g1 = g1;
-  l.prefetch_end = pv.grp_ptr[g1];
+  return l;
+}
+
+// out[t, 0:w] = sum over group g0 + t's entries of coef * x[src, c0:c0 + w] (x row stride ldx).
+template <typename T>
+void gather_reduce(TileFn fn, const Problem& p, const T* values, const T* x, int64_t ldx,
+                   int64_t c0, int64_t w, int64_t g0, int64_t g1, T* out) {
+  auto l = tile_launch(p, 0, values, x, out, c0, w, g0, g1);
+  l.ld_in = ldx;
+  l.prefetch_end = p.plan.grp_ptr[g1];
   fn(&l);
 }
 
@@ -136,21 +143,8 @@ void gather_reduce(TileFn fn, const Problem& p, const T* values, const T* x, int
 template <typename T>
 void scatter_rows(TileFn fn, const Problem& p, const T* values, const T* d, int64_t c0,
                   int64_t w, int64_t g0, int64_t g1, T* dx, int64_t ld_dx) {
-  const PlanView& pv = p.plan;
-  cpu::RgmsTileLaunch l;
-  l.kind = 1;
-  l.mean = p.mean;
-  l.grp_ptr = pv.grp_ptr;
-  l.src = pv.src;
-  l.perm = pv.perm;
-  l.values = values;
-  l.in = d;
-  l.out = dx;
+  auto l = tile_launch(p, 1, values, d, dx, c0, w, g0, g1);
   l.ld_out = ld_dx;
-  l.c0 = c0;
-  l.width = w;
-  l.g0 = g0;
-  l.g1 = g1;
   fn(&l);
 }
 

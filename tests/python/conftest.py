@@ -22,6 +22,23 @@ import torch  # noqa: E402
 import sparsejit as sj  # noqa: E402
 
 
+def generic_only(fn):
+    """fn() with the JIT switched off in this process (then back on): the generic kernels."""
+    from sparsejit import _core
+
+    old = os.environ.get("SPARSEJIT_JIT")
+    os.environ["SPARSEJIT_JIT"] = "0"
+    _core.jit_refresh_env()
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ["SPARSEJIT_JIT"]
+        else:
+            os.environ["SPARSEJIT_JIT"] = old
+        _core.jit_refresh_env()
+
+
 def random_graph(n_rows, n_cols, avg_deg, power_law=False, seed=0, empty_frac=0.0):
     """Random CSR as a SparseMatrix (int64 indices); power_law gives a few huge rows."""
     g = torch.Generator().manual_seed(seed)

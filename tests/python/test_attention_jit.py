@@ -5,14 +5,13 @@ on fresh random inputs with the op's outputs poisoned beforehand; the op really 
 path; bfloat16 runs through the float32 kernels."""
 
 import math
-import os
 
 import pytest
 import torch
 
 import sparsejit as sj
 from sparsejit import _core
-from conftest import random_graph
+from conftest import generic_only, random_graph
 from test_attention import poison_heap, reference
 
 pytestmark = pytest.mark.skipif(not _core.jit_enabled(), reason="JIT off in this environment")
@@ -27,19 +26,6 @@ def graph():
     return random_graph(700, 500, 6, power_law=True, seed=41, empty_frac=0.15)
 
 
-def _generic_only(fn):
-    """fn() with the JIT switched off in this process (then back on)."""
-    old = os.environ.get("SPARSEJIT_JIT")
-    os.environ["SPARSEJIT_JIT"] = "0"
-    _core.jit_refresh_env()
-    try:
-        return fn()
-    finally:
-        if old is None:
-            del os.environ["SPARSEJIT_JIT"]
-        else:
-            os.environ["SPARSEJIT_JIT"] = old
-        _core.jit_refresh_env()
 
 
 def _inputs(A, mode, heads, width, v_width, dtype, seed, masked):
@@ -114,7 +100,7 @@ def test_jit_matches_generic_and_reference(graph, mode, heads, width, v_width, d
                                heads, qk, v_width)
     assert info["ok"], info["error"]
     assert info["memory_hit"], "the op did not take the JIT path"
-    generic = _generic_only(lambda: _forward_backward(A, mode, inputs))
+    generic = generic_only(lambda: _forward_backward(A, mode, inputs))
     for a, b in zip(jit, generic):
         assert torch.equal(a, b)
     assert all(torch.isfinite(t).all() for t in jit)
@@ -141,7 +127,7 @@ def test_jit_dropout_matches_generic(graph):
     """The counter-based dropout mask is the same in both kernels (same seed)."""
     inputs = _inputs(graph, "dot", 4, 16, 16, torch.float32, seed=9, masked=False)
     jit = _forward_backward(graph, "dot", inputs, dropout=0.3, seed=3)
-    generic = _generic_only(lambda: _forward_backward(graph, "dot", inputs, dropout=0.3, seed=3))
+    generic = generic_only(lambda: _forward_backward(graph, "dot", inputs, dropout=0.3, seed=3))
     for a, b in zip(jit, generic):
         assert torch.equal(a, b)
 

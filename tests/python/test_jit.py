@@ -15,7 +15,7 @@ import sparsejit as sj
 from sparsejit import _core, plans
 
 HEADER = _core.plan_layout()["header_words"]
-from conftest import dense_reference_spmm, random_graph
+from conftest import dense_reference_spmm, generic_only, random_graph
 
 JIT = torch.tensor(_core.spmm_recipe("jit", 16))
 JIT0 = torch.tensor(_core.spmm_recipe("jit", 0))
@@ -110,19 +110,6 @@ def sddmm_graph():
     return random_graph(2500, 1800, 8, power_law=True, seed=31, empty_frac=0.1)
 
 
-def _generic_only(fn):
-    """fn() with the JIT switched off in this process (then back on)."""
-    old = os.environ.get("SPARSEJIT_JIT")
-    os.environ["SPARSEJIT_JIT"] = "0"
-    _core.jit_refresh_env()
-    try:
-        return fn()
-    finally:
-        if old is None:
-            del os.environ["SPARSEJIT_JIT"]
-        else:
-            os.environ["SPARSEJIT_JIT"] = old
-        _core.jit_refresh_env()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -139,7 +126,7 @@ def test_sddmm_jit_matches_generic(sddmm_graph, dtype, index_dtype, heads, F):
     Q = torch.randn(shape(A.shape[0])).to(dtype)
     K = torch.randn(shape(A.shape[1])).to(dtype)
     s_jit = sj.sddmm(A, Q, K)
-    s_gen = _generic_only(lambda: sj.sddmm(A, Q, K))
+    s_gen = generic_only(lambda: sj.sddmm(A, Q, K))
     assert torch.equal(s_jit, s_gen)
     rows = A.row_indices()
     ref = (Q.double()[rows] * K.double()[A.indices.long()]).sum(-1)
@@ -170,7 +157,7 @@ def test_bucketed_plan_matches_csr(skewed, reduce, vmode, max_log2):
             torch.set_num_threads(threads)
             out_b, arg_b = _run(A, X, reduce, plan)
             out_c, arg_c = _run(A, X, reduce, JIT)
-            out_g, _ = _generic_only(lambda: _run(A, X, reduce, plan))
+            out_g, _ = generic_only(lambda: _run(A, X, reduce, plan))
             if threads == 1:
                 assert torch.equal(out_b, out_c) and torch.equal(out_g, out_b)
             Aref = A if A.values is None else A.with_values(A.values.double())

@@ -797,9 +797,9 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
     """The gather / scatter tile loops compiled by the JIT with the row width as a constant
     (codegen/cpu_rgms_spec) against the generic loops (SPARSEJIT_JIT=0): the same bits, for
     the forward and every gradient, each strategy."""
-    import os
-
     from sparsejit import _core
+
+    from conftest import generic_only
 
     g = torch.Generator().manual_seed(21)
     n, e, r = 900, 8000, 7
@@ -820,7 +820,7 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
                                                           True, True, 2, 0, strategy))
         return outs
 
-    old_threads, old_env = torch.get_num_threads(), os.environ.get("SPARSEJIT_JIT")
+    old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     f32 = _core.enums()["scalar"]["f32"] if dtype == torch.float32 else \
         _core.enums()["scalar"]["f64"]
@@ -830,15 +830,8 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
         # the ops loaded the width-specialized loops (a lookup now hits the memory cache)
         info = _core.jit_rgms_tile(f32, width)
         assert info["ok"] and info["memory_hit"], info["error"]
-        os.environ["SPARSEJIT_JIT"] = "0"
-        _core.jit_refresh_env()
-        generic = run()
+        generic = generic_only(run)
     finally:
-        if old_env is None:
-            os.environ.pop("SPARSEJIT_JIT", None)
-        else:
-            os.environ["SPARSEJIT_JIT"] = old_env
-        _core.jit_refresh_env()
         torch.set_num_threads(old_threads)
     names = [f"{what} strategy {s}" for s in (0, 1, 2) for what in ("Y", "dX", "dW", "dv")]
     for name, a, b in zip(names, jitted, generic):
