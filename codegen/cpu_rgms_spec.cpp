@@ -7,12 +7,14 @@ namespace sparsejit::codegen {
 
 uint64_t CpuRgmsTileSpec::packed_key() const {
   return pack(OpKind::RgmsTile,
-              static_cast<uint64_t>(dtype) | static_cast<uint64_t>(width & 0xfffff) << 2);
+              static_cast<uint64_t>(dtype) | static_cast<uint64_t>(width & 0xfffff) << 2 |
+                  static_cast<uint64_t>(width2 & 0xfff) << 22);
 }
 
 std::string CpuRgmsTileSpec::name() const {
   std::ostringstream os;
   os << "rgms_tile_" << scalar_name(dtype) << "_w" << width;
+  if (width2 > 0) os << "_o" << width2;
   return os.str();
 }
 
@@ -22,14 +24,17 @@ std::string CpuRgmsTileSpec::source() const {
   if (width < 1 || width > kMaxWidth)
     throw std::invalid_argument("sparsejit: rgms tile width " + std::to_string(width) +
                                 " out of range");
+  if (width2 < 0 || width2 > kMaxWidth2)
+    throw std::invalid_argument("sparsejit: rgms tile width2 " + std::to_string(width2) +
+                                " out of range");
   std::ostringstream os;
   os << "// sparsejit generated kernel: " << name() << "\n"
-     << "// RGMS tile loops (gather-reduce, scatter), " << scalar_name(dtype)
-     << ", row width " << width << ".\n"
+     << "// RGMS tile loops (gather-reduce, scatter, fused row products), " << scalar_name(dtype)
+     << ", row width " << width << ", other width " << width2 << ".\n"
      << "#include \"kernels/cpu/rgms_kernel.h\"\n\n"
      << "extern \"C\" void sparsejit_entry(const void* launch) {\n"
      << "  sparsejit::cpu::rgms_detail::run<" << cpp_scalar_type(dtype) << ", " << width
-     << ">(*static_cast<const sparsejit::cpu::RgmsTileLaunch*>(launch));\n"
+     << ", " << width2 << ">(*static_cast<const sparsejit::cpu::RgmsTileLaunch*>(launch));\n"
      << "}\n";
   return os.str();
 }

@@ -13,11 +13,15 @@ namespace sparsejit::codegen {
 struct CpuRgmsTileSpec final : KernelSpecBase {
   ScalarKind dtype = ScalarKind::F32;  // F32 or F64 (the RGMS compute types)
   int64_t width = 0;                   // gathered row width, 1 .. kMaxWidth
+  // The other width of the fused kinds (F_out forward, F_out in the gradients), 1 ..
+  // kMaxWidth2; 0: a gather/scatter-only kernel (the fused kinds then read it at run time).
+  int64_t width2 = 0;
 
   static constexpr int64_t kMaxWidth = 1024;
+  static constexpr int64_t kMaxWidth2 = 256;
 
   OpKind op() const override { return OpKind::RgmsTile; }
-  // rgms_tile_f32_w64
+  // rgms_tile_f32_w64, rgms_tile_f32_w16_o16
   std::string name() const override;
   std::string source() const override;
   uint64_t packed_key() const override;

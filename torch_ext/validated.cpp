@@ -1,6 +1,7 @@
 #include "torch_ext/validated.h"
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include <mutex>
@@ -70,7 +71,8 @@ Table& bucketed_plans() {
 // Entries of several tensors each (validated_once), most recent first.
 class MultiTable {
  public:
-  bool find(const std::vector<at::Tensor>& ts, int64_t param) {
+  bool find(const std::vector<at::Tensor>& ts, int64_t param,
+            std::shared_ptr<const void>* payload = nullptr) {
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < entries_.size(); ++i) {
       const auto& e = entries_[i];
@@ -78,16 +80,19 @@ class MultiTable {
       bool all = true;
       for (size_t k = 0; k < ts.size() && all; ++k) all = e.states[k].matches(ts[k]);
       if (all) {
+        if (payload) *payload = e.payload;
         if (i > 0) std::swap(entries_[i], entries_[i - 1]);
         return true;
       }
     }
     return false;
   }
-  void add(const std::vector<at::Tensor>& ts, int64_t param) {
+  void add(const std::vector<at::Tensor>& ts, int64_t param,
+           std::shared_ptr<const void> payload = nullptr) {
     std::lock_guard<std::mutex> g(mu_);
     MultiEntry e;
     e.param = param;
+    e.payload = std::move(payload);
     for (const auto& t : ts) e.states.push_back(TensorState::of(t));
     std::vector<MultiEntry> kept;
     kept.push_back(std::move(e));
@@ -104,6 +109,7 @@ class MultiTable {
   struct MultiEntry {
     std::vector<TensorState> states;
     int64_t param = 0;
+    std::shared_ptr<const void> payload;  // derived_once's result
   };
   std::mutex mu_;
   std::vector<MultiEntry> entries_;
@@ -111,15 +117,31 @@ class MultiTable {
 
 }  // namespace
 
-void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
-                    const std::function<void()>& validate) {
+namespace {
+MultiTable& multi_table(const std::string& family) {
   static std::mutex mu;
   static std::map<std::string, MultiTable>* tables = new std::map<std::string, MultiTable>();
-  MultiTable* table;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    table = &(*tables)[family];
-  }
+  std::lock_guard<std::mutex> g(mu);
+  return (*tables)[family];
+}
+}  // namespace
+
+std::shared_ptr<const void> derived_once(
+    const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+    const std::function<std::shared_ptr<const void>()>& build) {
+  MultiTable& table = multi_table(std::string("derived:") + family);
+  bool track = true;
+  for (const auto& t : tensors) track = track && TensorState::trackable(t);
+  std::shared_ptr<const void> hit;
+  if (track && table.find(tensors, param, &hit)) return hit;
+  auto made = build();
+  if (track) table.add(tensors, param, made);
+  return made;
+}
+
+void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+                    const std::function<void()>& validate) {
+  MultiTable* table = &multi_table(family);
   bool track = true;
   for (const auto& t : tensors) track = track && TensorState::trackable(t);
   if (track && table->find(tensors, param)) return;

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -66,5 +67,13 @@ void checked_bucketed_plan(const at::Tensor& plan, const at::Tensor& words,
 // families whose plans are several tensors (RGMS). A table of its own per `family`.
 void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
                     const std::function<void()>& validate);
+
+// Structure-derived data computed once per live tensors (same rule as validated_once): the
+// result of `build` for these tensors at these versions and `param`, built on first use and
+// kept while the tensors live (a small most-recent-first table per `family`). For derived
+// indexes that only a raw op needs and that are cheap enough to rebuild after torch.save.
+std::shared_ptr<const void> derived_once(
+    const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+    const std::function<std::shared_ptr<const void>()>& build);
 
 }  // namespace sparsejit

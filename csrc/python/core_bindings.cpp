@@ -83,11 +83,12 @@ py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   return info_dict(spec, info, fn != nullptr);
 }
 
-py::dict jit_rgms_tile(int dtype, int64_t width) {
+py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   using namespace sparsejit;
   codegen::CpuRgmsTileSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.width = width;
+  spec.width2 = width2;
   codegen::JitInfo info;
   codegen::EntryFn fn;
   {
@@ -273,7 +274,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
   m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
-        "width; returns what it did", py::arg("dtype"), py::arg("width"));
+        "width (and, width2 > 0, the fused row kernels for that pair of widths); returns "
+        "what it did", py::arg("dtype"), py::arg("width"), py::arg("width2") = 0);
   m.def("jit_enabled", [] { return CpuJit::instance().enabled(); });
   m.def("jit_refresh_env", [] {
     CpuJit::instance().refresh_env();

@@ -76,14 +76,20 @@ void generic_tile(const void* l) {
   cpu::rgms_detail::run<T, 0>(*static_cast<const cpu::RgmsTileLaunch*>(l));
 }
 
+// width2 > 0: a kernel for the fused kinds, with both widths constant.
 template <typename T>
-TileFn tile_fn(int64_t width, int64_t work) {
+TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0) {
   auto& jit = codegen::CpuJit::instance();
-  if (jit.enabled() && width >= 4 && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
-      width % 4 == 0 && work >= (int64_t(1) << 16)) {
+  const bool shape_ok =
+      width2 > 0 ? width >= 1 && width2 <= codegen::CpuRgmsTileSpec::kMaxWidth2 &&
+                       width <= cpu::rgms_detail::kFusedMaxWidth
+                 : width >= 4 && width % 4 == 0;
+  if (jit.enabled() && shape_ok && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
+      work >= (int64_t(1) << 16)) {
     codegen::CpuRgmsTileSpec spec;
     spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
     spec.width = width;
+    spec.width2 = width2;
     if (codegen::EntryFn fn = jit.lookup(spec)) return fn;
   }
   return &generic_tile<T>;
@@ -99,14 +105,27 @@ inline std::pair<int64_t, int64_t> column_share(int64_t width, int64_t t, int64_
 // One tile function per thread of a column-split pass, looked up before the parallel region
 // (for p.num_threads threads; a region that gets fewer threads uses the generic loops).
 template <typename T>
-std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, int64_t work) {
+std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, int64_t work,
+                              int64_t width2 = 0) {
   const int64_t nt = std::max(1, p.num_threads);
   std::vector<TileFn> fns(size_t(nt), &generic_tile<T>);
   for (int64_t t = 0; t < nt; ++t) {
     const auto [i0, i1] = column_share(width, t, nt, align);
-    if (i1 > i0) fns[size_t(t)] = tile_fn<T>(i1 - i0, work);
+    if (i1 > i0) fns[size_t(t)] = tile_fn<T>(i1 - i0, work, width2);
   }
   return fns;
+}
+
+// Whether a pass runs its products fused, row by row (Gemm::kFused; kAuto: the forward and
+// grad-X passes up to kFusedMaxAuto columns each side, see rgms_run.h).
+enum class Pass { kForward, kGradX, kGradW };
+bool use_fused(const Problem& p, Pass pass) {
+  if (p.f_in <= 0 || p.f_out <= 0 || p.f_in > cpu::rgms_detail::kFusedMaxWidth ||
+      p.f_out > cpu::rgms_detail::kFusedMaxWidth)
+    return false;
+  return p.gemm == Gemm::kFused ||
+         (p.gemm == Gemm::kAuto && pass != Pass::kGradW && p.f_in <= kFusedMaxAuto &&
+          p.f_out <= kFusedMaxAuto);
 }
 
 // One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/rgms_kernel.h).
@@ -191,19 +210,13 @@ int64_t default_tile(int64_t f_in, int64_t f_out) {
 
 namespace {
 
-// Distinct sources per relation: src_ptr [R + 1], src_list [sum S_r] (first-seen order) and
-// each entry's slot in its relation's list. Parallel over relations; each thread stamps a
-// private array of num_src marks with the relation id, so nothing is cleared between them.
-struct SourceIndex {
-  std::vector<int64_t> src_ptr, src_list, slot;
-};
-
-SourceIndex index_sources(const Problem& p, const std::vector<int8_t>* only) {
+// Parallel over relations; each thread stamps a private array of num_src marks with the
+// relation id, so nothing is cleared between them.
+SourceIndex build_sources(const Problem& p) {
   const PlanView& pv = p.plan;
   SourceIndex si;
   si.src_ptr.assign(size_t(pv.r + 1), 0);
   si.slot.assign(size_t(pv.e), 0);
-  auto wanted = [&](int64_t r) { return !only || (*only)[size_t(r)] == 2; };
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) {
       for (int64_t r = 0; r < pv.r; ++r) si.src_ptr[r + 1] += si.src_ptr[r];
@@ -214,7 +227,6 @@ SourceIndex index_sources(const Problem& p, const std::vector<int8_t>* only) {
       std::vector<int64_t> mark(size_t(p.num_src), -1), local(size_t(p.num_src), 0);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = 0; r < pv.r; ++r) {
-        if (!wanted(r)) continue;
         int64_t count = 0;
         const int64_t q0 = pv.grp_ptr[pv.rel_ptr[r]], q1 = pv.grp_ptr[pv.rel_ptr[r + 1]];
         for (int64_t q = q0; q < q1; ++q) {
@@ -263,7 +275,21 @@ RelationPlan plan_from_sources(const Problem& p, const SourceIndex& si) {
 
 }  // namespace
 
-RelationPlan relation_plan(const Problem& p) { return plan_from_sources(p, index_sources(p, nullptr)); }
+SourceIndex index_sources(const Problem& p) { return build_sources(p); }
+
+namespace {
+// The cached index when the caller has one, else a fresh one kept in `own`.
+const SourceIndex& sources_of(const Problem& p, SourceIndex& own) {
+  if (p.sources) return *p.sources;
+  own = build_sources(p);
+  return own;
+}
+}  // namespace
+
+RelationPlan relation_plan(const Problem& p) {
+  SourceIndex own;
+  return plan_from_sources(p, sources_of(p, own));
+}
 
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
@@ -272,25 +298,26 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
   const int64_t n = p.num_rows, fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   // Relations computed transform-first: their distinct sources' rows times W[r], once.
   std::vector<int8_t> choice(size_t(pv.r), 1);
-  SourceIndex si;
+  SourceIndex own;
+  const SourceIndex* si = nullptr;
   std::vector<T> transformed;
   std::vector<int64_t> t_off;
   if (p.strategy != Strategy::kAggregateFirst && fo > 0 && pv.e > 0) {
     // One pass indexes every relation's sources: the cost model reads their counts, the
     // transform-first relations their slots.
-    si = index_sources(p, nullptr);
-    choice = plan_from_sources(p, si).choice;
+    si = &sources_of(p, own);
+    choice = plan_from_sources(p, *si).choice;
     bool any = false;
     for (auto c : choice) any = any || c == 2;
     if (any) {
       // Only the transform-first relations' rows are kept (t_off: their prefix sums).
       t_off.assign(size_t(pv.r + 1), 0);
       for (int64_t r = 0; r < pv.r; ++r)
-        t_off[r + 1] = t_off[r] + (choice[r] == 2 ? si.src_ptr[r + 1] - si.src_ptr[r] : 0);
+        t_off[r + 1] = t_off[r] + (choice[r] == 2 ? si->src_ptr[r + 1] - si->src_ptr[r] : 0);
       transformed.assign(size_t(t_off[pv.r] * fo), T(0));
       std::vector<int64_t> items;  // (relation, first source slot) of every tile
       for (int64_t r = 0; r < pv.r; ++r)
-        for (int64_t k = si.src_ptr[r]; choice[r] == 2 && k < si.src_ptr[r + 1]; k += tile) {
+        for (int64_t k = si->src_ptr[r]; choice[r] == 2 && k < si->src_ptr[r + 1]; k += tile) {
           items.push_back(r);
           items.push_back(k);
         }
@@ -302,18 +329,19 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n_items; ++it) {
           const int64_t r = items[2 * it], k0 = items[2 * it + 1];
-          const int64_t k1 = std::min(si.src_ptr[r + 1], k0 + tile), m = k1 - k0;
+          const int64_t k1 = std::min(si->src_ptr[r + 1], k0 + tile), m = k1 - k0;
           for (int64_t k = k0; k < k1; ++k)
-            std::memcpy(rows.data() + (k - k0) * fi, x + si.src_list[k] * fi, sizeof(T) * fi);
+            std::memcpy(rows.data() + (k - k0) * fi, x + si->src_list[k] * fi, sizeof(T) * fi);
           gemm(fe, p.gemm, false, false, m, fo, fi, rows.data(), std::max<int64_t>(fi, 1),
                w + r * fi * fo, std::max<int64_t>(fo, 1), T(0),
-               transformed.data() + (t_off[r] + k0 - si.src_ptr[r]) * fo, fo);
+               transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo, fo);
         }
       }
       fe.rethrow();
     }
   }
-  const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi);
+  const bool fused = use_fused(p, Pass::kForward);
+  const TileFn gather_fn = fused ? tile_fn<T>(fi, pv.e * fi, fo) : tile_fn<T>(fi, pv.e * fi);
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
@@ -340,13 +368,25 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
             const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
             for (int64_t q = p0; q < p1; ++q) {
               const T cq = (values ? values[pv.perm[q]] : T(1)) * inv;
-              const T* row = t_r + si.slot[q] * fo;
+              const T* row = t_r + si->slot[q] * fo;
               for (int64_t j = 0; j < fo; ++j) out[j] += cq * row[j];
             }
           }
           continue;
         }
         const T* w_r = w + r * fi * fo;
+        if (fused) {  // y[target] += (reduced row) @ W[r], row by row
+          if (gb <= ga) continue;
+          auto l = tile_launch(p, 2, values, x, y, 0, fi, ga, gb);
+          l.ld_in = fi;
+          l.ld_out = fo;
+          l.prefetch_end = pv.grp_ptr[gb];
+          l.grp_dst = pv.grp_dst;
+          l.w = w_r;
+          l.width2 = fo;
+          gather_fn(&l);
+          continue;
+        }
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
           gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
@@ -371,7 +411,9 @@ namespace {
 template <typename T>
 struct SourceSide {
   std::vector<int8_t> side;
-  SourceIndex si;
+  SourceIndex own;                      // built here when the caller has no cached index
+  const SourceIndex* cached = nullptr;  // the caller's
+  const SourceIndex& si() const { return cached ? *cached : own; }
   std::vector<int64_t> u_off;
   std::vector<T> u;
   bool any = false;
@@ -389,12 +431,16 @@ SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* val
   if (p.strategy == Strategy::kAggregateFirst || pv.e == 0 || fi == 0 || fo == 0 ||
       (!need_u && !dw))
     return ss;
-  ss.si = index_sources(p, nullptr);
-  ss.side = plan_from_sources(p, ss.si).choice;
+  if (p.sources) {
+    ss.cached = p.sources;
+  } else {
+    ss.own = build_sources(p);
+  }
+  ss.side = plan_from_sources(p, ss.si()).choice;
   std::vector<int64_t> rels;
   ss.u_off.assign(size_t(pv.r + 1), 0);
   for (int64_t r = 0; r < pv.r; ++r) {
-    const int64_t s_r = ss.si.src_ptr[r + 1] - ss.si.src_ptr[r];
+    const int64_t s_r = ss.si().src_ptr[r + 1] - ss.si().src_ptr[r];
     const bool two = ss.side[r] == 2 && s_r > 0;
     if (two) rels.push_back(r);
     ss.u_off[r + 1] = ss.u_off[r] + (two && need_u ? s_r : 0);
@@ -410,21 +456,21 @@ SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* val
 #pragma omp for schedule(dynamic, 1)
     for (int64_t k = 0; k < n_rels; ++k) {
       const int64_t r = rels[size_t(k)];
-      const int64_t s0 = ss.si.src_ptr[r], s_r = ss.si.src_ptr[r + 1] - s0;
+      const int64_t s0 = ss.si().src_ptr[r], s_r = ss.si().src_ptr[r + 1] - s0;
       t_r.assign(size_t(s_r * fo), T(0));
       // T_r[slot] += coef * dY[target]: entries in their stored order (deterministic).
       for (int64_t g = pv.rel_ptr[r]; g < pv.rel_ptr[r + 1]; ++g) {
         const T* d = dy + pv.grp_dst[g] * fo;
         for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
           const T c = coef(pv, values, p.mean, g, q);
-          T* o = t_r.data() + ss.si.slot[size_t(q)] * fo;
+          T* o = t_r.data() + ss.si().slot[size_t(q)] * fo;
           for (int64_t j = 0; j < fo; ++j) o[j] += c * d[j];
         }
       }
       if (dw) {  // dW[r] = X[sources]^T T_r
         xs.resize(size_t(s_r * fi));
         for (int64_t i = 0; i < s_r; ++i)
-          std::memcpy(xs.data() + i * fi, x + ss.si.src_list[size_t(s0 + i)] * fi, sizeof(T) * fi);
+          std::memcpy(xs.data() + i * fi, x + ss.si().src_list[size_t(s0 + i)] * fi, sizeof(T) * fi);
         gemm(fe, p.gemm, true, false, fi, fo, s_r, xs.data(), fi, t_r.data(), fo, T(0),
              dw + r * fi * fo, fo);
       }
@@ -444,7 +490,15 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   const bool par = p.num_src * fi > 4096 && fi >= 16;
-  const auto fns = share_fns<T>(p, fi, 8, pv.e * fi);
+  const bool fused = use_fused(p, Pass::kGradX);
+  const auto fns = share_fns<T>(p, fi, 8, pv.e * fi, fused ? fo : 0);
+  std::vector<T> wt;  // fused: W[r]^T [F_out, F_in] per relation, rows of a thread's columns
+  if (fused) {
+    wt.resize(size_t(pv.r * fi * fo));
+    for (int64_t r = 0; r < pv.r; ++r)
+      for (int64_t i = 0; i < fi; ++i)
+        for (int64_t j = 0; j < fo; ++j) wt[size_t((r * fo + j) * fi + i)] = w[(r * fi + i) * fo + j];
+  }
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (par)
   {
@@ -461,13 +515,25 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
     std::vector<T> dyg(size_t(tile * std::max<int64_t>(fo, 1))), dagg(size_t(tile * std::max<int64_t>(wd, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
       if (ss.side[r] == 2) {  // U_r rows into their sources' rows
-        const int64_t s0 = ss.si.src_ptr[r], s_r = ss.si.src_ptr[r + 1] - s0;
+        const int64_t s0 = ss.si().src_ptr[r], s_r = ss.si().src_ptr[r + 1] - s0;
         const T* u = ss.u.data() + ss.u_off[r] * fi + i0;
         for (int64_t i = 0; i < s_r; ++i) {
-          T* out = dx + ss.si.src_list[size_t(s0 + i)] * fi + i0;
+          T* out = dx + ss.si().src_list[size_t(s0 + i)] * fi + i0;
           const T* in = u + i * fi;
           for (int64_t j = 0; j < wd; ++j) out[j] += in[j];
         }
+        continue;
+      }
+      if (fused) {  // per group: u = dY[target] @ W[r]^T (own columns), scattered to sources
+        if (pv.rel_ptr[r + 1] <= pv.rel_ptr[r]) continue;
+        auto l = tile_launch(p, 3, values, dy, dx, i0, wd, pv.rel_ptr[r], pv.rel_ptr[r + 1]);
+        l.ld_out = fi;
+        l.grp_dst = pv.grp_dst;
+        l.w = wt.data() + r * fo * fi;
+        l.ld_w = fi;
+        l.aux = dy;
+        l.width2 = fo;
+        fn(&l);
         continue;
       }
       const T* w_r = w + r * fi * fo + i0 * fo;
@@ -491,7 +557,8 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   FirstError fe;
-  const auto fns = share_fns<T>(p, fi, 1, pv.e * fi);
+  const bool fused = use_fused(p, Pass::kGradW);
+  const auto fns = share_fns<T>(p, fi, 1, pv.e * fi, fused ? fo : 0);
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fi > 4096 && fi >= 2)
   {
     const int64_t nt = thread_count(), t = thread_id();
@@ -503,6 +570,17 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
       if (side[r] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r]) continue;
       T* dw_r = dw + r * fi * fo + i0 * fo;
       if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
+      if (fused) {  // per group: dW[r] rows += (reduced own columns) x dY[target]
+        if (pv.rel_ptr[r + 1] <= pv.rel_ptr[r]) continue;
+        auto l = tile_launch(p, 4, values, x, dw_r, i0, wd, pv.rel_ptr[r], pv.rel_ptr[r + 1]);
+        l.ld_in = fi;
+        l.prefetch_end = pv.grp_ptr[pv.rel_ptr[r + 1]];
+        l.grp_dst = pv.grp_dst;
+        l.aux = dy;
+        l.width2 = fo;
+        fn(&l);
+        continue;
+      }
       for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1] && fo > 0; g0 += tile) {
         const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
         gather_reduce(fn, p, values, x, fi, i0, wd, g0, g1, agg.data());

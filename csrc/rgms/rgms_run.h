@@ -41,8 +41,22 @@ struct PlanView {
 // cost model (relation_plan). The backward always uses aggregate-then-transform.
 enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 };
 
-// Where the small dense products run (tests force each; kAuto = the planner's choice).
-enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2 };
+// Where the small dense products run (tests force each; kAuto = the planner's choice):
+// per tile of groups on oneDNN or the built-in GEMM kernel, or kFused: no GEMM call, each
+// group's row multiplied while it is in registers (kernels/cpu/rgms_kernel.h kinds 2-4,
+// JIT-compiled for the two widths). kAuto takes kFused for the forward and the grad-X pass
+// up to kFusedMaxAuto columns each side (measured: on par or ahead of the tiles at 16
+// columns, behind from 32 on, and behind for grad W at every width; docs/RGMS.md), oneDNN
+// tiles otherwise; sj.tune measures both per structure.
+enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2, kFused = 3 };
+constexpr int64_t kFusedMaxAuto = 16;
+
+// Distinct sources per relation (structure only, so computed once per typed structure and
+// cached by the caller): src_ptr [R + 1], src_list [sum S_r] (first-seen order), and each
+// entry's slot in its relation's list.
+struct SourceIndex {
+  std::vector<int64_t> src_ptr, src_list, slot;
+};
 
 struct Problem {
   PlanView plan;
@@ -55,7 +69,13 @@ struct Problem {
   int num_threads = 1;  // the caller's intra-op thread count (at::get_num_threads())
   Strategy strategy = Strategy::kAuto;
   int64_t f_root = 0;  // columns of x_root (the root term's input), when there is one
+  // The structure's source index (index_sources), when the caller caches it; else built on
+  // each call that needs it.
+  const SourceIndex* sources = nullptr;
 };
+
+// Builds the source index of p's structure (O(E), parallel over relations).
+SourceIndex index_sources(const Problem& p);
 
 // The fused root term and bias of an R-GCN layer: Y = x_root @ root + bias + sum over
 // relations. x_root [num_rows, f_root], root [f_root, f_out], bias [f_out]; each may be null.

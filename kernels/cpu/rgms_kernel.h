@@ -5,7 +5,9 @@
 // element-wise operations in the same order: their results are bit-identical (tested).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace sparsejit::cpu {
 
@@ -13,6 +15,15 @@ namespace sparsejit::cpu {
 //   kind 0, gather-reduce: out[t, 0:width] = sum over group g0 + t's entries q of
 //           coef_q * in[src[q] * ld_in + c0 + 0:width]                      (out row stride width)
 //   kind 1, scatter:       out[src[q] * ld_out + c0 + 0:width] += coef_q * in[(g - g0) * width + 0:width]
+//   kind 2, fused forward (one relation's groups, w = W[r] [width, width2] row-major):
+//           out[grp_dst[g] * ld_out + 0:width2] += (sum_q coef_q * in[src[q] * ld_in + 0:width]) @ w
+//   kind 3, fused grad X (w = W[r]^T [width2, ld_w] row-major, aux = dY [*, width2]):
+//           u = aux[grp_dst[g], :] @ w[:, c0:c0 + width];  out[src[q] * ld_out + c0 + :] += coef_q * u
+//   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
+//           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
+// Kinds 2-4 replace gather -> small GEMM -> scatter by one pass over the groups with the
+// product done row by row while the row is in registers (no tile buffers, no GEMM call per
+// tile): what wins for narrow rows (csrc/rgms/rgms_run.cpp picks them up to 64 columns).
 // coef_q = values[perm[q]] (1 without values), divided by the group's size when mean.
 struct RgmsTileLaunch {
   int32_t kind = 0;
@@ -26,6 +37,11 @@ struct RgmsTileLaunch {
   int64_t ld_in = 0, ld_out = 0, c0 = 0, width = 0;
   int64_t g0 = 0, g1 = 0;
   int64_t prefetch_end = 0;  // entries before this may be prefetched (kind 0)
+  // Kinds 2-4.
+  const int64_t* grp_dst = nullptr;
+  const void* w = nullptr;    // T
+  const void* aux = nullptr;  // T
+  int64_t width2 = 0, ld_w = 0;
 };
 
 namespace rgms_detail {
@@ -72,12 +88,172 @@ inline void scatter(const RgmsTileLaunch& l) {
   }
 }
 
+// Rows as vectors of 32 bytes (GCC/Clang vector extensions: AVX under the JIT's
+// -march=native, pairs of SSE registers in the baseline build). Each lane does the same
+// multiply and add as the scalar tail, so results do not depend on the vector width.
+template <typename T>
+struct Lanes {
+  static constexpr int64_t n = 32 / int64_t(sizeof(T));
+  typedef T v __attribute__((vector_size(32)));
+  // The same vector at T's alignment, allowed to alias T (unaligned loads and stores).
+  typedef T u __attribute__((vector_size(32), aligned(sizeof(T)), may_alias));
+};
+template <typename T>
+inline typename Lanes<T>::v vload(const T* p) {
+  return *reinterpret_cast<const typename Lanes<T>::u*>(p);
+}
+template <typename T>
+inline void vstore(T* p, typename Lanes<T>::v x) {
+  *reinterpret_cast<typename Lanes<T>::u*>(p) = x;
+}
+template <typename T>
+inline typename Lanes<T>::v vsplat(T a) {
+  typename Lanes<T>::v r = {};
+  return r + a;
+}
+
+// y[0:n] += a * x[0:n] (N > 0: n at compile time).
+template <typename T, int N>
+inline void axpy(T* y, T a, const T* x, int64_t n_rt) {
+  const int64_t n = N > 0 ? N : n_rt;
+  constexpr int64_t L = Lanes<T>::n;
+  const typename Lanes<T>::v av = vsplat(a);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) vstore(y + j, vload(y + j) + av * vload(x + j));
+  for (; j < n; ++j) y[j] += a * x[j];
+}
+
+// Sum over group g's entries of coef_q * in[src[q] * ld_in + c0 + 0:w] into agg[0:w].
 template <typename T, int W>
+inline void reduce_group(const RgmsTileLaunch& l, const T* x, const T* values, int64_t w,
+                         int64_t g, T* agg) {
+  const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
+  const T inv = l.mean ? T(1) / T(p1 - p0) : T(1);
+  for (int64_t j = 0; j < w; ++j) agg[j] = T(0);
+  constexpr int64_t kAhead = 6;
+  for (int64_t q = p0; q < p1; ++q) {
+    if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
+    const T c = (values ? values[l.perm[q]] : T(1)) * inv;
+    axpy<T, W>(agg, c, x + l.src[q] * l.ld_in + l.c0, w);
+  }
+}
+
+// The widest row a fused kind keeps on the stack (rgms_run.cpp uses them up to 64).
+constexpr int64_t kFusedMaxWidth = 256;
+
+// Whether a constant width is whole vectors, few enough to stay in registers.
+template <typename T, int N>
+constexpr bool in_registers() {
+  return N > 0 && N % Lanes<T>::n == 0 && N / Lanes<T>::n <= 8;
+}
+
+template <typename T, int W, int W2>
+inline void fused_forward(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
+  const T* x = static_cast<const T*>(l.in);
+  const T* values = static_cast<const T*>(l.values);
+  const T* wr = static_cast<const T*>(l.w);
+  T* y = static_cast<T*>(l.out);
+  T agg[W > 0 ? W : kFusedMaxWidth];
+  for (int64_t g = l.g0; g < l.g1; ++g) {
+    reduce_group<T, W>(l, x, values, w, g, agg);
+    T* yrow = y + l.grp_dst[g] * l.ld_out;
+    if constexpr (in_registers<T, W2>()) {  // the target row in registers across k
+      constexpr int64_t L = Lanes<T>::n, NV = W2 / L;
+      typename Lanes<T>::v acc[NV];
+      for (int64_t i = 0; i < NV; ++i) acc[i] = vload(yrow + i * L);
+      for (int64_t k = 0; k < w; ++k) {
+        const auto a = vsplat(agg[k]);
+        const T* wk = wr + k * W2;
+        for (int64_t i = 0; i < NV; ++i) acc[i] += a * vload(wk + i * L);
+      }
+      for (int64_t i = 0; i < NV; ++i) vstore(yrow + i * L, acc[i]);
+    } else {
+      for (int64_t k = 0; k < w; ++k) axpy<T, W2>(yrow, agg[k], wr + k * w2, w2);
+    }
+  }
+}
+
+template <typename T, int W, int W2>
+inline void fused_grad_x(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
+  const T* dy = static_cast<const T*>(l.aux);
+  const T* values = static_cast<const T*>(l.values);
+  const T* wt = static_cast<const T*>(l.w) + l.c0;
+  T* dx = static_cast<T*>(l.out);
+  for (int64_t g = l.g0; g < l.g1; ++g) {
+    const T* d = dy + l.grp_dst[g] * w2;
+    const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
+    if constexpr (in_registers<T, W>()) {  // u in registers
+      constexpr int64_t L = Lanes<T>::n, NV = W / L;
+      typename Lanes<T>::v u[NV];
+      for (int64_t i = 0; i < NV; ++i) u[i] = vsplat(T(0));
+      for (int64_t j = 0; j < w2; ++j) {
+        const auto a = vsplat(d[j]);
+        const T* wj = wt + j * l.ld_w;
+        for (int64_t i = 0; i < NV; ++i) u[i] += a * vload(wj + i * L);
+      }
+      for (int64_t q = p0; q < p1; ++q) {
+        T c = values ? values[l.perm[q]] : T(1);
+        if (l.mean) c /= T(p1 - p0);
+        const auto cv = vsplat(c);
+        T* o = dx + l.src[q] * l.ld_out + l.c0;
+        for (int64_t i = 0; i < NV; ++i) vstore(o + i * L, vload(o + i * L) + cv * u[i]);
+      }
+    } else {
+      T u[W > 0 ? W : kFusedMaxWidth];
+      for (int64_t c = 0; c < w; ++c) u[c] = T(0);
+      for (int64_t j = 0; j < w2; ++j) axpy<T, W>(u, d[j], wt + j * l.ld_w, w);
+      for (int64_t q = p0; q < p1; ++q) {
+        T c = values ? values[l.perm[q]] : T(1);
+        if (l.mean) c /= T(p1 - p0);
+        axpy<T, W>(dx + l.src[q] * l.ld_out + l.c0, c, u, w);
+      }
+    }
+  }
+}
+
+template <typename T, int W, int W2>
+inline void fused_grad_w(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
+  const T* x = static_cast<const T*>(l.in);
+  const T* dy = static_cast<const T*>(l.aux);
+  const T* values = static_cast<const T*>(l.values);
+  T* dw = static_cast<T*>(l.out);
+  // The launch's products accumulate in a private block (L1), then add into dW once: the
+  // same order of additions in both instantiations.
+  T acc_fixed[(W > 0 && W2 > 0) ? W * W2 : 1];
+  std::vector<T> acc_dyn((W > 0 && W2 > 0) ? 0 : std::size_t(w * w2));
+  T* acc = (W > 0 && W2 > 0) ? acc_fixed : acc_dyn.data();
+  for (int64_t i = 0; i < w * w2; ++i) acc[i] = T(0);
+  T agg[W > 0 ? W : kFusedMaxWidth];
+  for (int64_t g = l.g0; g < l.g1; ++g) {
+    reduce_group<T, W>(l, x, values, w, g, agg);
+    const T* d = dy + l.grp_dst[g] * w2;
+    if constexpr (in_registers<T, W2>()) {  // the dY row in registers across c
+      constexpr int64_t L = Lanes<T>::n, NV = W2 / L;
+      typename Lanes<T>::v dv[NV];
+      for (int64_t i = 0; i < NV; ++i) dv[i] = vload(d + i * L);
+      for (int64_t c = 0; c < w; ++c) {
+        const auto a = vsplat(agg[c]);
+        T* o = acc + c * W2;
+        for (int64_t i = 0; i < NV; ++i) vstore(o + i * L, vload(o + i * L) + a * dv[i]);
+      }
+    } else {
+      for (int64_t c = 0; c < w; ++c) axpy<T, W2>(acc + c * w2, agg[c], d, w2);
+    }
+  }
+  for (int64_t i = 0; i < w * w2; ++i) dw[i] += acc[i];
+}
+
+template <typename T, int W, int W2 = 0>
 inline void run(const RgmsTileLaunch& l) {
-  if (l.kind == 0) {
-    gather_reduce<T, W>(l);
-  } else {
-    scatter<T, W>(l);
+  switch (l.kind) {
+    case 0: gather_reduce<T, W>(l); break;
+    case 1: scatter<T, W>(l); break;
+    case 2: fused_forward<T, W, W2>(l); break;
+    case 3: fused_grad_x<T, W, W2>(l); break;
+    default: fused_grad_w<T, W, W2>(l); break;
   }
 }
 

@@ -1,7 +1,10 @@
 """Measured schedules for RGMS (:func:`tune_rgms`, reached through ``sj.tune(A_typed, ...)``).
 
-A schedule is (strategy, tile): the forward's strategy ("auto" = the per-relation cost model,
-or one strategy for every relation) and the groups per GEMM tile of every pass. ``tune``
+A schedule is (strategy, tile, kernel): the forward's strategy ("auto" = the per-relation
+cost model, or one strategy for every relation), the groups per GEMM tile of every pass, and
+where the products run ("tiles": small GEMMs on oneDNN per tile of groups, with the built-in
+fused rows for narrow widths; "fused": every pass row by row in JIT-compiled registers, no
+GEMM call). ``tune``
 measures each candidate forward + backward on the typed structure with random features,
 keeps the fastest on the structure for this process and on disk, keyed by the structure's
 fingerprint, widths, dtype, reduce, CPU model and thread count, so the next process (and
@@ -25,7 +28,8 @@ from .plans import _cpu_model
 from .tuning import _median_ms, _Progress
 
 _TILES = (32, 64, 128, 256, 512, 1024)
-_MEMORY: Dict[Tuple[str, str], Tuple[int, int]] = {}
+_KERNELS = {"tiles": 0, "fused": 3}  # the raw ops' `gemm` argument
+_MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}
 
 
 def typed_fingerprint(A: TypedSparseMatrix) -> str:
@@ -56,8 +60,8 @@ def _load(fp: str) -> dict:
 
 
 def schedule_for(A: TypedSparseMatrix, f_in: int, f_out: int, dtype: torch.dtype,
-                 reduce: str) -> Optional[Tuple[int, int]]:
-    """(strategy id, tile) stored by tune for this call, or None (the cost model's)."""
+                 reduce: str) -> Optional[Tuple[int, int, int]]:
+    """(strategy id, tile, gemm) stored by tune for this call, or None (the cost model's)."""
     if torch.compiler.is_compiling():
         return None
     fp = getattr(A, "_fingerprint", None)
@@ -71,7 +75,8 @@ def schedule_for(A: TypedSparseMatrix, f_in: int, f_out: int, dtype: torch.dtype
         entry = _load(fp).get(key)
         if not isinstance(entry, dict) or "strategy" not in entry or "tile" not in entry:
             return None
-        hit = (int(entry["strategy"]), int(entry["tile"]))
+        gemm = int(entry.get("gemm", 0))  # stores from before the kernel choice: tiles
+        hit = (int(entry["strategy"]), int(entry["tile"]), gemm if gemm in (0, 3) else 0)
         _MEMORY[(fp, key)] = hit
     return hit
 
@@ -101,9 +106,10 @@ def clear_schedule_cache() -> None:
 def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
               reduce: str = "mean", dtype: torch.dtype = torch.float32, repeat: int = 5,
               progress: Optional[bool] = None, store: bool = True) -> dict:
-    """Measures every (strategy, tile) for one RGMS layer's forward + backward on A with
-    random ``[num_src, F]`` features and ``[R, F, F_out]`` weights; returns
-    ``{"best": name, "times_ms": {...}, "key": ..., "strategy": id, "tile": t}``."""
+    """Measures every (strategy, tile) with GEMM tiles, and every strategy with the fused row
+    kernels, for one RGMS layer's forward + backward on A with random ``[num_src, F]``
+    features and ``[R, F, F_out]`` weights; returns ``{"best": name, "times_ms": {...},
+    "key": ..., "strategy": id, "tile": t, "gemm": 0 (tiles) or 3 (fused)}``."""
     if reduce not in ("sum", "mean"):
         raise ValueError(f"reduce must be 'sum' or 'mean'; got {reduce!r}")
     if dtype not in (torch.float32, torch.float64, torch.bfloat16):
@@ -117,18 +123,20 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
     dY = torch.randn(n_dst, f_out).to(dtype)
     vals = A.values.to(dtype) if A.values is not None else None
     default_tile = _core.rgms_default_tile(F, f_out)
-    cands = [(s, t) for s in _STRATEGIES for t in sorted({default_tile, *_TILES})]
+    cands = [(s, t, "tiles") for s in _STRATEGIES for t in sorted({default_tile, *_TILES})]
+    if 0 < F <= 256 and 0 < f_out <= 256:  # the fused kernels' widths
+        cands += [(s, default_tile, "fused") for s in _STRATEGIES]
     bar = _Progress(len(cands), f"sparsejit.tune rgms F={F}->{f_out}",
                     sys.stderr.isatty() if progress is None else progress)
     times: Dict[str, float] = {}
     ref = None
-    for s, t in cands:
-        sid = _STRATEGIES[s]
+    for s, t, kernel in cands:
+        sid, gemm = _STRATEGIES[s], _KERNELS[kernel]
 
         def step():
-            y = torch.ops.sparsejit.rgms(*A.plan, X, W, vals, reduce, n_dst, 0, t, sid)
+            y = torch.ops.sparsejit.rgms(*A.plan, X, W, vals, reduce, n_dst, gemm, t, sid)
             g = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, vals, dY, reduce, True, True,
-                                                  False, 0, t, sid)
+                                                  False, gemm, t, sid)
             return y, g
 
         y, _ = step()
@@ -136,22 +144,24 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
             ref = y
         else:  # every candidate computes the same function
             torch.testing.assert_close(y.float(), ref.float(), atol=1e-2, rtol=1e-2)
-        name = f"{s}/tile={t}"
+        name = f"{s}/tile={t}" if kernel == "tiles" else f"{s}/fused"
         times[name] = _median_ms(step, repeat)
         bar.step(name)
     best = min(times, key=times.get)
-    s_best, t_best = best.split("/tile=")
+    s_best, t_best, k_best = next(c for c in cands if (
+        f"{c[0]}/tile={c[1]}" if c[2] == "tiles" else f"{c[0]}/fused") == best)
     result = {"best": best, "times_ms": times, "strategy": _STRATEGIES[s_best],
-              "tile": int(t_best), "key": schedule_key(F, f_out, dtype, reduce)}
+              "tile": int(t_best), "gemm": _KERNELS[k_best],
+              "key": schedule_key(F, f_out, dtype, reduce)}
     fp = typed_fingerprint(A)
-    _MEMORY[(fp, result["key"])] = (result["strategy"], result["tile"])
+    _MEMORY[(fp, result["key"])] = (result["strategy"], result["tile"], result["gemm"])
     A._maybe_tuned = True
     _ANY_STORE.clear()
     if store:
         path = _store_path(fp)
         data = _load(fp)
         data[result["key"]] = {"strategy": result["strategy"], "tile": result["tile"],
-                               "best": best, "times_ms": times}
+                               "gemm": result["gemm"], "best": best, "times_ms": times}
         tmp = path.with_suffix(f".tmp.{os.getpid()}.{threading.get_ident()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

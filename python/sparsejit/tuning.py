@@ -163,7 +163,8 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
         text = A.explain(F, F)
         sched = schedule_for(A, F, F, dtype, reduce)
         if sched is not None:
-            text += f"\ntuned schedule (sparsejit.tune): strategy id {sched[0]}, tile {sched[1]}"
+            kernel = "fused rows" if sched[2] == 3 else f"GEMM tiles of {sched[1]} groups"
+            text += f"\ntuned schedule (sparsejit.tune): strategy id {sched[0]}, {kernel}"
         print(text, file=file or sys.stdout)
         return {"text": text, "tuned": sched}
     if op != "spmm":

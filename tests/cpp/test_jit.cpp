@@ -11,6 +11,7 @@
 
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_jit.h"
+#include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "kernels/cpu/kernels.h"
@@ -20,6 +21,7 @@ namespace sparsejit {
 namespace {
 
 using codegen::CpuJit;
+using codegen::CpuRgmsTileSpec;
 using codegen::CpuSddmmSpec;
 using codegen::CpuSpmmSpec;
 
@@ -50,6 +52,30 @@ TEST(JitSpec, NamesAndKeysAreDistinctAcrossOps) {
       EXPECT_NE(s.source().find("extern \"C\" void sparsejit_entry(const void* launch)"),
                 std::string::npos);
     }
+}
+
+TEST(JitSpec, RgmsTileWidthsAreKeyedAndChecked) {
+  std::set<uint64_t> keys;
+  std::set<std::string> names;
+  for (int64_t w : {8, 16, 64})
+    for (int64_t w2 : {0, 8, 16, 64}) {
+      CpuRgmsTileSpec s;
+      s.width = w;
+      s.width2 = w2;
+      EXPECT_EQ(s.op(), OpKind::RgmsTile);
+      EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
+      EXPECT_TRUE(names.insert(s.name()).second) << s.name();
+      EXPECT_NE(s.source().find(", " + std::to_string(w2) + ">("), std::string::npos);
+    }
+  CpuRgmsTileSpec bad;
+  bad.width = 16;
+  bad.width2 = CpuRgmsTileSpec::kMaxWidth2 + 1;
+  try {
+    bad.source();
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("width2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JitSpec, UnsupportedValuesThrowNamingThem) {

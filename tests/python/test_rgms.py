@@ -500,11 +500,12 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
         torch.set_num_threads(old)
 
 
-@pytest.mark.parametrize("gemm", [1, 2])
+@pytest.mark.parametrize("gemm", [1, 2, 3])
 @pytest.mark.parametrize("strategy", [1, 2])
 def test_rgms_each_gemm_kernel(gemm, strategy):
-    """oneDNN (1) and the built-in kernel (2) forced, after torch has run its own oneDNN
-    matmul (the case that once made libdnnl's sgemm return 'unimplemented')."""
+    """oneDNN (1), the built-in kernel (2) and the fused row kernels (3, at widths that are
+    not whole vectors) forced, after torch has run its own oneDNN matmul (the case that once
+    made libdnnl's sgemm return 'unimplemented')."""
     torch.randn(64, 64) @ torch.randn(64, 64)
     g = torch.Generator().manual_seed(5)
     ei, et, n, _, r = typed_graph("hub", seed=3)
@@ -608,19 +609,21 @@ def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
     ei, et, n, _, r = typed_graph("skewed", seed=21)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
     res = sj.tune(A, F=8, reduce="mean", repeat=1, progress=True)
-    assert res["best"] in res["times_ms"] and len(res["times_ms"]) >= 18
+    assert res["best"] in res["times_ms"] and len(res["times_ms"]) >= 21
+    assert any(k.endswith("/fused") for k in res["times_ms"])     # the fused row kernels
     assert "sparsejit.tune rgms" in capsys.readouterr().err       # the progress bar
     stored = list((tmp_path / "tuned").glob("rgms-*.json"))
     assert len(stored) == 1
     # A fresh structure object (same graph) in a "new process": memory cleared, disk read.
     sj.clear_caches()
     B = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    assert rgms_tuning.schedule_for(B, 8, 8, torch.float32, "mean") == (res["strategy"], res["tile"])
+    tuned = (res["strategy"], res["tile"], res["gemm"])
+    assert rgms_tuning.schedule_for(B, 8, 8, torch.float32, "mean") == tuned
     assert rgms_tuning.schedule_for(B, 8, 8, torch.float64, "mean") is None
     X, W = torch.randn(n, 8, dtype=torch.float64), torch.randn(r, 8, 8, dtype=torch.float64)
     torch.testing.assert_close(sj.rgms(B, X, W, reduce="mean"), reference(ei, et, n, X, W, "mean"))
     info = sj.explain(B, F=8, reduce="mean", dtype=torch.float32)
-    assert info["tuned"] == (res["strategy"], res["tile"])
+    assert info["tuned"] == tuned
     sj.clear_caches()
     monkeypatch.delenv("SPARSEJIT_CACHE_DIR")
     sj._core.jit_refresh_env()
@@ -840,3 +843,79 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
     for got, want in zip(jitted[:4], ref):
         torch.testing.assert_close(got.double(), want, atol=1e-4 * max(1, want.abs().max()),
                                    rtol=1e-4)
+
+
+@pytest.mark.parametrize("f_in,f_out", [(16, 16), (8, 24), (64, 32), (5, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rgms_fused_rows_jit_match_generic_and_reference(f_in, f_out, dtype, threads,
+                                                         poison_empty):
+    """The fused row kernels (gemm=3: kernels/cpu/rgms_kernel.h kinds 2-4) compiled by the
+    JIT with both widths constant against their generic instantiation (SPARSEJIT_JIT=0):
+    the same bits for the forward and the X and W gradients, each strategy, with values and
+    mean; and both against the float64 reference. Skewed relations (one empty, a fan-out
+    one), a hub target, one-entry groups."""
+    from sparsejit import _core
+
+    from conftest import generic_only
+
+    g = torch.Generator().manual_seed(33 + f_in)
+    n, e, r = 700, 14000, 6  # E x F_in >= 2^16: the JIT compiles for these widths
+    et = torch.multinomial(torch.tensor([6.0, 3, 0, 1, 0.5, 2]), e, True, generator=g)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei[0, et == 1] = ei[0, et == 1] % 3  # fan-out: few distinct sources (transform first)
+    ei[1, : e // 5] = 11                 # a hub target
+    X = torch.randn(n, f_in, generator=g, dtype=dtype)
+    W = torch.randn(r, f_in, f_out, generator=g, dtype=dtype)
+    v = torch.rand(e, generator=g, dtype=dtype)
+    dY = torch.randn(n, f_out, generator=g, dtype=dtype)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+
+    def run():
+        outs = []
+        for strategy in (0, 1, 2):
+            outs.append(torch.ops.sparsejit.rgms(*A.plan, X, W, v, "mean", n, 3, 0, strategy))
+            outs.extend(torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "mean", True,
+                                                          True, False, 3, 0, strategy)[:2])
+        return outs
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    scalar = _core.enums()["scalar"]["f32" if dtype == torch.float32 else "f64"]
+    try:
+        _core.jit_clear_memory_cache()
+        jitted = run()
+        # the forward loaded the kernel compiled for (F_in, F_out)
+        info = _core.jit_rgms_tile(scalar, f_in, f_out)
+        assert info["ok"] and info["memory_hit"], info["error"]
+        generic = generic_only(run)
+    finally:
+        torch.set_num_threads(old_threads)
+    names = [f"{what} strategy {s}" for s in (0, 1, 2) for what in ("Y", "dX", "dW")]
+    for name, a, b in zip(names, jitted, generic):
+        assert torch.equal(a, b), name
+    ref = _grads_reference(ei, et, n, X, W, v, "mean", dY)[:3]
+    tol = 2e-4 if dtype == torch.float32 else 1e-10
+    for i, got in enumerate(jitted):
+        want = ref[i % 3]
+        torch.testing.assert_close(got.double(), want, atol=tol * max(1, want.abs().max()),
+                                   rtol=tol)
+
+
+@pytest.mark.parametrize("kind", ["empty", "r1", "r200", "skewed", "rect"])
+def test_rgms_fused_rows_edge_cases(kind, poison_empty):
+    """gemm=3 on the small named shapes (no edges, one relation, 200 relations with a few
+    entries each, empty relations, a rectangular graph), forward and gradients."""
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=4)
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(n_src, 16, generator=g, dtype=torch.float64)
+    W = torch.randn(r, 16, 8, generator=g, dtype=torch.float64)
+    dY = torch.randn(n_dst, 8, generator=g, dtype=torch.float64)
+    v = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    Y = torch.ops.sparsejit.rgms(*A.plan, X, W, v, "sum", n_dst, 3, 0, 0)
+    dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "sum", True, True,
+                                                   True, 3, 0, 0)
+    ref = _grads_reference(ei, et, n_dst, X, W, v, "sum", dY)
+    for got, want in zip((Y, dx, dw, dv), ref):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)

@@ -179,8 +179,8 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
 // The Torch-free problem description (csrc/rgms/rgms_run.h) of a checked call.
 rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src, int64_t f_in,
                            int64_t f_out, int64_t gemm, int64_t tile) {
-  RGMS_CHECK(gemm >= 0 && gemm <= 2, "rgms: gemm must be 0 (auto), 1 (oneDNN) or 2 (built-in); got ",
-             gemm);
+  RGMS_CHECK(gemm >= 0 && gemm <= 3, "rgms: gemm must be 0 (auto), 1 (oneDNN), 2 (built-in) "
+             "or 3 (fused row products); got ", gemm);
   RGMS_CHECK(tile >= 0 && tile <= (int64_t(1) << 20), "rgms: tile must be in [0, 2^20]; got ", tile);
   rgms::Problem p;
   p.plan = {ptr<int64_t>(a.rel_ptr), ptr<int64_t>(a.grp_ptr), ptr<int64_t>(a.grp_dst),
@@ -195,6 +195,21 @@ rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src,
   p.tile = tile;
   p.num_threads = at::get_num_threads();
   return p;
+}
+
+// The structure's distinct-source index (csrc/rgms/rgms_run.h), built once per live plan and
+// source count, not on every call: the cost model and the transform-first / source-side
+// passes read it. The returned pointer keeps it alive for the call.
+std::shared_ptr<const rgms::SourceIndex> attach_sources(const PlanArgs& a, rgms::Problem& p) {
+  if (p.strategy == rgms::Strategy::kAggregateFirst || a.e == 0) return nullptr;
+  auto made = derived_once("rgms_sources", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm},
+                           p.num_src, [&] {
+                             return std::static_pointer_cast<const void>(
+                                 std::make_shared<rgms::SourceIndex>(rgms::index_sources(p)));
+                           });
+  auto sources = std::static_pointer_cast<const rgms::SourceIndex>(made);
+  p.sources = sources.get();
+  return sources;
 }
 
 template <typename T>
@@ -254,6 +269,7 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
   p.f_root = root.has_value() ? root->size(0) : 0;
+  const auto sources = attach_sources(a, p);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::RootTerm<scalar_t> rt;
     rt.root = opt_ptr<scalar_t>(root);
@@ -310,6 +326,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
   auto dv = need_values ? at::empty({a.e}, x.options()) : at::empty({0}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
+  const auto sources = attach_sources(a, p);
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
     rgms::backward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
                              ptr<scalar_t>(dy), need_x ? ptr<scalar_t>(dx) : nullptr,

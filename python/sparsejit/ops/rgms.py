@@ -240,13 +240,13 @@ def rgms(
         raise ValueError(f"sparsejit.rgms: root with x_root=None uses X as the targets' "
                          f"features, but X has {X.shape[0]} rows and the structure "
                          f"{A.shape[0]} targets; pass x_root")
-    sid, tile = _STRATEGIES[strategy], 0
+    sid, tile, gemm = _STRATEGIES[strategy], 0, 0
     if strategy == "auto" and not torch.compiler.is_compiling():
         from ..rgms_tuning import schedule_for  # a schedule stored by sj.tune, if any
 
         sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
         if sched is not None:
-            sid, tile = sched
+            sid, tile, gemm = sched
     tensors = (X, W, values, root, bias, x_root)
     if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
             any(t is not None and t.requires_grad for t in tensors):
@@ -254,10 +254,10 @@ def rgms(
         # registered-autograd path costs ~0.2 ms a call in Python (its fill_defaults), more
         # than the whole op on small graphs; compiled graphs still go through it.
         return _RgmsFunction.apply(X, W, values, root, bias, x_root, A.plan, reduce,
-                                   A.shape[0], tile, sid)
+                                   A.shape[0], tile, sid, gemm)
     with without_autograd(*tensors):
-        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], 0, tile, sid,
-                                        root, bias, x_root)
+        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], gemm, tile,
+                                        sid, root, bias, x_root)
 
 
 def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, strategy, need):
@@ -279,21 +279,22 @@ def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, stra
 
 class _RgmsFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, X, W, values, root, bias, x_root, plan, reduce, num_rows, tile, strategy):
+    def forward(ctx, X, W, values, root, bias, x_root, plan, reduce, num_rows, tile, strategy,
+                gemm):
         with torch._C._AutoDispatchBelowAutograd():
-            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, 0, tile, strategy,
-                                         root, bias, x_root)
+            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, gemm, tile,
+                                         strategy, root, bias, x_root)
         ctx.save_for_backward(X, W, values, root, x_root, *plan)
-        ctx.reduce, ctx.tile, ctx.strategy = reduce, tile, strategy
+        ctx.reduce, ctx.tile, ctx.strategy, ctx.gemm = reduce, tile, strategy, gemm
         return y
 
     @staticmethod
     def backward(ctx, grad):
         X, W, values, root, x_root, *plan = ctx.saved_tensors
         with torch._C._AutoDispatchBelowAutograd():
-            grads = _rgms_grads(plan, X, W, values, root, x_root, grad, ctx.reduce, 0, ctx.tile,
-                                ctx.strategy, ctx.needs_input_grad[:6])
-        return grads + (None, None, None, None, None)
+            grads = _rgms_grads(plan, X, W, values, root, x_root, grad, ctx.reduce, ctx.gemm,
+                                ctx.tile, ctx.strategy, ctx.needs_input_grad[:6])
+        return grads + (None, None, None, None, None, None)
 
 
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ def rgms_valid(r: Rand) -> Case:
         root = r.data((x_root.shape[1], f_out), dtype)
     if r.coin():
         bias = r.data((f_out,), dtype)
-    gemm, tile, strategy = r.randint(0, 2), r.choice([0, 1, 3, 64]), r.randint(0, 2)
+    gemm, tile, strategy = r.randint(0, 3), r.choice([0, 1, 3, 64]), r.randint(0, 2)
     plan = torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel)
     ref = _ref_rgms(ei, et, n_dst, x, w, reduce, values, root, bias, x_root)
     return Case("valid", lambda: torch.ops.sparsejit.rgms(
@@ -132,7 +132,7 @@ def rgms_bad_plan_or_operands(r: Rand) -> Case:
     elif kind == "num_rows_negative":
         kw["num_rows"] = -r.randint(1, 5)
     elif kind == "gemm":
-        kw["gemm"] = r.choice([-1, 3])
+        kw["gemm"] = r.choice([-1, 4])
     elif kind == "tile":
         kw["tile"] = r.choice([-1, 2**40])
     elif kind == "strategy":
