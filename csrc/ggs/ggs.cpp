@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "csrc/core/first_error.h"
+#include "csrc/core/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "csrc/ggs/register_kernels.h"
 
@@ -130,27 +131,18 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 
 // ---- gather-GEMM-scatter ------------------------------------------------------------------
 
+// Row gathers and scatter-adds through the row-loop family RGMS uses (csrc/core/row_tiles.h:
+// JIT-specialized to the row width when the pass is big enough, generic otherwise).
 template <typename T>
-void gather_tile(const T* x, int64_t c, const int32_t* idx, const T* scale, int64_t n, T* buf) {
-  for (int64_t r = 0; r < n; ++r) {
-    const T* src = x + static_cast<int64_t>(idx[r]) * c;
-    T* dst = buf + r * c;
-    if (scale == nullptr) {
-      std::memcpy(dst, src, sizeof(T) * c);
-    } else {
-      const T s = scale[r];
-      for (int64_t j = 0; j < c; ++j) dst[j] = s * src[j];
-    }
-  }
+void gather_tile(rows::TileFn fn, const T* x, int64_t c, const int32_t* idx, const T* scale,
+                 int64_t n, T* buf) {
+  rows::gather_rows(fn, x, c, 0, c, idx, scale, n, buf);
 }
 
 template <typename T>
-void scatter_add_tile(const T* buf, int64_t c, const int32_t* idx, int64_t n, T* y) {
-  for (int64_t r = 0; r < n; ++r) {
-    T* dst = y + static_cast<int64_t>(idx[r]) * c;
-    const T* src = buf + r * c;
-    for (int64_t j = 0; j < c; ++j) dst[j] += src[j];
-  }
+void scatter_add_tile(rows::TileFn fn, const T* buf, int64_t c, const int32_t* idx, int64_t n,
+                      T* y) {
+  rows::scatter_add_rows(fn, buf, c, idx, n, y, c);
 }
 
 template <typename T>
@@ -164,6 +156,8 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
       largest = std::max(largest, p.group_ptr[g + 1] - p.group_ptr[g]);
     group_prod.resize(static_cast<size_t>(largest) * co);
   }
+  const rows::TileFn gfn = rows::tile_fn<T>(ci, p.size() * ci);
+  const rows::TileFn sfn = rows::tile_fn<T>(co, p.size() * co);
   FirstError errors;
 #pragma omp parallel
   {
@@ -191,11 +185,12 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
-          gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
+          gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
+                      xbuf.data());
           errors.guard([&] {
             gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
           });
-          scatter_add_tile(ybuf.data(), co, p.out_idx + q0, m, a.y);
+          scatter_add_tile(sfn, ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
       } else {
         // Out rows may repeat within the group: the group's products in parallel into a shared
@@ -203,14 +198,15 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
-          gather_tile(a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m, xbuf.data());
+          gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
+                      xbuf.data());
           errors.guard([&] {
             gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
                  group_prod.data() + (q0 - p0) * co, co);
           });
         }
 #pragma omp single
-        scatter_add_tile(group_prod.data(), co, p.out_idx + p0, n, a.y);
+        scatter_add_tile(sfn, group_prod.data(), co, p.out_idx + p0, n, a.y);
       }
     }
   }
@@ -231,6 +227,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
       tasks.push_back({g, q0, std::min(tile, p.group_ptr[g + 1] - q0)});
   std::vector<T> prod(static_cast<size_t>(p.size()) * co);
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const rows::TileFn gfn = rows::tile_fn<T>(ci, p.size() * ci);
   FirstError errors;
 #pragma omp parallel
   {
@@ -243,7 +240,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
       if (k.g == p.identity_group && a.scale == nullptr) {
         xs = a.x + (k.q0 - p.group_ptr[k.g]) * ci;  // centre offset: rows in order, no gather
       } else {
-        gather_tile(a.x, ci, p.in_idx + k.q0, a.scale ? a.scale + k.q0 : nullptr, k.m,
+        gather_tile(gfn, a.x, ci, p.in_idx + k.q0, a.scale ? a.scale + k.q0 : nullptr, k.m,
                     xbuf.data());
         xs = xbuf.data();
       }
@@ -292,6 +289,8 @@ template <typename T>
 void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
                      const T* scale, T* dw, bool registers) {
   const int64_t tile = tile_rows<T>(ci, co);
+  const rows::TileFn xfn = rows::tile_fn<T>(ci, p.size() * ci);
+  const rows::TileFn yfn = rows::tile_fn<T>(co, p.size() * co);
   FirstError errors;
 #pragma omp parallel
   {
@@ -309,8 +308,9 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
       }
       for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
         const int64_t m = std::min(tile, p0 + n - q0);
-        gather_tile(x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
-        gather_tile(dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m, ybuf.data());
+        gather_tile(xfn, x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
+        gather_tile(yfn, dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m,
+                    ybuf.data());
         errors.guard([&] {
           gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
         });

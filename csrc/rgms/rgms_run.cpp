@@ -6,9 +6,8 @@
 #include <exception>
 #include <vector>
 
-#include "codegen/cpu_jit.h"
 #include "csrc/core/first_error.h"
-#include "codegen/cpu_rgms_spec.h"
+#include "csrc/core/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "kernels/cpu/rgms_kernel.h"
 
@@ -65,34 +64,16 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
   return c;
 }
 
-// The tile loops (kernels/cpu/rgms_kernel.h) for one row width: JIT-compiled with the width
-// as a constant (codegen/cpu_rgms_spec) when the JIT is on and the pass is big enough to pay
-// for a first compile (later processes load it from the disk cache), else the generic
-// instantiation. Both give the same bits.
-using TileFn = void (*)(const void*);
-
-template <typename T>
-void generic_tile(const void* l) {
-  cpu::rgms_detail::run<T, 0>(*static_cast<const cpu::RgmsTileLaunch*>(l));
-}
-
-// width2 > 0: a kernel for the fused kinds, with both widths constant.
+// The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
+// row-loop family RGMS shares with the point-cloud convolution (csrc/core/row_tiles.h).
+using rows::TileFn;
 template <typename T>
 TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0) {
-  auto& jit = codegen::CpuJit::instance();
-  const bool shape_ok =
-      width2 > 0 ? width >= 1 && width2 <= codegen::CpuRgmsTileSpec::kMaxWidth2 &&
-                       width <= cpu::rgms_detail::kFusedMaxWidth
-                 : width >= 4 && width % 4 == 0;
-  if (jit.enabled() && shape_ok && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
-      work >= (int64_t(1) << 16)) {
-    codegen::CpuRgmsTileSpec spec;
-    spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
-    spec.width = width;
-    spec.width2 = width2;
-    if (codegen::EntryFn fn = jit.lookup(spec)) return fn;
-  }
-  return &generic_tile<T>;
+  return rows::tile_fn<T>(width, work, width2);
+}
+template <typename T>
+void generic_tile(const void* l) {
+  rows::generic_fn<T>()(l);
 }
 
 // Columns [i0, i1) of `width` owned by thread t of nt (whole blocks of `align` columns).

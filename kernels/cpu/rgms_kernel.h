@@ -1,7 +1,8 @@
-// RGMS's per-tile gather loops (csrc/rgms/rgms_run.cpp), the part that is bound by the rows
-// it gathers rather than by arithmetic: compiled once generic (run-time row width) and, by
-// the JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
-// accumulators stay in registers and the inner loops unroll. Both instantiations do the same
+// The row loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_run.cpp) and
+// the point-cloud convolution (csrc/ggs/ggs.cpp), the part that is bound by the rows it
+// gathers rather than by arithmetic. Compiled once generic (run-time row width) and, by the
+// JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
+// accumulators stay in registers and the inner loops unroll; csrc/core/row_tiles.h picks. Both instantiations do the same
 // element-wise operations in the same order: their results are bit-identical (tested).
 #pragma once
 
@@ -21,6 +22,10 @@ namespace sparsejit::cpu {
 //           u = aux[grp_dst[g], :] @ w[:, c0:c0 + width];  out[src[q] * ld_out + c0 + :] += coef_q * u
 //   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
 //           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
+//   kind 5, gather rows (the point-cloud convolution's gather, csrc/ggs): for t in [g0, g1)
+//           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
+//           (scale_t = scale[t], or a plain copy without scale)
+//   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
 // Kinds 2-4 replace gather -> small GEMM -> scatter by one pass over the groups with the
 // product done row by row while the row is in registers (no tile buffers, no GEMM call per
 // tile): what wins for narrow rows (csrc/rgms/rgms_run.cpp picks them up to 64 columns).
@@ -42,6 +47,9 @@ struct RgmsTileLaunch {
   const void* w = nullptr;    // T
   const void* aux = nullptr;  // T
   int64_t width2 = 0, ld_w = 0;
+  // Kinds 5-6.
+  const int32_t* idx32 = nullptr;
+  const void* scale = nullptr;  // T, or null
 };
 
 namespace rgms_detail {
@@ -246,6 +254,36 @@ inline void fused_grad_w(const RgmsTileLaunch& l) {
   for (int64_t i = 0; i < w * w2; ++i) dw[i] += acc[i];
 }
 
+template <typename T, int W>
+inline void gather_rows(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width;
+  const T* x = static_cast<const T*>(l.in);
+  const T* scale = static_cast<const T*>(l.scale);
+  T* out = static_cast<T*>(l.out);
+  for (int64_t t = l.g0; t < l.g1; ++t) {
+    const T* row = x + int64_t(l.idx32[t]) * l.ld_in + l.c0;
+    T* o = out + (t - l.g0) * w;
+    if (scale) {
+      const T s = scale[t];
+      for (int64_t j = 0; j < w; ++j) o[j] = s * row[j];
+    } else {
+      for (int64_t j = 0; j < w; ++j) o[j] = row[j];
+    }
+  }
+}
+
+template <typename T, int W>
+inline void scatter_add_rows(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width;
+  const T* in = static_cast<const T*>(l.in);
+  T* y = static_cast<T*>(l.out);
+  for (int64_t t = l.g0; t < l.g1; ++t) {
+    T* o = y + int64_t(l.idx32[t]) * l.ld_out;
+    const T* row = in + (t - l.g0) * w;
+    for (int64_t j = 0; j < w; ++j) o[j] += row[j];
+  }
+}
+
 template <typename T, int W, int W2 = 0>
 inline void run(const RgmsTileLaunch& l) {
   switch (l.kind) {
@@ -253,7 +291,9 @@ inline void run(const RgmsTileLaunch& l) {
     case 1: scatter<T, W>(l); break;
     case 2: fused_forward<T, W, W2>(l); break;
     case 3: fused_grad_x<T, W, W2>(l); break;
-    default: fused_grad_w<T, W, W2>(l); break;
+    case 4: fused_grad_w<T, W, W2>(l); break;
+    case 5: gather_rows<T, W>(l); break;
+    default: scatter_add_rows<T, W>(l); break;
   }
 }
 

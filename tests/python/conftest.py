@@ -105,3 +105,16 @@ def graph(request):
 def _fresh_seed():
     torch.manual_seed(torch.seed() % 2**31)
     yield
+
+
+@pytest.fixture
+def poison_empty():
+    """Every at::empty inside the ops is filled with NaN (or the int max), so an element the
+    kernels leave unwritten shows up in the result."""
+    old = (torch.are_deterministic_algorithms_enabled(),
+           torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(old[0])
+    torch.utils.deterministic.fill_uninitialized_memory = old[1]

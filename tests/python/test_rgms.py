@@ -67,19 +67,6 @@ def reference(edge_index, edge_type, n_dst, X, W, reduce, values=None):
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 5e-2}
 
 
-@pytest.fixture
-def poison_empty():
-    """Every at::empty inside the ops is filled with NaN (or the int max), so an element the
-    kernels leave unwritten shows up in the result."""
-    old = (torch.are_deterministic_algorithms_enabled(),
-           torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.use_deterministic_algorithms(old[0])
-    torch.utils.deterministic.fill_uninitialized_memory = old[1]
-
-
 KINDS = ["uniform", "skewed", "r1", "r200", "empty", "hub", "rect"]
 
 # ---- forward -------------------------------------------------------------------------------
