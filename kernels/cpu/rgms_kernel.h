@@ -6,6 +6,7 @@
 // element-wise operations in the same order: their results are bit-identical (tested).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -155,6 +156,55 @@ constexpr bool in_registers() {
   return N > 0 && N % Lanes<T>::n == 0 && N / Lanes<T>::n <= 8;
 }
 
+// out_r[0:CB*L] = (zero ? 0 : out_r) + sum_{k < kdim} a_r[k] * b[k * ldb + 0:CB*L] for the
+// rows r < RB: RB x CB vector accumulators stay in registers, each loaded row of b serves RB
+// rows. Per element the additions run in k order, as in the generic axpy loops.
+template <typename T, int RB, int CB>
+inline void block_product(const T* const* a, int64_t kdim, const T* b, int64_t ldb,
+                          T* const* out, bool zero) {
+  constexpr int64_t L = Lanes<T>::n;
+  typename Lanes<T>::v acc[RB][CB];
+  for (int r = 0; r < RB; ++r)
+    for (int c = 0; c < CB; ++c) acc[r][c] = zero ? vsplat(T(0)) : vload(out[r] + c * L);
+  for (int64_t k = 0; k < kdim; ++k) {
+    typename Lanes<T>::v bk[CB];
+    for (int c = 0; c < CB; ++c) bk[c] = vload(b + k * ldb + c * L);
+    for (int r = 0; r < RB; ++r) {
+      const auto ar = vsplat(a[r][k]);
+      for (int c = 0; c < CB; ++c) acc[r][c] += ar * bk[c];
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int c = 0; c < CB; ++c) vstore(out[r] + c * L, acc[r][c]);
+}
+
+// Rows [a_r] times a [kdim, N] matrix (row stride ldb) into rows [out_r] from column `col`
+// on, NV vectors (compile time): a block of up to 4 vectors, several rows at a time (up to
+// 12 accumulators), one row at a time for the rest; then the next block.
+template <typename T, int NV>
+inline void rows_product(const T* const* a, int64_t rows, int64_t kdim, const T* b,
+                         int64_t ldb, T* const* out, bool zero, int64_t col = 0) {
+  if constexpr (NV > 0) {
+    constexpr int CB = NV >= 4 ? 4 : NV;
+    constexpr int RB = CB == 4 ? 2 : CB == 3 ? 3 : CB == 2 ? 5 : 8;  // accumulators + loaded b + broadcast within 16 ymm
+    const T* bc = b + col;
+    int64_t r = 0;
+    for (; r + RB <= rows; r += RB) {
+      T* o[RB];
+      for (int i = 0; i < RB; ++i) o[i] = out[r + i] + col;
+      block_product<T, RB, CB>(a + r, kdim, bc, ldb, o, zero);
+    }
+    for (; r < rows; ++r) {
+      T* o[1] = {out[r] + col};
+      block_product<T, 1, CB>(a + r, kdim, bc, ldb, o, zero);
+    }
+    rows_product<T, NV - CB>(a, rows, kdim, b, ldb, out, zero, col + CB * Lanes<T>::n);
+  }
+}
+
+// Groups handled together by the fused kinds (their reduced rows on the stack).
+constexpr int64_t kFusedBlock = 24;
+
 template <typename T, int W, int W2>
 inline void fused_forward(const RgmsTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
@@ -162,21 +212,22 @@ inline void fused_forward(const RgmsTileLaunch& l) {
   const T* values = static_cast<const T*>(l.values);
   const T* wr = static_cast<const T*>(l.w);
   T* y = static_cast<T*>(l.out);
-  T agg[W > 0 ? W : kFusedMaxWidth];
-  for (int64_t g = l.g0; g < l.g1; ++g) {
-    reduce_group<T, W>(l, x, values, w, g, agg);
-    T* yrow = y + l.grp_dst[g] * l.ld_out;
-    if constexpr (in_registers<T, W2>()) {  // the target row in registers across k
-      constexpr int64_t L = Lanes<T>::n, NV = W2 / L;
-      typename Lanes<T>::v acc[NV];
-      for (int64_t i = 0; i < NV; ++i) acc[i] = vload(yrow + i * L);
-      for (int64_t k = 0; k < w; ++k) {
-        const auto a = vsplat(agg[k]);
-        const T* wk = wr + k * W2;
-        for (int64_t i = 0; i < NV; ++i) acc[i] += a * vload(wk + i * L);
+  constexpr bool kVec = W > 0 && in_registers<T, W2>();
+  T agg[kVec ? kFusedBlock * W : kFusedMaxWidth];
+  for (int64_t g0 = l.g0; g0 < l.g1; g0 += kVec ? kFusedBlock : 1) {
+    if constexpr (kVec) {  // several groups' target rows against each loaded row of W[r]
+      const int64_t n = std::min<int64_t>(kFusedBlock, l.g1 - g0);
+      const T* a[kFusedBlock];
+      T* o[kFusedBlock];
+      for (int64_t t = 0; t < n; ++t) {
+        reduce_group<T, W>(l, x, values, W, g0 + t, agg + t * W);
+        a[t] = agg + t * W;
+        o[t] = y + l.grp_dst[g0 + t] * l.ld_out;
       }
-      for (int64_t i = 0; i < NV; ++i) vstore(yrow + i * L, acc[i]);
+      rows_product<T, W2 / Lanes<T>::n>(a, n, W, wr, W2, o, false);
     } else {
+      reduce_group<T, W>(l, x, values, w, g0, agg);
+      T* yrow = y + l.grp_dst[g0] * l.ld_out;
       for (int64_t k = 0; k < w; ++k) axpy<T, W2>(yrow, agg[k], wr + k * w2, w2);
     }
   }
@@ -189,33 +240,29 @@ inline void fused_grad_x(const RgmsTileLaunch& l) {
   const T* values = static_cast<const T*>(l.values);
   const T* wt = static_cast<const T*>(l.w) + l.c0;
   T* dx = static_cast<T*>(l.out);
-  for (int64_t g = l.g0; g < l.g1; ++g) {
-    const T* d = dy + l.grp_dst[g] * w2;
-    const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
-    if constexpr (in_registers<T, W>()) {  // u in registers
-      constexpr int64_t L = Lanes<T>::n, NV = W / L;
-      typename Lanes<T>::v u[NV];
-      for (int64_t i = 0; i < NV; ++i) u[i] = vsplat(T(0));
-      for (int64_t j = 0; j < w2; ++j) {
-        const auto a = vsplat(d[j]);
-        const T* wj = wt + j * l.ld_w;
-        for (int64_t i = 0; i < NV; ++i) u[i] += a * vload(wj + i * L);
+  constexpr bool kVec = W2 > 0 && in_registers<T, W>();
+  T u[kVec ? kFusedBlock * W : kFusedMaxWidth];
+  for (int64_t g0 = l.g0; g0 < l.g1; g0 += kVec ? kFusedBlock : 1) {
+    const int64_t n = kVec ? std::min<int64_t>(kFusedBlock, l.g1 - g0) : 1;
+    if constexpr (kVec) {  // u rows of several groups against each loaded row of W[r]^T
+      const T* a[kFusedBlock];
+      T* o[kFusedBlock];
+      for (int64_t t = 0; t < n; ++t) {
+        a[t] = dy + l.grp_dst[g0 + t] * W2;
+        o[t] = u + t * W;
       }
-      for (int64_t q = p0; q < p1; ++q) {
-        T c = values ? values[l.perm[q]] : T(1);
-        if (l.mean) c /= T(p1 - p0);
-        const auto cv = vsplat(c);
-        T* o = dx + l.src[q] * l.ld_out + l.c0;
-        for (int64_t i = 0; i < NV; ++i) vstore(o + i * L, vload(o + i * L) + cv * u[i]);
-      }
+      rows_product<T, W / Lanes<T>::n>(a, n, W2, wt, l.ld_w, o, true);
     } else {
-      T u[W > 0 ? W : kFusedMaxWidth];
+      const T* d = dy + l.grp_dst[g0] * w2;
       for (int64_t c = 0; c < w; ++c) u[c] = T(0);
       for (int64_t j = 0; j < w2; ++j) axpy<T, W>(u, d[j], wt + j * l.ld_w, w);
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t g = g0 + t, p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
       for (int64_t q = p0; q < p1; ++q) {
         T c = values ? values[l.perm[q]] : T(1);
         if (l.mean) c /= T(p1 - p0);
-        axpy<T, W>(dx + l.src[q] * l.ld_out + l.c0, c, u, w);
+        axpy<T, W>(dx + l.src[q] * l.ld_out + l.c0, c, u + t * w, w);
       }
     }
   }
@@ -234,20 +281,30 @@ inline void fused_grad_w(const RgmsTileLaunch& l) {
   std::vector<T> acc_dyn((W > 0 && W2 > 0) ? 0 : std::size_t(w * w2));
   T* acc = (W > 0 && W2 > 0) ? acc_fixed : acc_dyn.data();
   for (int64_t i = 0; i < w * w2; ++i) acc[i] = T(0);
-  T agg[W > 0 ? W : kFusedMaxWidth];
-  for (int64_t g = l.g0; g < l.g1; ++g) {
-    reduce_group<T, W>(l, x, values, w, g, agg);
-    const T* d = dy + l.grp_dst[g] * w2;
-    if constexpr (in_registers<T, W2>()) {  // the dY row in registers across c
+  constexpr bool kVec = W > 0 && in_registers<T, W2>();
+  constexpr int64_t kRows = 4;  // groups whose rank-1 updates share one load of acc
+  T agg[kVec ? kRows * W : kFusedMaxWidth];
+  for (int64_t g0 = l.g0; g0 < l.g1; g0 += kVec ? kRows : 1) {
+    if constexpr (kVec) {
       constexpr int64_t L = Lanes<T>::n, NV = W2 / L;
-      typename Lanes<T>::v dv[NV];
-      for (int64_t i = 0; i < NV; ++i) dv[i] = vload(d + i * L);
-      for (int64_t c = 0; c < w; ++c) {
-        const auto a = vsplat(agg[c]);
+      const int64_t n = std::min<int64_t>(kRows, l.g1 - g0);
+      typename Lanes<T>::v dv[kRows][NV];
+      for (int64_t t = 0; t < n; ++t) {
+        reduce_group<T, W>(l, x, values, W, g0 + t, agg + t * W);
+        const T* d = dy + l.grp_dst[g0 + t] * W2;
+        for (int64_t i = 0; i < NV; ++i) dv[t][i] = vload(d + i * L);
+      }
+      for (int64_t c = 0; c < W; ++c) {
         T* o = acc + c * W2;
-        for (int64_t i = 0; i < NV; ++i) vstore(o + i * L, vload(o + i * L) + a * dv[i]);
+        for (int64_t i = 0; i < NV; ++i) {
+          auto a = vload(o + i * L);
+          for (int64_t t = 0; t < n; ++t) a += vsplat(agg[t * W + c]) * dv[t][i];
+          vstore(o + i * L, a);
+        }
       }
     } else {
+      reduce_group<T, W>(l, x, values, w, g0, agg);
+      const T* d = dy + l.grp_dst[g0] * w2;
       for (int64_t c = 0; c < w; ++c) axpy<T, W2>(acc + c * w2, agg[c], d, w2);
     }
   }

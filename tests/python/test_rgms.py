@@ -832,7 +832,7 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
                                    rtol=1e-4)
 
 
-@pytest.mark.parametrize("f_in,f_out", [(16, 16), (8, 24), (64, 32), (5, 3)])
+@pytest.mark.parametrize("f_in,f_out", [(16, 16), (8, 24), (64, 32), (16, 40), (5, 3)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_rgms_fused_rows_jit_match_generic_and_reference(f_in, f_out, dtype, threads,
