@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/common/vec.h"
+
 namespace sparsejit::cpu {
 
 // One tile of (relation, target) groups [g0, g1).
@@ -97,15 +99,15 @@ inline void scatter(const RgmsTileLaunch& l) {
   }
 }
 
-// Rows as vectors of 32 bytes (GCC/Clang vector extensions: AVX under the JIT's
-// -march=native, pairs of SSE registers in the baseline build). Each lane does the same
-// multiply and add as the scalar tail, so results do not depend on the vector width.
+// Rows as the target's native vectors (kernels/cpu/common/vec.h: AVX under the JIT's
+// -march=native, SSE in the baseline build). Each lane does the same multiply and add as the
+// scalar tail, so results do not depend on the vector width.
 template <typename T>
 struct Lanes {
-  static constexpr int64_t n = 32 / int64_t(sizeof(T));
-  typedef T v __attribute__((vector_size(32)));
+  static constexpr int64_t n = detail::VecOf<T>::kLanes;
+  typedef typename detail::VecOf<T>::type v;
   // The same vector at T's alignment, allowed to alias T (unaligned loads and stores).
-  typedef T u __attribute__((vector_size(32), aligned(sizeof(T)), may_alias));
+  typedef T u __attribute__((vector_size(detail::kVecBytes), aligned(sizeof(T)), may_alias));
 };
 template <typename T>
 inline typename Lanes<T>::v vload(const T* p) {
@@ -186,7 +188,7 @@ inline void rows_product(const T* const* a, int64_t rows, int64_t kdim, const T*
                          int64_t ldb, T* const* out, bool zero, int64_t col = 0) {
   if constexpr (NV > 0) {
     constexpr int CB = NV >= 4 ? 4 : NV;
-    constexpr int RB = CB == 4 ? 2 : CB == 3 ? 3 : CB == 2 ? 5 : 8;  // accumulators + loaded b + broadcast within 16 ymm
+    constexpr int RB = CB == 4 ? 2 : CB == 3 ? 3 : CB == 2 ? 5 : 8;  // accumulators + loaded b + broadcast within 16 vector registers
     const T* bc = b + col;
     int64_t r = 0;
     for (; r + RB <= rows; r += RB) {
