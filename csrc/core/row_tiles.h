@@ -22,21 +22,28 @@ TileFn generic_fn();
 template <typename T>
 TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0);
 
+// Rows t < n of a kind 5 / 6 launch through idx.
+inline cpu::RgmsTileLaunch row_launch(int32_t kind, const void* in, void* out, int64_t w,
+                                      const int32_t* idx, int64_t n) {
+  cpu::RgmsTileLaunch l;
+  l.kind = kind;
+  l.in = in;
+  l.out = out;
+  l.width = w;
+  l.idx32 = idx;
+  l.g0 = 0;
+  l.g1 = n;
+  return l;
+}
+
 // out[r, 0:w] = (scale ? scale[r] : 1) * x[idx[r] * ld + c0 + 0:w], r < n   (kind 5)
 template <typename T>
 void gather_rows(TileFn fn, const T* x, int64_t ld, int64_t c0, int64_t w, const int32_t* idx,
                  const T* scale, int64_t n, T* out) {
-  cpu::RgmsTileLaunch l;
-  l.kind = 5;
-  l.in = x;
+  auto l = row_launch(5, x, out, w, idx, n);
   l.ld_in = ld;
   l.c0 = c0;
-  l.width = w;
-  l.idx32 = idx;
   l.scale = scale;
-  l.out = out;
-  l.g0 = 0;
-  l.g1 = n;
   fn(&l);
 }
 
@@ -44,15 +51,8 @@ void gather_rows(TileFn fn, const T* x, int64_t ld, int64_t c0, int64_t w, const
 template <typename T>
 void scatter_add_rows(TileFn fn, const T* in, int64_t w, const int32_t* idx, int64_t n, T* y,
                       int64_t ld) {
-  cpu::RgmsTileLaunch l;
-  l.kind = 6;
-  l.in = in;
-  l.width = w;
-  l.idx32 = idx;
-  l.out = y;
+  auto l = row_launch(6, in, y, w, idx, n);
   l.ld_out = ld;
-  l.g0 = 0;
-  l.g1 = n;
   fn(&l);
 }
 
