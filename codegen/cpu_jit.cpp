@@ -132,9 +132,14 @@ void CpuJit::refresh_env() {
   enabled_ = !(v && (std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false"));
 }
 
+// -ffp-contract=off: no fused multiply-add, so JIT and generic kernels round alike (the
+// bit-identity tests). -fno-trapping-math: lets the vectorizer if-convert selects such as
+// GATv2's LeakyReLU gradient (values are unchanged; only floating-point exception flags could
+// differ, and nothing reads them); without it those loops stayed scalar with a branch.
 std::string CpuJit::compiler_command() const {
   return find_compiler() +
-         " -O3 -march=native -std=c++17 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno -w";
+         " -O3 -march=native -std=c++17 -ffp-contract=off -fno-trapping-math -fPIC -shared "
+         "-fopenmp -fno-math-errno -w";
 }
 
 std::string CpuJit::compiler_version() {

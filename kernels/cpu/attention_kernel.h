@@ -70,11 +70,12 @@ inline T leaky_select(T u, T slope) {
   return pos + slope * neg;
 }
 
-// slope where u < 0, else 1, without a branch.
+// slope where u < 0, else 1, without a branch: the two indicator terms (one of them 0, so
+// the sum is exact). `u < 0 ? slope : 1` compiled to a compare-and-jump per element and kept
+// GATv2's gradient loops scalar (~55% of its backward).
 template <typename T>
 inline T leaky_grad(T u, T slope) {
-  const T neg = u < T(0) ? slope : T(1);
-  return neg;
+  return T(u >= T(0)) + slope * T(u < T(0));
 }
 
 // sum_{d < D} f(d) in eight interleaved partial sums, then a fixed tree: a floating-point
@@ -259,23 +260,30 @@ void row_delta(const Shape& s, const T* out, const T* dout, T* delta) {
 
 // d(score)/d(q[i]) (= d/d(k[j]) up to the scale) of entry (i, j), head h, times dz, added
 // to g[0:D]; in GATv2 mode also dz * LeakyReLU(q + k) to datt[0:D] when datt is given.
+// The gradient rows never alias the inputs (separate buffers): __restrict lets the
+// compiler vectorize these loops (without it they ran as scalar load-add-store chains, ~55%
+// of GATv2's backward).
 template <class K, typename T>
-inline void add_score_grad(const Shape& s, const T* other, const T* qi, const T* kj, T dz,
-                           T* g, T* datt, int64_t h) {
+inline void add_score_grad(const Shape& s, const T* __restrict other, const T* __restrict qi,
+                           const T* __restrict kj, T dz, T* __restrict g,
+                           T* __restrict datt, int64_t h) {
   const int64_t D = K::qk_width(s);
   const Mode mode = K::mode(s);
   if (mode == Mode::Dot) {
     const T c = dz * T(s.scale);
+#pragma omp simd
     for (int64_t d = 0; d < D; ++d) g[d] += c * other[d];
   } else if (mode == Mode::GATv2) {
     const T* a = static_cast<const T*>(s.att) + h * D;
     const T slope = T(s.negative_slope);
     if (g)
+#pragma omp simd
       for (int64_t d = 0; d < D; ++d) {
         const T u = qi[d] + kj[d];
         g[d] += dz * a[d] * leaky_grad<T>(u, slope);
       }
     if (datt)
+#pragma omp simd
       for (int64_t d = 0; d < D; ++d) datt[d] += dz * leaky_select<T>(qi[d] + kj[d], slope);
   } else {
     g[0] += dz;
@@ -384,8 +392,10 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
           entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
         }
         if (dvj && pk != T(0)) {
-          const T* g = dout + (i * H + h) * Dv;
-          for (int64_t d = 0; d < Dv; ++d) dvj[h * Dv + d] += pk * g[d];
+          const T* __restrict g = dout + (i * H + h) * Dv;
+          T* __restrict dvh = dvj + h * Dv;
+#pragma omp simd
+          for (int64_t d = 0; d < Dv; ++d) dvh[d] += pk * g[d];
         }
         if (!dkj) continue;
         if (mode == Mode::Additive) {
