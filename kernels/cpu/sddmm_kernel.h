@@ -97,6 +97,12 @@ void sddmm_run(const SddmmArgs& a, const I* rowptr, const I* col, const T* q, co
       int64_t row_end = static_cast<int64_t>(rowptr[i + 1]);
       for (int64_t p = p0; p < p1; ++p) {
         while (row_end <= p) row_end = static_cast<int64_t>(rowptr[++i + 1]);
+        // K rows are gathered at random: ask for the one six entries on (as the attention
+        // kernels do) so large graphs do not wait on each gather.
+        if (p + 6 < nnz) {
+          const char* next = reinterpret_cast<const char*>(k + static_cast<int64_t>(col[p + 6]) * HF);
+          for (int64_t b = 0; b < HF * int64_t(sizeof(T)); b += 64) __builtin_prefetch(next + b);
+        }
         const T* __restrict qr = q + i * HF;
         const T* __restrict kr = k + static_cast<int64_t>(col[p]) * HF;
         for (int64_t h = 0; h < H; ++h) {
