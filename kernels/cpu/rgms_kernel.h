@@ -320,6 +320,7 @@ inline void gather_rows(const RgmsTileLaunch& l) {
   const T* scale = static_cast<const T*>(l.scale);
   T* out = static_cast<T*>(l.out);
   for (int64_t t = l.g0; t < l.g1; ++t) {
+    if (t + 6 < l.g1) __builtin_prefetch(x + int64_t(l.idx32[t + 6]) * l.ld_in + l.c0);
     const T* row = x + int64_t(l.idx32[t]) * l.ld_in + l.c0;
     T* o = out + (t - l.g0) * w;
     if (scale) {
@@ -337,6 +338,7 @@ inline void scatter_add_rows(const RgmsTileLaunch& l) {
   const T* in = static_cast<const T*>(l.in);
   T* y = static_cast<T*>(l.out);
   for (int64_t t = l.g0; t < l.g1; ++t) {
+    if (t + 6 < l.g1) __builtin_prefetch(y + int64_t(l.idx32[t + 6]) * l.ld_out, 1);
     T* o = y + int64_t(l.idx32[t]) * l.ld_out;
     const T* row = in + (t - l.g0) * w;
     for (int64_t j = 0; j < w; ++j) o[j] += row[j];
