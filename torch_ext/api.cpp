@@ -198,13 +198,14 @@ int64_t ConvMap::num_out() const { return plan[6].item<int64_t>(); }
 
 at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, const ConvMap& map, bool inverse,
-                       int64_t dataflow) {
+                       int64_t dataflow, bool relu) {
   static auto h = op("sparsejit::sparse_conv")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                         const std::optional<at::Tensor>&, const at::Tensor&,
-                                        c10::SymInt, bool, int64_t)>();
+                                        c10::SymInt, bool, int64_t, bool)>();
   const int64_t num_out = inverse ? map.num_in() : map.num_out();
-  return h.call(features, weight, bias, map.plan, c10::SymInt(num_out), inverse, dataflow);
+  return h.call(features, weight, bias, map.plan, c10::SymInt(num_out), inverse, dataflow,
+                relu);
 }
 
 }  // namespace sparsejit

@@ -107,6 +107,7 @@ std::string check_pairs(const Pairs& p, bool full) {
 namespace {
 
 using detail::init_rows;
+using detail::relu_rows;
 using detail::os_tile;
 using detail::wgrad_group;
 
@@ -209,6 +210,10 @@ void run_gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a) {
         scatter_add_tile(sfn, group_prod.data(), co, p.out_idx + p0, n, a.y);
       }
     }
+    if (a.relu) {  // every group has added into the rows (the loops above end in barriers)
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < p.num_out; ++r) relu_rows(a, r, r + 1);
+    }
   }
   errors.rethrow();
 }
@@ -256,6 +261,7 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
         const T* src = prod.data() + static_cast<int64_t>(p.row_pair[q]) * co;
         for (int64_t j = 0; j < co; ++j) yr[j] += src[j];
       }
+      if (a.relu) relu_rows(a, r, r + 1);
     }
   }
   errors.rethrow();
@@ -342,6 +348,7 @@ Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
   if (a.c_out == 0 || p.num_out == 0) return d;
   if (a.c_in == 0 || p.size() == 0) {
     if (!a.accumulate) init_rows(a, 0, p.num_out);
+    if (a.relu) relu_rows(a, 0, p.num_out);
     return d;
   }
   if (d == Dataflow::OutputStationary)

@@ -80,6 +80,10 @@ struct GgsArgs {
   T* y = nullptr;            // [num_out, c_out]
   // false: Y is overwritten (bias or 0 first, so every row is written); true: Y += ...
   bool accumulate = false;
+  // y = max(y, 0) on each finished out row (the fused ReLU; not with accumulate): in the row
+  // store of the output-stationary dataflow and of the row reduction, as a last pass over the
+  // rows otherwise.
+  bool relu = false;
 };
 
 Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out);

@@ -43,6 +43,10 @@ inline __attribute__((always_inline)) void os_rows_fixed(const Pairs& p, const G
         }
       }
     }
+    if (a.relu) {  // the fused ReLU, on the row while it is in registers
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[v] = acc[v] > V{} ? acc[v] : V{};
+    }
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) std::memcpy(yr + v * L, &acc[v], sizeof(V));
   }
@@ -68,6 +72,7 @@ inline __attribute__((always_inline)) void os_rows_any(const Pairs& p, const Ggs
         for (int64_t j = 0; j < co; ++j) yr[j] += v * wr[j];
       }
     }
+    if (a.relu) relu_rows(a, r, r + 1);
   }
 }
 

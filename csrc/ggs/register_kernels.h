@@ -24,6 +24,13 @@ void init_rows(const GgsArgs<T>& a, int64_t r0, int64_t r1) {
   }
 }
 
+// max(y, 0) over rows [r0, r1) (the fused ReLU of GgsArgs::relu).
+template <typename T>
+void relu_rows(const GgsArgs<T>& a, int64_t r0, int64_t r1) {
+  T* y = a.y + r0 * a.c_out;
+  for (int64_t i = 0; i < (r1 - r0) * a.c_out; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+}
+
 // Output-stationary: out rows [r0, r1), every pair of each row accumulated (all groups).
 void os_tile(const Pairs& p, const GgsArgs<float>& a, const float* w, int64_t r0, int64_t r1);
 void os_tile(const Pairs& p, const GgsArgs<double>& a, const double* w, int64_t r0, int64_t r1);

@@ -35,7 +35,7 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
         "int[] stride, int[] padding, int[] dilation, Tensor? out_coords) -> (Tensor, Tensor)");
   m.def("sparse_conv(Tensor features, Tensor weight, Tensor? bias, Tensor plan, SymInt num_out, "
-        "bool swap, int dataflow) -> Tensor");
+        "bool swap, int dataflow, bool relu=False) -> Tensor");
   m.def("sparse_conv_backward(Tensor features, Tensor weight, Tensor grad_out, Tensor plan, "
         "bool swap, int dataflow, bool need_features, bool need_weight) -> (Tensor, Tensor)");
 }
@@ -348,7 +348,7 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
 
 at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
                            const std::optional<at::Tensor>& bias_in, const at::Tensor& plan_t,
-                           int64_t num_out, bool swap, int64_t dataflow) {
+                           int64_t num_out, bool swap, int64_t dataflow, bool relu) {
   const char* op = "sparse_conv";
   const ggs::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
@@ -377,6 +377,7 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
     a.c_out = w.size(2);
     a.bias = bias.has_value() ? ptr<scalar_t>(*bias) : nullptr;
     a.y = ptr<scalar_t>(y);
+    a.relu = relu;
     ggs::gather_gemm_scatter<scalar_t>(p, a, d);
   });
   return y.to(x_in.scalar_type());

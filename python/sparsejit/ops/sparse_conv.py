@@ -83,9 +83,11 @@ def plan_pairs(plan: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 plan: torch.Tensor, num_out: int, swap: bool = False,
-                dataflow: Union[str, int] = "auto") -> torch.Tensor:
+                dataflow: Union[str, int] = "auto", relu: bool = False) -> torch.Tensor:
     """``y[o] = bias + sum_{(i, o, k) in plan} features[i] @ weight[k]`` with `weight`
-    ``[K, C_in, C_out]``; differentiable in features, weight and bias."""
+    ``[K, C_in, C_out]``; differentiable in features, weight and bias. ``relu=True`` returns
+    ``max(y, 0)``, applied as each output row is finished (no pre-activation tensor; the
+    backward masks the gradient with the output)."""
     if not isinstance(features, torch.Tensor) or features.dtype not in FLOAT_DTYPES:
         raise TypeError("sparsejit.sparse_conv: features must be a floating tensor")
     d = _dataflow_id(dataflow)
@@ -100,7 +102,7 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
                                            features.dtype, bool(swap))
         d = fwd | (bwd << 2) | (wgrad << 4)
     return torch.ops.sparsejit.sparse_conv(features, weight, bias, plan, num_out,
-                                           bool(swap), d)
+                                           bool(swap), d, bool(relu))
 
 
 # Set by sparsejit.conv_tuning.tune_conv_model while it records a model's conv calls.
@@ -147,7 +149,7 @@ def _check_fake(op, x, w, plan):
 
 
 @torch.library.register_fake("sparsejit::sparse_conv")
-def _sparse_conv_fake(features, weight, bias, plan, num_out, swap, dataflow):
+def _sparse_conv_fake(features, weight, bias, plan, num_out, swap, dataflow, relu=False):
     _check_fake("sparse_conv", features, weight, plan)
     return features.new_empty(num_out, weight.shape[2])
 
@@ -164,15 +166,19 @@ def _sparse_conv_backward_fake(features, weight, grad_out, plan, swap, dataflow,
 # ---- autograd -----------------------------------------------------------------------------
 
 def _sparse_conv_setup(ctx, inputs, output):
-    features, weight, bias, plan, num_out, swap, dataflow = inputs
-    ctx.save_for_backward(features, weight, plan)
+    features, weight, bias, plan, num_out, swap, dataflow = inputs[:7]
+    ctx.relu = bool(inputs[7]) if len(inputs) > 7 else False
+    # The fused ReLU's mask is read from the output (alive anyway as the next layer's input).
+    ctx.save_for_backward(features, weight, plan, output if ctx.relu else None)
     ctx.swap, ctx.dataflow = swap, dataflow
     ctx.has_bias = bias is not None
 
 
 def _sparse_conv_backward(ctx, grad):
-    features, weight, plan = ctx.saved_tensors
+    features, weight, plan, out = ctx.saved_tensors
     need = ctx.needs_input_grad
+    if ctx.relu:
+        grad = torch.where(out > 0, grad, torch.zeros((), dtype=grad.dtype))
     grad = grad.contiguous()
     dx = dw = None
     if need[0] or need[1]:
@@ -183,7 +189,7 @@ def _sparse_conv_backward(ctx, grad):
         dx, dw = torch.ops.sparsejit.sparse_conv_backward(
             features, weight, grad, plan, ctx.swap, d, bool(need[0]), bool(need[1]))
     db = grad.sum(0) if ctx.has_bias and need[2] else None
-    return (dx if need[0] else None, dw if need[1] else None, db, None, None, None, None)
+    return (dx if need[0] else None, dw if need[1] else None, db, None, None, None, None, None)
 
 
 torch.library.register_autograd("sparsejit::sparse_conv", _sparse_conv_backward,

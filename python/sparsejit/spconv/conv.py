@@ -104,6 +104,24 @@ class SparseConvolution(SparseModule):
                                    self.in_channels).permute(1, 2, 0)
 
     def forward(self, x: SparseConvTensor) -> SparseConvTensor:
+        return self.fused_forward(x)
+
+    def fused_forward(self, x: SparseConvTensor, relu: bool = False,
+                      bn: Optional[nn.BatchNorm1d] = None) -> SparseConvTensor:
+        """forward, optionally followed by an eval-mode BatchNorm1d folded into the weight and
+        bias of this call (`bn`), and a ReLU fused into the convolution's pass (`relu`):
+        what SparseSequential runs for ``conv, [BatchNorm1d,] ReLU`` runs of its children."""
+        weight, bias = self._kernel_weight(), self.bias
+        if bn is not None:  # y * g / sqrt(v + eps) + (beta - m * g / sqrt(v + eps))
+            scale = bn.weight / torch.sqrt(bn.running_var + bn.eps) if bn.affine else \
+                torch.rsqrt(bn.running_var + bn.eps)
+            shift = (bn.bias if bn.affine else 0) - bn.running_mean * scale
+            weight = weight * scale.to(weight.dtype)
+            bias = (shift if bias is None else bias * scale + shift).to(weight.dtype)
+        return self._conv(x, weight, bias, relu)
+
+    def _conv(self, x: SparseConvTensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              relu: bool) -> SparseConvTensor:
         if not isinstance(x, SparseConvTensor):
             raise TypeError(f"{type(self).__name__} expects a SparseConvTensor; got "
                             f"{type(x).__name__}")
@@ -122,8 +140,8 @@ class SparseConvolution(SparseModule):
             if data.ksize != self.kernel_size:
                 raise ValueError(f"SparseInverseConv: kernel_size {self.kernel_size} differs "
                                  f"from the inverted conv's {data.ksize}")
-            y = sparse_conv(x.features, self._kernel_weight(), self.bias, data.plan,
-                            data.indices.shape[0], swap=True, dataflow=self.dataflow)
+            y = sparse_conv(x.features, weight, bias, data.plan, data.indices.shape[0],
+                            swap=True, dataflow=self.dataflow, relu=relu)
             out = SparseConvTensor(y, data.indices, data.spatial_shape, x.batch_size,
                                    x.grid, x.voxel_num, x.indice_dict, x.benchmark)
             return out
@@ -144,8 +162,8 @@ class SparseConvolution(SparseModule):
                 x.indice_dict[self.indice_key] = IndiceData(
                     out_indices, x.indices, plan, list(x.spatial_shape), out_shape, self.subm,
                     *[list(g) for g in geometry])
-        y = sparse_conv(x.features, self._kernel_weight(), self.bias, plan,
-                        out_indices.shape[0], dataflow=self.dataflow)
+        y = sparse_conv(x.features, weight, bias, plan, out_indices.shape[0],
+                        dataflow=self.dataflow, relu=relu)
         if self.subm:
             out = x.replace_feature(y)
         else:

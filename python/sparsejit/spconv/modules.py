@@ -48,7 +48,16 @@ class SparseSequential(SparseModule):
         self.add_module(str(len(self._modules)) if name is None else name, module)
 
     def forward(self, input):
-        for module in self._modules.values():
+        mods = list(self._modules.values())
+        k = 0
+        while k < len(mods):
+            module = mods[k]
+            fused = _fusable(mods, k, input)
+            if fused is not None:  # conv [, eval BatchNorm1d], ReLU as one convolution call
+                bn, used = fused
+                input = module.fused_forward(input, relu=True, bn=bn)
+                k += used
+                continue
             if is_spconv_module(module):
                 input = module(input)
             elif isinstance(input, SparseConvTensor):
@@ -56,7 +65,32 @@ class SparseSequential(SparseModule):
                     input = input.replace_feature(module(input.features))
             else:
                 input = module(input)
+            k += 1
         return input
+
+
+def _fusable(mods, k, x):
+    """(eval BatchNorm1d or None, modules consumed) when mods[k:] starts with a sparse
+    convolution followed by a ReLU (directly, or through a BatchNorm1d in eval mode, which is
+    then folded), else None. Hooks on the fused children would not run, so modules that have
+    any are left alone."""
+    from .conv import SparseConvolution
+
+    conv = mods[k]
+    if not isinstance(conv, SparseConvolution) or not isinstance(x, SparseConvTensor):
+        return None
+    nxt = mods[k + 1] if k + 1 < len(mods) else None
+    if type(nxt) is nn.BatchNorm1d and not nxt.training and nxt.track_running_stats and \
+            k + 2 < len(mods) and type(mods[k + 2]) is nn.ReLU:
+        bn, relu, used = nxt, mods[k + 2], 3
+    elif type(nxt) is nn.ReLU:
+        bn, relu, used = None, nxt, 2
+    else:
+        return None
+    for m in (conv, bn, relu):
+        if m is not None and (m._forward_hooks or m._forward_pre_hooks):
+            return None
+    return bn, used
 
 
 class ToDense(SparseModule):

@@ -86,10 +86,10 @@ struct ConvMap {
 // y = bias + sum over the map's pairs (i, o, k) of features[i] @ weight[k]; weight is
 // [K, C_in, C_out] (spconv's [C_out, *kernel, C_in] permuted). inverse: the map read backwards
 // (spconv's SparseInverseConv: outputs are the map's input sites). dataflow: 0 auto,
-// 1 gather-GEMM-scatter, 2 output-stationary.
+// 1 gather-GEMM-scatter, 2 output-stationary. relu: y = max(y, 0), fused into the pass.
 at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, const ConvMap& map,
-                       bool inverse = false, int64_t dataflow = 0);
+                       bool inverse = false, int64_t dataflow = 0, bool relu = false);
 
 // Filter-sparse convolution (pruned Conv2d inference, docs/FILTER_SPARSE_CONV.md): the
 // weight [C_out, C_in/groups, R, S] compressed once (zeros and |w| <= threshold dropped), then
