@@ -112,3 +112,35 @@ def test_sparse_conv_bias_or_grad_out_on_meta_is_refused():
     with pytest.raises(ValueError, match="grad_out on meta"):
         CONV_BWD(x, w, torch.ones(3, 4, dtype=x.dtype, device="meta"), plan, False, 0, True,
                  True)
+
+
+# ---- voxelize ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("voxel_size", [float("nan"), [1.0, float("nan"), 1.0], [1.0, 1.0]])
+def test_voxelize_refuses_nan_or_misshapen_voxel_size(voxel_size):
+    with pytest.raises(ValueError, match="voxel_size"):
+        sj.voxelize(torch.randn(5, 4), voxel_size)
+
+
+def test_voxelize_refuses_negative_batch_ids():
+    with pytest.raises(ValueError, match="batch"):
+        sj.voxelize(torch.randn(5, 4), 0.5, batch=torch.tensor([0, 0, -1, 1, 1]))
+
+
+def test_voxelize_refuses_voxel_coordinates_past_int32():
+    pts = torch.randn(6, 3, dtype=torch.float64)
+    pts[0, 1] = 1e12  # 1e12 voxels away: int32 coordinates wrapped around
+    with pytest.raises(ValueError, match="voxel"):
+        sj.voxelize(pts, 1.0)
+
+
+def test_voxelize_keeps_distinct_voxels_when_packed_keys_would_wrap():
+    # extents 2^21 per axis and 4 clouds: (4 * 2^63) overflowed the packed key, merging voxels
+    pts = torch.tensor([[0.0, 0, 0], [2.0**21 - 1, 2.0**21 - 1, 2.0**21 - 1], [5.0, 6, 7],
+                        [5.0, 6, 7]], dtype=torch.float64)
+    batch = torch.tensor([0, 3, 3, 1])
+    coords, feats, p2v = sj.voxelize(pts, 1.0, batch=batch)
+    want = torch.cat([batch[:, None], pts.long()], 1)
+    assert torch.equal(coords[p2v].long(), want)
+    assert coords.shape[0] == 4
+    assert torch.equal(coords.long(), want.unique(dim=0))  # sorted by (batch, x, y, z)
