@@ -285,6 +285,24 @@ def _one_row(d=2):
     return rp, col, torch.randn(1, 1, d), torch.randn(2, 1, d), torch.randn(2, 1, 3)
 
 
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_nan_score_propagates(mode):
+    # A NaN score was dropped: LeakyReLU's max/min selects turned NaN into 0 (modes 1, 2) and
+    # a NaN running sum failed `l > 0`, giving the empty row's 0 (mode 0).
+    rp, col, q, k, v = _one_row(1 if mode == 1 else 2)
+    q[0, 0, 0] = float("nan")
+    att = torch.randn(1, 2) if mode == 2 else None
+    out, lse = torch.ops.sparsejit.sparse_attention(rp, col, q, k, v, None, mode, 1.0, 0.2,
+                                                    0.0, 0, att=att)
+    assert out.isnan().all() and lse.isnan().all()
+    # masked entries (-inf bias) still give 0 for a row with nothing left
+    q[0, 0, 0] = 1.0
+    bias = torch.full((2, 1), -float("inf"))
+    out, lse = torch.ops.sparsejit.sparse_attention(rp, col, q, k, v, bias, mode, 1.0, 0.2,
+                                                    0.0, 0, att=att)
+    assert (out == 0).all() and (lse == -float("inf")).all()
+
+
 def test_gatv2_att_with_2d_q_names_q():
     # att's shape check read q.size(2) before q's rank was checked: IndexError naming nothing
     rp, col, q, k, v = _one_row()
