@@ -144,3 +144,11 @@ def test_voxelize_keeps_distinct_voxels_when_packed_keys_would_wrap():
     assert torch.equal(coords[p2v].long(), want)
     assert coords.shape[0] == 4
     assert torch.equal(coords.long(), want.unique(dim=0))  # sorted by (batch, x, y, z)
+
+
+def test_sparse_conv_tensor_refuses_int64_indices_past_int32():
+    import sparsejit.spconv as spconv
+
+    idx = torch.tensor([[0, 1, 2], [0, 2**32 + 1, 0]])  # .int() made the second site (0, 1, 0)
+    with pytest.raises(ValueError, match="indices"):
+        spconv.SparseConvTensor(torch.randn(2, 3), idx, [4, 4], 1)
