@@ -277,7 +277,8 @@ def attention_backward_bad_args(r: Rand) -> Case:
         names = ("indices", "t_col", "structure", "column")
     elif what == "t_dtype":
         n = r.choice(["t_rowptr", "t_col", "t_perm"])
-        a[n] = a[n].to(r.choice([torch.int32, torch.float32]))
+        other = torch.int32 if s.indptr.dtype == torch.int64 else torch.int64
+        a[n] = a[n].to(r.choice([other, torch.float32]))
         names = (n, "transpose", "indices", "dtype")
     elif what in ("grad_out_shape", "out_shape"):
         n = what[:-6]

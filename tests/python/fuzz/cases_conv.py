@@ -248,7 +248,7 @@ def conv_plan_bad_args(r: Rand) -> Case:
         a[which][d] = r.choice([2**10, 2**20, 2**29])
         if a["kind"] == "subm" and which == "stride":
             a["kind"] = "coarse"
-        names = (which, "packing range")
+        names = (which, "packing range", "dilated kernel")
         geo = {n: a[n] for n in ("kernel", "stride", "padding", "dilation")}
         return Case("either", lambda: torch.ops.sparsejit.conv_plan(**a),
                     lambda res: _check_map(res, coords, a["kind"], a["spatial_shape"], geo,
@@ -259,7 +259,7 @@ def conv_plan_bad_args(r: Rand) -> Case:
     elif what == "axes_count":
         which = r.choice(["kernel", "stride", "padding", "dilation", "spatial_shape"])
         a[which] = a[which] + [1] if r.coin() or g["dims"] == 1 else a[which][:-1]
-        names = (which, "coords")
+        names = (which, "coords", "one per spatial axis")  # the op cannot tell which list
     elif what == "subm_even":
         a["kind"] = "subm"
         a["kernel"] = [2] * g["dims"]
@@ -597,7 +597,83 @@ def sparse_tensor_and_voxelize(r: Rand) -> Case:
                 names=names)
 
 
+def spconv_modules(r: Rand) -> Case:
+    """sparsejit.spconv modules: a valid SubMConv / SparseConv / inverse chain against the
+    dense float64 reference of the same weights, or a bad input (channels, dims, int64
+    indices past int32, features of another row count, a wrong indice_key)."""
+    import sparsejit.spconv as spconv
+
+    dims = r.choice([2, 3])
+    shape = [r.randint(3, 6) for _ in range(dims)]
+    coords = cloud(r, dims, shape, 2, r.randint(1, 20))
+    n, c_in, c_out = coords.shape[0], r.randint(1, 3), r.randint(1, 3)
+    feats = r.data((n, c_in), torch.float64)
+    subm_cls = {2: spconv.SubMConv2d, 3: spconv.SubMConv3d}[dims]
+    conv_cls = {2: spconv.SparseConv2d, 3: spconv.SparseConv3d}[dims]
+    inv_cls = {2: spconv.SparseInverseConv2d, 3: spconv.SparseInverseConv3d}[dims]
+    torch.manual_seed(r.randint(0, 2**31))
+    subm = subm_cls(c_in, c_out, 3, bias=r.coin(), indice_key="s").double()
+    down = conv_cls(c_out, c_out, 2, stride=2, indice_key="d").double()
+    inv = inv_cls(c_out, c_in, 2, indice_key="d").double()
+    what = r.choice(["valid", "valid", "channels", "dims", "indices_int64_past_int32",
+                     "feature_rows", "indice_key", "indices_float"])
+    idx, f, spatial = coords, feats, shape
+    if what == "valid":
+        x = spconv.SparseConvTensor(f, idx, spatial, 2)
+
+        def check(y):
+            # the chain, by the formulas: subm (centred 3^D), strided 2 / stride 2, inverse
+            geo1 = ([3] * dims, [1] * dims, [1] * dims, [1] * dims)
+            outs, pairs = reference_map(idx, "subm", spatial, *geo1)
+            rows1 = {o: j for j, o in enumerate(outs)}
+            w1 = subm.weight.detach().reshape(c_out, -1, c_in).permute(1, 2, 0)
+            h = conv_ref(f, w1, subm.bias, [(i, rows1[o], k) for i, o, k in pairs], n)
+            geo2 = ([2] * dims, [2] * dims, [0] * dims, [1] * dims)
+            outs2, pairs2 = reference_map(idx, "spconv", spatial, *geo2)
+            rows2 = {o: j for j, o in enumerate(outs2)}
+            w2 = down.weight.detach().reshape(c_out, -1, c_out).permute(1, 2, 0)
+            h2 = conv_ref(h, w2, down.bias, [(i, rows2[o], k) for i, o, k in pairs2], len(outs2))
+            w3 = inv.weight.detach().reshape(c_in, -1, c_out).permute(1, 2, 0)
+            ref = conv_ref(h2, w3, inv.bias, [(rows2[o], i, k) for i, o, k in pairs2], n)
+            if not torch.equal(y.indices, idx):
+                return "the inverse conv's output sites are not the input's"
+            return close(y.features, ref, conv_ref(h2.abs(), w3.abs(), None, [
+                (rows2[o], i, k) for i, o, k in pairs2], n) + 1, torch.float64)
+        return Case("valid", lambda: inv(down(subm(x))), check, "spconv chain",
+                    dict(dims=dims, n=n, c=(c_in, c_out)))
+    names = (what.split("_")[0],)
+    if what == "channels":
+        f = r.data((n, c_in + 1), torch.float64)
+        names = ("channels",)
+    elif what == "dims":
+        spatial = shape + [4]
+        idx = torch.cat([coords, torch.zeros(n, 1, dtype=torch.int32)], 1)
+        names = ("spatial_shape", "-D")
+    elif what == "indices_int64_past_int32":  # .int() would wrap 2^32 + c to c
+        idx = coords.long()
+        idx[r.randint(0, n - 1), 1 + r.randint(0, dims - 1)] += 2**32
+        names = ("indices", "coords", "int32")
+    elif what == "feature_rows":
+        f = r.data((n + 1, c_in), torch.float64)
+        names = ("features",)
+    elif what == "indices_float":
+        idx = coords.double()
+        names = ("indices",)
+    elif what == "indice_key":
+        x = spconv.SparseConvTensor(f, idx, spatial, 2)
+
+        def call():
+            try:
+                return inv(subm(x))
+            except KeyError as e:  # spconv's own type for an unknown key: accepted here
+                raise ValueError(str(e)) from e
+        return Case("invalid", call, None, "inverse conv without its key", dict(what=what),
+                    names=("indice_key",))
+    return Case("invalid", lambda: subm(spconv.SparseConvTensor(f, idx, spatial, 2)), None,
+                f"spconv with a bad {what}", dict(what=what, dims=dims), names=names)
+
+
 CONV_CASES = [conv_valid, conv_valid, conv_backward_valid, conv_plan_bad_args,
               conv_plan_bad_args, conv_corrupt_plan, conv_corrupt_plan, conv_corrupt_plan,
               conv_identity_tampered, conv_bad_operands, conv_bad_operands,
-              conv_nonfinite_and_meta, sparse_tensor_and_voxelize]
+              conv_nonfinite_and_meta, sparse_tensor_and_voxelize, spconv_modules]
