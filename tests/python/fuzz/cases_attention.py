@@ -53,11 +53,15 @@ def ref_attention(ip, col, q, k, v, bias, mode, scale, slope, att, absolute=Fals
         0, row, p[..., None] * vv[c])
 
 
-def _problem(r: Rand, dtype=None, mode=None, nonempty=False):
-    s = _nonempty_csr(r) if nonempty else r.csr(rows=r.randint(0, 16), cols=r.randint(1, 12))
+def _problem(r: Rand, dtype=None, mode=None, nonempty=False, big=False):
+    if big:  # past the kernels' threading threshold (rows * H > 256), below the JIT's
+        s = r.csr(rows=r.randint(150, 250), cols=r.randint(50, 200), max_deg=6)
+    else:
+        s = _nonempty_csr(r) if nonempty else r.csr(rows=r.randint(0, 16), cols=r.randint(1, 12))
     dtype = dtype or r.choice(FLOATS)
     mode = r.randint(0, 2) if mode is None else mode
-    heads, d, dv = r.randint(1, 3), (1 if mode == 1 else r.randint(0, 6)), r.randint(0, 5)
+    heads, d, dv = (r.randint(2, 3) if big else r.randint(1, 3)), \
+        (1 if mode == 1 else r.randint(0, 6)), r.randint(0, 5)
     q = r.data((s.rows, heads, d), dtype)
     k = r.data((s.cols, heads, d), dtype)
     v = r.data((s.cols, heads, dv), dtype)
@@ -90,8 +94,9 @@ def _ref(p, absolute=False, **over):
 
 
 def attention_valid(r: Rand) -> Case:
-    """Every mode and dtype, empty rows and patterns, D or Dv = 0, non-contiguous q / k / v."""
-    p = _problem(r)
+    """Every mode and dtype, empty rows and patterns, D or Dv = 0, non-contiguous q / k / v;
+    some draws big enough to run on several threads."""
+    p = _problem(r, big=r.coin(0.25))
     views = {}
     for name in ("q", "k", "v"):
         views[name] = r.choice(VIEWS)
@@ -108,7 +113,7 @@ def attention_valid(r: Rand) -> Case:
 
 def attention_backward_valid(r: Rand) -> Case:
     """float64 gradients of q, k, v, bias and att against autograd of the reference."""
-    p = _problem(r, dtype=torch.float64)
+    p = _problem(r, dtype=torch.float64, big=r.coin(0.25))
     s = p["csr"]
     leaves = {n: p[n].clone().requires_grad_() for n in ("q", "k", "v", "bias", "att")
               if p[n] is not None}
@@ -325,7 +330,59 @@ def attention_nonfinite(r: Rand) -> Case:
                 f"sparse_attention with {what}", _params(p, what=what))
 
 
+def attention_api(r: Rand) -> Case:
+    """sj.sparse_attention / gat_attention / gatv2_attention: valid calls (edge_index or
+    SparseMatrix, [N, D] or [N, H, D], shared [nnz] edge terms) against the reference, and
+    bad arguments of the wrappers."""
+    import sparsejit as sj
+
+    p = _problem(r, dtype=torch.float32, nonempty=True)
+    s = p["csr"]
+    A = s.matrix()
+    heads = p["q"].shape[1]
+    mode = p["mode"]
+    edge = r.data((s.nnz,), torch.float32) if r.coin() else None
+    if mode == 0:
+        args = (A, p["q"], p["k"], p["v"])
+        kw = dict(scale=p["scale"], values=edge)
+        fn = sj.sparse_attention
+    elif mode == 1:
+        args = (A, p["q"][..., 0], p["k"][..., 0], p["v"])
+        kw = dict(negative_slope=p["slope"], edge_logits=edge)
+        fn = sj.gat_attention
+    else:
+        args = (A, p["q"], p["k"], p["att"], p["v"])
+        kw = dict(negative_slope=p["slope"], edge_logits=edge)
+        fn = sj.gatv2_attention
+    what = r.choice(["valid", "valid", "edge_shape", "q_rank", "dropout", "A_type"])
+    if what == "valid":
+        bias = None if edge is None else edge[:, None].expand(s.nnz, heads)
+        ref, mag = _ref(p, bias=bias), _ref(p, absolute=True, bias=bias)
+        return Case("valid", lambda: fn(*args, **kw), lambda out: close(out, ref, mag,
+                                                                        torch.float32),
+                    f"valid {fn.__name__}", _params(p, edge=edge is not None))
+    args = list(args)
+    names = ()
+    if what == "edge_shape":
+        key = "values" if mode == 0 else "edge_logits"
+        kw[key] = r.choice([r.data((s.nnz + 1,), torch.float32),
+                            r.data((s.nnz, heads + 1), torch.float32)])
+        names = (key,)
+    elif what == "q_rank":
+        i = r.randint(1, 2)
+        args[i] = args[i][None]
+        names = ({1: ("Q", "a_dst", "x_dst"), 2: ("K", "a_src", "x_src")}[i])
+    elif what == "dropout":
+        kw["dropout"] = r.choice([1.0, -0.5, float("nan")])
+        names = ("dropout",)
+    elif what == "A_type":
+        args[0] = r.choice([s.indptr.double(), "A", torch.zeros(3, 3)])
+        names = ("edge_index", "SparseMatrix", "A")
+    return Case("invalid", lambda: fn(*args, **kw), None, f"{fn.__name__} with a bad {what}",
+                _params(p, what=what), names=names)
+
+
 ATTENTION_CASES = [attention_valid, attention_valid, attention_backward_valid,
                    attention_bad_args, attention_bad_args, attention_bad_args,
                    attention_backward_bad_args, attention_backward_bad_args,
-                   attention_nonfinite]
+                   attention_nonfinite, attention_api]

@@ -72,9 +72,13 @@ def conv_valid(r: Rand) -> Case:
     """conv_plan then sparse_conv on a random cloud: every kind, 1-4 axes, empty clouds,
     C = 0, every dtype, non-contiguous features, swap (inverse conv), forced dataflows."""
     g = _geometry(r)
-    coords, out_coords = _problem(r, g)
+    big = r.coin(0.25)  # enough pairs for the parallel tiles and output-row blocks
+    if big:
+        g["shape"] = [max(s, 10) for s in g["shape"]] if g["dims"] <= 3 else g["shape"]
+    coords, out_coords = _problem(r, g, n=r.randint(200, 500) if big else None)
     dtype = r.choice(FLOATS)
-    c_in, c_out = r.randint(0, 5), r.randint(0, 5)
+    c_in, c_out = (r.choice([16, 32]), r.choice([16, 32, 5])) if big else \
+        (r.randint(0, 5), r.randint(0, 5))
     outs, pairs = reference_map(coords, g["kind"], g["shape"], g["kernel"], g["stride"],
                                 g["padding"], g["dilation"], out_coords)
     k = len(list(__import__("itertools").product(*[range(v) for v in g["kernel"]])))
@@ -104,7 +108,7 @@ def conv_valid(r: Rand) -> Case:
         return close(y, conv_ref(x, w, bias, p, n), conv_ref(x, w, bias, p, n, True), dtype)
 
     return Case("valid", call, check, "valid conv_plan + sparse_conv",
-                dict(g, n=n_in, c=(c_in, c_out), dtype=str(dtype), swap=swap,
+                dict(g, n=n_in, c=(c_in, c_out), dtype=str(dtype), swap=swap, big=big,
                      dataflow=dataflow, view=view), f16=dtype == torch.float16)
 
 
