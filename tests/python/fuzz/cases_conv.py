@@ -122,15 +122,19 @@ def conv_backward_valid(r: Rand) -> Case:
     rows, err = _rows_of(outs, oc)
     assert err is None, err
     p = [(i, rows[o], k) for i, o, k in pairs]
+    n_x, n_y = coords.shape[0], oc.shape[0]
+    swap = r.coin(0.3)  # the inverse convolution: the plan read backwards
+    if swap:
+        p, n_x, n_y = [(o, i, k) for i, o, k in p], n_y, n_x
     k = int(plan[WORD_K])
     c_in, c_out = r.randint(1, 4), r.randint(1, 4)
-    x = r.data((coords.shape[0], c_in), torch.float64).requires_grad_()
+    x = r.data((n_x, c_in), torch.float64).requires_grad_()
     w = r.data((k, c_in, c_out), torch.float64).requires_grad_()
-    dy = r.data((oc.shape[0], c_out), torch.float64)
+    dy = r.data((n_y, c_out), torch.float64)
     need_x, need_w = r.coin(0.8), r.coin(0.8)
     dataflow = r.randint(0, 2) | (r.randint(0, 2) << 2)
     if p:
-        dx_ref, dw_ref = torch.autograd.grad(conv_ref(x, w, None, p, oc.shape[0]), (x, w), dy)
+        dx_ref, dw_ref = torch.autograd.grad(conv_ref(x, w, None, p, n_y), (x, w), dy)
     else:  # no pairs: the output is the constant 0
         dx_ref, dw_ref = torch.zeros_like(x), torch.zeros_like(w)
 
@@ -146,8 +150,9 @@ def conv_backward_valid(r: Rand) -> Case:
 
     return Case("valid", lambda: conv_call(
         "sparse_conv_backward", features=x.detach(), weight=w.detach(), grad_out=dy, plan=plan,
-        swap=False, dataflow=dataflow, need_features=need_x, need_weight=need_w), check,
-        "valid sparse_conv_backward", dict(g, n=coords.shape[0], need=(need_x, need_w)))
+        swap=swap, dataflow=dataflow, need_features=need_x, need_weight=need_w), check,
+        "valid sparse_conv_backward", dict(g, n=coords.shape[0], need=(need_x, need_w),
+                                           swap=swap))
 
 
 # ---- conv_plan with bad arguments -----------------------------------------------------------
@@ -318,7 +323,8 @@ def conv_corrupt_plan(r: Rand) -> Case:
     lay = plan_arrays(plan)
     k, m = int(plan[WORD_K]), int(plan[WORD_NNZ])
     n_in, n_out = x.shape[0], oc.shape[0]
-    what = r.choice(["truncated", "extended", "dtype", "rank", "header"] + list(PLAN_ARRAYS)
+    what = r.choice(["truncated", "extended", "dtype", "rank", "strided", "header"]
+                    + list(PLAN_ARRAYS)
                     + ["group_ptr", "identity", "pairs_past_end"])
     p = plan.clone()
     detail = what
@@ -330,6 +336,16 @@ def conv_corrupt_plan(r: Rand) -> Case:
         p = plan.to(r.choice([torch.int32, torch.float64]))
     elif what == "rank":
         p = plan[None]
+    elif what == "strided":  # the same words, not contiguous: refused, or the same result
+        big = torch.zeros(2 * plan.numel(), dtype=plan.dtype)
+        big[::2] = plan
+        p = big[::2]
+        ref = conv_call("sparse_conv", features=x, weight=w, bias=None, plan=plan,
+                        num_out=n_out, swap=False, dataflow=0)
+        return Case("either", lambda: conv_call("sparse_conv", features=x, weight=w, bias=None,
+                                                plan=p, num_out=n_out, swap=False, dataflow=0),
+                    lambda y: None if torch.equal(y, ref) else "another result",
+                    "a non-contiguous copy of the plan", dict(what=what), names=("plan",))
     elif what == "header":
         word = r.choice([0, 1, WORD_OP, WORD_OP, WORD_K, WORD_NNZ, 6, 8])
         p[word] = r.choice([1, 3, 5, 99, -1, 2**40]) if word == WORD_OP else \

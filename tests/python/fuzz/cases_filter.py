@@ -87,8 +87,13 @@ def filter_valid(r: Rand) -> Case:
     variant = r.choice(PRECOMPILED) if r.coin(0.8) or plan_variant == 0 else -1
     ref, mag = _ref(L, x, bias, relu), _ref(L, x, bias, relu, absolute=True)
 
+    strided_arrays = r.coin(0.2)
+
     def call():
         plan = PLAN(L["w"], L["threshold"], plan_variant)
+        if strided_arrays:  # the same rowptr / taps / values as non-contiguous views
+            plan = tuple(plan[:1]) + tuple(
+                torch.stack([t, torch.full_like(t, -7)], 1)[:, 0] for t in plan[1:])
         return _call(plan, L, x=x, bias=bias, relu=relu, variant=variant)
 
     def check(y):
