@@ -258,7 +258,8 @@ def filter_plan_bad_args(r: Rand) -> Case:
         def check(res):
             plan, rowptr, taps, values = res
             if int(rowptr[-1]) != int((w != 0).sum()) or not bool(values.isnan().any()):
-                return f"the NaN tap was dropped: {int(rowptr[-1])} taps, {int((w != 0).sum())} nonzero"
+                return (f"the NaN tap was dropped: {int(rowptr[-1])} taps, "
+                        f"{int((w != 0).sum())} nonzero")
             return None
         return Case("valid", lambda: PLAN(**a), check, "weight with a NaN", dict(what=what))
     return Case("invalid", lambda: PLAN(**a), None, f"filter_conv_plan with a bad {what}",

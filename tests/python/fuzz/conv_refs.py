@@ -154,3 +154,36 @@ def close_nan(out, ref, mag, dtype, what="output") -> Optional[str]:
             return f"{what}: {name} at {int(a.sum())} places, the reference at {int(b.sum())}"
     return close(out.detach().double().where(fin, 0.0).to(dtype), ref.where(fin, 0.0),
                  mag.where(fin, 0.0), dtype, what)
+
+
+def rows_of(outs, plan_out_coords):
+    """Reference pairs keyed by output site -> rows of the plan's output coordinates, or an
+    error when the plan's output set differs from the reference's."""
+    got = [tuple(row) for row in plan_out_coords.tolist()]
+    if sorted(got) != sorted(outs) or len(set(got)) != len(got):
+        return None, (f"output sites differ: plan has {len(got)} ({got[:4]}...), reference "
+                      f"{len(outs)} ({list(outs)[:4]}...)")
+    return {site: i for i, site in enumerate(got)}, None
+
+
+def same_pairs(plan_a, plan_b) -> bool:
+    from sparsejit.ops.sparse_conv import plan_pairs
+
+    return all(torch.equal(x, y) for x, y in zip(plan_pairs(plan_a), plan_pairs(plan_b)))
+
+
+def check_map(res, coords, kind, shape, geo, out_coords):
+    """None when a plan's output sites and pairs are the reference kernel map's."""
+    from sparsejit.ops.sparse_conv import plan_pairs
+
+    plan, oc = res
+    outs, pairs = reference_map(coords, kind, shape, geo["kernel"], geo["stride"],
+                                geo["padding"], geo["dilation"], out_coords)
+    rows, err = rows_of(outs, oc)
+    if err:
+        return err
+    ptr, ins, ous = plan_pairs(plan)
+    k_of = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    got = sorted(zip(ins.tolist(), ous.tolist(), k_of.tolist()))
+    want = sorted((i, rows[o], k) for i, o, k in pairs)
+    return None if got == want else f"pairs differ: {len(got)} vs reference {len(want)}"

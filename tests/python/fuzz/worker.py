@@ -32,12 +32,13 @@ from .cases_attention import ATTENTION_CASES
 from .cases_build import BUILD_CASES
 from .cases_conv import CONV_CASES
 from .cases_filter import FILTER_CASES
+from .cases_pointcloud import POINTCLOUD_CASES
 from .cases_raw import RAW_CASES
 from .cases_rgms import RGMS_CASES
 from .refs import Rand
 
-ROSTER = (API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES + CONV_CASES + FILTER_CASES
-          + ATTENTION_CASES)
+ROSTER = (API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES + CONV_CASES + POINTCLOUD_CASES
+          + FILTER_CASES + ATTENTION_CASES)
 
 ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, NotImplementedError)
 REPEATS = 2  # every case kind runs this many times per seed, with different draws
