@@ -152,3 +152,10 @@ def test_sparse_conv_tensor_refuses_int64_indices_past_int32():
     idx = torch.tensor([[0, 1, 2], [0, 2**32 + 1, 0]])  # .int() made the second site (0, 1, 0)
     with pytest.raises(ValueError, match="indices"):
         spconv.SparseConvTensor(torch.randn(2, 3), idx, [4, 4], 1)
+
+
+def test_conv_plan_packing_failure_names_the_arguments():
+    # the core's "coordinates past the packing range" came from no row: say which arguments
+    with pytest.raises(ValueError, match="spatial_shape, batch_size"):
+        PLAN(torch.zeros(1, 5, dtype=torch.int32), [2**20] * 4, 1, "subm", [3] * 4, [1] * 4,
+             [0] * 4, [1] * 4, None)

@@ -125,8 +125,11 @@ conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
     return conv::make_coord_set(ptr<int32_t>(c), c.size(0), c.size(1), opt);
   } catch (const std::invalid_argument& e) {
     // The core's message names the row as coords[row, col]; say which argument it was.
+    // A packing failure comes from the arguments, not from a row: name them.
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
     CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
-               std::string(name) == "coords" ? "" : ": ", e.what());
+               std::string(name) == "coords" ? "" : ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
   }
   return {};
 }
@@ -226,7 +229,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
       }
     }
   } catch (const std::invalid_argument& e) {
-    CONV_CHECK(false, op, ": ", e.what());
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
+    CONV_CHECK(false, op, ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
+                         "dilation)" : "");
   }
   const int64_t k = km.kernel_volume(), m = km.size(), n_in = in.size(), n_out = out->size();
   // The submanifold centre offset pairs every site with itself: stored as the identity
