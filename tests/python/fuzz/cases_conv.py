@@ -164,7 +164,7 @@ def conv_plan_bad_args(r: Rand) -> Case:
                      "coord_outside", "coord_huge", "batch_negative", "batch_too_large",
                      "duplicate", "spatial_shape", "batch_size", "kind", "kernel", "stride",
                      "padding", "dilation", "axes_count", "subm_even", "out_coords",
-                     "coords_meta", "large_valid", "large_valid"])
+                     "coords_meta", "large_valid", "large_valid", "large_shape"])
     names = (what,)
     d = r.randint(0, g["dims"] - 1)
     c = coords.clone()
@@ -220,6 +220,16 @@ def conv_plan_bad_args(r: Rand) -> Case:
         v = list(a[what])
         v[d] = r.choice(([0] if what != "padding" else []) + [-1, -2**40] + list(HUGE))
         a[what] = v
+    elif what == "large_shape":  # a grid the 64-bit keys may not hold: refused, or correct
+        a["spatial_shape"] = [r.choice([2**16, 2**20, 2**30]) for _ in range(g["dims"])]
+        a["batch_size"] = r.choice([g["batch"], 2**20])
+        geo = {n: a[n] for n in ("kernel", "stride", "padding", "dilation")}
+        return Case("either", lambda: torch.ops.sparsejit.conv_plan(**a),
+                    lambda res: check_map(res, coords, a["kind"], a["spatial_shape"], geo,
+                                          out_coords),
+                    "conv_plan on a large grid", dict(what=what, kind=a["kind"],
+                                                      shape=a["spatial_shape"]),
+                    names=("spatial_shape",))
     elif what == "large_valid":  # large but representable: the reference's kernel map
         which = r.choice(["stride", "padding", "dilation"])
         a[which] = list(a[which])
