@@ -48,6 +48,14 @@ std::string check_geometry(const Geometry& g) {
   if (g.stride_h < 1 || g.stride_w < 1) return "stride must be >= 1";
   if (g.pad_h < 0 || g.pad_w < 0) return "padding must be >= 0";
   if (g.dil_h < 1 || g.dil_w < 1) return "dilation must be >= 1";
+  // Bounds before any arithmetic on them (int64 products and sums below must not wrap): tap
+  // offsets are int32 anyway, so nothing larger can run.
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (g.stride_h > kMax || g.stride_w > kMax) return "stride must be <= 2^30";
+  if (g.pad_h > kMax || g.pad_w > kMax) return "padding must be <= 2^30";
+  if (g.dil_h > kMax || g.dil_w > kMax) return "dilation must be <= 2^30";
+  if (g.r > kMax || g.s > kMax) return "kernel_size must be <= 2^30";
+  if (g.h > kMax || g.w > kMax) return "input height and width must be <= 2^30";
   if (g.h + 2 * g.pad_h < g.dil_h * (g.r - 1) + 1 || g.w + 2 * g.pad_w < g.dil_w * (g.s - 1) + 1)
     return "input (" + std::to_string(g.h) + "x" + std::to_string(g.w) +
            ", padded) is smaller than the dilated kernel";

@@ -127,6 +127,17 @@ __device__ __forceinline__ double acc_exp<double>(double v) {
 }
 
 template <typename A>
+__device__ __forceinline__ A acc_expm1(A v);
+template <>
+__device__ __forceinline__ float acc_expm1<float>(float v) {
+  return expm1f(v);
+}
+template <>
+__device__ __forceinline__ double acc_expm1<double>(double v) {
+  return expm1(v);
+}
+
+template <typename A>
 __device__ __forceinline__ A acc_erf(A v);
 template <>
 __device__ __forceinline__ float acc_erf<float>(float v) {
@@ -200,7 +211,7 @@ template <int ACT, typename A>
 __device__ __forceinline__ A activate(A z, A param) {
   if (ACT == kActRelu) return z > A(0) ? z : A(0);
   if (ACT == kActLeakyRelu) return z > A(0) ? z : z * param;
-  if (ACT == kActElu) return z > A(0) ? z : param * (acc_exp<A>(z) - A(1));
+  if (ACT == kActElu) return z > A(0) ? z : param * acc_expm1<A>(z);  // no cancellation near 0
   if (ACT == kActGelu) return A(0.5) * z * (A(1) + acc_erf<A>(z * A(0.70710678118654752440)));
   return z;
 }

@@ -108,13 +108,19 @@ def voxelize(points: torch.Tensor, voxel_size: Union[float, Sequence[float]],
     if reduce not in ("mean", "sum", "max"):
         raise ValueError(f"voxelize: reduce must be 'mean', 'sum' or 'max'; got {reduce!r}")
     p = points.shape[0]
-    vs = torch.as_tensor(voxel_size, dtype=torch.float64).reshape(-1).expand(3)
-    if bool((vs <= 0).any()):
-        raise ValueError(f"voxelize: voxel_size must be > 0; got {vs.tolist()}")
+    vs = torch.as_tensor(voxel_size, dtype=torch.float64).reshape(-1)
+    if vs.numel() not in (1, 3) or not bool((vs > 0).all()):  # NaN fails `> 0` too
+        raise ValueError(f"voxelize: voxel_size must be one or three values > 0; got "
+                         f"{vs.tolist()}")
+    vs = vs.expand(3)
     if batch is None:
         batch = torch.zeros(p, dtype=torch.long, device=points.device)
-    elif batch.dim() != 1 or batch.shape[0] != p or batch.dtype.is_floating_point:
+    elif not isinstance(batch, torch.Tensor) or batch.dim() != 1 or batch.shape[0] != p or \
+            batch.dtype.is_floating_point or batch.dtype.is_complex or batch.dtype == torch.bool:
         raise ValueError(f"voxelize: batch must be an integer [P] = [{p}] tensor")
+    elif p and (int(batch.min()) < 0 or int(batch.max()) >= 2**31):
+        raise ValueError(f"voxelize: batch ids must lie in [0, 2^31); got {int(batch.min())} "
+                         f"to {int(batch.max())}")
     xyz = points[:, :3].double()
     keep = torch.isfinite(xyz).all(1)
     if point_range is not None:
@@ -126,7 +132,16 @@ def voxelize(points: torch.Tensor, voxel_size: Union[float, Sequence[float]],
         keep &= ((xyz >= lo) & (xyz < hi)).all(1)
     else:
         lo = xyz[keep].min(0).values if bool(keep.any()) else torch.zeros(3, dtype=torch.float64)
-    grid = torch.floor((xyz - lo) / vs).long()
+    cells = torch.floor((xyz - lo) / vs)
+    # Voxel coordinates are int32 (and the keys below products of extents): a point that far
+    # from `lo` would wrap around into another voxel.
+    far = keep & (cells >= 2**31 - 1).any(1)
+    if bool(far.any()):
+        i = int(far.nonzero()[0, 0])
+        raise ValueError(f"voxelize: points[{i}] = {points[i, :3].tolist()} lies "
+                         f"{cells[i].tolist()} voxels from {lo.tolist()}: voxel coordinates "
+                         f"must stay below 2^31 - 1 (larger voxel_size or a point_range)")
+    grid = cells.long()
     point_to_voxel = torch.full((p,), -1, dtype=torch.long, device=points.device)
     idx = keep.nonzero()[:, 0]
     if idx.numel() == 0:
@@ -135,15 +150,20 @@ def voxelize(points: torch.Tensor, voxel_size: Union[float, Sequence[float]],
     g = grid[idx]
     b = batch[idx].long()
     ext = g.max(0).values + 1
-    key = ((b * ext[0] + g[:, 0]) * ext[1] + g[:, 1]) * ext[2] + g[:, 2]
-    uniq, inverse = torch.unique(key, return_inverse=True)
-    v = uniq.shape[0]
-    coords = torch.empty(v, 4, dtype=torch.long)
-    rest = uniq
-    for col, e in ((3, ext[2]), (2, ext[1]), (1, ext[0])):
-        coords[:, col] = rest % e
-        rest = rest // e
-    coords[:, 0] = rest
+    if (int(b.max()) + 1) * int(ext[0]) * int(ext[1]) * int(ext[2]) < 2**62:
+        key = ((b * ext[0] + g[:, 0]) * ext[1] + g[:, 1]) * ext[2] + g[:, 2]
+        uniq, inverse = torch.unique(key, return_inverse=True)
+        v = uniq.shape[0]
+        coords = torch.empty(v, 4, dtype=torch.long)
+        rest = uniq
+        for col, e in ((3, ext[2]), (2, ext[1]), (1, ext[0])):
+            coords[:, col] = rest % e
+            rest = rest // e
+        coords[:, 0] = rest
+    else:  # the packed key would wrap around (distinct voxels, one key): unique rows
+        coords, inverse = torch.unique(torch.cat([b[:, None], g], 1), dim=0,
+                                       return_inverse=True)
+        v = coords.shape[0]
     feats_in = points[idx]
     c = points.shape[1]
     if reduce == "max":

@@ -238,7 +238,7 @@ inline double activate(cpu::Act act, double z, double param) {
   switch (act) {
     case cpu::Act::Relu: return z > 0 ? z : 0;
     case cpu::Act::LeakyRelu: return z > 0 ? z : z * param;
-    case cpu::Act::Elu: return z > 0 ? z : param * (std::exp(z) - 1);
+    case cpu::Act::Elu: return z > 0 ? z : param * std::expm1(z);
     case cpu::Act::Gelu: return 0.5 * z * (1 + std::erf(z * 0.70710678118654752440));
     default: return z;
   }

@@ -276,3 +276,70 @@ def test_compile_fullgraph():
     torch._dynamo.reset()
     out = torch.compile(f, fullgraph=True)(q)
     torch.testing.assert_close(out, f(q))
+
+
+# ---- regressions found by the fuzz test (fuzz/cases_attention.py) ---------------------------
+
+def _one_row(d=2):
+    rp, col = torch.tensor([0, 2]), torch.tensor([0, 1])
+    return rp, col, torch.randn(1, 1, d), torch.randn(2, 1, d), torch.randn(2, 1, 3)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_nan_score_propagates(mode):
+    # A NaN score was dropped: LeakyReLU's max/min selects turned NaN into 0 (modes 1, 2) and
+    # a NaN running sum failed `l > 0`, giving the empty row's 0 (mode 0).
+    rp, col, q, k, v = _one_row(1 if mode == 1 else 2)
+    q[0, 0, 0] = float("nan")
+    att = torch.randn(1, 2) if mode == 2 else None
+    out, lse = torch.ops.sparsejit.sparse_attention(rp, col, q, k, v, None, mode, 1.0, 0.2,
+                                                    0.0, 0, att=att)
+    assert out.isnan().all() and lse.isnan().all()
+    # masked entries (-inf bias) still give 0 for a row with nothing left
+    q[0, 0, 0] = 1.0
+    bias = torch.full((2, 1), -float("inf"))
+    out, lse = torch.ops.sparsejit.sparse_attention(rp, col, q, k, v, bias, mode, 1.0, 0.2,
+                                                    0.0, 0, att=att)
+    assert (out == 0).all() and (lse == -float("inf")).all()
+
+
+def test_gatv2_att_with_2d_q_names_q():
+    # att's shape check read q.size(2) before q's rank was checked: IndexError naming nothing
+    rp, col, q, k, v = _one_row()
+    with pytest.raises(ValueError, match="q must be"):
+        torch.ops.sparsejit.sparse_attention(rp, col, q[:, 0], k, v, None, 2, 1.0, 0.2, 0.0, 0,
+                                             att=torch.randn(1, 2))
+
+
+def _backward_args():
+    rp, col, q, k, v = _one_row()
+    out, lse = torch.ops.sparsejit.sparse_attention(rp, col, q, k, v, None, 0, 1.0, 0.2, 0.0, 0)
+    trp, tcol, tperm = torch.ops.sparsejit.csr_transpose(rp, col, 2)
+    return dict(rowptr=rp, col=col, t_rowptr=trp, t_col=tcol, t_perm=tperm, q=q, k=k, v=v,
+                bias=None, out=out, lse=lse, grad_out=torch.ones_like(out), mode=0, scale=1.0,
+                negative_slope=0.2, dropout=0.0, seed=0, need_q=True, need_k=True,
+                need_v=True, need_bias=False)
+
+
+@pytest.mark.parametrize("name", ["out", "lse", "grad_out"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64])
+def test_backward_saved_tensors_must_be_floating(name, dtype):
+    a = _backward_args()
+    a[name] = a[name].to(dtype)  # was converted silently (complex: imaginary part dropped)
+    with pytest.raises(TypeError, match=name):
+        torch.ops.sparsejit.sparse_attention_backward(**a)
+
+
+@pytest.mark.parametrize("name", ["lse", "grad_out", "t_perm", "t_col"])
+def test_backward_argument_on_meta_is_refused(name):
+    a = _backward_args()
+    a[name] = a[name].to("meta")  # the fake returned uninitialized CPU tensors
+    with pytest.raises(ValueError, match=f"{name} on meta"):
+        torch.ops.sparsejit.sparse_attention_backward(**a)
+
+
+def test_backward_float_transpose_names_it():
+    a = _backward_args()
+    a["t_col"] = a["t_col"].float()  # the message said "indptr"
+    with pytest.raises(TypeError, match="t_col"):
+        torch.ops.sparsejit.sparse_attention_backward(**a)

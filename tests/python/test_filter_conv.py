@@ -351,3 +351,44 @@ def test_random_geometries():
                 continue
             torch.testing.assert_close(mod(x, variant=kid).double(), want, rtol=1e-4, atol=1e-4,
                                        msg=f"case {case} {name}")
+
+
+# ---- regressions found by the fuzz test (fuzz/cases_filter.py) ------------------------------
+
+def _small_layer():
+    w = torch.randn(3, 2, 1, 2)
+    return torch.ops.sparsejit.filter_conv_plan(w, 0.0, 1), torch.randn(2, 2, 7, 3)
+
+
+@pytest.mark.parametrize("arg,value", [
+    ("padding", [2**63 - 1, 0]),  # h + 2 * padding wrapped to 5: an all-zero 2x1 output
+    ("padding", [2**62, 0]),
+    ("dilation", [1, 2**62]),     # dilation * (S - 1) wrapped negative: "fits"
+    ("stride", [2**63 - 1, 1]),
+])
+def test_geometry_past_int32_is_refused(arg, value):
+    (plan, rowptr, taps, values), x = _small_layer()
+    geo = dict(kernel_size=[1, 2], stride=[1, 1], padding=[0, 0], dilation=[1, 1])
+    geo[arg] = value
+    with pytest.raises(ValueError, match=arg):
+        torch.ops.sparsejit.filter_conv(plan, rowptr, taps, values, x, None, groups=1,
+                                        relu=False, **geo)
+
+
+def test_groups_times_channels_overflow_is_refused():
+    (plan, rowptr, taps, values), x = _small_layer()  # C_in/groups = 2, x has 2 channels
+    p = plan.clone()
+    p[11] = 2**62 + 1  # C_in/groups word: (2^62 + 1) * 4 wraps to 4
+    with pytest.raises(ValueError, match="channels"):
+        torch.ops.sparsejit.filter_conv(p, rowptr, taps, values, torch.randn(1, 4, 7, 3), None,
+                                        [1, 2], [1, 1], [0, 0], [1, 1], 4, False)
+
+
+@pytest.mark.parametrize("name", ["bias", "values", "taps"])
+def test_argument_on_meta_is_refused(name):
+    (plan, rowptr, taps, values), x = _small_layer()
+    a = dict(plan=plan, rowptr=rowptr, taps=taps, values=values, x=x, bias=torch.zeros(3))
+    a[name] = a[name].to("meta")  # the fake returned an uninitialized CPU tensor
+    with pytest.raises(ValueError, match=f"{name} on meta"):
+        torch.ops.sparsejit.filter_conv(**a, kernel_size=[1, 2], stride=[1, 1],
+                                        padding=[0, 0], dilation=[1, 1], groups=1, relu=False)

@@ -51,16 +51,16 @@ attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, con
   ATT_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ",
             mode);
   ATT_CHECK((mode == 2) == att.has_value(), "att must be given exactly in mode 2 (GATv2)");
-  if (att.has_value()) {
-    check_float(*att, "att");
-    check_same_device(rowptr, *att, "indptr", "att");
-    ATT_CHECK(att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
-              "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
-  }
   for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     check_float(*t, name);
     check_same_device(rowptr, *t, "indptr", name);
     ATT_CHECK(t->dim() == 3, name, " must be [N, H, D]; got shape ", t->sizes());
+  }
+  if (att.has_value()) {  // after q's rank is known: att's shape is read from it
+    check_float(*att, "att");
+    check_same_device(rowptr, *att, "indptr", "att");
+    ATT_CHECK(att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
+              "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
   }
   ATT_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
             "q, k and v must share a dtype; got ", q.scalar_type(), ", ", k.scalar_type(), ", ",
@@ -196,12 +196,24 @@ sparse_attention_backward_cpu(
     bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
-  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
+  // Before check_transpose_args, whose messages call every index array "indptr" / "indices".
   TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
+                       t_col.scalar_type() == rowptr.scalar_type() &&
                        t_perm.scalar_type() == rowptr.scalar_type(),
-                   "sparsejit.sparse_attention_backward: the transpose arrays must have the "
-                   "index dtype of indptr (", rowptr.scalar_type(), ")");
+                   "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
+                   "and t_perm must have the index dtype of indptr (", rowptr.scalar_type(),
+                   "); got ", t_rowptr.scalar_type(), ", ", t_col.scalar_type(), " and ",
+                   t_perm.scalar_type());
+  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
   checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
+  for (auto [t, name] : {std::pair{&out_in, "out"}, std::pair{&lse_in, "lse"},
+                         std::pair{&grad_in, "grad_out"}}) {
+    check_float(*t, name);
+    check_same_device(rowptr, *t, "indptr", name);
+  }
+  for (auto [t, name] : {std::pair{&t_rowptr, "t_rowptr"}, std::pair{&t_col, "t_col"},
+                         std::pair{&t_perm, "t_perm"}})
+    check_same_device(rowptr, *t, "indptr", name);
   const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
   ATT_CHECK(out_in.sizes() == at::IntArrayRef(out_sizes) &&
                 grad_in.sizes() == at::IntArrayRef(out_sizes),

@@ -166,6 +166,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   check_index(taps_t, "taps");
   TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
                    "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
+  FC_CHECK(values_t.device().is_cpu(), "values must be on the CPU; got ", values_t.device());
   FC_CHECK(values_t.dim() == 1 && values_t.numel() == taps_t.numel(), "values must have shape "
            "[", taps_t.numel(), "] (one per tap); got ", values_t.sizes());
   check_float(x_in, "x");
@@ -207,8 +208,11 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   g.dil_h = pair_at(dilation, 0, "dilation");
   g.dil_w = pair_at(dilation, 1, "dilation");
   FC_CHECK(groups >= 1, "groups must be >= 1; got ", groups);
-  FC_CHECK(g.c_in == cin_g * groups, "x has ", g.c_in, " channels but the weight expects "
-           "C_in/groups * groups = ", cin_g, " * ", groups, " = ", cin_g * groups);
+  // Divides rather than multiplies: cin_g * groups can wrap around to x's channel count.
+  FC_CHECK(g.c_in % groups == 0 && g.c_in / groups == cin_g, "x has ", g.c_in, " channels but "
+           "the weight expects C_in/groups * groups = ", cin_g, " * ", groups);
+  FC_CHECK(static_cast<double>(cin_g) * r * s < 0x1p62, "plan holds an invalid weight shape [",
+           c_out, ", ", cin_g, ", ", r, ", ", s, "]");
   const std::string gerr = fsconv::check_geometry(g);
   FC_CHECK(gerr.empty(), gerr);
 

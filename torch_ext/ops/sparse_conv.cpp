@@ -48,6 +48,8 @@ namespace {
 enum Kind : int64_t { kSubm = 0, kSpconv = 1, kCoarse = 2, kTransposed = 3, kGeneralized = 4 };
 constexpr int kWordK = plan::kHeaderWords;
 constexpr int kFixedWords = plan::kHeaderWords + 1;
+constexpr int64_t kMaxKernelVolume = int64_t{1} << 20;  // K of a plan (check_plan's bound)
+constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' widest margin
 
 int64_t words32(int64_t n) { return (n + 1) / 2; }
 
@@ -123,8 +125,11 @@ conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
     return conv::make_coord_set(ptr<int32_t>(c), c.size(0), c.size(1), opt);
   } catch (const std::invalid_argument& e) {
     // The core's message names the row as coords[row, col]; say which argument it was.
+    // A packing failure comes from the arguments, not from a row: name them.
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
     CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
-               std::string(name) == "coords" ? "" : ": ", e.what());
+               std::string(name) == "coords" ? "" : ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
   }
   return {};
 }
@@ -157,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
              "); got ", coords.size(1));
   conv::ConvParams p;
   p.dims = static_cast<int>(dims);
-  int64_t reach = 0;
+  int64_t reach = 0, volume = 1;
   for (int64_t d = 0; d < dims; ++d) {
     p.kernel[d] = kernel[d];
     p.stride[d] = stride[d];
@@ -167,7 +172,20 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
                ": axis ", d, ": kernel, stride and dilation must be >= 1 and padding >= 0; got "
                "kernel ", kernel[d], ", stride ", stride[d], ", dilation ", dilation[d],
                ", padding ", padding[d]);
+    // Coordinates are int32: larger values only overflow the key arithmetic (int64 products
+    // below and in csrc/conv wrapped into spurious pairs).
+    CONV_CHECK(kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
+                   dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,
+               op, ": axis ", d, ": kernel must be <= 2^20 and stride, dilation and padding "
+               "<= 2^31 - 1; got kernel ", kernel[d], ", stride ", stride[d], ", dilation ",
+               dilation[d], ", padding ", padding[d]);
+    volume *= kernel[d];
+    CONV_CHECK(volume < kMaxKernelVolume, op, ": kernel ", kernel, " has ", volume,
+               (d + 1 < dims ? " or more" : ""), " offsets; a plan holds fewer than 2^20");
     reach = std::max(reach, dilation[d] * (kernel[d] - 1) + padding[d]);
+    CONV_CHECK(reach <= kMaxReach, op, ": axis ", d, ": dilation * (kernel - 1) + padding = ",
+               dilation[d] * (kernel[d] - 1) + padding[d], " must be <= 2^30 (kernel ",
+               kernel[d], ", dilation ", dilation[d], ", padding ", padding[d], ")");
     if (kind == kSubm)
       CONV_CHECK(kernel[d] % 2 == 1 && stride[d] == 1, op, ": a submanifold convolution needs "
                  "odd kernel sizes and stride 1; axis ", d, " has kernel ", kernel[d],
@@ -201,6 +219,9 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
         break;
       case kGeneralized: {
         CONV_CHECK(out_coords.has_value(), op, ": kind 'generalized' needs out_coords");
+        CONV_CHECK(out_coords->dim() == 2 && out_coords->size(1) == dims + 1, op,
+                   ": out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
+                   out_coords->sizes());
         out_set = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
         conv::generalized_map(in, out_set, p, km);
         out = &out_set;
@@ -208,7 +229,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
       }
     }
   } catch (const std::invalid_argument& e) {
-    CONV_CHECK(false, op, ": ", e.what());
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
+    CONV_CHECK(false, op, ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
+                         "dilation)" : "");
   }
   const int64_t k = km.kernel_volume(), m = km.size(), n_in = in.size(), n_out = out->size();
   // The submanifold centre offset pairs every site with itself: stored as the identity
@@ -266,10 +290,11 @@ PlanView check_plan(const char* op, const at::Tensor& plan_t) {
   const int64_t* w = ptr<int64_t>(plan_t);
   CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
              op, ": plan is not a sparsejit plan (bad magic or version)");
-  CONV_CHECK(w[plan::kWordOp] == static_cast<int64_t>(plan::OpFamily::PointConv), op,
-             ": plan was built for ",
-             plan::op_family_name(static_cast<plan::OpFamily>(w[plan::kWordOp])),
-             ", not point_conv");
+  const int64_t family = w[plan::kWordOp];
+  CONV_CHECK(family == static_cast<int64_t>(plan::OpFamily::PointConv), op, ": plan was built "
+             "for ", family >= 1 && family <= 5
+                 ? plan::op_family_name(static_cast<plan::OpFamily>(family)) : "an unknown op",
+             " (op family word ", family, "), not point_conv");
   const int64_t k = w[kWordK], m = w[plan::kWordNnz], n_in = w[plan::kWordCols],
                 n_out = w[plan::kWordRows];
   CONV_CHECK(k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
@@ -277,6 +302,10 @@ PlanView check_plan(const char* op, const at::Tensor& plan_t) {
                  plan_t.numel() == plan_words(k, m, n_in, n_out),
              op, ": plan sizes are inconsistent (corrupted plan)");
   PlanView v = view_words(w, k, m, n_in, n_out);
+  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
+  // beyond the int32 arrays.
+  CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
+             " but the plan holds ", m, " pairs");
   v.identity = w[plan::kWordParam];
   return v;
 }
@@ -303,6 +332,16 @@ ggs::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool swap) {
   for (bool s : {false, true}) {
     const std::string err = ggs::check_pairs(pairs_of(v, s), /*full=*/false);
     CONV_CHECK(err.empty(), op, ": corrupted plan: ", err);
+  }
+  // The identity group runs as one GEMM without reading its pairs: pairs that are not
+  // (r, r) would be silently ignored (O(N), beside check_pairs' O(M)).
+  if (v.identity >= 0) {
+    const int64_t first = v.group_ptr[v.identity];
+    bool ok = true;
+    for (int64_t r = 0; r < v.n_in; ++r)
+      ok &= (v.in_idx[first + r] == r) & (v.out_idx[first + r] == r);
+    CONV_CHECK(ok, op, ": corrupted plan: the identity group ", v.identity,
+               " holds pairs other than (r, r)");
   }
   return pairs_of(v, swap);
 }
@@ -359,6 +398,7 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   const auto w = w_in.to(ct).contiguous();
   std::optional<at::Tensor> bias;
   if (bias_in.has_value()) {
+    check_float(*bias_in, "bias");
     CONV_CHECK(bias_in->dim() == 1 && bias_in->size(0) == w.size(2), op, ": bias must be [C_out"
                " = ", w.size(2), "]; got shape ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "features");
@@ -389,6 +429,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   const char* op = "sparse_conv_backward";
   const ggs::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
+  check_float(dy_in, "grad_out");
+  check_same_device(dy_in, x_in, "grad_out", "features");
   CONV_CHECK(dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
              op, ": grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ",
              dy_in.sizes());

@@ -29,7 +29,8 @@ inline A activate(Act act, A z, A param) {
     case Act::None: return z;
     case Act::Relu: return z > A(0) ? z : A(0);
     case Act::LeakyRelu: return z > A(0) ? z : z * param;
-    case Act::Elu: return z > A(0) ? z : param * (std::exp(z) - A(1));
+    // expm1, not exp(z) - 1: near 0 the subtraction cancels (float32: 0.4% off at z = -8e-6)
+    case Act::Elu: return z > A(0) ? z : param * std::expm1(z);
     case Act::Gelu: return A(0.5) * z * (A(1) + std::erf(z * A(0.70710678118654752440)));
     default: return z;  // unreachable: cpu::spmm and the JIT spec reject unknown values first
   }

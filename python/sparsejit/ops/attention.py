@@ -165,7 +165,8 @@ def _compute_dtype(dtype):
 @torch.library.register_fake("sparsejit::sparse_attention")
 def _sparse_attention_fake(rowptr, col, q, k, v, bias, mode, scale, negative_slope, dropout,
                            seed, t_rowptr=None, t_col=None, t_perm=None, att=None):
-    check_same_device("sparse_attention", rowptr=rowptr, col=col, q=q, k=k, v=v, bias=bias)
+    check_same_device("sparse_attention", rowptr=rowptr, col=col, q=q, k=k, v=v, bias=bias,
+                      t_rowptr=t_rowptr, t_col=t_col, t_perm=t_perm, att=att)
     rows, heads = rowptr.shape[0] - 1, q.shape[1]
     out = q.new_empty((rows, heads, v.shape[2]))
     lse = q.new_empty((rows, heads), dtype=_compute_dtype(q.dtype))
@@ -177,7 +178,9 @@ def _sparse_attention_backward_fake(rowptr, col, t_rowptr, t_col, t_perm, q, k, 
                                     lse, grad_out, mode, scale, negative_slope, dropout, seed,
                                     need_q, need_k, need_v, need_bias, att=None,
                                     need_att=False):
-    check_same_device("sparse_attention_backward", rowptr=rowptr, q=q, k=k, v=v, out=out)
+    check_same_device("sparse_attention_backward", rowptr=rowptr, col=col, t_rowptr=t_rowptr,
+                      t_col=t_col, t_perm=t_perm, q=q, k=k, v=v, bias=bias, out=out, lse=lse,
+                      grad_out=grad_out, att=att)
     pick = lambda need, t: t.new_empty(t.shape) if need else t.new_empty((0,))  # noqa: E731
     db = (bias.new_empty(bias.shape) if need_bias and bias is not None
           else q.new_empty((0,)))

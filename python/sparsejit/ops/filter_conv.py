@@ -53,6 +53,12 @@ def _filter_conv_plan_fake(weight, threshold=0.0, variant=0):
 @torch.library.register_fake("sparsejit::filter_conv")
 def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor], kernel_size,
                       stride, padding, dilation, groups, relu, variant=-1):
+    # One argument on meta routes the whole call here: mixed devices must fail as on the CPU.
+    devices = {n: t.device for n, t in dict(plan=plan, rowptr=rowptr, taps=taps, values=values,
+                                            x=x, bias=bias).items() if t is not None}
+    if len(set(devices.values())) > 1:
+        raise ValueError("sparsejit.filter_conv: all tensor arguments must be on one device; "
+                         "got " + ", ".join(f"{n} on {d}" for n, d in devices.items()))
     if x.dim() != 4:
         raise ValueError(f"sparsejit.filter_conv: x must be 4-D [N, C_in, H, W]; got shape "
                          f"{tuple(x.shape)}")

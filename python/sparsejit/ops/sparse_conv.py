@@ -138,9 +138,14 @@ def _conv_plan_fake(coords, spatial_shape, batch_size, kind, kernel, stride, pad
     return plan, coords.new_empty(rows, coords.shape[1], dtype=torch.int32)
 
 
-def _check_fake(op, x, w, plan):
-    if len({x.device, w.device, plan.device}) > 1:
-        raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device")
+def _check_fake(op, x, w, plan, **more):
+    # Every tensor argument: one on meta routes the whole call here, and a CPU result from
+    # mixed devices would be uninitialized memory.
+    tensors = dict(features=x, weight=w, plan=plan, **more)
+    devices = {n: t.device for n, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device; got "
+                         + ", ".join(f"{n} on {d}" for n, d in devices.items()))
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
         raise ValueError(f"sparsejit.{op}: features [N, C_in] and weight [K, C_in, C_out] do "
                          f"not agree: {tuple(x.shape)}, {tuple(w.shape)}")
@@ -150,14 +155,14 @@ def _check_fake(op, x, w, plan):
 
 @torch.library.register_fake("sparsejit::sparse_conv")
 def _sparse_conv_fake(features, weight, bias, plan, num_out, swap, dataflow, relu=False):
-    _check_fake("sparse_conv", features, weight, plan)
+    _check_fake("sparse_conv", features, weight, plan, bias=bias)
     return features.new_empty(num_out, weight.shape[2])
 
 
 @torch.library.register_fake("sparsejit::sparse_conv_backward")
 def _sparse_conv_backward_fake(features, weight, grad_out, plan, swap, dataflow, need_features,
                                need_weight):
-    _check_fake("sparse_conv_backward", features, weight, plan)
+    _check_fake("sparse_conv_backward", features, weight, plan, grad_out=grad_out)
     dx = features.new_empty(features.shape) if need_features else features.new_empty(0)
     dw = weight.new_empty(weight.shape) if need_weight else features.new_empty(0)
     return dx, dw

@@ -58,6 +58,10 @@ class SparseConvTensor:
             raise ValueError(f"SparseConvTensor: features must be [N, C] with N = "
                              f"{indices.shape[0]} rows (one per row of indices); got shape "
                              f"{tuple(features.shape)}")
+        if indices.dtype != torch.int32 and indices.numel() and (
+                int(indices.min()) < -2**31 or int(indices.max()) >= 2**31):
+            raise ValueError(f"SparseConvTensor: indices hold values outside int32 "
+                             f"({int(indices.min())}, {int(indices.max())})")  # .int() wraps
         self._features = features
         self.indices = indices if indices.dtype == torch.int32 else indices.int()
         self.spatial_shape = [int(s) for s in spatial_shape]

@@ -28,6 +28,9 @@ class Case:
     why: str = ""  # what is wrong with the arguments, or what the valid case exercises
     params: dict = field(default_factory=dict)
     f16: bool = False  # a float16 input: the result must be correct (float32 accumulation)
+    # When it raises: words of which the message must contain one (case-insensitive), i.e.
+    # the offending argument's name(s). Empty: not checked.
+    names: tuple = ()
 
 
 class Rand:

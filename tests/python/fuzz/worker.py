@@ -28,12 +28,17 @@ import warnings
 import torch
 
 from .cases_api import API_CASES
+from .cases_attention import ATTENTION_CASES
 from .cases_build import BUILD_CASES
+from .cases_conv import CONV_CASES
+from .cases_filter import FILTER_CASES
+from .cases_pointcloud import POINTCLOUD_CASES
 from .cases_raw import RAW_CASES
 from .cases_rgms import RGMS_CASES
 from .refs import Rand
 
-ROSTER = API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES
+ROSTER = (API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES + CONV_CASES + POINTCLOUD_CASES
+          + FILTER_CASES + ATTENTION_CASES)
 
 ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, NotImplementedError)
 REPEATS = 2  # every case kind runs this many times per seed, with different draws
@@ -66,6 +71,9 @@ def run_case(case) -> tuple:
     except ALLOWED as e:
         if case.expect == "valid":
             return "fail", f"raised {type(e).__name__} for valid input ({case.why}): {_short(e)}"
+        if case.names and not any(n.lower() in str(e).lower() for n in case.names):
+            return "fail", (f"the message does not name the argument (one of {list(case.names)}"
+                            f"; {case.why}): {type(e).__name__}: {_short(e)}")
         return "raised", f"{type(e).__name__}: {_short(e, 160)}"
     except Exception as e:  # noqa: BLE001 - the point is to classify every exception
         return "fail", f"unexpected exception type {type(e).__name__}: {_short(e)}"
