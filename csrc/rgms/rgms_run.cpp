@@ -98,15 +98,16 @@ std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, in
 }
 
 // Whether a pass runs its products fused, row by row (Gemm::kFused; kAuto: the forward and
-// grad-X passes up to kFusedMaxAuto columns each side, see rgms_run.h).
+// grad-X passes up to kFusedMaxForward / kFusedMaxGradX columns each side, see rgms_run.h).
 enum class Pass { kForward, kGradX, kGradW };
 bool use_fused(const Problem& p, Pass pass) {
   if (p.f_in <= 0 || p.f_out <= 0 || p.f_in > cpu::rgms_detail::kFusedMaxWidth ||
       p.f_out > cpu::rgms_detail::kFusedMaxWidth)
     return false;
   return p.gemm == Gemm::kFused ||
-         (p.gemm == Gemm::kAuto && pass != Pass::kGradW && p.f_in <= kFusedMaxAuto &&
-          p.f_out <= kFusedMaxAuto);
+         (p.gemm == Gemm::kAuto && pass != Pass::kGradW &&
+          std::max(p.f_in, p.f_out) <=
+              (pass == Pass::kForward ? kFusedMaxForward : kFusedMaxGradX));
 }
 
 // One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/rgms_kernel.h).

@@ -44,12 +44,15 @@ enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 
 // Where the small dense products run (tests force each; kAuto = the planner's choice):
 // per tile of groups on oneDNN or the built-in GEMM kernel, or kFused: no GEMM call, each
 // group's row multiplied while it is in registers (kernels/cpu/rgms_kernel.h kinds 2-4,
-// JIT-compiled for the two widths). kAuto takes kFused for the forward and the grad-X pass
-// up to kFusedMaxAuto columns each side (measured: on par or ahead of the tiles at 16
-// columns, behind from 32 on, and behind for grad W at every width; docs/RGMS.md), oneDNN
-// tiles otherwise; sj.tune measures both per structure.
+// JIT-compiled for the two widths). kAuto takes kFused for the forward up to
+// kFusedMaxForward columns each side and for the grad-X pass up to kFusedMaxGradX, oneDNN
+// tiles otherwise (benchmarks/bench_rgms_kernels.py, 2 threads, quiet machine, AIFB and an
+// AIFB-sized random graph: fused forward 1.95-2.31x at 16 columns, 1.12-1.43x at 32, 0.83-0.99x
+// at 64; grad X 1.20-1.60x at 16, 0.64-1.37x at 32; grad W 0.95-1.27x at 16, behind from 64;
+// docs/RGMS.md). sj.tune measures both per structure.
 enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2, kFused = 3 };
-constexpr int64_t kFusedMaxAuto = 16;
+constexpr int64_t kFusedMaxForward = 32;
+constexpr int64_t kFusedMaxGradX = 16;
 
 // Distinct sources per relation (structure only, so computed once per typed structure and
 // cached by the caller): src_ptr [R + 1], src_list [sum S_r] (first-seen order), and each
