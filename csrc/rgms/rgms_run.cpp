@@ -67,14 +67,7 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
 // The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
 // row-loop family RGMS shares with the point-cloud convolution (csrc/core/row_tiles.h).
 using rows::TileFn;
-template <typename T>
-TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0) {
-  return rows::tile_fn<T>(width, work, width2);
-}
-template <typename T>
-void generic_tile(const void* l) {
-  rows::generic_fn<T>()(l);
-}
+using rows::tile_fn;
 
 // Columns [i0, i1) of `width` owned by thread t of nt (whole blocks of `align` columns).
 inline std::pair<int64_t, int64_t> column_share(int64_t width, int64_t t, int64_t nt,
@@ -89,7 +82,7 @@ template <typename T>
 std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, int64_t work,
                               int64_t width2 = 0) {
   const int64_t nt = std::max(1, p.num_threads);
-  std::vector<TileFn> fns(size_t(nt), &generic_tile<T>);
+  std::vector<TileFn> fns(size_t(nt), rows::generic_fn<T>());
   for (int64_t t = 0; t < nt; ++t) {
     const auto [i0, i1] = column_share(width, t, nt, align);
     if (i1 > i0) fns[size_t(t)] = tile_fn<T>(i1 - i0, work, width2);
@@ -190,11 +183,9 @@ int64_t default_tile(int64_t f_in, int64_t f_out) {
   return std::clamp<int64_t>(16384 / width, 16, 512);
 }
 
-namespace {
-
 // Parallel over relations; each thread stamps a private array of num_src marks with the
 // relation id, so nothing is cleared between them.
-SourceIndex build_sources(const Problem& p) {
+SourceIndex index_sources(const Problem& p) {
   const PlanView& pv = p.plan;
   SourceIndex si;
   si.src_ptr.assign(size_t(pv.r + 1), 0);
@@ -228,6 +219,8 @@ SourceIndex build_sources(const Problem& p) {
   return si;
 }
 
+namespace {
+
 RelationPlan plan_from_sources(const Problem& p, const SourceIndex& si) {
   const PlanView& pv = p.plan;
   RelationPlan rp;
@@ -255,15 +248,10 @@ RelationPlan plan_from_sources(const Problem& p, const SourceIndex& si) {
   return rp;
 }
 
-}  // namespace
-
-SourceIndex index_sources(const Problem& p) { return build_sources(p); }
-
-namespace {
 // The cached index when the caller has one, else a fresh one kept in `own`.
 const SourceIndex& sources_of(const Problem& p, SourceIndex& own) {
   if (p.sources) return *p.sources;
-  own = build_sources(p);
+  own = index_sources(p);
   return own;
 }
 }  // namespace
@@ -323,7 +311,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
     }
   }
   const bool fused = use_fused(p, Pass::kForward);
-  const TileFn gather_fn = fused ? tile_fn<T>(fi, pv.e * fi, fo) : tile_fn<T>(fi, pv.e * fi);
+  const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
@@ -416,7 +404,7 @@ SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* val
   if (p.sources) {
     ss.cached = p.sources;
   } else {
-    ss.own = build_sources(p);
+    ss.own = index_sources(p);
   }
   ss.side = plan_from_sources(p, ss.si()).choice;
   std::vector<int64_t> rels;
@@ -487,7 +475,7 @@ void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* d
     const int64_t nt = thread_count(), t = thread_id();
     const auto [i0, i1] = column_share(fi, t, nt, 8);  // whole 8-column blocks per thread
     const int64_t wd = i1 - i0;
-    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : &generic_tile<T>;
+    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : rows::generic_fn<T>();
     if (wd > 0 && root && fo > 0 && p.num_src > 0) {  // dX = dY @ root^T, the root term's share
       gemm(fe, p.gemm, false, true, p.num_src, wd, fo, dy, fo, root + i0 * fo, fo, T(0), dx + i0,
            fi);
@@ -546,7 +534,7 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
     const int64_t nt = thread_count(), t = thread_id();
     const auto [i0, i1] = column_share(fi, t, nt, 1);
     const int64_t wd = i1 - i0;
-    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : &generic_tile<T>;
+    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : rows::generic_fn<T>();
     std::vector<T> agg(size_t(tile * std::max<int64_t>(wd, 1))), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
       if (side[r] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r]) continue;
