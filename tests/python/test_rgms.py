@@ -780,6 +780,18 @@ def test_rgms_root_bad_arguments():
         sj.rgms(B, X, W, root=torch.randn(6, 5))
 
 
+def _all_strategies(A, X, W, v, dY, n, gemm, need_values):
+    """Forward and gradients through the raw ops for strategies 0, 1, 2 with one `gemm`
+    kernel choice: [Y, dX, dW(, dv)] per strategy."""
+    outs = []
+    for strategy in (0, 1, 2):
+        outs.append(torch.ops.sparsejit.rgms(*A.plan, X, W, v, "mean", n, gemm, 0, strategy))
+        grads = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "mean", True, True,
+                                                  need_values, gemm, 0, strategy)
+        outs.extend(grads if need_values else grads[:2])
+    return outs
+
+
 @pytest.mark.parametrize("width", [16, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -803,12 +815,7 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
 
     def run():
-        outs = []
-        for strategy in (0, 1, 2):
-            outs.append(torch.ops.sparsejit.rgms(*A.plan, X, W, v, "mean", n, 2, 0, strategy))
-            outs.extend(torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "mean", True,
-                                                          True, True, 2, 0, strategy))
-        return outs
+        return _all_strategies(A, X, W, v, dY, n, 2, True)
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -859,12 +866,7 @@ def test_rgms_fused_rows_jit_match_generic_and_reference(f_in, f_out, dtype, thr
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
 
     def run():
-        outs = []
-        for strategy in (0, 1, 2):
-            outs.append(torch.ops.sparsejit.rgms(*A.plan, X, W, v, "mean", n, 3, 0, strategy))
-            outs.extend(torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "mean", True,
-                                                          True, False, 3, 0, strategy)[:2])
-        return outs
+        return _all_strategies(A, X, W, v, dY, n, 3, False)
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -78,6 +78,7 @@ def conv_valid(r: Rand) -> Case:
     bias = r.data((c_out,), dtype) if r.coin() else None
     swap = r.coin(0.3)
     dataflow = r.randint(0, 2)
+    relu = r.coin(0.3)  # the fused ReLU epilogue
     view = r.choice(VIEWS)
     n_in, n_out = coords.shape[0], len(outs)
     x = view_as(r.data((n_out if swap else n_in, c_in), dtype), view)
@@ -85,7 +86,8 @@ def conv_valid(r: Rand) -> Case:
     def call():
         plan, oc = _plan(coords, g, out_coords)
         y = conv_call("sparse_conv", features=x, weight=w, bias=bias, plan=plan,
-                      num_out=n_in if swap else oc.shape[0], swap=swap, dataflow=dataflow)
+                      num_out=n_in if swap else oc.shape[0], swap=swap, dataflow=dataflow,
+                      relu=relu)
         return oc, y
 
     def check(result):
@@ -97,11 +99,13 @@ def conv_valid(r: Rand) -> Case:
         if swap:
             p = [(o, i, k) for i, o, k in p]
         n = n_in if swap else n_out
-        return close(y, conv_ref(x, w, bias, p, n), conv_ref(x, w, bias, p, n, True), dtype)
+        ref = conv_ref(x, w, bias, p, n)
+        return close(y, torch.relu(ref) if relu else ref, conv_ref(x, w, bias, p, n, True),
+                     dtype)
 
     return Case("valid", call, check, "valid conv_plan + sparse_conv",
                 dict(g, n=n_in, c=(c_in, c_out), dtype=str(dtype), swap=swap, big=big,
-                     dataflow=dataflow, view=view), f16=dtype == torch.float16)
+                     dataflow=dataflow, relu=relu, view=view), f16=dtype == torch.float16)
 
 
 def conv_backward_valid(r: Rand) -> Case:
