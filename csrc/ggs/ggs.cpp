@@ -12,6 +12,8 @@
 #include "csrc/core/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "csrc/ggs/register_kernels.h"
+#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_jit.h"
 
 namespace sparsejit::ggs {
 
@@ -269,6 +271,18 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
 
 // ---- output-stationary -------------------------------------------------------------------
 
+// The output-stationary rows JIT-compiled for (c_in, c_out), or nullptr (JIT off, a width
+// it does not take, or a pass too small to pay for a compile: then the ahead-of-time rows).
+template <typename T>
+codegen::EntryFn os_jit_fn(const Pairs& p, const GgsArgs<T>& a) {
+  if (!detail::os_jit_worth(p, a.c_in, a.c_out, sizeof(T))) return nullptr;
+  codegen::CpuConvOsSpec spec;
+  spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
+  spec.c_in = a.c_in;
+  spec.c_out = a.c_out;
+  return codegen::CpuJit::instance().lookup(spec);
+}
+
 template <typename T>
 void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
   const int64_t ci = a.c_in, co = a.c_out;
@@ -284,6 +298,15 @@ void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
   }
   constexpr int64_t kTile = 256;
   const int64_t tiles = (p.num_out + kTile - 1) / kTile;
+  if (const codegen::EntryFn fn = os_jit_fn<T>(p, a)) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const cpu::ConvOsLaunch l =
+          detail::os_launch(p, a, w, t * kTile, std::min(p.num_out, (t + 1) * kTile));
+      fn(&l);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < tiles; ++t)
     os_tile(p, a, w, t * kTile, std::min(p.num_out, (t + 1) * kTile));
@@ -328,20 +351,24 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
 
 }  // namespace
 
-Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out) {
+Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
   if (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0))
     return Dataflow::GatherGemmScatter;
-  // Output-stationary keeps the output row in vector registers (compiled for C_out = 16, 32,
-  // 64, 128) and W (K * c_in * c_out) in cache; measured (benchmarks/bench_sparse_conv.py,
-  // builtin GEMM) it beats gather-GEMM-scatter at every such width up to 128 x 128. Other
-  // widths, and wider layers, go through the dense GEMM. To re-measure with oneDNN.
-  const bool fixed = c_out == 16 || c_out == 32 || c_out == 64 || c_out == 128;
-  return fixed && c_in <= 128 ? Dataflow::OutputStationary : Dataflow::GatherGemmScatter;
+  // Output-stationary keeps the output row in vector registers and streams W[g] for every
+  // pair, so it wins while all of W (K * c_in * c_out) stays in L2 and a register kernel
+  // exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
+  // random at 5 cm; benchmarks/bench_sparse_conv.py): output-stationary 1.0-3.5x faster up to
+  // 64 x 64 (442 KiB of float32 weights), gather-GEMM-scatter up to 2.2x faster at 128 x 128
+  // (1.7 MiB). Without a register kernel the row loop is plain C++: the GEMM path then.
+  const bool weights_in_l2 = p.num_groups * c_in * c_out * elem_bytes <= (int64_t{512} << 10);
+  return weights_in_l2 && detail::os_has_registers(p, c_in, c_out, elem_bytes)
+             ? Dataflow::OutputStationary
+             : Dataflow::GatherGemmScatter;
 }
 
 template <typename T>
 Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
-  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out);
+  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(T));
   if (d == Dataflow::OutputStationary &&
       (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0)))
     d = Dataflow::GatherGemmScatter;

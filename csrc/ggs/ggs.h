@@ -17,7 +17,8 @@
 // - OutputStationary: for a tile of output rows, every pair of each row (all groups) is
 //   accumulated into the row while it sits in registers / L1: no [M, C] buffers, no scatter
 //   conflicts, and the order of additions is fixed (deterministic). Needs the pairs indexed
-//   by output row (index_by_row). Specialized at compile time for C_out = 16, 32, 64, 128.
+//   by output row (index_by_row). JIT-compiled for (C_in, C_out) (kernels/cpu/
+//   conv_os_kernel.h), ahead of time for C_out = 16, 32, 64, 128.
 // choose_dataflow is the cost model; either dataflow can be forced (tests, tuning).
 #pragma once
 
@@ -86,7 +87,7 @@ struct GgsArgs {
   bool relu = false;
 };
 
-Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out);
+Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes);
 
 // Y (+)= sum over pairs (see top). Dataflow::Auto asks choose_dataflow; OutputStationary
 // without a row index falls back to GatherGemmScatter. Returns the dataflow that ran.

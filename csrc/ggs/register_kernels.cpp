@@ -1,56 +1,10 @@
 #include "csrc/ggs/register_kernels.h"
 
+#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_jit.h"
+
 namespace sparsejit::ggs::detail {
 namespace {
-
-// One tile of out rows [r0, r1): row r's pairs are accumulated into a local row (CO > 0: a
-// compile-time width, so the row lives in vector registers across the pairs), then stored.
-template <typename T, int CO>
-inline __attribute__((always_inline)) void os_rows_fixed(const Pairs& p, const GgsArgs<T>& a,
-                                                         const T* __restrict w, int64_t r0,
-                                                         int64_t r1) {
-  // The row as CO / L vectors of 32 bytes (GCC vector extension): kept in registers.
-  constexpr int L = 32 / sizeof(T), NV = CO / L;
-  typedef T V __attribute__((vector_size(32), aligned(sizeof(T))));
-  static_assert(CO % L == 0, "CO must be a multiple of the vector length");
-  const int64_t ci = a.c_in, wstride = ci * CO;
-  for (int64_t r = r0; r < r1; ++r) {
-    T* yr = a.y + r * CO;
-    V acc[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      if (a.accumulate) {
-        std::memcpy(&acc[v], yr + v * L, sizeof(V));
-      } else if (a.bias != nullptr) {
-        std::memcpy(&acc[v], a.bias + v * L, sizeof(V));
-      } else {
-        acc[v] = V{} ;
-      }
-    }
-    for (int64_t q = p.row_ptr[r]; q < p.row_ptr[r + 1]; ++q) {
-      const int32_t pair = p.row_pair[q];
-      const T* xi = a.x + static_cast<int64_t>(p.in_idx[pair]) * ci;
-      const T* wg = w + static_cast<int64_t>(p.pair_group[pair]) * wstride;
-      const T s = a.scale != nullptr ? a.scale[pair] : T(1);
-      for (int64_t c = 0; c < ci; ++c) {
-        const T xv = s * xi[c];
-        const T* wr = wg + c * CO;
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) {
-          V wv;
-          std::memcpy(&wv, wr + v * L, sizeof(V));
-          acc[v] += xv * wv;
-        }
-      }
-    }
-    if (a.relu) {  // the fused ReLU, on the row while it is in registers
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[v] = acc[v] > V{} ? acc[v] : V{};
-    }
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) std::memcpy(yr + v * L, &acc[v], sizeof(V));
-  }
-}
 
 // Any width: accumulates in the output row itself (in L1).
 template <typename T>
@@ -76,14 +30,17 @@ inline __attribute__((always_inline)) void os_rows_any(const Pairs& p, const Ggs
   }
 }
 
+// The register-resident rows of kernels/cpu/conv_os_kernel.h with C_in at run time (the JIT
+// compiles the same template with both widths fixed).
 template <typename T>
 inline __attribute__((always_inline)) void os_dispatch(const Pairs& p, const GgsArgs<T>& a,
                                                        const T* w, int64_t r0, int64_t r1) {
+  const cpu::ConvOsLaunch l = os_launch(p, a, w, r0, r1);
   switch (a.c_out) {
-    case 16: os_rows_fixed<T, 16>(p, a, w, r0, r1); break;
-    case 32: os_rows_fixed<T, 32>(p, a, w, r0, r1); break;
-    case 64: os_rows_fixed<T, 64>(p, a, w, r0, r1); break;
-    case 128: os_rows_fixed<T, 128>(p, a, w, r0, r1); break;
+    case 16: cpu::conv_os_detail::rows<T, 0, 16>(l); break;
+    case 32: cpu::conv_os_detail::rows<T, 0, 32>(l); break;
+    case 64: cpu::conv_os_detail::rows<T, 0, 64>(l); break;
+    case 128: cpu::conv_os_detail::rows<T, 0, 128>(l); break;
     default: os_rows_any<T>(p, a, w, r0, r1);
   }
 }
@@ -152,6 +109,19 @@ inline __attribute__((always_inline)) bool wgrad_dispatch(const Pairs& p, const 
 }
 
 }  // namespace
+
+bool os_jit_worth(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
+  const int64_t lanes = 32 / elem_bytes;
+  return codegen::CpuJit::instance().enabled() && c_out % lanes == 0 && c_in >= 1 &&
+         c_in <= codegen::CpuConvOsSpec::kMaxChannels &&
+         c_out <= codegen::CpuConvOsSpec::kMaxChannels &&
+         p.size() * c_in * c_out >= (int64_t(1) << 20);
+}
+
+bool os_has_registers(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
+  return c_out == 16 || c_out == 32 || c_out == 64 || c_out == 128 ||
+         os_jit_worth(p, c_in, c_out, elem_bytes);
+}
 
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void os_tile(
     const Pairs& p, const GgsArgs<float>& a, const float* w, int64_t r0, int64_t r1) {

@@ -1,6 +1,6 @@
 // The register-resident kernels of the ggs core (internal to csrc/ggs): rows of the output
 // or of dW held in vector registers across a stream of pairs, compiled for 16/32/64/128
-// output channels, each in an AVX2/FMA and a baseline clone picked at load time (the build
+// output channels, each in an AVX2 and a baseline clone picked at load time (the build
 // has no -march). Called by ggs.cpp inside its OpenMP regions.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "csrc/ggs/ggs.h"
+#include "kernels/cpu/conv_os_kernel.h"
 
 namespace sparsejit::ggs::detail {
 
@@ -31,7 +32,38 @@ void relu_rows(const GgsArgs<T>& a, int64_t r0, int64_t r1) {
   for (int64_t i = 0; i < (r1 - r0) * a.c_out; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
 }
 
-// Output-stationary: out rows [r0, r1), every pair of each row accumulated (all groups).
+// The launch of kernels/cpu/conv_os_kernel.h for out rows [r0, r1) (W as [G, c_in, c_out]).
+template <typename T>
+cpu::ConvOsLaunch os_launch(const Pairs& p, const GgsArgs<T>& a, const T* w, int64_t r0,
+                            int64_t r1) {
+  cpu::ConvOsLaunch l;
+  l.row_ptr = p.row_ptr;
+  l.row_pair = p.row_pair;
+  l.pair_group = p.pair_group;
+  l.in_idx = p.in_idx;
+  l.x = a.x;
+  l.w = w;
+  l.bias = a.bias;
+  l.scale = a.scale;
+  l.y = a.y;
+  l.c_in = a.c_in;
+  l.c_out = a.c_out;
+  l.r0 = r0;
+  l.r1 = r1;
+  l.accumulate = a.accumulate;
+  l.relu = a.relu;
+  return l;
+}
+
+// Whether the JIT should compile the output-stationary rows for this pass: on, a width it
+// takes (c_out a multiple of the vector length), and at least 2^20 multiply-adds.
+bool os_jit_worth(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes);
+// Whether the output-stationary rows run from vector registers: the ahead-of-time widths
+// (c_out = 16, 32, 64, 128) or a pass the JIT compiles (os_jit_worth).
+bool os_has_registers(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes);
+
+// Output-stationary, ahead-of-time build: out rows [r0, r1), every pair of each row
+// accumulated (all groups); register-resident for c_out = 16, 32, 64, 128.
 void os_tile(const Pairs& p, const GgsArgs<float>& a, const float* w, int64_t r0, int64_t r1);
 void os_tile(const Pairs& p, const GgsArgs<double>& a, const double* w, int64_t r0, int64_t r1);
 

@@ -7,6 +7,7 @@
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
+#include "codegen/cpu_conv_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "codegen/disk_cache.h"
@@ -89,6 +90,21 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.width = width;
   spec.width2 = width2;
+  codegen::JitInfo info;
+  codegen::EntryFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = codegen::CpuJit::instance().lookup(spec, &info);
+  }
+  return info_dict(spec, info, fn != nullptr);
+}
+
+py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
+  using namespace sparsejit;
+  codegen::CpuConvOsSpec spec;
+  spec.dtype = static_cast<ScalarKind>(dtype);
+  spec.c_in = c_in;
+  spec.c_out = c_out;
   codegen::JitInfo info;
   codegen::EntryFn fn;
   {
@@ -273,6 +289,9 @@ PYBIND11_MODULE(_core, m) {
         py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
+  m.def("jit_conv_os", &jit_conv_os, "Compiles (or finds) the point-cloud convolution's "
+        "output-stationary rows for (c_in, c_out); returns what the JIT did",
+        py::arg("dtype"), py::arg("c_in"), py::arg("c_out"));
   m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
         "width (and, width2 > 0, the fused row kernels for that pair of widths); returns "
         "what it did", py::arg("dtype"), py::arg("width"), py::arg("width2") = 0);

@@ -19,7 +19,8 @@ inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::El
                                    Act::Runtime};
 inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
                                          OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile,
-                                         OpKind::FilterConv, OpKind::SparseAttention};
+                                         OpKind::FilterConv, OpKind::SparseAttention,
+                                         OpKind::ConvOutputStationary};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -80,6 +81,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::RgmsTile: return "rgms_tile";
     case OpKind::FilterConv: return "filter_conv";
     case OpKind::SparseAttention: return "sparse_attention";
+    case OpKind::ConvOutputStationary: return "conv_output_stationary";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

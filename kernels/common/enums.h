@@ -29,6 +29,7 @@ enum class OpKind : int {
   RgmsTile = 4,
   FilterConv = 5,  // CPU JIT only (codegen/cpu_fsconv_spec.h)
   SparseAttention = 6,  // the fused attention (codegen/cpu_attention_spec.h)
+  ConvOutputStationary = 7,  // the convolution's output-stationary rows (codegen/cpu_conv_spec.h)
 };
 
 }  // namespace sparsejit

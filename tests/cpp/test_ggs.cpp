@@ -3,12 +3,15 @@
 // repeated out rows (RGMS-like), identity groups and empty / skewed structures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "csrc/ggs/ggs.h"
+#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_jit.h"
 
 namespace ggs = sparsejit::ggs;
 
@@ -182,6 +185,73 @@ TEST(Ggs, ForwardBothDataflowsFloatAndDouble) {
     check_forward<float>(s, ci, co, false, false, true, rng);
     check_forward<double>(s, ci, co, false, false, false, rng);
   }
+}
+
+// Output-stationary rows JIT-compiled for (c_in, c_out): passes of at least 2^20
+// multiply-adds load them. Checked against the reference (every variant of check_forward),
+// and, at the ahead-of-time widths (c_out 16, 32, 64, 128), bit for bit against the
+// ahead-of-time rows (JIT off).
+template <typename T>
+void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
+  namespace cg = sparsejit::codegen;
+  auto& jit = cg::CpuJit::instance();
+  if (!jit.enabled()) GTEST_SKIP() << "SPARSEJIT_JIT=0";
+  // About 1.5 x 2^20 multiply-adds: half the 26 non-centre offsets hit, plus the centre.
+  const int64_t n = std::max<int64_t>(1000, 3 * (int64_t(1) << 20) / (28 * ci * co));
+  auto s = random_structure(rng, 27, n, n, 0.5, true, true);
+  auto p = s.pairs();
+  ASSERT_GE(static_cast<int64_t>(s.in_idx.size()) * ci * co, int64_t(1) << 20);
+  check_forward<T>(s, ci, co, false, true, true, rng);
+  cg::CpuConvOsSpec spec;
+  spec.dtype = sizeof(T) == 4 ? sparsejit::ScalarKind::F32 : sparsejit::ScalarKind::F64;
+  spec.c_in = ci;
+  spec.c_out = co;
+  cg::JitInfo info;
+  ASSERT_NE(jit.lookup(spec, &info), nullptr) << info.error;
+  EXPECT_TRUE(info.memory_hit) << "the forward did not load " << spec.name();
+  const auto x = random_vec<T>(rng, s.n_in * ci);
+  const auto w = random_vec<T>(rng, s.groups * ci * co);
+  const auto bias = random_vec<T>(rng, co);
+  auto run = [&](bool relu) {
+    std::vector<T> y(s.n_out * co, std::numeric_limits<T>::quiet_NaN());
+    ggs::GgsArgs<T> a;
+    a.x = x.data();
+    a.c_in = ci;
+    a.w = w.data();
+    a.c_out = co;
+    a.bias = bias.data();
+    a.relu = relu;
+    a.y = y.data();
+    ggs::gather_gemm_scatter<T>(p, a, ggs::Dataflow::OutputStationary);
+    return y;
+  };
+  for (bool relu : {false, true}) {
+    const auto jitted = run(relu);
+    setenv("SPARSEJIT_JIT", "0", 1);
+    jit.refresh_env();
+    const auto aot = run(relu);
+    unsetenv("SPARSEJIT_JIT");
+    jit.refresh_env();
+    if (co == 16 || co == 32 || co == 64 || co == 128) {
+      for (size_t i = 0; i < jitted.size(); ++i)
+        ASSERT_EQ(jitted[i], aot[i]) << spec.name() << " relu " << relu << " entry " << i;
+    } else {
+      const double tol = std::is_same<T, float>::value ? 1e-4 : 1e-10;
+      for (size_t i = 0; i < jitted.size(); ++i)
+        ASSERT_NEAR(jitted[i], aot[i], tol * (1 + std::abs(aot[i]) + ci)) << spec.name() << " " << i;
+    }
+    for (size_t i = 0; i < jitted.size(); ++i)
+      if (relu) ASSERT_GE(jitted[i], T(0)) << i;
+  }
+}
+
+TEST(Ggs, OutputStationaryJit) {
+  std::mt19937 rng(11);
+  for (auto [ci, co] : {std::pair<int64_t, int64_t>{16, 16}, {4, 16}, {24, 40}, {64, 64},
+                        {3, 8}, {5, 128}, {100, 24}})
+    check_os_jit<float>(ci, co, rng);
+  for (auto [ci, co] : {std::pair<int64_t, int64_t>{16, 16}, {7, 12}, {32, 32}})
+    check_os_jit<double>(ci, co, rng);
 }
 
 TEST(Ggs, TransposedWeightsScalesAndRepeatedOutRows) {

@@ -62,3 +62,52 @@ def test_conv_gather_gemm_scatter_row_kernels(c_in, c_out, kind, threads, poison
         assert torch.equal(a, b), name
     want = reference(x, w, plan, n_out)
     torch.testing.assert_close(jitted[0].double(), want, atol=1e-4 * want.abs().max(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("c_in,c_out", [(16, 16), (4, 16), (24, 40), (64, 64), (12, 8)])
+@pytest.mark.parametrize("kind", ["subm", "spconv"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
+    """The output-stationary dataflow loads rows JIT-compiled for (c_in, c_out) (kernels/cpu/
+    conv_os_kernel.h), forward and feature gradient; bit-identical to the ahead-of-time rows
+    where those exist (c_out 16, 32, 64, 128), and equal to a per-pair reference."""
+    from conftest import generic_only
+
+    if not _core.jit_enabled():
+        pytest.skip("SPARSEJIT_JIT=0")
+    coords = sites(6000, 24, seed=c_in * c_out)
+    plan, _ = conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
+    info = plan_info(plan)
+    n_out = info["num_out"]
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(coords.shape[0], c_in, generator=g, dtype=dtype)
+    w = torch.randn(27, c_in, c_out, generator=g, dtype=dtype)
+    b = torch.randn(c_out, generator=g, dtype=dtype)
+    gy = torch.randn(n_out, c_out, generator=g, dtype=dtype)
+
+    def run(relu):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = sparse_conv(xg, wg, b, plan, n_out, dataflow="output_stationary", relu=relu)
+        y.backward(gy)
+        return y.detach(), xg.grad
+
+    lanes = 32 // x.element_size()
+    for relu in (False, True):
+        _core.jit_clear_memory_cache()
+        jitted = run(relu)
+        scalar = _core.enums()["scalar"]["f32" if dtype == torch.float32 else "f64"]
+        for ci, co in ((c_in, c_out), (c_out, c_in)):  # forward, then feature gradient
+            if co % lanes == 0 and info["pairs"] * ci * co >= 1 << 20:
+                got = _core.jit_conv_os(scalar, ci, co)
+                assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
+        aot = generic_only(lambda: run(relu))
+        for name, a, b_, co in (("y", jitted[0], aot[0], c_out), ("dX", jitted[1], aot[1], c_in)):
+            if co in (16, 32, 64, 128):
+                assert torch.equal(a, b_), name
+            else:
+                torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-4 * b_.abs().max().item())
+        want = reference(x, w, plan, n_out) + b.double()
+        if relu:
+            want = want.clamp_min(0)
+        torch.testing.assert_close(jitted[0].double(), want, rtol=1e-4,
+                                   atol=1e-4 * want.abs().max().item())
