@@ -18,9 +18,10 @@ std::string CpuConvOsSpec::name() const {
 }
 
 std::string CpuConvOsSpec::source() const {
-  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F64)
-    throw std::invalid_argument("sparsejit: conv output-stationary kernels are float32 / float64 only");
-  const int64_t lanes = dtype == ScalarKind::F32 ? 8 : 4;
+  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F64 && dtype != ScalarKind::BF16)
+    throw std::invalid_argument(
+        "sparsejit: conv output-stationary kernels are float32 / float64 / bfloat16 only");
+  const int64_t lanes = dtype == ScalarKind::F64 ? 4 : 8;
   if (c_in < 1 || c_in > kMaxChannels)
     throw std::invalid_argument("sparsejit: conv kernel c_in " + std::to_string(c_in) +
                                 " out of range");
@@ -34,8 +35,10 @@ std::string CpuConvOsSpec::source() const {
      << " -> " << c_out << " channels.\n"
      << "#include \"kernels/cpu/conv_os_kernel.h\"\n\n"
      << "extern \"C\" void sparsejit_entry(const void* launch) {\n"
-     << "  sparsejit::cpu::conv_os_detail::rows<" << cpp_scalar_type(dtype) << ", " << c_in
-     << ", " << c_out << ">(*static_cast<const sparsejit::cpu::ConvOsLaunch*>(launch));\n"
+     << "  sparsejit::cpu::conv_os_detail::rows<"
+     << (dtype == ScalarKind::BF16 ? "float" : cpp_scalar_type(dtype)) << ", " << c_in << ", "
+     << c_out << (dtype == ScalarKind::BF16 ? ", uint16_t" : "")
+     << ">(*static_cast<const sparsejit::cpu::ConvOsLaunch*>(launch));\n"
      << "}\n";
   return os.str();
 }

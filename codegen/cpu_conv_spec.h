@@ -11,7 +11,8 @@
 namespace sparsejit::codegen {
 
 struct CpuConvOsSpec final : KernelSpecBase {
-  ScalarKind dtype = ScalarKind::F32;  // F32 or F64
+  // F32, F64, or BF16: bfloat16 features and output, float32 weights and accumulation.
+  ScalarKind dtype = ScalarKind::F32;
   int64_t c_in = 0;                    // 1 .. kMaxChannels
   int64_t c_out = 0;                   // a multiple of the vector length, up to kMaxChannels
 

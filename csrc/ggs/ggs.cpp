@@ -283,33 +283,38 @@ codegen::EntryFn os_jit_fn(const Pairs& p, const GgsArgs<T>& a) {
   return codegen::CpuJit::instance().lookup(spec);
 }
 
+// W[g] as [c_in, c_out] rows, as the output-stationary rows read it: w itself, or (trans_w)
+// a transposed copy in `buf`.
+template <typename T>
+const T* weights_by_input(const Pairs& p, const T* w, bool trans_w, int64_t ci, int64_t co,
+                          std::vector<T>& buf) {
+  if (!trans_w) return w;
+  buf.resize(p.num_groups * ci * co);
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    for (int64_t c = 0; c < ci; ++c)
+      for (int64_t j = 0; j < co; ++j) buf[(g * ci + c) * co + j] = w[(g * co + j) * ci + c];
+  return buf.data();
+}
+
+constexpr int64_t kOsTile = 256;  // out rows per task
+
 template <typename T>
 void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
-  const int64_t ci = a.c_in, co = a.c_out;
-  // Row-wise accumulation wants W[g] as [c_in, c_out]; a transposed W is copied once.
   std::vector<T> wt;
-  const T* w = a.w;
-  if (a.trans_w) {
-    wt.resize(p.num_groups * ci * co);
-    for (int64_t g = 0; g < p.num_groups; ++g)
-      for (int64_t c = 0; c < ci; ++c)
-        for (int64_t j = 0; j < co; ++j) wt[(g * ci + c) * co + j] = a.w[(g * co + j) * ci + c];
-    w = wt.data();
-  }
-  constexpr int64_t kTile = 256;
-  const int64_t tiles = (p.num_out + kTile - 1) / kTile;
+  const T* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
+  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
   if (const codegen::EntryFn fn = os_jit_fn<T>(p, a)) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; ++t) {
       const cpu::ConvOsLaunch l =
-          detail::os_launch(p, a, w, t * kTile, std::min(p.num_out, (t + 1) * kTile));
+          detail::os_launch(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
       fn(&l);
     }
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < tiles; ++t)
-    os_tile(p, a, w, t * kTile, std::min(p.num_out, (t + 1) * kTile));
+    os_tile(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
 }
 
 // ---- weight gradient ---------------------------------------------------------------------
@@ -385,6 +390,31 @@ Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
   else
     run_gather_gemm_scatter(p, a);
   return d;
+}
+
+bool output_stationary_bf16(const Pairs& p, const GgsArgs<float>& a, Dataflow d) {
+  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(float));
+  if (d != Dataflow::OutputStationary || p.row_ptr == nullptr ||
+      (p.pair_group == nullptr && p.size() > 0) || a.c_in == 0 || a.c_out == 0 ||
+      p.num_out == 0 || p.size() == 0 || a.accumulate ||
+      !detail::os_jit_worth(p, a.c_in, a.c_out, sizeof(float)))
+    return false;
+  codegen::CpuConvOsSpec spec;
+  spec.dtype = ScalarKind::BF16;
+  spec.c_in = a.c_in;
+  spec.c_out = a.c_out;
+  const codegen::EntryFn fn = codegen::CpuJit::instance().lookup(spec);
+  if (fn == nullptr) return false;
+  std::vector<float> wt;
+  const float* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
+  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const cpu::ConvOsLaunch l =
+        detail::os_launch(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
+    fn(&l);
+  }
+  return true;
 }
 
 WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out) {

@@ -94,6 +94,14 @@ Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t el
 template <typename T>
 Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d);
 
+// bfloat16 features and output, float32 weights, bias and accumulation: `a.x` and `a.y` hold
+// bfloat16 bits (uint16) although typed float*. Runs only the output-stationary rows the JIT
+// compiles for bfloat16 storage (the same bits as the float32 rows on the widened features,
+// rounded to nearest even); returns false, having written nothing, when `d` (Auto: the
+// float32 cost model) is not output-stationary, the JIT does not take the pass, or `a`
+// accumulates. The caller then runs the float32 path on converted tensors.
+bool output_stationary_bf16(const Pairs& p, const GgsArgs<float>& a, Dataflow d);
+
 // How the weight gradient is computed: rank-1 updates with the dY row in vector registers
 // (compiled for c_out = 16, 32, 64, 128; other widths take Gemm), or gathered tiles of X and
 // dY through the dense GEMM (sgemm with trans_a). Auto asks choose_wgrad_path.

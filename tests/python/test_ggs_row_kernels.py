@@ -111,3 +111,48 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
             want = want.clamp_min(0)
         torch.testing.assert_close(jitted[0].double(), want, rtol=1e-4,
                                    atol=1e-4 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("c_in,c_out", [(16, 16), (4, 16), (24, 40), (64, 64), (12, 8)])
+@pytest.mark.parametrize("kind", ["subm", "spconv"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
+    """bfloat16 features run natively in the JIT-compiled output-stationary rows (bfloat16 in
+    and out, float32 weights and accumulation): bit for bit the float32 rows on the widened
+    features, rounded to nearest even as PyTorch rounds, forward and feature gradient; the
+    weight gradient is the float32 one, rounded."""
+    if not _core.jit_enabled():
+        pytest.skip("SPARSEJIT_JIT=0")
+    coords = sites(6000, 24, seed=c_in + 3 * c_out)
+    plan, _ = conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
+    info = plan_info(plan)
+    n_out = info["num_out"]
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(coords.shape[0], c_in, generator=g).bfloat16()
+    x[0, 0] = float("nan")  # NaNs stay NaN (their bits may differ: PyTorch's own float ->
+    # bfloat16 casts give 0x7fc0 or 0xffff depending on the code path)
+    w = torch.randn(27, c_in, c_out, generator=g).bfloat16()
+    b = torch.randn(c_out, generator=g).bfloat16()
+    gy = torch.randn(n_out, c_out, generator=g).bfloat16()
+
+    def run(dtype):
+        xg = x.to(dtype, copy=True).requires_grad_()
+        wg = w.to(dtype, copy=True).requires_grad_()
+        y = sparse_conv(xg, wg, b.to(dtype), plan, n_out, dataflow="output_stationary",
+                        relu=relu)
+        y.backward(gy.to(dtype))
+        return y.detach(), xg.grad, wg.grad
+
+    _core.jit_clear_memory_cache()
+    native = run(torch.bfloat16)
+    wide = run(torch.float32)
+    bf16 = _core.enums()["scalar"]["bf16"]
+    for ci, co in ((c_in, c_out), (c_out, c_in)):
+        if co % 8 == 0 and info["pairs"] * ci * co >= 1 << 20:
+            got = _core.jit_conv_os(bf16, ci, co)
+            assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
+    for name, a, b_ in zip(("y", "dX", "dW"), native, wide):
+        assert a.dtype == torch.bfloat16, name
+        want = b_.bfloat16()
+        assert torch.equal(a.isnan(), want.isnan()), name
+        assert torch.equal(a.nan_to_num(0).view(torch.int16), want.nan_to_num(0).view(torch.int16)), name

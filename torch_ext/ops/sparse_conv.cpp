@@ -20,7 +20,9 @@
 // group_ptr [K + 1] int64, in_idx / out_idx [M] int32, out_row_ptr [n_out + 1] int64,
 // out_row_pair [M] int32, in_row_ptr [n_in + 1] int64, in_row_pair [M] int32,
 // pair_group [M] int32 (each int32 array padded to whole words).
-// float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
+// float32 / float64 run natively; bfloat16 natively in the output-stationary rows the JIT
+// compiles (features and output in bfloat16, float32 accumulation), else like float16 in
+// float32, converted back.
 #include <torch/library.h>
 
 #include <stdexcept>
@@ -385,6 +387,22 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
              "have ", x.size(1), " channels");
 }
 
+// Arguments of ggs::output_stationary_bf16: x and y are bfloat16 tensors passed as bits.
+ggs::GgsArgs<float> bf16_args(const at::Tensor& x, const at::Tensor& w,
+                              const std::optional<at::Tensor>& bias, at::Tensor& y,
+                              bool trans_w, bool relu) {
+  ggs::GgsArgs<float> a;
+  a.x = static_cast<const float*>(x.const_data_ptr());
+  a.c_in = x.size(1);
+  a.w = w.const_data_ptr<float>();
+  a.trans_w = trans_w;
+  a.c_out = y.size(1);
+  a.bias = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
+  a.y = static_cast<float*>(y.mutable_data_ptr());
+  a.relu = relu;
+  return a;
+}
+
 at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
                            const std::optional<at::Tensor>& bias_in, const at::Tensor& plan_t,
                            int64_t num_out, bool swap, int64_t dataflow, bool relu) {
@@ -394,7 +412,6 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   CONV_CHECK(num_out == p.num_out, op, ": num_out = ", num_out, " but the plan has ",
              p.num_out, " output sites");
   const auto ct = compute_type(x_in.scalar_type());
-  const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   std::optional<at::Tensor> bias;
   if (bias_in.has_value()) {
@@ -404,11 +421,19 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
     check_same_device(*bias_in, x_in, "bias", "features");
     bias = bias_in->to(ct).contiguous();
   }
-  auto y = at::empty({num_out, w.size(2)}, x.options());
   // Bits 2-5 may carry the backward's choices (set by sparse_conv's Python wrapper from
   // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
   check_packed_dataflow(op, dataflow, 3);
   const auto d = parse_dataflow(op, dataflow & 3);
+  if (x_in.scalar_type() == at::kBFloat16) {
+    // bfloat16 features in, bfloat16 out, float32 accumulation, no float32 copies of X or Y
+    // (when the output-stationary rows take the pass; else the float32 path below).
+    const auto xb = x_in.contiguous();
+    auto yb = at::empty({num_out, w.size(2)}, xb.options());
+    if (ggs::output_stationary_bf16(p, bf16_args(xb, w, bias, yb, false, relu), d)) return yb;
+  }
+  const auto x = x_in.to(ct).contiguous();
+  auto y = at::empty({num_out, w.size(2)}, x.options());
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
     ggs::GgsArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
@@ -435,18 +460,27 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
              op, ": grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ",
              dy_in.sizes());
   const auto ct = compute_type(x_in.scalar_type());
-  const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
-  const auto dy = dy_in.to(ct).contiguous();
   check_packed_dataflow(op, dataflow, 2);  // bits 2-3: the weight-gradient path
   const auto d = parse_dataflow(op, dataflow & 3);
   const auto wpath = static_cast<ggs::WgradPath>(dataflow >> 2);
-  auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
-  auto dw = need_w ? at::empty_like(w) : at::empty({0}, x.options());
   // dX = the same pairs read backwards with W^T (in rows are distinct within an offset too).
   const ggs::Pairs back = pairs_of(check_plan(op, plan_t), !swap);
+  at::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
+  if (need_x && x_in.scalar_type() == at::kBFloat16 && dy_in.scalar_type() == at::kBFloat16) {
+    const auto dyb = dy_in.contiguous();
+    auto dxb = at::empty({x_in.size(0), x_in.size(1)}, dyb.options());
+    if (ggs::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false), d))
+      dx_native = dxb;
+  }
+  const bool fp_x = need_x && !dx_native.defined();
+  const auto x = need_w ? x_in.to(ct).contiguous() : at::empty({0, x_in.size(1)}, w.options());
+  const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : at::empty({0}, w.options());
+  auto dx = fp_x ? at::empty({x_in.size(0), x_in.size(1)}, w.options())
+                 : at::empty({0}, w.options());
+  auto dw = need_w ? at::empty_like(w) : at::empty({0}, w.options());
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
-    if (need_x) {
+    if (fp_x) {
       ggs::GgsArgs<scalar_t> a;
       a.x = ptr<scalar_t>(dy);
       a.c_in = dy.size(1);
@@ -460,7 +494,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
       ggs::weight_grad<scalar_t>(p, ptr<scalar_t>(x), x.size(1), ptr<scalar_t>(dy), dy.size(1),
                                  nullptr, ptr<scalar_t>(dw), wpath);
   });
-  return {dx.to(x_in.scalar_type()), dw.to(x_in.scalar_type())};
+  return {dx_native.defined() ? dx_native : dx.to(x_in.scalar_type()),
+          dw.to(x_in.scalar_type())};
 }
 
 }  // namespace
