@@ -47,12 +47,14 @@ std::string CpuAttentionSpec::source() const {
     throw std::invalid_argument("the attention JIT has no kernel for H=" +
                                 std::to_string(heads) + ", D=" + std::to_string(qk_width) +
                                 ", Dv=" + std::to_string(v_width));
-  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F64)
+  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F64 && dtype != ScalarKind::BF16)
     throw std::invalid_argument(std::string("the attention JIT has no kernel for scalar kind ") +
-                                scalar_name(dtype) + " (bfloat16 / float16 run in float32)");
+                                scalar_name(dtype) + " (float16 runs in float32)");
   std::ostringstream os;
   os << "// sparsejit generated kernel: " << name() << "\n"
-     << "// Fused sparse attention, " << scalar_name(dtype) << " values, "
+     << "// Fused sparse attention, " << scalar_name(dtype)
+     << (dtype == ScalarKind::BF16 ? " q/k/v/out (forward only, float32 accumulation)" : "")
+     << " values, "
      << (index == IndexKind::I32 ? "int32" : "int64") << " indices, " << mode_name(mode)
      << " scores, H=" << heads << ", D=" << qk_width << ", Dv=" << v_width << ".\n"
      << "#include \"kernels/cpu/attention_kernel.h\"\n\n"
@@ -61,7 +63,9 @@ std::string CpuAttentionSpec::source() const {
      << "  auto& l = *static_cast<at::AttentionLaunch*>(const_cast<void*>(launch));\n"
      << "  using K = at::Fixed<" << static_cast<int64_t>(mode) << ", " << heads << ", "
      << qk_width << ", " << v_width << ">;\n"
-     << "  at::run<K, " << cpp_scalar_type(dtype) << ", " << cpp_index_type(index) << ">(l);\n"
+     << "  at::run<K, " << (dtype == ScalarKind::BF16 ? "float" : cpp_scalar_type(dtype))
+     << ", " << cpp_index_type(index)
+     << (dtype == ScalarKind::BF16 ? ", sparsejit::bf16" : "") << ">(l);\n"
      << "}\n";
   return os.str();
 }

@@ -33,8 +33,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "csrc/core/types.h"
 #include "kernels/cpu/attention_args.h"
 
 #ifdef _OPENMP
@@ -124,25 +126,27 @@ inline void prefetch_span(const T* p, int64_t n) {
 }
 
 // Pre-activation z of entry p = (i, j), head h (the dot products unroll when K fixes D).
-template <class K, typename T>
-inline T pre_score(const Shape& s, const T* q, const T* k, const T* bias, int64_t i, int64_t j,
+// q and k are stored as S: T itself, or bfloat16 with T = float (widened exactly on load).
+template <class K, typename T, typename S = T>
+inline T pre_score(const Shape& s, const S* q, const S* k, const T* bias, int64_t i, int64_t j,
                    int64_t p, int64_t h) {
   const int64_t H = K::heads(s), D = K::qk_width(s);
   const Mode mode = K::mode(s);
   T z;
   if (mode == Mode::Dot) {
-    const T* qi = q + (i * H + h) * D;
-    const T* kj = k + (j * H + h) * D;
-    z = T(s.scale) * lane_sum<K::qk_fixed, T>(D, [&](int64_t d) { return qi[d] * kj[d]; });
+    const S* qi = q + (i * H + h) * D;
+    const S* kj = k + (j * H + h) * D;
+    z = T(s.scale) *
+        lane_sum<K::qk_fixed, T>(D, [&](int64_t d) { return T(qi[d]) * T(kj[d]); });
   } else if (mode == Mode::GATv2) {
-    const T* qi = q + (i * H + h) * D;
-    const T* kj = k + (j * H + h) * D;
+    const S* qi = q + (i * H + h) * D;
+    const S* kj = k + (j * H + h) * D;
     const T* a = static_cast<const T*>(s.att) + h * D;
     const T slope = T(s.negative_slope);
     z = lane_sum<K::qk_fixed, T>(
-        D, [&](int64_t d) { return a[d] * leaky_select<T>(qi[d] + kj[d], slope); });
+        D, [&](int64_t d) { return a[d] * leaky_select<T>(T(qi[d]) + T(kj[d]), slope); });
   } else {
-    z = q[i * H + h] + k[j * H + h];
+    z = T(q[i * H + h]) + T(k[j * H + h]);
   }
   if (bias) z += bias[p * H + h];
   return z;
@@ -158,9 +162,11 @@ inline T activation_grad(const Shape& s, T z) {
   return (K::mode(s) == Mode::Additive && z < T(0)) ? T(s.negative_slope) : T(1);
 }
 
-template <class K, typename T, typename I>
-void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k, const T* v,
-             const T* bias, T* out, T* lse) {
+// S: the storage of q, k, v and out (T, or bfloat16 with T = float: widened on load, the
+// output rounded to nearest even once per element); bias, att and lse are T.
+template <class K, typename T, typename I, typename S = T>
+void forward(const Shape& s, const I* rowptr, const I* col, const S* q, const S* k, const S* v,
+             const T* bias, S* out, T* lse) {
   const int64_t H = K::heads(s), Dv = K::v_width(s);
   const T neg_inf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
@@ -173,10 +179,17 @@ void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T*
     T* m = H > kStackHeads ? heap.data() : m_st;
     T* l = H > kStackHeads ? heap.data() + H : l_st;
     const bool acc_on_stack = H * Dv <= kStackAcc;
+    // A wide row accumulates in place in out when out holds T, else in a T buffer.
+    constexpr bool same = std::is_same_v<S, T>;
+    std::vector<T> acc_heap(!same && !acc_on_stack ? H * Dv : 0);
     const int64_t nnz = rowptr[s.rows], Dk = K::qk_width(s);
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < s.rows; ++i) {
-      T* acc = acc_on_stack ? acc_st : out + i * H * Dv;
+      T* acc;
+      if constexpr (same)
+        acc = acc_on_stack ? acc_st : out + i * H * Dv;
+      else
+        acc = acc_on_stack ? acc_st : acc_heap.data();
       std::fill(acc, acc + H * Dv, T(0));
       std::fill(m, m + H, neg_inf);
       std::fill(l, l + H, T(0));
@@ -187,9 +200,9 @@ void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T*
           prefetch_span(k + jn * H * Dk, H * Dk);
           prefetch_span(v + jn * H * Dv, H * Dv);
         }
-        const T* vj = v + j * H * Dv;
+        const S* vj = v + j * H * Dv;
         for (int64_t h = 0; h < H; ++h) {
-          const T z = pre_score<K>(s, q, k, bias, i, j, p, h);
+          const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
           if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
           const T sc = activate<K>(s, z);
           T* a = acc + h * Dv;
@@ -203,17 +216,17 @@ void forward(const Shape& s, const I* rowptr, const I* col, const T* q, const T*
           l[h] += w;
           const T wk = w * keep_factor<T>(s, p, h);
           if (wk != T(0))
-            for (int64_t d = 0; d < Dv; ++d) a[d] += wk * vj[h * Dv + d];
+            for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
         }
       }
-      T* o = out + i * H * Dv;
+      S* o = out + i * H * Dv;
       for (int64_t h = 0; h < H; ++h) {
         if (l[h] != T(0)) {  // > 0, or NaN from a NaN score: the NaN reaches out and lse
           const T inv = T(1) / l[h];
-          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = acc[h * Dv + d] * inv;
+          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = S(acc[h * Dv + d] * inv);
           lse[i * H + h] = m[h] + std::log(l[h]);
         } else {
-          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = T(0);
+          for (int64_t d = 0; d < Dv; ++d) o[h * Dv + d] = S(T(0));
           lse[i * H + h] = neg_inf;
         }
       }
@@ -410,13 +423,25 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
   return bad;
 }
 
-// Runs the launch's phase (the JIT's entry point and the generic path both come here).
-template <class K, typename T, typename I>
+// Runs the launch's phase (the JIT's entry point and the generic path both come here). With
+// S = bfloat16 (T = float) only the forward exists: q, k, v and out in bfloat16, bias, att and
+// lse in float (the backward runs in float32 on converted tensors).
+template <class K, typename T, typename I, typename S = T>
 void run(AttentionLaunch& l) {
   const Shape& s = l.shape;
+  auto ix = [](const void* p) { return static_cast<const I*>(p); };
+  if constexpr (!std::is_same_v<S, T>) {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<S, sparsejit::bf16>,
+                  "narrow storage is bfloat16 with float computation");
+    if (l.phase == Phase::Forward)
+      forward<K, T, I, S>(s, ix(l.rowptr), ix(l.col), static_cast<const S*>(l.q),
+                          static_cast<const S*>(l.k), static_cast<const S*>(l.v),
+                          static_cast<const T*>(l.bias), static_cast<S*>(l.out),
+                          static_cast<T*>(l.lse_out));
+    return;
+  } else {
   auto c = [](const void* p) { return static_cast<const T*>(p); };
   auto w = [](void* p) { return static_cast<T*>(p); };
-  auto ix = [](const void* p) { return static_cast<const I*>(p); };
   switch (l.phase) {
     case Phase::Forward:
       forward<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias), w(l.out),
@@ -436,6 +461,7 @@ void run(AttentionLaunch& l) {
                                           c(l.delta), c(l.dout), w(l.dk), w(l.dv), c(l.dz),
                                           c(l.pk));
       return;
+  }
   }
 }
 

@@ -2,7 +2,8 @@
 fixed at compile time) against the generic kernel (bit for bit: the summation order does not
 depend on what is fixed) and against the float64 per-edge reference, forward and backward,
 on fresh random inputs with the op's outputs poisoned beforehand; the op really takes the JIT
-path; bfloat16 runs through the float32 kernels."""
+path; bfloat16 has its own forward (bfloat16 storage, float32 accumulation) and a float32
+backward."""
 
 import math
 
@@ -132,21 +133,38 @@ def test_jit_dropout_matches_generic(graph):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("mode", ["dot", "additive"])
-def test_bfloat16_runs_in_float32(graph, mode):
-    """bfloat16 inputs are computed in float32 (the JIT's float32 kernel) and rounded once."""
-    inputs = _inputs(graph, mode, 4, 16, 16, torch.bfloat16, seed=11, masked=False)
-    out = _call(graph, mode, *inputs)
+@pytest.mark.parametrize("mode", ["dot", "additive", "gatv2"])
+@pytest.mark.parametrize("heads,width,v_width", [(4, 16, 16), (1, 8, 24), (2, 32, 8)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_bfloat16_native_forward(graph, mode, heads, width, v_width, masked):
+    """bfloat16 q, k, v run natively in the JIT's bfloat16 forward (read and written in
+    bfloat16, float32 accumulation): bit for bit the float32 kernel on the widened inputs,
+    rounded once, and the converting path (JIT off) gives the same bits; the backward runs in
+    float32 on converted tensors and matches it too."""
+    inputs = _inputs(graph, mode, heads, width, v_width, torch.bfloat16, seed=11 + heads,
+                     masked=masked)
+    _core.jit_clear_memory_cache()
+    native = _forward_backward(graph, mode, inputs)
+    qk = 1 if mode == "additive" else width
+    index = _core.enums()["index"]["i64" if graph.index_dtype == torch.int64 else "i32"]
+    got = _core.jit_attention(_core.enums()["scalar"]["bf16"], index, MODES[mode], heads, qk,
+                              v_width)
+    assert got["ok"] and got["memory_hit"], got["error"]  # the forward loaded it
+    out = native[0]
     assert out.dtype == torch.bfloat16
-    want = _call(graph, mode, *[t.float() for t in inputs]).to(torch.bfloat16)
-    assert torch.equal(out, want)
+    wide = [t.float() for t in inputs]
+    want = _call(graph, mode, *wide).to(torch.bfloat16)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    converted = generic_only(lambda: _forward_backward(graph, mode, inputs))
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dbias", "datt"), native, converted):
+        assert torch.equal(a, b), name
 
 
 def test_spec_rejects_what_it_cannot_compile():
     with pytest.raises(ValueError, match="no kernel for H="):
         _core.jit_attention(0, 1, 0, 65, 16, 16)
-    with pytest.raises(ValueError, match="bfloat16"):
-        _core.jit_attention(2, 1, 0, 4, 16, 16)
+    with pytest.raises(ValueError, match="float16"):
+        _core.jit_attention(_core.enums()["scalar"]["f16"], 1, 0, 4, 16, 16)
     names = {_core.jit_attention(0, i, m, 4, 1 if m == 1 else 16, 16)["name"]
              for i in (0, 1) for m in (0, 1, 2)}
     assert len(names) == 6

@@ -103,6 +103,7 @@ constexpr int64_t kJitMinWork = int64_t(1) << 15;
 
 // The JIT-compiled entry for this launch's sizes, or null (JIT off, sizes outside the spec,
 // too small, or the compile failed: CpuJit warns once and remembers the failure).
+// `ct` kBFloat16: the forward-only kernel with bfloat16 q, k, v and out.
 codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
                            const attention::Shape& s, int64_t nnz) {
   auto& jit = codegen::CpuJit::instance();
@@ -110,7 +111,9 @@ codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
       nnz * s.heads * (s.qk_width + s.v_width) < kJitMinWork)
     return nullptr;
   codegen::CpuAttentionSpec spec;
-  spec.dtype = ct == at::kDouble ? ScalarKind::F64 : ScalarKind::F32;
+  spec.dtype = ct == at::kDouble     ? ScalarKind::F64
+               : ct == at::kBFloat16 ? ScalarKind::BF16
+                                     : ScalarKind::F32;
   spec.index = rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
   spec.mode = s.mode;
   spec.heads = s.heads;
@@ -163,12 +166,18 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
                       dropout, seed, att_in);
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
-  auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
   auto bias = prep(bias_in, ct);
   auto att = prep(att_in, ct);
   if (att.has_value()) s.att = att->data_ptr();
+  // bfloat16 q, k, v: read and written in bfloat16 by the JIT's forward-only kernel (float32
+  // accumulation; the same bits as the float32 kernel on the widened inputs, rounded once).
+  const codegen::EntryFn bf16_fn = q_in.scalar_type() == at::kBFloat16
+                                       ? jit_entry(at::kBFloat16, rp, s, col.numel())
+                                       : nullptr;
+  const auto st = bf16_fn ? at::kBFloat16 : ct;  // storage of q, k, v and out
+  auto q = prep(q_in, st), k = prep(k_in, st), v = prep(v_in, st);
   auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
-  auto lse = at::empty({s.rows, s.heads}, q.options());
+  auto lse = at::empty({s.rows, s.heads}, q.options().dtype(ct));
   attention::AttentionLaunch l;
   l.shape = s;
   l.phase = attention::Phase::Forward;
@@ -181,6 +190,10 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   l.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   l.out = out.data_ptr();
   l.lse_out = lse.data_ptr();
+  if (bf16_fn) {
+    bf16_fn(&l);
+    return {out, lse};
+  }
   launch(ct, rp, col.numel(), {&l});
   // lse stays in the computation dtype: the backward needs it at full precision.
   return {out.to(q_in.scalar_type()), lse};
