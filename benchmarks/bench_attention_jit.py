@@ -6,6 +6,11 @@ three score forms at the widths the PyG layers use (4 heads of F / 4, F = 64 and
 
 Prints medians and generic / JIT ratios; writes benchmarks/results/attention_jit.json.
 Shared 2-core machine: read the ratios.
+
+    python benchmarks/bench_attention_jit.py --bf16
+
+instead times the forward alone in float32 and in bfloat16 (the JIT's native bfloat16 kernel),
+interleaved, JIT on; writes benchmarks/results/attention_bf16.json.
 """
 
 from __future__ import annotations
@@ -43,6 +48,14 @@ def _step(A, mode, q, k, v, att, grad):
     out.backward(grad)
 
 
+def _forward(A, mode, q, k, v, att):
+    if mode == "dot":
+        return sj.sparse_attention(A, q, k, v)
+    if mode == "gat":
+        return sj.gat_attention(A, q[..., 0], k[..., 0], v)
+    return sj.gatv2_attention(A, q, k, att, v)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", default="powerlaw:n=200000,avg=10,alpha=2.1,seed=1")
@@ -50,9 +63,13 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
-                                         "attention_jit.json"))
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward in float32 against bfloat16 (JIT on) instead of JIT/generic")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = str(Path(__file__).parent / "results" /
+                       ("attention_bf16.json" if args.bf16 else "attention_jit.json"))
     torch.set_num_threads(args.threads)
     g = load_graph(args.graph)
     A = sj.SparseMatrix.from_edge_index(g.edge_index, g.num_nodes)
@@ -66,6 +83,26 @@ def main(argv=None) -> int:
             v = torch.randn(A.shape[1], H, C, requires_grad=True)
             att = torch.randn(H, C, requires_grad=True)
             grad = torch.randn(A.shape[0], H, C)
+            if args.bf16:
+                _set_jit(True)
+                ins = {dt: [t.detach().to(dt) for t in (q, k, v, att)]
+                       for dt in (torch.float32, torch.bfloat16)}
+                times = {dt: [] for dt in ins}
+                with torch.no_grad():
+                    for dt in ins:  # warm-up (compile)
+                        _forward(A, mode, *ins[dt])
+                    for _ in range(args.repeats):
+                        for dt in ins:
+                            t0 = time.perf_counter()
+                            _forward(A, mode, *ins[dt])
+                            times[dt].append(time.perf_counter() - t0)
+                f32 = statistics.median(times[torch.float32])
+                b16 = statistics.median(times[torch.bfloat16])
+                rows.append(dict(mode=mode, F=f, heads=H, width=C, float32_s=f32,
+                                 bfloat16_s=b16, speedup=f32 / b16))
+                print(f"{mode:<6} H={H} C={C:<4} forward float32 {f32 * 1e3:8.2f} ms  "
+                      f"bfloat16 {b16 * 1e3:8.2f} ms  x{f32 / b16:.2f}", flush=True)
+                continue
             times = {True: [], False: []}
             for on in (True, False):  # warm-up (compile, transpose)
                 _set_jit(on)
@@ -83,7 +120,7 @@ def main(argv=None) -> int:
                   f"ms  x{gen / jit:.2f}", flush=True)
     _set_jit(True)
     geo = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
-    print(f"geomean generic / JIT: x{geo:.2f}")
+    print(f"geomean {'float32 / bfloat16' if args.bf16 else 'generic / JIT'}: x{geo:.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(graph=g.name, nodes=g.num_nodes,
                                               edges=g.num_edges, threads=args.threads,
