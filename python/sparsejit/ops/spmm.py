@@ -182,7 +182,7 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
         grad_z = _activation_grad(ctx, grad_out, saved_out, z_fn)
         if ctx.has_bias and ctx.needs_input_grad[10]:
             grad_bias = grad_z.sum(0).reshape(bias.shape).to(bias.dtype)
-        grad_out = grad_z * ctx.scale
+        grad_out = grad_z * ctx.scale if ctx.scale != 1.0 else grad_z
     need_values = values is not None and ctx.needs_input_grad[2]
     need_x = ctx.needs_input_grad[3]
     grad_values = grad_x = None
@@ -200,15 +200,24 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
                 grad_bias, None, None, None, None)
 
     g = grad_out.contiguous()
+    inv_deg = None
     if reduce == "mean":
-        deg = _row_degree(rowptr).clamp(min=1).to(g.dtype)
-        g = g / deg.view((-1,) + (1,) * (g.dim() - 1))
+        inv_deg = 1.0 / _row_degree(rowptr).clamp(min=1).to(g.dtype)
     if need_x:
         trp, tcol, tperm = transpose(rowptr, col, x.shape[0], t_rowptr, t_col, t_perm)
         tvals = None if values is None else values.index_select(0, tperm.to(torch.long))
+        if inv_deg is not None:
+            # mean: dX = A^T diag(1 / deg) dY, the 1 / deg of each entry's forward row folded
+            # into the transposed entries' values ([nnz] gathers instead of an [N, F] pass).
+            scale_t = inv_deg.index_select(0, tcol)
+            if tvals is not None:
+                scale_t = scale_t.view((-1,) + (1,) * (tvals.dim() - 1)) * tvals
+            tvals = scale_t
         # Plans are stamped with the forward structure: the transpose uses the cost model.
         grad_x, _ = ops.spmm(trp, tcol, tvals, g, "sum", rowptr.shape[0] - 1)
     if need_values:
+        if inv_deg is not None:
+            g = g * inv_deg.view((-1,) + (1,) * (g.dim() - 1))
         if values.dim() == 1 and x.dim() == 3:
             # One value shared by all heads: per-head dot products, summed over heads.
             grad_values = ops.sddmm(rowptr, col, g, x, x.shape[0]).sum(-1)

@@ -67,6 +67,18 @@ def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
     return lin(spmm(A, x, reduce))
 
 
+def add_linear(out: torch.Tensor, lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``out + lin(x)`` for a fresh ``out`` that autograd has not saved (the aggregation's
+    result); for a plain 2-D Linear the product accumulates onto ``out`` in place
+    (``addmm_``: no [N, F] add, copy or temporary, forward or backward)."""
+    if type(lin) is nn.Linear and out.dim() == 2 and x.dim() == 2 and \
+            out.dtype == x.dtype == lin.weight.dtype and out.is_contiguous():
+        if lin.bias is not None:
+            out = out.add_(lin.bias)
+        return out.addmm_(x, lin.weight.t())
+    return out + lin(x)
+
+
 _REDUCE = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
 
 
@@ -220,7 +232,7 @@ class SAGEConv(nn.Module):
         A, _, _, _ = G.structure(edges)
         out = aggregate(A, x_src, self.reduce, self.lin_l)
         if self.root_weight and x_dst is not None:
-            out = out + self.lin_r(x_dst)
+            out = add_linear(out, self.lin_r, x_dst)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
@@ -256,7 +268,7 @@ class GraphConv(nn.Module):
         A = A.with_values(None if w is None else w.to(x_src.dtype))
         out = aggregate(A, x_src, self.reduce, self.lin_rel)
         if x_dst is not None:
-            out = out + self.lin_root(x_dst)
+            out = add_linear(out, self.lin_root, x_dst)
         return out
 
     def __repr__(self) -> str:
@@ -303,6 +315,8 @@ class GINConv(nn.Module):
             # (A + (1 + eps) I) x in one SpMM over the structure with self-loops (cached):
             # no separate [N, F] scale and add, forward or backward.
             A, is_loop = _gin_structure(edges)
+            if not torch.compiler.is_compiling() and float(self.eps) == 0.0:
+                return self.nn(spmm(A, x, "sum"))  # PyG's default eps: no values at all
             vals = (is_loop * self.eps.to(x.dtype) + 1).to(x.dtype)
             return self.nn(spmm(A.with_values(vals), x, "sum"))
         A, _, _, _ = G.structure(edges)
