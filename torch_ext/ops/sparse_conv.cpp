@@ -254,8 +254,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
       }
     }
   }
-  auto plan_t = at::zeros({plan_words(k, m, n_in, n_out)}, coords.options().dtype(at::kLong));
+  // Every word is written below; only the header and the int32 arrays' padding need zeros.
+  auto plan_t = at::empty({plan_words(k, m, n_in, n_out)}, coords.options().dtype(at::kLong));
   int64_t* w = ptr<int64_t>(plan_t);
+  std::fill(w, w + kFixedWords, int64_t{0});
   uint64_t h = mix(0, static_cast<uint64_t>(n_in));
   for (uint64_t key : in.keys) h = mix(h, key);
   plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(h >> 1)};
@@ -267,10 +269,19 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   std::copy(km.offset_ptr.begin(), km.offset_ptr.end(), mut64(v.group_ptr));
   std::copy(km.in_idx.begin(), km.in_idx.end(), mut32(v.in_idx));
   std::copy(km.out_idx.begin(), km.out_idx.end(), mut32(v.out_idx));
-  ggs::index_by_row(v.group_ptr, k, v.out_idx, n_out, mut64(v.out_row_ptr),
-                    mut32(v.out_row_pair), mut32(v.pair_group));
-  ggs::index_by_row(v.group_ptr, k, v.in_idx, n_in, mut64(v.in_row_ptr), mut32(v.in_row_pair),
-                    nullptr);
+  if (m % 2 == 1)  // the padding int32 after each int32 array
+    for (const int32_t* a : {v.in_idx, v.out_idx, v.out_row_pair, v.in_row_pair, v.pair_group})
+      mut32(a)[m] = 0;
+  // The two row indexes are independent serial counting sorts: one thread each.
+#pragma omp parallel sections num_threads(2) if (m > 4096)
+  {
+#pragma omp section
+    ggs::index_by_row(v.group_ptr, k, v.out_idx, n_out, mut64(v.out_row_ptr),
+                      mut32(v.out_row_pair), mut32(v.pair_group));
+#pragma omp section
+    ggs::index_by_row(v.group_ptr, k, v.in_idx, n_in, mut64(v.in_row_ptr),
+                      mut32(v.in_row_pair), nullptr);
+  }
   auto oc = at::empty({n_out, dims + 1}, coords.options().dtype(at::kInt));
   if (kind == kSubm || kind == kGeneralized) {
     // Output rows keep the caller's order (site id = row).
