@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/cpu_attention_spec.h"
+#include "codegen/cpu_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -187,8 +188,47 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
   EXPECT_NE(spmm_like.packed_key(), sddmm.packed_key());
   EXPECT_FALSE(CpuAttentionSpec::supports(65, 16, 16));
   EXPECT_FALSE(CpuAttentionSpec::supports(4, 16, 2048));
-  spmm_like.dtype = ScalarKind::BF16;  // bfloat16 runs through the float32 kernel
+  // bfloat16: a forward-only kernel with bfloat16 storage and float32 arithmetic; float16
+  // runs through the float32 kernel.
+  spmm_like.dtype = ScalarKind::BF16;
+  EXPECT_NE(spmm_like.source().find("float, int64_t, sparsejit::bf16>"), std::string::npos)
+      << spmm_like.source();
+  EXPECT_TRUE(keys.insert(spmm_like.packed_key()).second);
+  spmm_like.dtype = ScalarKind::F16;
   EXPECT_THROW(spmm_like.source(), std::invalid_argument);
+}
+
+TEST(JitSpec, ConvOutputStationarySpecsAreDistinctAndRejectBadWidths) {
+  using codegen::CpuConvOsSpec;
+  std::set<uint64_t> keys;
+  std::set<std::string> names;
+  for (auto dt : {ScalarKind::F32, ScalarKind::F64, ScalarKind::BF16})
+    for (int64_t ci : {1, 16, 1024})
+      for (int64_t co : {8, 16, 1024}) {
+        CpuConvOsSpec s;
+        s.dtype = dt;
+        s.c_in = ci;
+        s.c_out = co;
+        EXPECT_EQ(s.op(), OpKind::ConvOutputStationary);
+        EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
+        EXPECT_TRUE(names.insert(s.name()).second) << s.name();
+        EXPECT_NE(s.source().find("conv_os_detail::rows<"), std::string::npos) << s.name();
+      }
+  CpuConvOsSpec bad;
+  bad.c_in = 16;
+  bad.c_out = 12;  // not a multiple of 8 float32 lanes
+  EXPECT_THROW(bad.source(), std::invalid_argument);
+  bad.c_out = 16;
+  bad.c_in = 0;
+  EXPECT_THROW(bad.source(), std::invalid_argument);
+  bad.c_in = 2048;
+  EXPECT_THROW(bad.source(), std::invalid_argument);
+  bad.c_in = 16;
+  bad.dtype = ScalarKind::F16;
+  EXPECT_THROW(bad.source(), std::invalid_argument);
+  bad.dtype = ScalarKind::F64;
+  bad.c_out = 12;  // a multiple of 4 float64 lanes
+  EXPECT_NO_THROW(bad.source());
 }
 
 }  // namespace
