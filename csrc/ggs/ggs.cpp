@@ -8,12 +8,12 @@
 #include <mutex>
 #include <vector>
 
+#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_jit.h"
 #include "csrc/core/first_error.h"
 #include "csrc/core/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "csrc/ggs/register_kernels.h"
-#include "codegen/cpu_conv_spec.h"
-#include "codegen/cpu_jit.h"
 
 namespace sparsejit::ggs {
 
@@ -107,6 +107,11 @@ std::string check_pairs(const Pairs& p, bool full) {
 }
 
 namespace {
+
+// The output-stationary dataflow needs the pairs indexed by out row, with their groups.
+bool row_indexed(const Pairs& p) {
+  return p.row_ptr != nullptr && (p.pair_group != nullptr || p.size() == 0);
+}
 
 using detail::init_rows;
 using detail::relu_rows;
@@ -271,15 +276,16 @@ void run_gemm_then_reduce(const Pairs& p, const GgsArgs<T>& a) {
 
 // ---- output-stationary -------------------------------------------------------------------
 
-// The output-stationary rows JIT-compiled for (c_in, c_out), or nullptr (JIT off, a width
-// it does not take, or a pass too small to pay for a compile: then the ahead-of-time rows).
-template <typename T>
-codegen::EntryFn os_jit_fn(const Pairs& p, const GgsArgs<T>& a) {
-  if (!detail::os_jit_worth(p, a.c_in, a.c_out, sizeof(T))) return nullptr;
+// The output-stationary rows JIT-compiled for (c_in, c_out) with storage `dtype` (bf16:
+// float weights and accumulation), or nullptr (JIT off, a width it does not take, or a pass
+// too small to pay for a compile: then the ahead-of-time rows).
+codegen::EntryFn os_jit_fn(const Pairs& p, int64_t c_in, int64_t c_out, ScalarKind dtype) {
+  const int64_t elem_bytes = dtype == ScalarKind::F64 ? 8 : 4;  // of the arithmetic
+  if (!detail::os_jit_worth(p, c_in, c_out, elem_bytes)) return nullptr;
   codegen::CpuConvOsSpec spec;
-  spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
-  spec.c_in = a.c_in;
-  spec.c_out = a.c_out;
+  spec.dtype = dtype;
+  spec.c_in = c_in;
+  spec.c_out = c_out;
   return codegen::CpuJit::instance().lookup(spec);
 }
 
@@ -298,23 +304,29 @@ const T* weights_by_input(const Pairs& p, const T* w, bool trans_w, int64_t ci, 
 
 constexpr int64_t kOsTile = 256;  // out rows per task
 
+// Tiles of kOsTile out rows in parallel through the JIT's entry `fn`, or (null) the
+// ahead-of-time rows; W already as [G, c_in, c_out].
+template <typename T>
+void os_tiles(const Pairs& p, const GgsArgs<T>& a, const T* w, codegen::EntryFn fn) {
+  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r0 = t * kOsTile, r1 = std::min(p.num_out, r0 + kOsTile);
+    if (fn != nullptr) {
+      const cpu::ConvOsLaunch l = detail::os_launch(p, a, w, r0, r1);
+      fn(&l);
+    } else {
+      os_tile(p, a, w, r0, r1);
+    }
+  }
+}
+
 template <typename T>
 void run_output_stationary(const Pairs& p, const GgsArgs<T>& a) {
   std::vector<T> wt;
   const T* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
-  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
-  if (const codegen::EntryFn fn = os_jit_fn<T>(p, a)) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const cpu::ConvOsLaunch l =
-          detail::os_launch(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
-      fn(&l);
-    }
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles; ++t)
-    os_tile(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
+  os_tiles(p, a, w,
+           os_jit_fn(p, a.c_in, a.c_out, sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64));
 }
 
 // ---- weight gradient ---------------------------------------------------------------------
@@ -357,8 +369,7 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
 }  // namespace
 
 Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
-  if (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0))
-    return Dataflow::GatherGemmScatter;
+  if (!row_indexed(p)) return Dataflow::GatherGemmScatter;
   // Output-stationary keeps the output row in vector registers and streams W[g] for every
   // pair, so it wins while all of W (K * c_in * c_out) stays in L2 and a register kernel
   // exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
@@ -374,9 +385,7 @@ Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t el
 template <typename T>
 Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
   if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(T));
-  if (d == Dataflow::OutputStationary &&
-      (p.row_ptr == nullptr || (p.pair_group == nullptr && p.size() > 0)))
-    d = Dataflow::GatherGemmScatter;
+  if (d == Dataflow::OutputStationary && !row_indexed(p)) d = Dataflow::GatherGemmScatter;
   if (a.c_out == 0 || p.num_out == 0) return d;
   if (a.c_in == 0 || p.size() == 0) {
     if (!a.accumulate) init_rows(a, 0, p.num_out);
@@ -394,26 +403,13 @@ Dataflow gather_gemm_scatter(const Pairs& p, const GgsArgs<T>& a, Dataflow d) {
 
 bool output_stationary_bf16(const Pairs& p, const GgsArgs<float>& a, Dataflow d) {
   if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(float));
-  if (d != Dataflow::OutputStationary || p.row_ptr == nullptr ||
-      (p.pair_group == nullptr && p.size() > 0) || a.c_in == 0 || a.c_out == 0 ||
-      p.num_out == 0 || p.size() == 0 || a.accumulate ||
-      !detail::os_jit_worth(p, a.c_in, a.c_out, sizeof(float)))
+  if (d != Dataflow::OutputStationary || !row_indexed(p) || a.c_in == 0 || a.c_out == 0 ||
+      p.num_out == 0 || p.size() == 0 || a.accumulate)
     return false;
-  codegen::CpuConvOsSpec spec;
-  spec.dtype = ScalarKind::BF16;
-  spec.c_in = a.c_in;
-  spec.c_out = a.c_out;
-  const codegen::EntryFn fn = codegen::CpuJit::instance().lookup(spec);
+  const codegen::EntryFn fn = os_jit_fn(p, a.c_in, a.c_out, ScalarKind::BF16);
   if (fn == nullptr) return false;
   std::vector<float> wt;
-  const float* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
-  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const cpu::ConvOsLaunch l =
-        detail::os_launch(p, a, w, t * kOsTile, std::min(p.num_out, (t + 1) * kOsTile));
-    fn(&l);
-  }
+  os_tiles(p, a, weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt), fn);
   return true;
 }
 
