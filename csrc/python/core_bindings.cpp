@@ -5,9 +5,9 @@
 #include <pybind11/stl.h>
 
 #include "codegen/cpu_attention_spec.h"
+#include "codegen/cpu_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
-#include "codegen/cpu_conv_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "codegen/disk_cache.h"
@@ -68,6 +68,17 @@ py::dict info_dict(const sparsejit::codegen::KernelSpecBase& spec,
   return d;
 }
 
+// Compiles (or finds) `spec` with the GIL released; what the JIT did, as a dict.
+py::dict jit_lookup(const sparsejit::codegen::KernelSpecBase& spec) {
+  sparsejit::codegen::JitInfo info;
+  sparsejit::codegen::EntryFn fn;
+  {
+    py::gil_scoped_release nogil;
+    fn = sparsejit::codegen::CpuJit::instance().lookup(spec, &info);
+  }
+  return info_dict(spec, info, fn != nullptr);
+}
+
 py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   using namespace sparsejit;
   codegen::CpuSddmmSpec spec;
@@ -75,13 +86,7 @@ py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   spec.index = static_cast<IndexKind>(index);
   spec.heads = heads;
   spec.features = features;
-  codegen::JitInfo info;
-  codegen::EntryFn fn;
-  {
-    py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().lookup(spec, &info);
-  }
-  return info_dict(spec, info, fn != nullptr);
+  return jit_lookup(spec);
 }
 
 py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
@@ -90,13 +95,7 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.width = width;
   spec.width2 = width2;
-  codegen::JitInfo info;
-  codegen::EntryFn fn;
-  {
-    py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().lookup(spec, &info);
-  }
-  return info_dict(spec, info, fn != nullptr);
+  return jit_lookup(spec);
 }
 
 py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
@@ -105,13 +104,7 @@ py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.c_in = c_in;
   spec.c_out = c_out;
-  codegen::JitInfo info;
-  codegen::EntryFn fn;
-  {
-    py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().lookup(spec, &info);
-  }
-  return info_dict(spec, info, fn != nullptr);
+  return jit_lookup(spec);
 }
 
 py::dict jit_attention(int dtype, int index, int mode, int64_t heads, int64_t qk_width,
@@ -124,13 +117,7 @@ py::dict jit_attention(int dtype, int index, int mode, int64_t heads, int64_t qk
   spec.heads = heads;
   spec.qk_width = qk_width;
   spec.v_width = v_width;
-  codegen::JitInfo info;
-  codegen::EntryFn fn;
-  {
-    py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().lookup(spec, &info);
-  }
-  return info_dict(spec, info, fn != nullptr);
+  return jit_lookup(spec);
 }
 
 py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mode, int64_t heads,
@@ -145,13 +132,7 @@ py::dict jit_spmm(int dtype, int index, const std::string& reduce, int value_mod
   spec.features = features;
   spec.act = static_cast<Act>(act);
   spec.prefetch = prefetch;
-  codegen::JitInfo info;
-  codegen::EntryFn fn;
-  {
-    py::gil_scoped_release nogil;
-    fn = codegen::CpuJit::instance().lookup(spec, &info);
-  }
-  return info_dict(spec, info, fn != nullptr);
+  return jit_lookup(spec);
 }
 
 py::dict choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t width, int64_t elem) {
