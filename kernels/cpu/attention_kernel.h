@@ -139,7 +139,8 @@ inline float soft_exp(float x) {
   p = p * r * r + r + 1.0f;
   // 2^n as two factors so that n down to -150 (subnormal results) stays exact.
   const int32_t ni = static_cast<int32_t>(n), n1 = ni / 2, n2 = ni - n1;
-  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23;
+  const uint32_t b2 = static_cast<uint32_t>(n2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &b1, sizeof(s1));
   std::memcpy(&s2, &b2, sizeof(s2));
@@ -468,28 +469,28 @@ void run(AttentionLaunch& l) {
                           static_cast<T*>(l.lse_out));
     return;
   } else {
-  auto c = [](const void* p) { return static_cast<const T*>(p); };
-  auto w = [](void* p) { return static_cast<T*>(p); };
-  switch (l.phase) {
-    case Phase::Forward:
-      forward<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias), w(l.out),
-                       w(l.lse_out));
-      return;
-    case Phase::RowDelta:
-      row_delta<K, T>(s, c(l.out), c(l.dout), w(l.delta_out));
-      return;
-    case Phase::BackwardRows:
-      backward_rows<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias),
-                             c(l.lse), c(l.delta), c(l.dout), w(l.dq), w(l.dbias), w(l.datt),
-                             w(l.dz), w(l.pk));
-      return;
-    case Phase::BackwardCols:
-      l.bad_perm = backward_cols<K, T, I>(s, ix(l.t_rowptr), ix(l.t_col), ix(l.t_perm), l.nnz,
-                                          c(l.q), c(l.k), c(l.v), c(l.bias), c(l.lse),
-                                          c(l.delta), c(l.dout), w(l.dk), w(l.dv), c(l.dz),
-                                          c(l.pk));
-      return;
-  }
+    auto c = [](const void* p) { return static_cast<const T*>(p); };
+    auto w = [](void* p) { return static_cast<T*>(p); };
+    switch (l.phase) {
+      case Phase::Forward:
+        forward<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias),
+                         w(l.out), w(l.lse_out));
+        return;
+      case Phase::RowDelta:
+        row_delta<K, T>(s, c(l.out), c(l.dout), w(l.delta_out));
+        return;
+      case Phase::BackwardRows:
+        backward_rows<K, T, I>(s, ix(l.rowptr), ix(l.col), c(l.q), c(l.k), c(l.v), c(l.bias),
+                               c(l.lse), c(l.delta), c(l.dout), w(l.dq), w(l.dbias), w(l.datt),
+                               w(l.dz), w(l.pk));
+        return;
+      case Phase::BackwardCols:
+        l.bad_perm = backward_cols<K, T, I>(s, ix(l.t_rowptr), ix(l.t_col), ix(l.t_perm), l.nnz,
+                                            c(l.q), c(l.k), c(l.v), c(l.bias), c(l.lse),
+                                            c(l.delta), c(l.dout), w(l.dk), w(l.dv), c(l.dz),
+                                            c(l.pk));
+        return;
+    }
   }
 }
 

@@ -238,7 +238,8 @@ void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
     } else {
       const double tol = std::is_same<T, float>::value ? 1e-4 : 1e-10;
       for (size_t i = 0; i < jitted.size(); ++i)
-        ASSERT_NEAR(jitted[i], aot[i], tol * (1 + std::abs(aot[i]) + ci)) << spec.name() << " " << i;
+        ASSERT_NEAR(jitted[i], aot[i], tol * (1 + std::abs(aot[i]) + ci))
+            << spec.name() << " " << i;
     }
     for (size_t i = 0; i < jitted.size(); ++i)
       if (relu) ASSERT_GE(jitted[i], T(0)) << i;
