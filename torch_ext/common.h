@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codegen/cpu_jit.h"
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 #include "csrc/plan/spmm_run.h"
 #include "torch_ext/validated.h"
 #include "kernels/cpu/spmm_args.h"
@@ -235,7 +235,7 @@ inline void check_transpose_args(const std::optional<at::Tensor>& t_rowptr,
 }
 
 // The fused epilogue's activation, by name (shared by every backend).
-inline cpu::Act parse_activation(c10::string_view name) {
+inline Act parse_activation(c10::string_view name) {
   try {
     return sparsejit::parse_activation(std::string(name));
   } catch (const std::invalid_argument& e) {

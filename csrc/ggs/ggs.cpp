@@ -11,7 +11,7 @@
 #include "codegen/cpu_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "csrc/core/first_error.h"
-#include "csrc/core/row_tiles.h"
+#include "csrc/rgms/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "csrc/ggs/register_kernels.h"
 
@@ -139,7 +139,7 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 
 // ---- gather-GEMM-scatter ------------------------------------------------------------------
 
-// Row gathers and scatter-adds through the row-loop family RGMS uses (csrc/core/row_tiles.h:
+// Row gathers and scatter-adds through the row-loop family RGMS uses (csrc/rgms/row_tiles.h:
 // JIT-specialized to the row width when the pass is big enough, generic otherwise).
 template <typename T>
 void gather_tile(rows::TileFn fn, const T* x, int64_t c, const int32_t* idx, const T* scale,

@@ -2,7 +2,7 @@
 // the point-cloud convolution (csrc/ggs/ggs.cpp), the part that is bound by the rows it
 // gathers rather than by arithmetic. Compiled once generic (run-time row width) and, by the
 // JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
-// accumulators stay in registers and the inner loops unroll; csrc/core/row_tiles.h picks. Both instantiations do the same
+// accumulators stay in registers and the inner loops unroll; csrc/rgms/row_tiles.h picks. Both instantiations do the same
 // element-wise operations in the same order: their results are bit-identical (tested).
 #pragma once
 

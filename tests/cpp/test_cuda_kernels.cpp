@@ -41,7 +41,7 @@ bool env_flag(const char* name) {
 
 // ---- The specs under test ---------------------------------------------------------------------
 CudaKernelSpec spmm_spec(CudaStrategy st, CudaScalar dt, IndexKind ix, Reduce r, int vm, int64_t h,
-                         int64_t f, cpu::Act act, int g, int vec, bool det = false) {
+                         int64_t f, Act act, int g, int vec, bool det = false) {
   CudaKernelSpec s;
   s.op = CudaOp::Spmm;
   s.strategy = st;
@@ -75,7 +75,7 @@ CudaKernelSpec other_spec(CudaOp op, CudaScalar dt, IndexKind ix, int64_t h, int
 // Every op, strategy, dtype, index type, reduce, value mode, activation, and group sizes,
 // vector widths and shapes from scalar odd widths to multi-tile rows.
 std::vector<CudaKernelSpec> specs_under_test() {
-  using A = cpu::Act;
+  using A = Act;
   using S = CudaScalar;
   using St = CudaStrategy;
   const IndexKind i32 = IndexKind::I32, i64 = IndexKind::I64;
@@ -303,7 +303,7 @@ TEST(CudaGpu, EveryKernelMatchesTheReference) {
 TEST(CudaLaunchPlan, WorkspaceAndGrids) {
   CudaSpmmChoice c;
   c.spec = spmm_spec(CudaStrategy::NnzSegment, CudaScalar::F32, IndexKind::I32, Reduce::Max, 1, 2,
-                     16, cpu::Act::None, 8, 4);
+                     16, Act::None, 8, 4);
   c.chunk = 32;
   SpmmLaunchPlan p = plan_spmm_launch(c, 100, 1000);
   EXPECT_EQ(p.num_chunks, 32);

@@ -1,4 +1,4 @@
-#include "csrc/core/row_tiles.h"
+#include "csrc/rgms/row_tiles.h"
 
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
