@@ -11,7 +11,7 @@
 
 #include "codegen/cpu_jit.h"
 #include "kernels/common/types.h"
-#include "csrc/plan/spmm_run.h"
+#include "csrc/spmm/spmm_run.h"
 #include "torch_ext/validated.h"
 #include "kernels/cpu/spmm_args.h"
 

@@ -5,7 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -15,7 +15,7 @@
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
-#include "csrc/plan/spmm_plan.h"
+#include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
 namespace py = pybind11;
@@ -100,7 +100,7 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
 
 py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
   using namespace sparsejit;
-  codegen::CpuConvOsSpec spec;
+  codegen::CpuPointConvSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.c_in = c_in;
   spec.c_out = c_out;

@@ -20,7 +20,7 @@ inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::El
 inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
                                          OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile,
                                          OpKind::FilterConv, OpKind::SparseAttention,
-                                         OpKind::ConvOutputStationary};
+                                         OpKind::PointConvRows};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -81,7 +81,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::RgmsTile: return "rgms_tile";
     case OpKind::FilterConv: return "filter_conv";
     case OpKind::SparseAttention: return "sparse_attention";
-    case OpKind::ConvOutputStationary: return "conv_output_stationary";
+    case OpKind::PointConvRows: return "point_conv_rows";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

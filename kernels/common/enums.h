@@ -27,9 +27,9 @@ enum class OpKind : int {
   EdgeSoftmax = 2,
   EdgeSoftmaxBackward = 3,
   RgmsTile = 4,
-  FilterConv = 5,  // CPU JIT only (codegen/cpu_fsconv_spec.h)
+  FilterConv = 5,  // CPU JIT only (codegen/cpu_filter_conv_spec.h)
   SparseAttention = 6,  // the fused attention (codegen/cpu_attention_spec.h)
-  ConvOutputStationary = 7,  // the convolution's output-stationary rows (codegen/cpu_conv_spec.h)
+  PointConvRows = 7,  // the convolution's output-stationary rows (codegen/cpu_point_conv_spec.h)
 };
 
 }  // namespace sparsejit

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -198,23 +198,23 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
   EXPECT_THROW(spmm_like.source(), std::invalid_argument);
 }
 
-TEST(JitSpec, ConvOutputStationarySpecsAreDistinctAndRejectBadWidths) {
-  using codegen::CpuConvOsSpec;
+TEST(JitSpec, PointConvRowsSpecsAreDistinctAndRejectBadWidths) {
+  using codegen::CpuPointConvSpec;
   std::set<uint64_t> keys;
   std::set<std::string> names;
   for (auto dt : {ScalarKind::F32, ScalarKind::F64, ScalarKind::BF16})
     for (int64_t ci : {1, 16, 1024})
       for (int64_t co : {8, 16, 1024}) {
-        CpuConvOsSpec s;
+        CpuPointConvSpec s;
         s.dtype = dt;
         s.c_in = ci;
         s.c_out = co;
-        EXPECT_EQ(s.op(), OpKind::ConvOutputStationary);
+        EXPECT_EQ(s.op(), OpKind::PointConvRows);
         EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
         EXPECT_TRUE(names.insert(s.name()).second) << s.name();
-        EXPECT_NE(s.source().find("conv_os_detail::rows<"), std::string::npos) << s.name();
+        EXPECT_NE(s.source().find("point_conv_detail::rows<"), std::string::npos) << s.name();
       }
-  CpuConvOsSpec bad;
+  CpuPointConvSpec bad;
   bad.c_in = 16;
   bad.c_out = 12;  // not a multiple of 8 float32 lanes
   EXPECT_THROW(bad.source(), std::invalid_argument);
