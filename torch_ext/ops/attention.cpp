@@ -6,17 +6,16 @@
 //
 // Each pass runs a JIT-specialized kernel (codegen/cpu_attention_spec.h: score form, H, D and
 // Dv fixed at compile time) when the JIT is on and the problem is big enough to amortise the
-// lookup, else the generic instantiation below (the same template, same summation order, so
-// the same bits).
+// lookup, else the generic instantiation (the same template, same summation order, so the
+// same bits): the driver is csrc/attention/attention_run.h; this file is the Torch adapter.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <tuple>
 
-#include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_jit.h"
-#include "kernels/cpu/attention_kernel.h"
+#include "csrc/attention/attention_run.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_fallback.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum),
@@ -97,63 +96,23 @@ std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarTyp
   return prep(*t, ct);
 }
 
-// Below this much work (nnz * H * (D + Dv)) a launch runs the generic kernel: the JIT's
-// in-memory lookup is cheap, but a first compile is not, and tiny problems gain nothing.
-constexpr int64_t kJitMinWork = int64_t(1) << 15;
+ScalarKind scalar_kind(at::ScalarType ct) {
+  return ct == at::kDouble ? ScalarKind::F64 : ct == at::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
+}
 
-// The JIT-compiled entry for this launch's sizes, or null (JIT off, sizes outside the spec,
-// too small, or the compile failed: CpuJit warns once and remembers the failure).
-// `ct` kBFloat16: the forward-only kernel with bfloat16 q, k, v and out.
+IndexKind index_kind(const at::Tensor& rowptr) {
+  return rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
+}
+
+// The Torch-free driver (csrc/attention/attention_run.h) on tensors' dtypes.
 codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
                            const attention::Shape& s, int64_t nnz) {
-  auto& jit = codegen::CpuJit::instance();
-  if (!jit.enabled() || !codegen::CpuAttentionSpec::supports(s.heads, s.qk_width, s.v_width) ||
-      nnz * s.heads * (s.qk_width + s.v_width) < kJitMinWork)
-    return nullptr;
-  codegen::CpuAttentionSpec spec;
-  spec.dtype = ct == at::kDouble     ? ScalarKind::F64
-               : ct == at::kBFloat16 ? ScalarKind::BF16
-                                     : ScalarKind::F32;
-  spec.index = rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
-  spec.mode = s.mode;
-  spec.heads = s.heads;
-  spec.qk_width = s.qk_width;
-  spec.v_width = s.v_width;
-  return jit.lookup(spec);
+  return attention::jit_entry(scalar_kind(ct), index_kind(rowptr), s, nnz);
 }
 
-// The generic kernel for the launch: the computation dtype and index type, with common q/k
-// widths fixed at compile time (the dot product unrolls), others read at run time.
-template <typename T, typename I>
-void run_generic(attention::AttentionLaunch& l) {
-  using namespace attention;
-  switch (l.shape.qk_width) {
-    case 8: run<Fixed<-1, 0, 8, 0>, T, I>(l); return;
-    case 16: run<Fixed<-1, 0, 16, 0>, T, I>(l); return;
-    case 32: run<Fixed<-1, 0, 32, 0>, T, I>(l); return;
-    case 64: run<Fixed<-1, 0, 64, 0>, T, I>(l); return;
-    default: run<Fixed<-1, 0, 0, 0>, T, I>(l); return;
-  }
-}
-
-// Runs every launch in `ls` (in order) on the JIT's kernel or the generic one.
 void launch(at::ScalarType ct, const at::Tensor& rowptr, int64_t nnz,
             std::initializer_list<attention::AttentionLaunch*> ls) {
-  const auto& s = ls.begin()[0]->shape;
-  if (const codegen::EntryFn fn = jit_entry(ct, rowptr, s, nnz)) {
-    for (auto* l : ls) fn(l);
-    return;
-  }
-  const bool i32 = rowptr.scalar_type() == at::kInt;
-  for (auto* l : ls) {
-    if (ct == at::kDouble) {
-      if (i32) run_generic<double, int32_t>(*l);
-      else run_generic<double, int64_t>(*l);
-    } else {
-      if (i32) run_generic<float, int32_t>(*l);
-      else run_generic<float, int64_t>(*l);
-    }
-  }
+  attention::launch(scalar_kind(ct), index_kind(rowptr), nnz, ls);
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
@@ -308,5 +267,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("sparse_attention", &sparse_attention_cpu);
   m.impl("sparse_attention_backward", &sparse_attention_backward_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+// No CUDA kernels: CUDA tensors run on the CPU through the boxed fallback.
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("sparse_attention", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("sparse_attention_backward", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
 
 }  // namespace sparsejit

@@ -24,6 +24,7 @@
 #include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -272,5 +273,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("filter_conv_plan", &filter_conv_plan_cpu);
   m.impl("filter_conv", &filter_conv_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+// No CUDA kernels: CUDA tensors run on the CPU through the boxed fallback.
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("filter_conv_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("filter_conv", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
 
 }  // namespace sparsejit
