@@ -41,3 +41,17 @@ def row_stats(A: SparseMatrix) -> dict:
 
 __all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention", "gat_attention",
            "gatv2_attention", "SparseTensor", "voxelize", "spconv"]
+
+
+def _cmake_prefix_path() -> str:
+    """Where find_package(sparsejit) looks: the CMake package inside a pip install, or the
+    development build's install tree (like torch.utils.cmake_prefix_path)."""
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    for p in (here / "share" / "cmake", here.parent.parent / "build" / "install" / "lib" / "cmake"):
+        if (p / "sparsejit" / "sparsejitConfig.cmake").exists():
+            return str(p)
+    return str(here / "share" / "cmake")
+
+
+cmake_prefix_path = _cmake_prefix_path()
