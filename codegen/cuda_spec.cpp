@@ -40,14 +40,14 @@ const char* device_type(CudaScalar s) {
   }
 }
 
-const char* act_short(cpu::Act a) {
+const char* act_short(Act a) {
   switch (a) {
-    case cpu::Act::None: return "none";
-    case cpu::Act::Relu: return "relu";
-    case cpu::Act::LeakyRelu: return "leaky";
-    case cpu::Act::Elu: return "elu";
-    case cpu::Act::Gelu: return "gelu";
-    case cpu::Act::Runtime: return "runtime";
+    case Act::None: return "none";
+    case Act::Relu: return "relu";
+    case Act::LeakyRelu: return "leaky";
+    case Act::Elu: return "elu";
+    case Act::Gelu: return "gelu";
+    case Act::Runtime: return "runtime";
     default: detail::bad_enum("activation", static_cast<int>(a));
   }
 }
@@ -151,7 +151,7 @@ std::string CudaKernelSpec::validate() const {
   }
   if (op == CudaOp::Spmm) {
     if (value_mode < 0 || value_mode > 2) e << "value_mode must be 0, 1 or 2. ";
-    if (act == cpu::Act::Runtime) e << "the CUDA kernels compile the activation in. ";
+    if (act == Act::Runtime) e << "the CUDA kernels compile the activation in. ";
     if (strategy == CudaStrategy::NnzAtomic && is_extremum(reduce))
       e << "the atomic strategy supports sum and mean only. ";
     if (strategy == CudaStrategy::NnzAtomic && deterministic)
@@ -289,8 +289,8 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
   std::vector<CudaKernelSpec> out;
   const CudaScalar dtypes[] = {CudaScalar::F32, CudaScalar::F16, CudaScalar::BF16, CudaScalar::F64};
   const Reduce reduces[] = {Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min};
-  const cpu::Act acts[] = {cpu::Act::None, cpu::Act::Relu, cpu::Act::LeakyRelu, cpu::Act::Elu,
-                           cpu::Act::Gelu};
+  const Act acts[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::Elu,
+                           Act::Gelu};
   // (heads, features): with a full 16-byte vector every F here divides; the scalar shapes
   // take odd widths, single features and rows wider than one tile.
   const int64_t vec_shapes[][2] = {{1, 64}, {4, 16}, {2, 40}, {1, 200}, {3, 8}};

@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernel_spec.h"  // IndexKind, OpKind, ScalarKind
-#include "csrc/core/types.h"
-#include "kernels/cpu/spmm_args.h"  // cpu::Act
+#include "codegen/kernel_spec.h"  // Act, IndexKind, OpKind, ScalarKind (kernels/common/enums.h)
+#include "kernels/common/types.h"
 
 namespace sparsejit::codegen {
 
@@ -34,7 +33,7 @@ struct CudaKernelSpec {
   // SpMM only:
   int32_t value_mode = 0;  // 0 none, 1 values[nnz], 2 values[nnz, H]
   Reduce reduce = Reduce::Sum;
-  cpu::Act act = cpu::Act::None;  // never Runtime: the activation is compiled in
+  Act act = Act::None;  // never Runtime: the activation is compiled in
   CudaStrategy strategy = CudaStrategy::RowGroup;
   // Schedule:
   int32_t group = 32;          // g: lanes per row / chunk worker / SDDMM group (1, 2, 4, ..., 32)
@@ -90,7 +89,7 @@ struct CudaSpmmProblem {
   int64_t features = 1;
   int32_t value_mode = 0;
   Reduce reduce = Reduce::Sum;
-  cpu::Act act = cpu::Act::None;
+  Act act = Act::None;
   int32_t max_vec_bytes = 16;  // 16 when every operand pointer is 16-byte aligned, less if not
   bool deterministic = false;
 };

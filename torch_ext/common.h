@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "codegen/cpu_jit.h"
-#include "csrc/core/types.h"
-#include "csrc/plan/spmm_run.h"
+#include "kernels/common/types.h"
+#include "csrc/spmm/spmm_run.h"
 #include "torch_ext/validated.h"
 #include "kernels/cpu/spmm_args.h"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "csrc/core/csr.h"
-#include "csrc/plan/spmm_plan.h"
-#include "csrc/plan/spmm_run.h"
+#include "csrc/spmm/spmm_plan.h"
+#include "csrc/spmm/spmm_run.h"
 #include "torch_ext/common.h"
 
 namespace sparsejit {

@@ -1,6 +1,6 @@
 // An exception must not leave an OpenMP parallel region (std::terminate): the work inside
 // one runs through guard(), which keeps the first exception thrown, and the caller rethrows
-// it after the region. Shared by the parallel passes of csrc/rgms, csrc/ggs and csrc/dense.
+// it after the region. Shared by the parallel passes of csrc/rgms, csrc/point_conv and csrc/dense.
 #pragma once
 
 #include <exception>

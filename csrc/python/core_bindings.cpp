@@ -5,7 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -15,7 +15,7 @@
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
-#include "csrc/plan/spmm_plan.h"
+#include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
 namespace py = pybind11;
@@ -98,9 +98,9 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   return jit_lookup(spec);
 }
 
-py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
+py::dict jit_point_conv(int dtype, int64_t c_in, int64_t c_out) {
   using namespace sparsejit;
-  codegen::CpuConvOsSpec spec;
+  codegen::CpuPointConvSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.c_in = c_in;
   spec.c_out = c_out;
@@ -156,11 +156,9 @@ py::dict describe_plan(const std::vector<int64_t>& w) {
                           " but this sparsejit reads " + std::to_string(kPlanVersion));
   py::dict d;
   const int64_t op = w[kWordOp];
-  d["op"] = op >= 1 && op <= static_cast<int64_t>(OpFamily::FilterConv)
-                ? op_family_name(static_cast<OpFamily>(op))
-                : "unknown";
+  d["op"] = plan_op_name(op);
   const int64_t k = w[kWordKernel];
-  d["kernel"] = op == static_cast<int64_t>(OpFamily::Spmm) && k >= 1 && k <= 3
+  d["kernel"] = op == static_cast<int64_t>(OpKind::Spmm) && k >= 1 && k <= 3
                     ? kernel_name(static_cast<Kernel>(k))
                     : "unknown";
   d["prefetch"] = w[kWordPrefetch];
@@ -183,7 +181,7 @@ std::vector<int64_t> spmm_recipe(const std::string& kernel, int prefetch, int ma
     throw py::value_error(e.what());
   }
   std::vector<int64_t> words(kHeaderWords);
-  write_header(words.data(), OpFamily::Spmm, static_cast<int64_t>(k), prefetch, max_log2,
+  write_header(words.data(), OpKind::Spmm, static_cast<int64_t>(k), prefetch, max_log2,
                StructureStamp{-1, -1, -1, 0});
   return words;
 }
@@ -201,7 +199,7 @@ std::vector<int64_t> stamp_plan(std::vector<int64_t> words, py::array_t<I, py::a
     throw py::value_error("indices has " + std::to_string(col.size()) + " entries but indptr[-1] = " +
                           std::to_string(rp.data()[rows]));
   const StructureStamp s = stamp_structure<I>(rp.data(), col.data(), rows, cols);
-  write_header(words.data(), static_cast<OpFamily>(words[kWordOp]), words[kWordKernel],
+  write_header(words.data(), static_cast<OpKind>(words[kWordOp]), words[kWordKernel],
                words[kWordPrefetch], words[kWordParam], s);
   return words;
 }
@@ -222,9 +220,7 @@ py::dict plan_layout() {
   words["nnz"] = static_cast<int>(kWordNnz);
   words["cols"] = static_cast<int>(kWordCols);
   words["stamp"] = static_cast<int>(kWordStamp);
-  for (auto op : {OpFamily::Spmm, OpFamily::Sddmm, OpFamily::Rgms, OpFamily::PointConv,
-                  OpFamily::FilterConv})
-    ops[op_family_name(op)] = static_cast<int64_t>(op);
+  for (OpKind op : sparsejit::kPlanOpKinds) ops[op_name(op)] = static_cast<int64_t>(op);
   for (auto k : {Kernel::Generic, Kernel::Jit, Kernel::Bucketed})
     kernels[kernel_name(k)] = static_cast<int64_t>(k);
   d["words"] = words;
@@ -270,7 +266,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
-  m.def("jit_conv_os", &jit_conv_os, "Compiles (or finds) the point-cloud convolution's "
+  m.def("jit_point_conv", &jit_point_conv, "Compiles (or finds) the point-cloud convolution's "
         "output-stationary rows for (c_in, c_out); returns what the JIT did",
         py::arg("dtype"), py::arg("c_in"), py::arg("c_out"));
   m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "

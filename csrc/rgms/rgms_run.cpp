@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "csrc/core/first_error.h"
-#include "csrc/core/row_tiles.h"
+#include "csrc/rgms/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "kernels/cpu/rgms_kernel.h"
 
@@ -65,7 +65,7 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
 }
 
 // The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
-// row-loop family RGMS shares with the point-cloud convolution (csrc/core/row_tiles.h).
+// row-loop family RGMS shares with the point-cloud convolution (csrc/rgms/row_tiles.h).
 using rows::TileFn;
 using rows::tile_fn;
 

@@ -37,7 +37,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 #include "kernels/cpu/attention_args.h"
 
 #ifdef _OPENMP

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 #include "kernels/cpu/spmm_args.h"
 
 namespace sparsejit::cpu {

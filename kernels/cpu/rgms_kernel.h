@@ -1,8 +1,8 @@
 // The row loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_run.cpp) and
-// the point-cloud convolution (csrc/ggs/ggs.cpp), the part that is bound by the rows it
+// the point-cloud convolution (csrc/point_conv/point_conv_run.cpp), the part that is bound by the rows it
 // gathers rather than by arithmetic. Compiled once generic (run-time row width) and, by the
 // JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
-// accumulators stay in registers and the inner loops unroll; csrc/core/row_tiles.h picks. Both instantiations do the same
+// accumulators stay in registers and the inner loops unroll; csrc/rgms/row_tiles.h picks. Both instantiations do the same
 // element-wise operations in the same order: their results are bit-identical (tested).
 #pragma once
 
@@ -25,7 +25,7 @@ namespace sparsejit::cpu {
 //           u = aux[grp_dst[g], :] @ w[:, c0:c0 + width];  out[src[q] * ld_out + c0 + :] += coef_q * u
 //   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
 //           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
-//   kind 5, gather rows (the point-cloud convolution's gather, csrc/ggs): for t in [g0, g1)
+//   kind 5, gather rows (the point-cloud convolution's gather, csrc/point_conv): for t in [g0, g1)
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "csrc/core/partition.h"
+#include "kernels/cpu/common/partition.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/sddmm_kernel.h"
 

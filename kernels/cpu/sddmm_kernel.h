@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "csrc/core/partition.h"
+#include "kernels/cpu/common/partition.h"
 #include "kernels/cpu/sddmm_args.h"
 #include "kernels/cpu/common/vec.h"
 

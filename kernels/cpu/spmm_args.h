@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 
 namespace sparsejit::cpu {
 

@@ -35,7 +35,7 @@ from .tuning import _median_ms, _Progress
 _WORD_OP, _WORD_K, _HEADER = 2, 10, 11
 _POINT_CONV = 4  # plan::OpFamily::PointConv
 DATAFLOW_NAMES = {1: "gather_gemm_scatter", 2: "output_stationary"}
-WGRAD_NAMES = {1: "registers", 2: "gemm"}  # ggs::WgradPath
+WGRAD_NAMES = {1: "registers", 2: "gemm"}  # point_conv::WgradPath
 
 _MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}  # (fp, key) -> (fwd, bwd, wgrad)
 _FP = WeakIdKeyDictionary()  # plan tensor -> fingerprint, by identity

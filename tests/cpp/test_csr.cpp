@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "csrc/core/csr.h"
-#include "csrc/core/partition.h"
+#include "kernels/cpu/common/partition.h"
 #include "tests/cpp/test_util.h"
 
 namespace sparsejit {

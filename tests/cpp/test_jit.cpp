@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_conv_spec.h"
+#include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/cpu_rgms_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
@@ -63,7 +63,7 @@ TEST(JitSpec, RgmsTileWidthsAreKeyedAndChecked) {
       CpuRgmsTileSpec s;
       s.width = w;
       s.width2 = w2;
-      EXPECT_EQ(s.op(), OpKind::RgmsTile);
+      EXPECT_EQ(s.op(), OpKind::Rgms);
       EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
       EXPECT_TRUE(names.insert(s.name()).second) << s.name();
       EXPECT_NE(s.source().find(", " + std::to_string(w2) + ">("), std::string::npos);
@@ -170,7 +170,7 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
         s.heads = h;
         s.qk_width = d;
         s.v_width = 16;
-        EXPECT_EQ(s.op(), OpKind::SparseAttention);
+        EXPECT_EQ(s.op(), OpKind::Attention);
         EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
         EXPECT_TRUE(names.insert(s.name()).second) << s.name();
         if (CpuAttentionSpec::supports(h, d, 16))
@@ -199,22 +199,22 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
 }
 
 TEST(JitSpec, ConvOutputStationarySpecsAreDistinctAndRejectBadWidths) {
-  using codegen::CpuConvOsSpec;
+  using codegen::CpuPointConvSpec;
   std::set<uint64_t> keys;
   std::set<std::string> names;
   for (auto dt : {ScalarKind::F32, ScalarKind::F64, ScalarKind::BF16})
     for (int64_t ci : {1, 16, 1024})
       for (int64_t co : {8, 16, 1024}) {
-        CpuConvOsSpec s;
+        CpuPointConvSpec s;
         s.dtype = dt;
         s.c_in = ci;
         s.c_out = co;
-        EXPECT_EQ(s.op(), OpKind::ConvOutputStationary);
+        EXPECT_EQ(s.op(), OpKind::PointConv);
         EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
         EXPECT_TRUE(names.insert(s.name()).second) << s.name();
-        EXPECT_NE(s.source().find("conv_os_detail::rows<"), std::string::npos) << s.name();
+        EXPECT_NE(s.source().find("point_conv_detail::rows<"), std::string::npos) << s.name();
       }
-  CpuConvOsSpec bad;
+  CpuPointConvSpec bad;
   bad.c_in = 16;
   bad.c_out = 12;  // not a multiple of 8 float32 lanes
   EXPECT_THROW(bad.source(), std::invalid_argument);

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "csrc/plan/spmm_plan.h"
+#include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/cpp/test_util.h"
 

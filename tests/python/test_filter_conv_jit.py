@@ -44,7 +44,7 @@ def test_jit_variants_match_reference_and_generic_bitwise(geom):
                 # Same products in the same order, FMA explicit in both: bit-identical.
                 assert torch.equal(y, generic), name
     if JIT:
-        assert compiled_specs("fsconv_baked_") and compiled_specs("fsconv_v")
+        assert compiled_specs("filter_conv_baked_") and compiled_specs("filter_conv_v")
 
 
 def test_jit_on_skewed_empty_and_zero_patterns():

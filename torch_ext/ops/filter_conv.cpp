@@ -1,9 +1,9 @@
-// Filter-sparse convolution (pruned Conv2d inference): csrc/fsconv.
+// Filter-sparse convolution (pruned Conv2d inference): csrc/filter_conv.
 //
 // filter_conv_plan(weight [C_out, C_in/groups, R, S], threshold, variant)
 //     -> (plan, rowptr, taps, values): the weight compressed per output channel over (c, r, s)
 //   (entries with |w| <= threshold dropped, zeros always), values in float32. `plan` is the
-//   common plan header (OpFamily::FilterConv, kernel word = the tile variant, 0 = the
+//   common plan header (OpKind::FilterConv, kernel word = the tile variant, 0 = the
 //   planner's choice, stamp of (rowptr, taps)) followed by [C_out, C_in/groups, R, S].
 // filter_conv(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding, dilation,
 //             groups, relu, variant=-1) -> y [N, C_out, OH, OW]: direct sparse convolution,
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "csrc/fsconv/fsconv.h"
+#include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/validated.h"
@@ -42,8 +42,8 @@ namespace {
 constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 
 void check_kernel_id(int64_t kernel, const char* op) {
-  TORCH_CHECK_VALUE(kernel >= 0 && kernel < fsconv::kNumVariants, "sparsejit.", op,
-                    ": variant must be in [0, ", fsconv::kNumVariants, ") (0 = auto, 1 = scalar, "
+  TORCH_CHECK_VALUE(kernel >= 0 && kernel < filter_conv::kNumVariants, "sparsejit.", op,
+                    ": variant must be in [0, ", filter_conv::kNumVariants, ") (0 = auto, 1 = scalar, "
                     "2..5 = vec8x1, vec8x2, vec8x4, vec8x8, 6 = jit, 7 = jit_baked, 8 = generic); got ", kernel);
 }
 
@@ -61,18 +61,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
   const auto w = weight.to(at::kFloat).contiguous();
   const int64_t rows = w.size(0), cols = w.size(1) * w.size(2) * w.size(3);
   const float thr = static_cast<float>(threshold);
-  const int64_t nnz = fsconv::count_kept(ptr<float>(w), rows, cols, thr);
+  const int64_t nnz = filter_conv::count_kept(ptr<float>(w), rows, cols, thr);
   auto opt = w.options().dtype(at::kLong);
   auto rowptr = at::empty({rows + 1}, opt);
   auto taps = at::empty({nnz}, opt);
   auto values = at::empty({nnz}, w.options());
-  fsconv::compress(ptr<float>(w), rows, cols, thr, ptr<int64_t>(rowptr), ptr<int64_t>(taps),
+  filter_conv::compress(ptr<float>(w), rows, cols, thr, ptr<int64_t>(rowptr), ptr<int64_t>(taps),
                    ptr<float>(values));
   auto plan = at::empty({plan::kHeaderWords + kGeomWords}, opt);
   int64_t* words = ptr<int64_t>(plan);
   const auto stamp =
       plan::stamp_structure<int64_t>(ptr<int64_t>(rowptr), ptr<int64_t>(taps), rows, cols);
-  plan::write_header(words, plan::OpFamily::FilterConv, kernel, 0, 0, stamp);
+  plan::write_header(words, OpKind::FilterConv, kernel, 0, 0, stamp);
   words[plan::kHeaderWords + 0] = rows;
   words[plan::kHeaderWords + 1] = w.size(1);
   words[plan::kHeaderWords + 2] = w.size(2);
@@ -90,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
 // TensorState: torch_ext/validated.h.
 
 // Geometry without the batch: what a Prepared depends on.
-std::vector<int64_t> geometry_key(const fsconv::Geometry& g, int64_t variant) {
+std::vector<int64_t> geometry_key(const filter_conv::Geometry& g, int64_t variant) {
   return {g.c_in, g.h, g.w, g.c_out, g.groups, g.r, g.s, g.stride_h, g.stride_w,
           g.pad_h, g.pad_w, g.dil_h, g.dil_w, variant};
 }
@@ -99,7 +99,7 @@ struct PreparedEntry {
   TensorState rowptr, taps;
   std::vector<int64_t> key;
   plan::StructureStamp stamp;
-  std::shared_ptr<const fsconv::Prepared> prepared;
+  std::shared_ptr<const filter_conv::Prepared> prepared;
 };
 
 class PreparedTable {
@@ -183,16 +183,16 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            , c_out, ", ", cin_g, ", ", r, ", ", s, "]");
   FC_CHECK(rowptr_t.numel() == c_out + 1, "rowptr must have C_out + 1 = ", c_out + 1,
            " entries; got ", rowptr_t.numel());
-  FC_CHECK(kernel >= -1 && kernel < fsconv::kNumVariants, "variant must be -1 (the plan's) or in "
-           "[0, ", fsconv::kNumVariants, "); got ", kernel);
+  FC_CHECK(kernel >= -1 && kernel < filter_conv::kNumVariants, "variant must be -1 (the plan's) or in "
+           "[0, ", filter_conv::kNumVariants, "); got ", kernel);
   const int64_t variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
-  FC_CHECK(variant >= 0 && variant < fsconv::kNumVariants, "plan's variant word ", variant,
+  FC_CHECK(variant >= 0 && variant < filter_conv::kNumVariants, "plan's variant word ", variant,
            " is not a variant");
 
   FC_CHECK(pair_at(kernel_size, 0, "kernel_size") == r &&
                pair_at(kernel_size, 1, "kernel_size") == s,
            "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
-  fsconv::Geometry g;
+  filter_conv::Geometry g;
   g.batch = x_in.size(0);
   g.c_in = x_in.size(1);
   g.h = x_in.size(2);
@@ -213,7 +213,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            "the weight expects C_in/groups * groups = ", cin_g, " * ", groups);
   FC_CHECK(static_cast<double>(cin_g) * r * s < 0x1p62, "plan holds an invalid weight shape [",
            c_out, ", ", cin_g, ", ", r, ", ", s, "]");
-  const std::string gerr = fsconv::check_geometry(g);
+  const std::string gerr = filter_conv::check_geometry(g);
   FC_CHECK(gerr.empty(), gerr);
 
   at::Tensor bias;
@@ -227,7 +227,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   const auto rowptr = rowptr_t.contiguous();
   const auto taps = taps_t.contiguous();
   const auto values = values_t.contiguous();
-  fsconv::Pattern p;
+  filter_conv::Pattern p;
   p.rowptr = ptr<int64_t>(rowptr);
   p.taps = ptr<int64_t>(taps);
   p.values = ptr<float>(values);
@@ -238,12 +238,12 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   std::optional<PreparedEntry> hit;
   if (track) hit = prepared_table().find(rowptr_t, taps_t, key);
   if (!hit) {
-    const std::string perr = fsconv::check_pattern(p, taps.numel());
+    const std::string perr = filter_conv::check_pattern(p, taps.numel());
     FC_CHECK(perr.empty(), "invalid weight pattern: ", perr);
     PreparedEntry e;
     e.stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols);
     e.key = key;
-    e.prepared = fsconv::prepare(g, p, static_cast<fsconv::Variant>(variant));
+    e.prepared = filter_conv::prepare(g, p, static_cast<filter_conv::Variant>(variant));
     if (track) {
       e.rowptr = TensorState::of(rowptr_t);
       e.taps = TensorState::of(taps_t);
@@ -252,13 +252,13 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
     hit = std::move(e);
   }
   std::string herr;
-  FC_CHECK(plan::check_header(words, plan_c.numel(), plan::OpFamily::FilterConv, hit->stamp,
+  FC_CHECK(plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp,
                               &herr),
            "plan: ", herr);
 
   const auto x = x_in.to(at::kFloat).contiguous();
   auto y = at::empty({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
-  fsconv::forward(*hit->prepared, g, p, ptr<float>(x),
+  filter_conv::forward(*hit->prepared, g, p, ptr<float>(x),
                   bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y));
   // channels_last in, channels_last out (one transposing copy of the output: the kernel
   // writes whole output-channel rows).

@@ -6,7 +6,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "csrc/plan/spmm_run.h"
+#include "csrc/spmm/spmm_run.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"

@@ -4,15 +4,15 @@
 // ([nnz] or [nnz, H]) and X ([num_cols, F] or [num_cols, H, F]). num_cols is the structure's
 // column count (X must have that many rows); -1 derives it from col with one pass. The
 // optional t_* arguments carry a cached transpose for the backward pass; forward never reads
-// them. `plan` is an SpMM plan tensor (csrc/plan/spmm_plan.h) stamped with the structure it
+// them. `plan` is an SpMM plan tensor (csrc/spmm/spmm_plan.h) stamped with the structure it
 // was built for; without one the cost model picks the kernel. For max / min the second
 // output holds the CSR position of each extremum when need_arg is true (the gradient's
 // routing), and is empty otherwise. float16 runs through the float32 kernels.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "csrc/plan/spmm_plan.h"
-#include "csrc/plan/spmm_run.h"
+#include "csrc/spmm/spmm_plan.h"
+#include "csrc/spmm/spmm_run.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"
@@ -28,7 +28,7 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   // The cost model's plan for a structure, as a header-only plan tensor.
   m.def("spmm_plan(Tensor rowptr, Tensor col, int num_cols, int row_width, ScalarType dtype) "
         "-> Tensor");
-  // A bucketed plan: rows regrouped by length (csrc/plan/spmm_plan.h), as one tensor.
+  // A bucketed plan: rows regrouped by length (csrc/spmm/spmm_plan.h), as one tensor.
   m.def("spmm_bucketed_plan(Tensor rowptr, Tensor col, int num_cols, int max_log2=3, "
         "int prefetch=0) -> Tensor");
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 #include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::cpu::detail {

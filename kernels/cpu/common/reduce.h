@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 
 namespace sparsejit::cpu::detail {
 

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "csrc/core/partition.h"
+#include "kernels/cpu/common/partition.h"
 
 namespace sparsejit::cpu::detail {
 

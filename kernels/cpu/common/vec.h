@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "csrc/core/types.h"
+#include "kernels/common/types.h"
 
 namespace sparsejit::cpu::detail {
 

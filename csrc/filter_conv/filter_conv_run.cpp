@@ -1,0 +1,457 @@
+// Filter-sparse convolution: weight compression, the planner's choice and the forward pass
+// (phase-plane layout, work split, dispatch to the tile loops). See filter_conv_run.h for the scheme.
+#include "csrc/filter_conv/filter_conv_run.h"
+
+#include <omp.h>
+
+#include "codegen/cpu_filter_conv_spec.h"
+#include "codegen/cpu_jit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace sparsejit::filter_conv {
+
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::Auto: return "auto";
+    case Variant::Scalar: return "scalar";
+    case Variant::Vec8x1: return "vec8x1";
+    case Variant::Vec8x2: return "vec8x2";
+    case Variant::Vec8x4: return "vec8x4";
+    case Variant::Vec8x8: return "vec8x8";
+    case Variant::Jit: return "jit";
+    case Variant::JitBaked: return "jit_baked";
+    case Variant::Generic: return "generic";
+  }
+  return "?";
+}
+
+std::string check_geometry(const Geometry& g) {
+  auto msg = [](const char* name, int64_t v, const char* want) {
+    return std::string(name) + " must be " + want + "; got " + std::to_string(v);
+  };
+  if (g.batch < 0) return msg("batch", g.batch, ">= 0");
+  if (g.h < 0 || g.w < 0) return "input height and width must be >= 0";
+  if (g.groups < 1) return msg("groups", g.groups, ">= 1");
+  if (g.c_in < 1) return msg("in_channels", g.c_in, ">= 1");
+  if (g.c_in % g.groups != 0)
+    return "groups (" + std::to_string(g.groups) + ") must divide in_channels (" +
+           std::to_string(g.c_in) + ")";
+  if (g.c_out % g.groups != 0)
+    return "groups (" + std::to_string(g.groups) + ") must divide out_channels (" +
+           std::to_string(g.c_out) + ")";
+  if (g.r < 1 || g.s < 1) return "kernel_size must be >= 1";
+  if (g.stride_h < 1 || g.stride_w < 1) return "stride must be >= 1";
+  if (g.pad_h < 0 || g.pad_w < 0) return "padding must be >= 0";
+  if (g.dil_h < 1 || g.dil_w < 1) return "dilation must be >= 1";
+  // Bounds before any arithmetic on them (int64 products and sums below must not wrap): tap
+  // offsets are int32 anyway, so nothing larger can run.
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (g.stride_h > kMax || g.stride_w > kMax) return "stride must be <= 2^30";
+  if (g.pad_h > kMax || g.pad_w > kMax) return "padding must be <= 2^30";
+  if (g.dil_h > kMax || g.dil_w > kMax) return "dilation must be <= 2^30";
+  if (g.r > kMax || g.s > kMax) return "kernel_size must be <= 2^30";
+  if (g.h > kMax || g.w > kMax) return "input height and width must be <= 2^30";
+  if (g.h + 2 * g.pad_h < g.dil_h * (g.r - 1) + 1 || g.w + 2 * g.pad_w < g.dil_w * (g.s - 1) + 1)
+    return "input (" + std::to_string(g.h) + "x" + std::to_string(g.w) +
+           ", padded) is smaller than the dilated kernel";
+  // Tap offsets are int32: the padded, phase-split planes of one image must fit.
+  const int64_t hq = (g.h + 2 * g.pad_h + g.stride_h - 1) / g.stride_h;
+  const int64_t wq = (g.w + 2 * g.pad_w + g.stride_w - 1) / g.stride_w;
+  const double img = double(g.c_in) * hq * wq * g.stride_h * g.stride_w;
+  if (img > double(std::numeric_limits<int32_t>::max() / 2))
+    return "input is too large: one image's padded planes exceed 2^30 floats";
+  return "";
+}
+
+namespace {
+// Zeros are dropped, and entries whose magnitude is at most the threshold (NaN is kept, so a
+// broken weight shows up in the output instead of vanishing).
+bool keep(float v, float threshold) { return v != 0.0f && !(std::fabs(v) <= threshold); }
+}  // namespace
+
+int64_t count_kept(const float* w, int64_t rows, int64_t cols, float threshold) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) n += keep(w[i], threshold);
+  return n;
+}
+
+void compress(const float* w, int64_t rows, int64_t cols, float threshold, int64_t* rowptr,
+              int64_t* taps, float* values) {
+  int64_t n = 0;
+  rowptr[0] = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < cols; ++k) {
+      const float v = w[i * cols + k];
+      if (keep(v, threshold)) {
+        taps[n] = k;
+        values[n] = v;
+        ++n;
+      }
+    }
+    rowptr[i + 1] = n;
+  }
+}
+
+std::string check_pattern(const Pattern& p, int64_t nnz) {
+  if (p.rowptr[0] != 0) return "rowptr[0] must be 0; got " + std::to_string(p.rowptr[0]);
+  for (int64_t i = 0; i < p.c_out; ++i) {
+    if (p.rowptr[i + 1] < p.rowptr[i])
+      return "rowptr must not decrease (rowptr[" + std::to_string(i + 1) + "] < rowptr[" +
+             std::to_string(i) + "])";
+  }
+  if (p.rowptr[p.c_out] != nnz)
+    return "rowptr[-1] = " + std::to_string(p.rowptr[p.c_out]) + " must equal the " +
+           std::to_string(nnz) + " stored taps";
+  for (int64_t i = 0; i < p.c_out; ++i) {
+    for (int64_t e = p.rowptr[i] + 1; e < p.rowptr[i + 1]; ++e) {
+      if (p.taps[e] <= p.taps[e - 1])
+        return "taps must increase within each output channel (taps[" + std::to_string(e) +
+               "] = " + std::to_string(p.taps[e]) + " after " + std::to_string(p.taps[e - 1]) +
+               ")";
+    }
+  }
+  for (int64_t e = 0; e < nnz; ++e) {
+    if (p.taps[e] < 0 || p.taps[e] >= p.cols)
+      return "taps[" + std::to_string(e) + "] = " + std::to_string(p.taps[e]) +
+             " is out of range for " + std::to_string(p.cols) + " (c, r, s) positions";
+  }
+  return "";
+}
+
+Variant choose_variant(const Geometry& g, int64_t nnz) {
+  // The widest tile the output fills: more FMAs per loaded tap, fewer tiles to stream the
+  // taps through (measured on ResNet-50 layers: 64 pixels beat 32 from 7x7 up).
+  const int64_t pixels = g.out_h() * g.out_w();
+  if (pixels >= 48) return Variant::Vec8x8;
+  if (pixels >= 24) return Variant::Vec8x4;
+  if (pixels >= 12) return Variant::Vec8x2;
+  return Variant::Vec8x1;
+}
+
+namespace {
+
+constexpr int64_t kSlack = 128;  // floats after the phase planes (vector overrun, >= 64)
+// Cache budgets (macros so a tuning build can override them): 32 KiB of input per chunk and
+// 4 KiB of accumulators per block measured best among 8..64 KiB x 4..16 KiB on ResNet-50
+// layers (benchmarks/bench_filter_conv.py).
+#ifndef FILTER_CONV_CHUNK_BYTES
+#define FILTER_CONV_CHUNK_BYTES (32 * 1024)
+#endif
+#ifndef FILTER_CONV_ACC_BYTES
+#define FILTER_CONV_ACC_BYTES (4 * 1024)
+#endif
+constexpr int64_t kChunkBytes = FILTER_CONV_CHUNK_BYTES;  // a tile's input slice of one chunk
+constexpr int64_t kAccBytes = FILTER_CONV_ACC_BYTES;      // accumulators of one output-channel block
+
+// The run-time layout of one call: where each tap reads, where each output pixel goes.
+struct Layout {
+  bool in_place;   // 1x1 stride-1 unpadded: read x directly
+  bool out_direct; // planes are OW wide: flattened pixel q is output pixel q
+  int64_t hq, wq;  // phase-plane size
+  int64_t plane;   // hq * wq
+  int64_t plane_c; // floats per input channel (the phases some tap reads)
+  std::vector<int64_t> slot;  // phase (ph * stride_w + pw) -> its plane's index, -1 if unread
+  int64_t img;     // floats per image
+  int64_t len;     // flattened output pixels per channel: (OH - 1) * wq + OW
+};
+
+Layout make_layout(const Geometry& g) {
+  Layout L{};
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  L.in_place = g.r == 1 && g.s == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+               g.pad_w == 0;
+  if (L.in_place) {
+    L.hq = g.h;
+    L.wq = g.w;
+    L.plane_c = L.plane = g.h * g.w;
+  } else {
+    L.hq = (g.h + 2 * g.pad_h + g.stride_h - 1) / g.stride_h;
+    L.wq = (g.w + 2 * g.pad_w + g.stride_w - 1) / g.stride_w;
+    L.plane = L.hq * L.wq;
+    // Only the phases some tap reads get a plane (a strided 1x1 reads one of s * s).
+    L.slot.assign(g.stride_h * g.stride_w, -1);
+    int64_t used = 0;
+    for (int64_t r = 0; r < g.r; ++r) {
+      for (int64_t s = 0; s < g.s; ++s) {
+        const int64_t phase =
+            ((r * g.dil_h) % g.stride_h) * g.stride_w + (s * g.dil_w) % g.stride_w;
+        int64_t& sl = L.slot[phase];
+        if (sl < 0) sl = used++;
+      }
+    }
+    L.plane_c = L.plane * used;
+  }
+  L.img = g.c_in * L.plane_c;
+  L.out_direct = L.wq == ow;
+  L.len = (oh - 1) * L.wq + ow;
+  return L;
+}
+
+// Padded, phase-split copy of the input (the phases some tap reads).
+void fill_planes(const Geometry& g, const Layout& L, const float* x, float* planes) {
+#pragma omp parallel for schedule(static)
+  for (int64_t nc = 0; nc < g.batch * g.c_in; ++nc) {
+    const float* src = x + nc * g.h * g.w;
+    float* dst = planes + nc * L.plane_c;
+    for (int64_t ph = 0; ph < g.stride_h; ++ph) {
+      for (int64_t pw = 0; pw < g.stride_w; ++pw) {
+        const int64_t slot = L.slot[ph * g.stride_w + pw];
+        if (slot < 0) continue;
+        float* pl = dst + slot * L.plane;
+        for (int64_t i = 0; i < L.hq; ++i) {
+          const int64_t hi = ph + i * g.stride_h - g.pad_h;
+          float* out = pl + i * L.wq;
+          if (hi < 0 || hi >= g.h) {
+            std::memset(out, 0, sizeof(float) * L.wq);
+            continue;
+          }
+          const float* in = src + hi * g.w;
+          if (g.stride_w == 1) {  // a padded row: zeros, the row, zeros
+            const int64_t lead = std::min(L.wq, g.pad_w);
+            std::memset(out, 0, sizeof(float) * lead);
+            const int64_t n = std::max<int64_t>(0, std::min(g.w, L.wq - lead));
+            std::memcpy(out + lead, in, sizeof(float) * n);
+            std::memset(out + lead + n, 0, sizeof(float) * (L.wq - lead - n));
+            continue;
+          }
+          for (int64_t j = 0; j < L.wq; ++j) {
+            const int64_t wi = pw + j * g.stride_w - g.pad_w;
+            out[j] = (wi >= 0 && wi < g.w) ? in[wi] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Offset of every stored tap into its group's phase planes.
+std::vector<int32_t> tap_offsets(const Geometry& g, const Layout& L, const Pattern& p,
+                                 int64_t nnz) {
+  std::vector<int32_t> off(nnz);
+  const int64_t rs = g.r * g.s;
+  for (int64_t e = 0; e < nnz; ++e) {
+    const int64_t t = p.taps[e];
+    const int64_t c = t / rs, r = (t % rs) / g.s, s = t % g.s;
+    const int64_t dr = r * g.dil_h, ds = s * g.dil_w;
+    const int64_t phase = L.in_place ? 0 : L.slot[(dr % g.stride_h) * g.stride_w + ds % g.stride_w];
+    off[e] = static_cast<int32_t>(c * L.plane_c + phase * L.plane + (dr / g.stride_h) * L.wq +
+                                  ds / g.stride_w);
+  }
+  return off;
+}
+
+// Input channels per chunk: a tile's reads of one chunk (every distinct plane row a tap
+// starts in, the tile's width plus the widest column shift) stay within kChunkBytes.
+int64_t chunk_channels(const Geometry& g, int64_t tile) {
+  std::vector<int64_t> rows;
+  int64_t max_col = 0;
+  for (int64_t r = 0; r < g.r; ++r) {
+    for (int64_t s = 0; s < g.s; ++s) {
+      const int64_t dr = r * g.dil_h, ds = s * g.dil_w;
+      const int64_t key = ((dr % g.stride_h) * g.stride_w + ds % g.stride_w) * 1000000 +
+                          dr / g.stride_h;
+      if (std::find(rows.begin(), rows.end(), key) == rows.end()) rows.push_back(key);
+      max_col = std::max(max_col, ds / g.stride_w);
+    }
+  }
+  const int64_t per_channel = int64_t(rows.size()) * (tile + max_col) * 4;
+  return std::clamp<int64_t>(kChunkBytes / per_channel, 1, g.c_in / g.groups);
+}
+
+// Compiles (or finds in the JIT's caches) the layer's block loop; on failure (JIT off, no
+// compiler) the JIT has warned once and the precompiled loop runs (same results).
+void attach_jit(const Geometry& g, Prepared& P, bool baked) {
+  codegen::CpuFilterConvSpec spec;
+  spec.vec = static_cast<int32_t>(tile_pixels(P.variant) / 8);
+  spec.unroll = P.variant == Variant::Vec8x8 ? 1 : 2;  // as run_block(l, v) instantiates
+  spec.chunks = P.chunks;
+  spec.cout_g = g.c_out / g.groups;
+  spec.group_stride = (g.c_in / g.groups) * (P.packed ? tile_pixels(P.variant) : P.plane_c);
+  spec.baked = baked;
+  if (baked) {
+    spec.cp = P.cp;
+    spec.off = P.packed ? P.off_packed : P.off;
+  }
+  codegen::JitInfo info;
+  P.block_fn = codegen::CpuJit::instance().lookup(spec, &info);
+  P.jit_compile_ms = info.compile_ms;
+}
+
+}  // namespace
+
+std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v) {
+  auto out = std::make_shared<Prepared>();
+  Prepared& P = *out;
+  const int64_t nnz = p.rowptr[p.c_out];
+  P.requested = v;
+  const bool jit = v == Variant::Jit || v == Variant::JitBaked ||
+                   (v == Variant::Auto && codegen::CpuJit::instance().enabled());
+  P.variant = v == Variant::Auto || v == Variant::Generic || jit ? choose_variant(g, nnz) : v;
+  const Layout L = make_layout(g);
+  P.in_place = L.in_place;
+  P.out_direct = L.out_direct;
+  P.wq = L.wq;
+  P.plane_c = L.plane_c;
+  P.img = L.img;
+  P.len = L.len;
+  const int64_t cin_g = g.c_in / g.groups;
+  const int64_t T = tile_pixels(P.variant);
+  P.off = tap_offsets(g, L, p, nnz);
+  // A 1x1 reads each tile's input through an aligned, zero-padded [c_in, T] panel (offsets
+  // c * T): no load crosses a cache line, channels a power of two apart do not collide in the
+  // cache, and in place a last partial tile does not read past the input.
+  P.packed = g.r == 1 && g.s == 1;
+  if (P.packed) {
+    P.off_packed.resize(nnz);
+    for (int64_t e = 0; e < nnz; ++e)
+      P.off_packed[e] = static_cast<int32_t>(P.off[e] / L.plane_c * T);
+  }
+  // Each output channel's taps split by input-channel chunk (taps ascend, so by c):
+  // cp[oc * (chunks + 1) + k] is the first entry of chunk k.
+  const int64_t chunk_c = chunk_channels(g, T);
+  P.chunks = (cin_g + chunk_c - 1) / chunk_c;
+  P.cp.resize(g.c_out * (P.chunks + 1));
+  const int64_t per_chunk_taps = chunk_c * g.r * g.s;
+  for (int64_t oc = 0; oc < g.c_out; ++oc) {
+    int64_t e = p.rowptr[oc];
+    for (int64_t k = 0; k < P.chunks; ++k) {
+      P.cp[oc * (P.chunks + 1) + k] = e;
+      while (e < p.rowptr[oc + 1] && p.taps[e] < (k + 1) * per_chunk_taps) ++e;
+    }
+    P.cp[oc * (P.chunks + 1) + P.chunks] = p.rowptr[oc + 1];
+  }
+  if (jit && nnz > 0 && cpu_has_avx2_fma()) attach_jit(g, P, v == Variant::JitBaked);
+  return out;
+}
+
+void forward(const Geometry& g, const Pattern& p, const float* x, const float* bias, bool relu,
+             Variant v, float* y) {
+  if (g.batch == 0 || g.c_out == 0 || g.out_h() * g.out_w() == 0) return;
+  forward(*prepare(g, p, v), g, p, x, bias, relu, y);
+}
+
+void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
+             const float* bias, bool relu, float* y) {
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  if (g.batch == 0 || g.c_out == 0 || oh * ow == 0) return;
+  const Variant v = P.variant;
+  const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
+  const int64_t T = tile_pixels(v);
+  const int64_t chunks = P.chunks;
+  const Layout L = make_layout(g);
+  std::unique_ptr<float[]> planes;  // every element written by fill_planes or zeroed here
+  const float* xin = x;
+  if (!P.in_place) {
+    planes.reset(new float[g.batch * L.img + kSlack]);
+    std::fill(planes.get() + g.batch * L.img, planes.get() + g.batch * L.img + kSlack, 0.0f);
+    fill_planes(g, L, x, planes.get());
+    xin = planes.get();
+  }
+  const std::vector<int32_t>& off = P.off;
+  const std::vector<int32_t>& off_packed = P.off_packed;
+  const std::vector<int64_t>& cp = P.cp;
+  const bool pack = P.packed;
+
+  // Tasks: (image, pixel tile, part), a part being a run of output-channel blocks (one block
+  // unless the tile's input is packed: then a task packs it once for its blocks).
+  const int64_t tiles = (L.len + T - 1) / T;
+  int64_t ocb = std::clamp<int64_t>(kAccBytes / (T * 4), 8, g.c_out);
+  const int64_t want_tasks = 4 * omp_get_max_threads();  // enough to balance the threads
+  while (ocb > 8 && g.batch * tiles * ((g.c_out + ocb - 1) / ocb) < want_tasks) ocb /= 2;
+  const int64_t blocks = (g.c_out + ocb - 1) / ocb;
+  const int64_t parts =
+      pack ? std::clamp<int64_t>((want_tasks + g.batch * tiles - 1) / (g.batch * tiles), 1, blocks)
+           : blocks;
+  const int64_t blocks_per_part = (blocks + parts - 1) / parts;
+  const int64_t tasks = g.batch * tiles * parts;
+  // Task order: part-major (a run of output-channel blocks sweeps every image and tile, so
+  // its taps stay in cache, and the input is streamed once per part) or tile-major (a tile
+  // sweeps every part, so its input stays in cache, and the taps are streamed once per tile),
+  // whichever streams fewer bytes.
+  const bool block_major = parts * L.img * 4 < tiles * p.rowptr[p.c_out] * 8;
+  const bool avx2 = v != Variant::Scalar && cpu_has_avx2_fma();
+  const float zero = 0.0f;
+
+#pragma omp parallel
+  {
+    std::vector<float> acc(ocb * T);
+    std::vector<float> panel_store(pack ? g.c_in * T + 16 : 0);
+    float* panel = panel_store.empty() ? nullptr
+        : reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_store.data()) + 63) &
+                                   ~uintptr_t(63));
+    std::vector<int64_t> seg;  // (tile offset, output index, length) runs of the epilogue
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t image_tile = block_major ? t % (g.batch * tiles) : t / parts;
+      const int64_t part = block_major ? t / (g.batch * tiles) : t % parts;
+      const int64_t n = image_tile / tiles, tile = image_tile % tiles;
+      const int64_t q0 = tile * T, valid = std::min(T, L.len - q0);
+      const float* ximg = xin + n * L.img + q0;
+      const int32_t* offs = off.data();
+      int64_t group_stride = cin_g * L.plane_c;
+      if (pack) {
+        for (int64_t c = 0; c < g.c_in; ++c) {
+          float* dst = panel + c * T;
+          std::memcpy(dst, ximg + c * L.plane_c, sizeof(float) * valid);
+          std::fill(dst + valid, dst + T, zero);
+        }
+        ximg = panel;
+        offs = off_packed.data();
+        group_stride = cin_g * T;
+      }
+      const int64_t b_end = std::min(blocks, (part + 1) * blocks_per_part);
+      for (int64_t block = part * blocks_per_part; block < b_end; ++block) {
+      const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
+      BlockLaunch bl{ximg, offs, p.values, cp.data(), acc.data(), oc0, oc1, chunks, cout_g,
+                     group_stride};
+      if (P.block_fn != nullptr) {
+        P.block_fn(&bl);
+      } else if (avx2) {
+        run_block_avx2(bl, v);
+      } else {
+        run_block_generic(bl, v);
+      }
+      // Epilogue: bias, ReLU, and the flattened pixels to output pixels: runs of one plane
+      // row each (columns past OW dropped), computed once per tile.
+      seg.clear();
+      if (L.out_direct) {
+        seg.insert(seg.end(), {0, q0, valid});
+      } else {
+        int64_t row = q0 / L.wq, col = q0 % L.wq;
+        for (int64_t i = 0; i < valid;) {
+          const int64_t run = std::min(valid - i, L.wq - col);
+          if (col < ow) seg.insert(seg.end(), {i, row * ow + col, std::min(run, ow - col)});
+          i += run;
+          ++row;
+          col = 0;
+        }
+      }
+      for (int64_t oc = oc0; oc < oc1; ++oc) {
+        const float b = bias != nullptr ? bias[oc] : 0.0f;
+        const float* a = acc.data() + (oc - oc0) * T;
+        float* yo = y + (n * g.c_out + oc) * oh * ow;
+        for (size_t sg = 0; sg < seg.size(); sg += 3) {
+          const float* src = a + seg[sg];
+          float* dst = yo + seg[sg + 1];
+          const int64_t len = seg[sg + 2];
+          if (relu) {
+            for (int64_t i = 0; i < len; ++i) {
+              const float z = src[i] + b;
+              dst[i] = z > 0.0f ? z : 0.0f;
+            }
+          } else {
+            for (int64_t i = 0; i < len; ++i) dst[i] = src[i] + b;
+          }
+        }
+      }
+      }  // blocks of the part
+    }
+  }
+}
+
+}  // namespace sparsejit::filter_conv

@@ -1,0 +1,440 @@
+#include "csrc/point_conv/point_conv_run.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "codegen/cpu_point_conv_spec.h"
+#include "codegen/cpu_jit.h"
+#include "csrc/core/first_error.h"
+#include "csrc/rgms/row_tiles.h"
+#include "csrc/dense/gemm.h"
+#include "csrc/point_conv/register_kernels.h"
+
+namespace sparsejit::point_conv {
+
+const char* dataflow_name(Dataflow d) {
+  switch (d) {
+    case Dataflow::GatherGemmScatter: return "gather_gemm_scatter";
+    case Dataflow::OutputStationary: return "output_stationary";
+    default: return "auto";
+  }
+}
+
+Pairs swapped(const Pairs& p, const int64_t* in_row_ptr, const int32_t* in_row_pair,
+              bool unique_in_per_group) {
+  Pairs s = p;
+  std::swap(s.in_idx, s.out_idx);
+  std::swap(s.num_in, s.num_out);
+  s.row_ptr = in_row_ptr;
+  s.row_pair = in_row_pair;
+  s.unique_out_per_group = unique_in_per_group;
+  return s;
+}
+
+void index_by_row(const int64_t* group_ptr, int64_t num_groups, const int32_t* rows,
+                  int64_t num_rows, int64_t* row_ptr, int32_t* row_pair, int32_t* pair_group) {
+  const int64_t m = group_ptr[num_groups];
+  std::fill(row_ptr, row_ptr + num_rows + 1, 0);
+  for (int64_t p = 0; p < m; ++p) ++row_ptr[rows[p] + 1];
+  for (int64_t r = 0; r < num_rows; ++r) row_ptr[r + 1] += row_ptr[r];
+  std::vector<int64_t> next(row_ptr, row_ptr + num_rows);
+  for (int64_t p = 0; p < m; ++p) row_pair[next[rows[p]]++] = static_cast<int32_t>(p);
+  if (pair_group != nullptr)
+    for (int64_t g = 0; g < num_groups; ++g)
+      for (int64_t p = group_ptr[g]; p < group_ptr[g + 1]; ++p)
+        pair_group[p] = static_cast<int32_t>(g);
+}
+
+std::string check_pairs(const Pairs& p, bool full) {
+  if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
+  if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    if (p.group_ptr[g + 1] < p.group_ptr[g]) return "group_ptr decreases at group " + std::to_string(g);
+  const int64_t m = p.size();
+  // Branch-free range checks (vectorize); the position is looked up only on failure.
+  uint32_t bad_in = 0, bad_out = 0;
+  const uint32_t ni = static_cast<uint32_t>(p.num_in), no = static_cast<uint32_t>(p.num_out);
+  for (int64_t q = 0; q < m; ++q) {
+    bad_in |= static_cast<uint32_t>(p.in_idx[q]) >= ni;
+    bad_out |= static_cast<uint32_t>(p.out_idx[q]) >= no;
+  }
+  if (bad_in) return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
+  if (bad_out) return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
+  if (p.identity_group >= 0 &&
+      (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
+       p.group_ptr[p.identity_group + 1] - p.group_ptr[p.identity_group] != p.num_in))
+    return "the identity group does not cover every row once";
+  if (p.row_ptr != nullptr) {
+    if (p.row_ptr[0] != 0 || p.row_ptr[p.num_out] != m) return "row index does not cover the pairs";
+    uint32_t bad = 0;
+    for (int64_t r = 0; r < p.num_out; ++r) bad |= p.row_ptr[r + 1] < p.row_ptr[r];
+    const uint32_t um = static_cast<uint32_t>(m), ug = static_cast<uint32_t>(p.num_groups);
+    for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.row_pair[q]) >= um;
+    if (p.pair_group != nullptr)
+      for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.pair_group[q]) >= ug;
+    if (bad) return "row index or pair groups out of range";
+  }
+  if (!full) return {};
+  if (p.identity_group >= 0) {
+    const int64_t g = p.identity_group;
+    if (g >= p.num_groups || p.num_in != p.num_out ||
+        p.group_ptr[g + 1] - p.group_ptr[g] != p.num_in)
+      return "the identity group does not cover every row once";
+    for (int64_t r = 0; r < p.num_in; ++r)
+      if (p.in_idx[p.group_ptr[g] + r] != r || p.out_idx[p.group_ptr[g] + r] != r)
+        return "the identity group is not the identity";
+  }
+  if (p.identity_group >= 0)
+    for (int64_t r = 0; r < p.num_in; ++r)
+      if (p.in_idx[p.group_ptr[p.identity_group] + r] != r ||
+          p.out_idx[p.group_ptr[p.identity_group] + r] != r)
+        return "the identity group is not the identity";
+  if (p.row_ptr != nullptr) {
+    for (int64_t r = 0; r < p.num_out; ++r)
+      for (int64_t q = p.row_ptr[r]; q < p.row_ptr[r + 1]; ++q)
+        if (p.out_idx[p.row_pair[q]] != r) return "row index inconsistent with the pairs";
+    if (p.pair_group != nullptr)
+      for (int64_t g = 0; g < p.num_groups; ++g)
+        for (int64_t q = p.group_ptr[g]; q < p.group_ptr[g + 1]; ++q)
+          if (p.pair_group[q] != g) return "pair_group inconsistent with group_ptr";
+  }
+  return {};
+}
+
+namespace {
+
+// The output-stationary dataflow needs the pairs indexed by out row, with their groups.
+bool row_indexed(const Pairs& p) {
+  return p.row_ptr != nullptr && (p.pair_group != nullptr || p.size() == 0);
+}
+
+using detail::init_rows;
+using detail::relu_rows;
+using detail::os_tile;
+using detail::wgrad_group;
+
+// Rows per tile of the gathered buffers: both buffers in about 128 KiB (L2).
+template <typename T>
+int64_t tile_rows(int64_t c_in, int64_t c_out) {
+  const int64_t budget = (int64_t{128} << 10) / static_cast<int64_t>(sizeof(T));
+  return std::clamp<int64_t>(budget / std::max<int64_t>(1, c_in + c_out), 16, 2048);
+}
+
+// Tiles go through dense::sgemm (oneDNN when built with it). Before main opened oneDNN with
+// RTLD_DEEPBIND, dnnl_sgemm returned "unimplemented" here once torch was loaded (docs/RGMS.md).
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  dense::sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+                 int64_t ldc) {
+  dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// ---- gather-GEMM-scatter ------------------------------------------------------------------
+
+// Row gathers and scatter-adds through the row-loop family RGMS uses (csrc/rgms/row_tiles.h:
+// JIT-specialized to the row width when the pass is big enough, generic otherwise).
+template <typename T>
+void gather_tile(rows::TileFn fn, const T* x, int64_t c, const int32_t* idx, const T* scale,
+                 int64_t n, T* buf) {
+  rows::gather_rows(fn, x, c, 0, c, idx, scale, n, buf);
+}
+
+template <typename T>
+void scatter_add_tile(rows::TileFn fn, const T* buf, int64_t c, const int32_t* idx, int64_t n,
+                      T* y) {
+  rows::scatter_add_rows(fn, buf, c, idx, n, y, c);
+}
+
+template <typename T>
+void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
+  const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
+  const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  std::vector<T> group_prod;  // [largest group, co], only when out rows repeat in a group
+  if (!p.unique_out_per_group) {
+    int64_t largest = 0;
+    for (int64_t g = 0; g < p.num_groups; ++g)
+      largest = std::max(largest, p.group_ptr[g + 1] - p.group_ptr[g]);
+    group_prod.resize(static_cast<size_t>(largest) * co);
+  }
+  const rows::TileFn gfn = rows::tile_fn<T>(ci, p.size() * ci);
+  const rows::TileFn sfn = rows::tile_fn<T>(co, p.size() * co);
+  FirstError errors;
+#pragma omp parallel
+  {
+    std::vector<T> xbuf(tile * ci), ybuf(tile * co);
+    if (!a.accumulate) {
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < p.num_out; ++r) init_rows(a, r, r + 1);
+    }
+    for (int64_t g = 0; g < p.num_groups; ++g) {
+      const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
+      const T* wg = a.w + g * wstride;
+      const int64_t tiles = (n + tile - 1) / tile;
+      if (g == p.identity_group && a.scale == nullptr) {
+        // Centre offset: rows map to themselves, Y[r0:r1] += X[r0:r1] @ W, no gather.
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t r0 = t * tile, m = std::min(tile, n - r0);
+          errors.guard([&] {
+            gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
+          });
+        }
+        continue;
+      }
+      if (p.unique_out_per_group) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
+          gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
+                      xbuf.data());
+          errors.guard([&] {
+            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+          });
+          scatter_add_tile(sfn, ybuf.data(), co, p.out_idx + q0, m, a.y);
+        }
+      } else {
+        // Out rows may repeat within the group: the group's products in parallel into a shared
+        // buffer, then one thread adds them in pair order (deterministic, no conflicts).
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t q0 = p0 + t * tile, m = std::min(tile, p0 + n - q0);
+          gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
+                      xbuf.data());
+          errors.guard([&] {
+            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
+                 group_prod.data() + (q0 - p0) * co, co);
+          });
+        }
+#pragma omp single
+        scatter_add_tile(sfn, group_prod.data(), co, p.out_idx + p0, n, a.y);
+      }
+    }
+    if (a.relu) {  // every group has added into the rows (the loops above end in barriers)
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < p.num_out; ++r) relu_rows(a, r, r + 1);
+    }
+  }
+  errors.rethrow();
+}
+
+// With a row index: every (group, tile) product goes to its own rows of a [M, C_out] buffer
+// (all tiles of all groups in parallel, one barrier), then each out row sums its pairs'
+// products in row-index order: no scatter conflicts, deterministic, two parallel phases.
+template <typename T>
+void run_gemm_then_reduce(const Pairs& p, const PointConvArgs<T>& a) {
+  const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
+  const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  struct Task { int64_t g, q0, m; };
+  std::vector<Task> tasks;
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    for (int64_t q0 = p.group_ptr[g]; q0 < p.group_ptr[g + 1]; q0 += tile)
+      tasks.push_back({g, q0, std::min(tile, p.group_ptr[g + 1] - q0)});
+  std::vector<T> prod(static_cast<size_t>(p.size()) * co);
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const rows::TileFn gfn = rows::tile_fn<T>(ci, p.size() * ci);
+  FirstError errors;
+#pragma omp parallel
+  {
+    std::vector<T> xbuf(tile * ci);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const Task& k = tasks[t];
+      const T* wg = a.w + k.g * wstride;
+      const T* xs;
+      if (k.g == p.identity_group && a.scale == nullptr) {
+        xs = a.x + (k.q0 - p.group_ptr[k.g]) * ci;  // centre offset: rows in order, no gather
+      } else {
+        gather_tile(gfn, a.x, ci, p.in_idx + k.q0, a.scale ? a.scale + k.q0 : nullptr, k.m,
+                    xbuf.data());
+        xs = xbuf.data();
+      }
+      errors.guard([&] {
+        gemm(false, a.trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod.data() + k.q0 * co, co);
+      });
+    }
+#pragma omp for schedule(dynamic, 256)
+    for (int64_t r = 0; r < p.num_out; ++r) {
+      T* yr = a.y + r * co;
+      if (!a.accumulate) init_rows(a, r, r + 1);
+      for (int64_t q = p.row_ptr[r]; q < p.row_ptr[r + 1]; ++q) {
+        const T* src = prod.data() + static_cast<int64_t>(p.row_pair[q]) * co;
+        for (int64_t j = 0; j < co; ++j) yr[j] += src[j];
+      }
+      if (a.relu) relu_rows(a, r, r + 1);
+    }
+  }
+  errors.rethrow();
+}
+
+// ---- output-stationary -------------------------------------------------------------------
+
+// The output-stationary rows JIT-compiled for (c_in, c_out) with storage `dtype` (bf16:
+// float weights and accumulation), or nullptr (JIT off, a width it does not take, or a pass
+// too small to pay for a compile: then the ahead-of-time rows).
+codegen::EntryFn os_jit_fn(const Pairs& p, int64_t c_in, int64_t c_out, ScalarKind dtype) {
+  const int64_t elem_bytes = dtype == ScalarKind::F64 ? 8 : 4;  // of the arithmetic
+  if (!detail::os_jit_worth(p, c_in, c_out, elem_bytes)) return nullptr;
+  codegen::CpuPointConvSpec spec;
+  spec.dtype = dtype;
+  spec.c_in = c_in;
+  spec.c_out = c_out;
+  return codegen::CpuJit::instance().lookup(spec);
+}
+
+// W[g] as [c_in, c_out] rows, as the output-stationary rows read it: w itself, or (trans_w)
+// a transposed copy in `buf`.
+template <typename T>
+const T* weights_by_input(const Pairs& p, const T* w, bool trans_w, int64_t ci, int64_t co,
+                          std::vector<T>& buf) {
+  if (!trans_w) return w;
+  buf.resize(p.num_groups * ci * co);
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    for (int64_t c = 0; c < ci; ++c)
+      for (int64_t j = 0; j < co; ++j) buf[(g * ci + c) * co + j] = w[(g * co + j) * ci + c];
+  return buf.data();
+}
+
+constexpr int64_t kOsTile = 256;  // out rows per task
+
+// Tiles of kOsTile out rows in parallel through the JIT's entry `fn`, or (null) the
+// ahead-of-time rows; W already as [G, c_in, c_out].
+template <typename T>
+void os_tiles(const Pairs& p, const PointConvArgs<T>& a, const T* w, codegen::EntryFn fn) {
+  const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r0 = t * kOsTile, r1 = std::min(p.num_out, r0 + kOsTile);
+    if (fn != nullptr) {
+      const cpu::ConvOsLaunch l = detail::os_launch(p, a, w, r0, r1);
+      fn(&l);
+    } else {
+      os_tile(p, a, w, r0, r1);
+    }
+  }
+}
+
+template <typename T>
+void run_output_stationary(const Pairs& p, const PointConvArgs<T>& a) {
+  std::vector<T> wt;
+  const T* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
+  os_tiles(p, a, w,
+           os_jit_fn(p, a.c_in, a.c_out, sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64));
+}
+
+// ---- weight gradient ---------------------------------------------------------------------
+
+template <typename T>
+void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
+                     const T* scale, T* dw, bool registers) {
+  const int64_t tile = tile_rows<T>(ci, co);
+  const rows::TileFn xfn = rows::tile_fn<T>(ci, p.size() * ci);
+  const rows::TileFn yfn = rows::tile_fn<T>(co, p.size() * co);
+  FirstError errors;
+#pragma omp parallel
+  {
+    std::vector<T> xbuf(tile * ci), ybuf(tile * co);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t g = 0; g < p.num_groups; ++g) {
+      T* dwg = dw + g * ci * co;
+      std::fill(dwg, dwg + ci * co, T(0));
+      const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
+      // Channel widths with a register-resident kernel: rank-1 updates, no buffers.
+      if (registers && wgrad_group(p, x, ci, dy, co, scale, dwg, g)) continue;
+      if (g == p.identity_group && scale == nullptr) {
+        errors.guard([&] { gemm(true, false, ci, co, n, x, ci, dy, co, T(0), dwg, co); });
+        continue;
+      }
+      for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
+        const int64_t m = std::min(tile, p0 + n - q0);
+        gather_tile(xfn, x, ci, p.in_idx + q0, scale ? scale + q0 : nullptr, m, xbuf.data());
+        gather_tile(yfn, dy, co, p.out_idx + q0, static_cast<const T*>(nullptr), m,
+                    ybuf.data());
+        errors.guard([&] {
+          gemm(true, false, ci, co, m, xbuf.data(), ci, ybuf.data(), co, T(1), dwg, co);
+        });
+      }
+    }
+  }
+  errors.rethrow();
+}
+
+}  // namespace
+
+Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
+  if (!row_indexed(p)) return Dataflow::GatherGemmScatter;
+  // Output-stationary keeps the output row in vector registers and streams W[g] for every
+  // pair, so it wins while all of W (K * c_in * c_out) stays in L2 and a register kernel
+  // exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
+  // random at 5 cm; benchmarks/bench_sparse_conv.py): output-stationary 1.0-3.5x faster up to
+  // 64 x 64 (442 KiB of float32 weights), gather-GEMM-scatter up to 2.2x faster at 128 x 128
+  // (1.7 MiB). Without a register kernel the row loop is plain C++: the GEMM path then.
+  const bool weights_in_l2 = p.num_groups * c_in * c_out * elem_bytes <= (int64_t{512} << 10);
+  return weights_in_l2 && detail::os_has_registers(p, c_in, c_out, elem_bytes)
+             ? Dataflow::OutputStationary
+             : Dataflow::GatherGemmScatter;
+}
+
+template <typename T>
+Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow d) {
+  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(T));
+  if (d == Dataflow::OutputStationary && !row_indexed(p)) d = Dataflow::GatherGemmScatter;
+  if (a.c_out == 0 || p.num_out == 0) return d;
+  if (a.c_in == 0 || p.size() == 0) {
+    if (!a.accumulate) init_rows(a, 0, p.num_out);
+    if (a.relu) relu_rows(a, 0, p.num_out);
+    return d;
+  }
+  if (d == Dataflow::OutputStationary)
+    run_output_stationary(p, a);
+  else if (p.row_ptr != nullptr)
+    run_gemm_then_reduce(p, a);
+  else
+    run_gather_gemm_scatter(p, a);
+  return d;
+}
+
+bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d) {
+  if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(float));
+  if (d != Dataflow::OutputStationary || !row_indexed(p) || a.c_in == 0 || a.c_out == 0 ||
+      p.num_out == 0 || p.size() == 0 || a.accumulate)
+    return false;
+  const codegen::EntryFn fn = os_jit_fn(p, a.c_in, a.c_out, ScalarKind::BF16);
+  if (fn == nullptr) return false;
+  std::vector<float> wt;
+  os_tiles(p, a, weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt), fn);
+  return true;
+}
+
+WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out) {
+  (void)p;
+  // Measured with sj.tune on KITTI, ScanNet and random clouds (2 threads, oneDNN tiles): the
+  // register rank-1 updates win at 16 -> 16 channels (they re-read dY once per block of input
+  // channels, which only pays off while rows are short); from 32 channels the gathered tiles
+  // through the GEMM were 1.2-1.7x faster (the weight gradient alone).
+  return c_in <= 16 && c_out <= 16 ? WgradPath::Registers : WgradPath::Gemm;
+}
+
+template <typename T>
+void weight_grad(const Pairs& p, const T* x, int64_t c_in, const T* dy, int64_t c_out,
+                 const T* scale, T* dw, WgradPath path) {
+  if (c_in == 0 || c_out == 0 || p.num_groups == 0) return;
+  if (path == WgradPath::Auto) path = choose_wgrad_path(p, c_in, c_out);
+  run_weight_grad(p, x, c_in, dy, c_out, scale, dw, path == WgradPath::Registers);
+}
+
+template Dataflow gather_gemm_scatter<float>(const Pairs&, const PointConvArgs<float>&, Dataflow);
+template Dataflow gather_gemm_scatter<double>(const Pairs&, const PointConvArgs<double>&, Dataflow);
+template void weight_grad<float>(const Pairs&, const float*, int64_t, const float*, int64_t,
+                                 const float*, float*, WgradPath);
+template void weight_grad<double>(const Pairs&, const double*, int64_t, const double*, int64_t,
+                                  const double*, double*, WgradPath);
+
+}  // namespace sparsejit::point_conv

@@ -1,0 +1,520 @@
+// Point-cloud sparse convolution (issue 10).
+//
+// conv_plan(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
+//           out_coords?) -> (plan, out_coords)
+//   Validates the coordinates once (csrc/point_conv/coords.h: errors name row, column and value),
+//   finds the kernel map by merging sorted keys (csrc/point_conv/kernel_map.h) and stores it as a
+//   plan tensor (layout below). kind: "subm" (outputs = inputs), "spconv" (spconv's strided
+//   output sites), "coarse" (unique(floor(c / stride))), "transposed" (spconv's
+//   SparseConvTranspose sites), "generalized" (outputs = out_coords).
+// sparse_conv(features, weight [K, C_in, C_out], bias?, plan, num_out, swap, dataflow)
+//   -> [num_out, C_out]: the point-conv core (csrc/point_conv) over the plan's pairs; swap = read the map
+//   backwards (spconv's inverse convolution: outputs are the plan's input sites).
+// sparse_conv_backward(features, weight, grad_out, plan, swap, dataflow, need_features,
+//   need_weight) -> (d_features, d_weight): d_features through the swapped map with W^T,
+//   d_weight per offset (dataflow bits 2-3: its path, point_conv::WgradPath).
+//
+// Plan layout (int64 words): the common header (csrc/plan/plan_header.h, OpKind::PointConv;
+// kWordKernel = kind, kWordParam = identity group or -1, stamp rows = n_out, nnz = M pairs,
+// cols = n_in, hash = fingerprint of the input coordinate keys), then word 10 = K, then
+// group_ptr [K + 1] int64, in_idx / out_idx [M] int32, out_row_ptr [n_out + 1] int64,
+// out_row_pair [M] int32, in_row_ptr [n_in + 1] int64, in_row_pair [M] int32,
+// pair_group [M] int32 (each int32 array padded to whole words).
+// float32 / float64 run natively; bfloat16 natively in the output-stationary rows the JIT
+// compiles (features and output in bfloat16, float32 accumulation), else like float16 in
+// float32, converted back.
+#include <torch/library.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "csrc/point_conv/kernel_map.h"
+#include "csrc/point_conv/point_conv_run.h"
+#include "csrc/plan/plan_header.h"
+#include "torch_ext/common.h"
+
+TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+  m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
+        "int[] stride, int[] padding, int[] dilation, Tensor? out_coords) -> (Tensor, Tensor)");
+  m.def("sparse_conv(Tensor features, Tensor weight, Tensor? bias, Tensor plan, SymInt num_out, "
+        "bool swap, int dataflow, bool relu=False) -> Tensor");
+  m.def("sparse_conv_backward(Tensor features, Tensor weight, Tensor grad_out, Tensor plan, "
+        "bool swap, int dataflow, bool need_features, bool need_weight) -> (Tensor, Tensor)");
+}
+
+namespace sparsejit {
+namespace {
+
+#define CONV_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
+
+enum Kind : int64_t { kSubm = 0, kSpconv = 1, kCoarse = 2, kTransposed = 3, kGeneralized = 4 };
+constexpr int kWordK = plan::kHeaderWords;
+constexpr int kFixedWords = plan::kHeaderWords + 1;
+constexpr int64_t kMaxKernelVolume = int64_t{1} << 20;  // K of a plan (check_plan's bound)
+constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' widest margin
+
+int64_t words32(int64_t n) { return (n + 1) / 2; }
+
+struct PlanView {
+  int64_t k = 0, m = 0, n_in = 0, n_out = 0, identity = -1;
+  const int64_t* group_ptr;
+  const int32_t *in_idx, *out_idx;
+  const int64_t* out_row_ptr;
+  const int32_t* out_row_pair;
+  const int64_t* in_row_ptr;
+  const int32_t *in_row_pair, *pair_group;
+};
+
+int64_t plan_words(int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
+  return kFixedWords + (k + 1) + 5 * words32(m) + (n_out + 1) + (n_in + 1);
+}
+
+template <typename W>
+PlanView view_words(W* w, int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
+  PlanView v;
+  v.k = k, v.m = m, v.n_in = n_in, v.n_out = n_out;
+  int64_t at = kFixedWords;
+  auto take64 = [&](int64_t n) { const int64_t* p = w + at; at += n; return p; };
+  auto take32 = [&](int64_t n) {
+    const int32_t* p = reinterpret_cast<const int32_t*>(w + at);
+    at += words32(n);
+    return p;
+  };
+  v.group_ptr = take64(k + 1);
+  v.in_idx = take32(m);
+  v.out_idx = take32(m);
+  v.out_row_ptr = take64(n_out + 1);
+  v.out_row_pair = take32(m);
+  v.in_row_ptr = take64(n_in + 1);
+  v.in_row_pair = take32(m);
+  v.pair_group = take32(m);
+  return v;
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xBF58476D1CE4E5B9ull;
+}
+
+// ---- plan ---------------------------------------------------------------------------------
+
+point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
+                         const std::vector<int64_t>& shape, int64_t batch_size, int64_t margin) {
+  const char* op = "conv_plan";
+  TORCH_CHECK_TYPE(!at::isFloatingType(coords_in.scalar_type()) &&
+                       !at::isComplexType(coords_in.scalar_type()) &&
+                       coords_in.scalar_type() != at::kBool,
+                   "sparsejit.conv_plan: ", name, " must hold integers; got ",
+                   coords_in.scalar_type());
+  CONV_CHECK(coords_in.dim() == 2, op, ": ", name, " must be [N, 1 + D] (batch index first); "
+             "got shape ", coords_in.sizes());
+  CONV_CHECK(coords_in.device().is_cpu(), op, ": ", name, " must be on the CPU; got ",
+             coords_in.device());
+  at::Tensor c = coords_in.contiguous();
+  if (c.scalar_type() != at::kInt) {
+    if (c.numel() > 0) {
+      const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
+      CONV_CHECK(lo >= INT32_MIN && hi <= INT32_MAX, op, ": ", name,
+                 " holds values outside int32 (min ", lo, ", max ", hi, ")");
+    }
+    c = c.to(at::kInt);
+  }
+  point_conv::CoordSetOptions opt;
+  opt.spatial_shape = shape;
+  opt.batch_size = batch_size;
+  opt.margin = margin;
+  try {
+    return point_conv::make_coord_set(ptr<int32_t>(c), c.size(0), c.size(1), opt);
+  } catch (const std::invalid_argument& e) {
+    // The core's message names the row as coords[row, col]; say which argument it was.
+    // A packing failure comes from the arguments, not from a row: name them.
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
+    CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
+               std::string(name) == "coords" ? "" : ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
+  }
+  return {};
+}
+
+std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
+    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
+    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation,
+    const std::optional<at::Tensor>& out_coords) {
+  const char* op = "conv_plan";
+  const std::string kn(kind_name);
+  Kind kind;
+  if (kn == "subm") kind = kSubm;
+  else if (kn == "spconv") kind = kSpconv;
+  else if (kn == "coarse") kind = kCoarse;
+  else if (kn == "transposed") kind = kTransposed;
+  else if (kn == "generalized") kind = kGeneralized;
+  else CONV_CHECK(false, op, ": kind must be subm, spconv, coarse, transposed or generalized; "
+                  "got '", kn, "'");
+  const int64_t dims = static_cast<int64_t>(spatial_shape.size());
+  CONV_CHECK(dims >= 1 && dims <= point_conv::kMaxDims, op, ": spatial_shape must have 1 to 4 axes; "
+             "got ", spatial_shape);
+  for (auto [name, v] : {std::pair{"kernel", kernel}, {"stride", stride}, {"padding", padding},
+                         {"dilation", dilation}})
+    CONV_CHECK(static_cast<int64_t>(v.size()) == dims, op, ": ", name, " must have ", dims,
+               " values (one per spatial axis); got ", v);
+  CONV_CHECK(batch_size >= 1, op, ": batch_size must be >= 1; got ", batch_size);
+  CONV_CHECK(coords.dim() != 2 || coords.size(1) == dims + 1, op, ": coords must have 1 + ",
+             dims, " columns (batch, then one per axis of spatial_shape ", spatial_shape,
+             "); got ", coords.size(1));
+  point_conv::ConvParams p;
+  p.dims = static_cast<int>(dims);
+  int64_t reach = 0, volume = 1;
+  for (int64_t d = 0; d < dims; ++d) {
+    p.kernel[d] = kernel[d];
+    p.stride[d] = stride[d];
+    p.padding[d] = padding[d];
+    p.dilation[d] = dilation[d];
+    CONV_CHECK(kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0, op,
+               ": axis ", d, ": kernel, stride and dilation must be >= 1 and padding >= 0; got "
+               "kernel ", kernel[d], ", stride ", stride[d], ", dilation ", dilation[d],
+               ", padding ", padding[d]);
+    // Coordinates are int32: larger values only overflow the key arithmetic (int64 products
+    // below and in csrc/conv wrapped into spurious pairs).
+    CONV_CHECK(kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
+                   dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,
+               op, ": axis ", d, ": kernel must be <= 2^20 and stride, dilation and padding "
+               "<= 2^31 - 1; got kernel ", kernel[d], ", stride ", stride[d], ", dilation ",
+               dilation[d], ", padding ", padding[d]);
+    volume *= kernel[d];
+    CONV_CHECK(volume < kMaxKernelVolume, op, ": kernel ", kernel, " has ", volume,
+               (d + 1 < dims ? " or more" : ""), " offsets; a plan holds fewer than 2^20");
+    reach = std::max(reach, dilation[d] * (kernel[d] - 1) + padding[d]);
+    CONV_CHECK(reach <= kMaxReach, op, ": axis ", d, ": dilation * (kernel - 1) + padding = ",
+               dilation[d] * (kernel[d] - 1) + padding[d], " must be <= 2^30 (kernel ",
+               kernel[d], ", dilation ", dilation[d], ", padding ", padding[d], ")");
+    if (kind == kSubm)
+      CONV_CHECK(kernel[d] % 2 == 1 && stride[d] == 1, op, ": a submanifold convolution needs "
+                 "odd kernel sizes and stride 1; axis ", d, " has kernel ", kernel[d],
+                 " and stride ", stride[d]);
+  }
+  const std::vector<int64_t> shape(spatial_shape.begin(), spatial_shape.end());
+  for (int64_t d = 0; d < dims; ++d)
+    CONV_CHECK(shape[d] >= 1, op, ": spatial_shape[", d, "] must be >= 1; got ", shape[d]);
+  const int64_t margin = std::max<int64_t>(4, reach);
+  const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
+  point_conv::KernelMap km;
+  point_conv::CoordSet out_set;
+  const point_conv::CoordSet* out = &in;
+  try {
+    switch (kind) {
+      case kSubm: point_conv::submanifold_map(in, p, km); break;
+      case kSpconv:
+        out_set = point_conv::spconv_output_sites(in, p, margin);
+        point_conv::generalized_map(in, out_set, p, km);
+        out = &out_set;
+        break;
+      case kCoarse:
+        out_set = point_conv::coarse_output_sites(in, p, margin);
+        point_conv::generalized_map(in, out_set, p, km);
+        out = &out_set;
+        break;
+      case kTransposed:
+        out_set = point_conv::transposed_output_sites(in, p, margin);
+        point_conv::transposed_map(in, out_set, p, km);
+        out = &out_set;
+        break;
+      case kGeneralized: {
+        CONV_CHECK(out_coords.has_value(), op, ": kind 'generalized' needs out_coords");
+        CONV_CHECK(out_coords->dim() == 2 && out_coords->size(1) == dims + 1, op,
+                   ": out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
+                   out_coords->sizes());
+        out_set = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
+        point_conv::generalized_map(in, out_set, p, km);
+        out = &out_set;
+        break;
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
+    CONV_CHECK(false, op, ": ", e.what(),
+               packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
+                         "dilation)" : "");
+  }
+  const int64_t k = km.kernel_volume(), m = km.size(), n_in = in.size(), n_out = out->size();
+  // The submanifold centre offset pairs every site with itself: stored as the identity
+  // (pairs (r, r) in row order) so the core runs it as one GEMM without a gather.
+  int64_t identity = -1;
+  if (kind == kSubm) {
+    const int64_t c = k / 2;
+    if (km.offset_ptr[c + 1] - km.offset_ptr[c] == n_in) {
+      bool all_self = true;
+      for (int64_t q = km.offset_ptr[c]; q < km.offset_ptr[c + 1] && all_self; ++q)
+        all_self = km.in_idx[q] == km.out_idx[q];
+      if (all_self) {
+        identity = c;
+        for (int64_t r = 0; r < n_in; ++r)
+          km.in_idx[km.offset_ptr[c] + r] = km.out_idx[km.offset_ptr[c] + r] =
+              static_cast<int32_t>(r);
+      }
+    }
+  }
+  // Every word is written below; only the header and the int32 arrays' padding need zeros.
+  auto plan_t = at::empty({plan_words(k, m, n_in, n_out)}, coords.options().dtype(at::kLong));
+  int64_t* w = ptr<int64_t>(plan_t);
+  std::fill(w, w + kFixedWords, int64_t{0});
+  uint64_t h = mix(0, static_cast<uint64_t>(n_in));
+  for (uint64_t key : in.keys) h = mix(h, key);
+  plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(h >> 1)};
+  plan::write_header(w, OpKind::PointConv, kind, 0, identity, stamp);
+  w[kWordK] = k;
+  PlanView v = view_words(w, k, m, n_in, n_out);
+  auto mut64 = [](const int64_t* p) { return const_cast<int64_t*>(p); };
+  auto mut32 = [](const int32_t* p) { return const_cast<int32_t*>(p); };
+  std::copy(km.offset_ptr.begin(), km.offset_ptr.end(), mut64(v.group_ptr));
+  std::copy(km.in_idx.begin(), km.in_idx.end(), mut32(v.in_idx));
+  std::copy(km.out_idx.begin(), km.out_idx.end(), mut32(v.out_idx));
+  if (m % 2 == 1)  // the padding int32 after each int32 array
+    for (const int32_t* a : {v.in_idx, v.out_idx, v.out_row_pair, v.in_row_pair, v.pair_group})
+      mut32(a)[m] = 0;
+  // The two row indexes are independent serial counting sorts: one thread each.
+#pragma omp parallel sections num_threads(2) if (m > 4096)
+  {
+#pragma omp section
+    point_conv::index_by_row(v.group_ptr, k, v.out_idx, n_out, mut64(v.out_row_ptr),
+                      mut32(v.out_row_pair), mut32(v.pair_group));
+#pragma omp section
+    point_conv::index_by_row(v.group_ptr, k, v.in_idx, n_in, mut64(v.in_row_ptr),
+                      mut32(v.in_row_pair), nullptr);
+  }
+  auto oc = at::empty({n_out, dims + 1}, coords.options().dtype(at::kInt));
+  if (kind == kSubm || kind == kGeneralized) {
+    // Output rows keep the caller's order (site id = row).
+    const auto src = (kind == kSubm ? coords : *out_coords).to(at::kInt).contiguous();
+    oc.copy_(src);
+  } else {
+    std::copy(out->coords.begin(), out->coords.end(), ptr<int32_t>(oc));
+  }
+  return {plan_t, oc};
+}
+
+// ---- convolution --------------------------------------------------------------------------
+
+PlanView check_plan(const char* op, const at::Tensor& plan_t) {
+  TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
+                   ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
+  CONV_CHECK(plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(), op,
+             ": plan must be a contiguous 1-D tensor from conv_plan; got shape ", plan_t.sizes());
+  const int64_t* w = ptr<int64_t>(plan_t);
+  CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
+             op, ": plan is not a sparsejit plan (bad magic or version)");
+  const int64_t family = w[plan::kWordOp];
+  CONV_CHECK(family == static_cast<int64_t>(OpKind::PointConv), op, ": plan was built "
+             "for ", std::string(plan::plan_op_name(family)) == "unknown"
+                 ? "an unknown op" : plan::plan_op_name(family),
+             " (op family word ", family, "), not point_conv");
+  const int64_t k = w[kWordK], m = w[plan::kWordNnz], n_in = w[plan::kWordCols],
+                n_out = w[plan::kWordRows];
+  CONV_CHECK(k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
+                 n_in <= INT32_MAX && n_out <= INT32_MAX &&
+                 plan_t.numel() == plan_words(k, m, n_in, n_out),
+             op, ": plan sizes are inconsistent (corrupted plan)");
+  PlanView v = view_words(w, k, m, n_in, n_out);
+  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
+  // beyond the int32 arrays.
+  CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
+             " but the plan holds ", m, " pairs");
+  v.identity = w[plan::kWordParam];
+  return v;
+}
+
+point_conv::Pairs pairs_of(const PlanView& v, bool swap) {
+  point_conv::Pairs p;
+  p.num_groups = v.k;
+  p.group_ptr = v.group_ptr;
+  p.in_idx = v.in_idx;
+  p.out_idx = v.out_idx;
+  p.num_in = v.n_in;
+  p.num_out = v.n_out;
+  p.identity_group = v.identity;
+  p.row_ptr = v.out_row_ptr;
+  p.row_pair = v.out_row_pair;
+  p.pair_group = v.pair_group;
+  return swap ? point_conv::swapped(p, v.in_row_ptr, v.in_row_pair, true) : p;
+}
+
+// The plan's pairs read forward or backwards (swap), after the O(M) range checks of both
+// directions (the backward pass reads the other one), so a corrupted plan is an error.
+point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool swap) {
+  const PlanView v = check_plan(op, plan_t);
+  for (bool s : {false, true}) {
+    const std::string err = point_conv::check_pairs(pairs_of(v, s), /*full=*/false);
+    CONV_CHECK(err.empty(), op, ": corrupted plan: ", err);
+  }
+  // The identity group runs as one GEMM without reading its pairs: pairs that are not
+  // (r, r) would be silently ignored (O(N), beside check_pairs' O(M)).
+  if (v.identity >= 0) {
+    const int64_t first = v.group_ptr[v.identity];
+    bool ok = true;
+    for (int64_t r = 0; r < v.n_in; ++r)
+      ok &= (v.in_idx[first + r] == r) & (v.out_idx[first + r] == r);
+    CONV_CHECK(ok, op, ": corrupted plan: the identity group ", v.identity,
+               " holds pairs other than (r, r)");
+  }
+  return pairs_of(v, swap);
+}
+
+// `dataflow` packs 2-bit fields (0 = auto, 1, 2; never 3): bits 0-1 the dataflow this op
+// runs, then (forward) the backward's feature-gradient dataflow and weight-gradient path, or
+// (backward) the weight-gradient path.
+void check_packed_dataflow(const char* op, int64_t dataflow, int fields) {
+  bool ok = dataflow >= 0 && dataflow < (int64_t{1} << (2 * fields));
+  for (int f = 0; f < fields && ok; ++f) ok = ((dataflow >> (2 * f)) & 3) != 3;
+  CONV_CHECK(ok, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
+             "(output-stationary), plus 2-bit fields for the backward's choices (0, 1 or 2 "
+             "each; ", fields, " fields in all); got ", dataflow);
+}
+
+point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
+  CONV_CHECK(d >= 0 && d <= 2, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
+             "2 (output-stationary); got ", d);
+  return static_cast<point_conv::Dataflow>(d);
+}
+
+at::ScalarType compute_type(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
+}
+
+void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
+                     const point_conv::Pairs& p) {
+  check_float(x, "features");
+  check_float(w, "weight");
+  CONV_CHECK(x.dim() == 2, op, ": features must be [N, C_in]; got shape ", x.sizes());
+  CONV_CHECK(w.dim() == 3, op, ": weight must be [K, C_in, C_out]; got shape ", w.sizes());
+  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
+                   w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
+  check_same_device(w, x, "weight", "features");
+  CONV_CHECK(x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
+  CONV_CHECK(x.size(0) == p.num_in, op, ": features have ", x.size(0), " rows but the plan's "
+             "input coordinate set has ", p.num_in, " sites");
+  CONV_CHECK(w.size(0) == p.num_groups, op, ": weight has ", w.size(0), " kernel offsets but "
+             "the plan has ", p.num_groups);
+  CONV_CHECK(w.size(1) == x.size(1), op, ": weight has C_in = ", w.size(1), " but features "
+             "have ", x.size(1), " channels");
+}
+
+// Arguments of point_conv::output_stationary_bf16: x and y are bfloat16 tensors passed as bits.
+point_conv::PointConvArgs<float> bf16_args(const at::Tensor& x, const at::Tensor& w,
+                              const std::optional<at::Tensor>& bias, at::Tensor& y,
+                              bool trans_w, bool relu) {
+  point_conv::PointConvArgs<float> a;
+  a.x = static_cast<const float*>(x.const_data_ptr());
+  a.c_in = x.size(1);
+  a.w = w.const_data_ptr<float>();
+  a.trans_w = trans_w;
+  a.c_out = y.size(1);
+  a.bias = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
+  a.y = static_cast<float*>(y.mutable_data_ptr());
+  a.relu = relu;
+  return a;
+}
+
+at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
+                           const std::optional<at::Tensor>& bias_in, const at::Tensor& plan_t,
+                           int64_t num_out, bool swap, int64_t dataflow, bool relu) {
+  const char* op = "sparse_conv";
+  const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
+  check_conv_args(op, x_in, w_in, p);
+  CONV_CHECK(num_out == p.num_out, op, ": num_out = ", num_out, " but the plan has ",
+             p.num_out, " output sites");
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto w = w_in.to(ct).contiguous();
+  std::optional<at::Tensor> bias;
+  if (bias_in.has_value()) {
+    check_float(*bias_in, "bias");
+    CONV_CHECK(bias_in->dim() == 1 && bias_in->size(0) == w.size(2), op, ": bias must be [C_out"
+               " = ", w.size(2), "]; got shape ", bias_in->sizes());
+    check_same_device(*bias_in, x_in, "bias", "features");
+    bias = bias_in->to(ct).contiguous();
+  }
+  // Bits 2-5 may carry the backward's choices (set by sparse_conv's Python wrapper from
+  // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
+  check_packed_dataflow(op, dataflow, 3);
+  const auto d = parse_dataflow(op, dataflow & 3);
+  if (x_in.scalar_type() == at::kBFloat16) {
+    // bfloat16 features in, bfloat16 out, float32 accumulation, no float32 copies of X or Y
+    // (when the output-stationary rows take the pass; else the float32 path below).
+    const auto xb = x_in.contiguous();
+    auto yb = at::empty({num_out, w.size(2)}, xb.options());
+    if (point_conv::output_stationary_bf16(p, bf16_args(xb, w, bias, yb, false, relu), d)) return yb;
+  }
+  const auto x = x_in.to(ct).contiguous();
+  auto y = at::empty({num_out, w.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
+    point_conv::PointConvArgs<scalar_t> a;
+    a.x = ptr<scalar_t>(x);
+    a.c_in = x.size(1);
+    a.w = ptr<scalar_t>(w);
+    a.c_out = w.size(2);
+    a.bias = bias.has_value() ? ptr<scalar_t>(*bias) : nullptr;
+    a.y = ptr<scalar_t>(y);
+    a.relu = relu;
+    point_conv::gather_gemm_scatter<scalar_t>(p, a, d);
+  });
+  return y.to(x_in.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
+    const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& dy_in,
+    const at::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
+  const char* op = "sparse_conv_backward";
+  const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
+  check_conv_args(op, x_in, w_in, p);
+  check_float(dy_in, "grad_out");
+  check_same_device(dy_in, x_in, "grad_out", "features");
+  CONV_CHECK(dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
+             op, ": grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ",
+             dy_in.sizes());
+  const auto ct = compute_type(x_in.scalar_type());
+  const auto w = w_in.to(ct).contiguous();
+  check_packed_dataflow(op, dataflow, 2);  // bits 2-3: the weight-gradient path
+  const auto d = parse_dataflow(op, dataflow & 3);
+  const auto wpath = static_cast<point_conv::WgradPath>(dataflow >> 2);
+  // dX = the same pairs read backwards with W^T (in rows are distinct within an offset too).
+  const point_conv::Pairs back = pairs_of(check_plan(op, plan_t), !swap);
+  at::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
+  if (need_x && x_in.scalar_type() == at::kBFloat16 && dy_in.scalar_type() == at::kBFloat16) {
+    const auto dyb = dy_in.contiguous();
+    auto dxb = at::empty({x_in.size(0), x_in.size(1)}, dyb.options());
+    if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false), d))
+      dx_native = dxb;
+  }
+  const bool fp_x = need_x && !dx_native.defined();
+  const auto x = need_w ? x_in.to(ct).contiguous() : at::empty({0, x_in.size(1)}, w.options());
+  const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : at::empty({0}, w.options());
+  auto dx = fp_x ? at::empty({x_in.size(0), x_in.size(1)}, w.options())
+                 : at::empty({0}, w.options());
+  auto dw = need_w ? at::empty_like(w) : at::empty({0}, w.options());
+  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
+    if (fp_x) {
+      point_conv::PointConvArgs<scalar_t> a;
+      a.x = ptr<scalar_t>(dy);
+      a.c_in = dy.size(1);
+      a.w = ptr<scalar_t>(w);
+      a.trans_w = true;
+      a.c_out = x.size(1);
+      a.y = ptr<scalar_t>(dx);
+      point_conv::gather_gemm_scatter<scalar_t>(back, a, d);
+    }
+    if (need_w)
+      point_conv::weight_grad<scalar_t>(p, ptr<scalar_t>(x), x.size(1), ptr<scalar_t>(dy), dy.size(1),
+                                 nullptr, ptr<scalar_t>(dw), wpath);
+  });
+  return {dx_native.defined() ? dx_native : dx.to(x_in.scalar_type()),
+          dw.to(x_in.scalar_type())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("conv_plan", &conv_plan_cpu);
+  m.impl("sparse_conv", &sparse_conv_cpu);
+  m.impl("sparse_conv_backward", &sparse_conv_backward_cpu);
+}
+
+}  // namespace sparsejit
