@@ -2,6 +2,7 @@
 
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
+#include "codegen/jit_policy.h"
 
 namespace sparsejit::point_conv::detail {
 namespace {
@@ -112,10 +113,9 @@ inline __attribute__((always_inline)) bool wgrad_dispatch(const Pairs& p, const 
 
 bool os_jit_worth(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
   const int64_t lanes = 32 / elem_bytes;
-  return codegen::CpuJit::instance().enabled() && c_out % lanes == 0 && c_in >= 1 &&
-         c_in <= codegen::CpuPointConvSpec::kMaxChannels &&
+  return c_out % lanes == 0 && c_in >= 1 && c_in <= codegen::CpuPointConvSpec::kMaxChannels &&
          c_out <= codegen::CpuPointConvSpec::kMaxChannels &&
-         p.size() * c_in * c_out >= (int64_t(1) << 20);
+         codegen::worth_jit(OpKind::PointConv, p.size() * c_in * c_out);
 }
 
 bool os_has_registers(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {

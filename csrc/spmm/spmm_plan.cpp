@@ -1,5 +1,7 @@
 #include "csrc/spmm/spmm_plan.h"
 
+#include "codegen/jit_policy.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -18,8 +20,8 @@ SpmmPlan choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
     return p;
   }
   const int64_t work = (rows + nnz) * row_width;
-  if (work < kMinJitWork) {
-    p.reason = "small problem (" + std::to_string(work) + " < " + std::to_string(kMinJitWork) +
+  if (work < codegen::min_jit_work(OpKind::Spmm)) {
+    p.reason = "small problem (" + std::to_string(work) + " < " + std::to_string(codegen::min_jit_work(OpKind::Spmm)) +
                " entry-features): the generic kernel is as fast and needs no compile";
     return p;
   }
@@ -47,7 +49,7 @@ bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::stri
     *reason = "row width outside the specialized range";
     return false;
   }
-  if (nnz * row_width < kMinJitWork) {
+  if (nnz * row_width < codegen::min_jit_work(OpKind::Sddmm)) {
     *reason = "small problem: the generic kernel is as fast and needs no compile";
     return false;
   }

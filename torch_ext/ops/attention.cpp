@@ -4,19 +4,17 @@
 // log-sum-exp. float32 / float64 kernels; bfloat16 and float16 run in float32 (converted on
 // the way in and out: O(N (H D + H Dv)) work, against the O(nnz H (D + Dv)) of the kernel).
 //
-// Each pass runs a JIT-specialized kernel (codegen/cpu_attention_spec.h: score form, H, D and
-// Dv fixed at compile time) when the JIT is on and the problem is big enough to amortise the
-// lookup, else the generic instantiation below (the same template, same summation order, so
-// the same bits).
+// This file is the Torch adapter: schemas, argument checks, tensors to launch structs. The
+// driver that picks the JIT-specialized or generic kernel and runs the passes is
+// csrc/attention/attention_run.h.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <tuple>
 
-#include "codegen/cpu_attention_spec.h"
-#include "codegen/cpu_jit.h"
-#include "kernels/cpu/attention_kernel.h"
+#include "csrc/attention/attention_run.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_fallback.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum),
@@ -97,63 +95,12 @@ std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarTyp
   return prep(*t, ct);
 }
 
-// Below this much work (nnz * H * (D + Dv)) a launch runs the generic kernel: the JIT's
-// in-memory lookup is cheap, but a first compile is not, and tiny problems gain nothing.
-constexpr int64_t kJitMinWork = int64_t(1) << 15;
-
-// The JIT-compiled entry for this launch's sizes, or null (JIT off, sizes outside the spec,
-// too small, or the compile failed: CpuJit warns once and remembers the failure).
-// `ct` kBFloat16: the forward-only kernel with bfloat16 q, k, v and out.
-codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
-                           const attention::Shape& s, int64_t nnz) {
-  auto& jit = codegen::CpuJit::instance();
-  if (!jit.enabled() || !codegen::CpuAttentionSpec::supports(s.heads, s.qk_width, s.v_width) ||
-      nnz * s.heads * (s.qk_width + s.v_width) < kJitMinWork)
-    return nullptr;
-  codegen::CpuAttentionSpec spec;
-  spec.dtype = ct == at::kDouble     ? ScalarKind::F64
-               : ct == at::kBFloat16 ? ScalarKind::BF16
-                                     : ScalarKind::F32;
-  spec.index = rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
-  spec.mode = s.mode;
-  spec.heads = s.heads;
-  spec.qk_width = s.qk_width;
-  spec.v_width = s.v_width;
-  return jit.lookup(spec);
+ScalarKind scalar_kind(at::ScalarType t) {
+  return t == at::kDouble ? ScalarKind::F64 : t == at::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
 }
 
-// The generic kernel for the launch: the computation dtype and index type, with common q/k
-// widths fixed at compile time (the dot product unrolls), others read at run time.
-template <typename T, typename I>
-void run_generic(attention::AttentionLaunch& l) {
-  using namespace attention;
-  switch (l.shape.qk_width) {
-    case 8: run<Fixed<-1, 0, 8, 0>, T, I>(l); return;
-    case 16: run<Fixed<-1, 0, 16, 0>, T, I>(l); return;
-    case 32: run<Fixed<-1, 0, 32, 0>, T, I>(l); return;
-    case 64: run<Fixed<-1, 0, 64, 0>, T, I>(l); return;
-    default: run<Fixed<-1, 0, 0, 0>, T, I>(l); return;
-  }
-}
-
-// Runs every launch in `ls` (in order) on the JIT's kernel or the generic one.
-void launch(at::ScalarType ct, const at::Tensor& rowptr, int64_t nnz,
-            std::initializer_list<attention::AttentionLaunch*> ls) {
-  const auto& s = ls.begin()[0]->shape;
-  if (const codegen::EntryFn fn = jit_entry(ct, rowptr, s, nnz)) {
-    for (auto* l : ls) fn(l);
-    return;
-  }
-  const bool i32 = rowptr.scalar_type() == at::kInt;
-  for (auto* l : ls) {
-    if (ct == at::kDouble) {
-      if (i32) run_generic<double, int32_t>(*l);
-      else run_generic<double, int64_t>(*l);
-    } else {
-      if (i32) run_generic<float, int32_t>(*l);
-      else run_generic<float, int64_t>(*l);
-    }
-  }
+IndexKind index_kind(const at::Tensor& rowptr) {
+  return rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
@@ -172,7 +119,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   // bfloat16 q, k, v: read and written in bfloat16 by the JIT's forward-only kernel (float32
   // accumulation; the same bits as the float32 kernel on the widened inputs, rounded once).
   const codegen::EntryFn bf16_fn = q_in.scalar_type() == at::kBFloat16
-                                       ? jit_entry(at::kBFloat16, rp, s, col.numel())
+                                       ? attention::jit_entry(ScalarKind::BF16, index_kind(rp), s,
+                                                              col.numel())
                                        : nullptr;
   const auto st = bf16_fn ? at::kBFloat16 : ct;  // storage of q, k, v and out
   auto q = prep(q_in, st), k = prep(k_in, st), v = prep(v_in, st);
@@ -194,7 +142,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
     bf16_fn(&l);
     return {out, lse};
   }
-  launch(ct, rp, col.numel(), {&l});
+  attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&l});
   // lse stays in the computation dtype: the backward needs it at full precision.
   return {out.to(q_in.scalar_type()), lse};
 }
@@ -288,8 +236,10 @@ sparse_attention_backward_cpu(
     rows.dz = cols.dz = dz_keep.data_ptr();
     rows.pk = cols.pk = pk_keep.data_ptr();
   }
-  if (run_cols) launch(ct, rp, col.numel(), {&row_delta, &rows, &cols});
-  else if (need_q || want_bias || want_att) launch(ct, rp, col.numel(), {&row_delta, &rows});
+  if (run_cols)
+    attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&row_delta, &rows, &cols});
+  else if (need_q || want_bias || want_att)
+    attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&row_delta, &rows});
   const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
   ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
@@ -308,5 +258,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("sparse_attention", &sparse_attention_cpu);
   m.impl("sparse_attention_backward", &sparse_attention_backward_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+// No CUDA kernel yet: CUDA tensors run on the CPU kernel (torch_ext/cuda_fallback.h).
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("sparse_attention", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("sparse_attention_backward", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
 
 }  // namespace sparsejit

@@ -32,6 +32,7 @@
 #include "csrc/point_conv/point_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_fallback.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
@@ -516,5 +517,14 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("sparse_conv", &sparse_conv_cpu);
   m.impl("sparse_conv_backward", &sparse_conv_backward_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+// No CUDA kernels yet: the point-cloud ops run on the CPU through the boxed fallback.
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("conv_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("sparse_conv", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("sparse_conv_backward", SPARSEJIT_CUDA_FALLBACK);
+}
+#endif
 
 }  // namespace sparsejit
