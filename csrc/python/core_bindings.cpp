@@ -15,6 +15,7 @@
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
+#include "csrc/point_conv/plan_layout.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
@@ -223,9 +224,32 @@ py::dict plan_layout() {
   for (OpKind op : sparsejit::kPlanOpKinds) ops[op_name(op)] = static_cast<int64_t>(op);
   for (auto k : {Kernel::Generic, Kernel::Jit, Kernel::Bucketed})
     kernels[kernel_name(k)] = static_cast<int64_t>(k);
+  py::dict pc;  // the point-cloud plan (csrc/point_conv/plan_layout.h)
+  pc["kernel_volume"] = static_cast<int>(sparsejit::point_conv::kWordKernelVolume);
+  pc["fixed_words"] = static_cast<int>(sparsejit::point_conv::kFixedWords);
+  py::list arrays;
+  for (const auto& a : sparsejit::point_conv::kArrays) arrays.append(a.name);
+  pc["arrays"] = arrays;
+  d["point_conv"] = pc;
   d["words"] = words;
   d["ops"] = ops;
   d["spmm_kernels"] = kernels;
+  return d;
+}
+
+// Where each array of a point-cloud plan with these sizes lies: {name: (first word, "int64" or
+// "int32", length)} and "total_words" (csrc/point_conv/plan_layout.h, the code the ops use).
+py::dict point_conv_plan_view(int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
+  using namespace sparsejit::point_conv;
+  if (k < 0 || m < 0 || n_in < 0 || n_out < 0)
+    throw py::value_error("point_conv_plan_view: sizes must be >= 0");
+  py::dict d;
+  int64_t word = kFixedWords;
+  for (const auto& a : kArrays) {
+    d[a.name] = py::make_tuple(word, a.int32 ? "int32" : "int64", a.length(k, m, n_in, n_out));
+    word += array_words(a, k, m, n_in, n_out);
+  }
+  d["total_words"] = word;
   return d;
 }
 
@@ -294,6 +318,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("stamp_plan", &stamp_plan<int32_t>, py::arg("words"), py::arg("indptr"),
         py::arg("indices"), py::arg("num_cols"));
   m.def("enums", &enums, "The enums of kernels/common/enums.h: {kind: {name: value}}");
+  m.def("point_conv_plan_view", &point_conv_plan_view, py::arg("kernel_volume"),
+        py::arg("pairs"), py::arg("num_in"), py::arg("num_out"),
+        "Word offset, dtype and length of each array of a point-cloud plan of these sizes");
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
   m.def("rgms_default_tile", &sparsejit::rgms::default_tile, py::arg("f_in"), py::arg("f_out"),
         "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");

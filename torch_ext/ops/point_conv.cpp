@@ -14,12 +14,7 @@
 //   need_weight) -> (d_features, d_weight): d_features through the swapped map with W^T,
 //   d_weight per offset (dataflow bits 2-3: its path, point_conv::WgradPath).
 //
-// Plan layout (int64 words): the common header (csrc/plan/plan_header.h, OpKind::PointConv;
-// kWordKernel = kind, kWordParam = identity group or -1, stamp rows = n_out, nnz = M pairs,
-// cols = n_in, hash = fingerprint of the input coordinate keys), then word 10 = K, then
-// group_ptr [K + 1] int64, in_idx / out_idx [M] int32, out_row_ptr [n_out + 1] int64,
-// out_row_pair [M] int32, in_row_ptr [n_in + 1] int64, in_row_pair [M] int32,
-// pair_group [M] int32 (each int32 array padded to whole words).
+// Plan layout: csrc/point_conv/plan_layout.h (its one owner).
 // float32 / float64 run natively; bfloat16 natively in the output-stationary rows the JIT
 // compiles (features and output in bfloat16, float32 accumulation), else like float16 in
 // float32, converted back.
@@ -29,6 +24,7 @@
 #include <string>
 
 #include "csrc/point_conv/kernel_map.h"
+#include "csrc/point_conv/plan_layout.h"
 #include "csrc/point_conv/point_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
@@ -48,49 +44,20 @@ namespace {
 
 #define CONV_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
 
-enum Kind : int64_t { kSubm = 0, kSpconv = 1, kCoarse = 2, kTransposed = 3, kGeneralized = 4 };
-constexpr int kWordK = plan::kHeaderWords;
-constexpr int kFixedWords = plan::kHeaderWords + 1;
+using point_conv::kFixedWords;
+using point_conv::kGeneralized;
+using point_conv::kSpconv;
+using point_conv::kSubm;
+using point_conv::Kind;
+using point_conv::kTransposed;
+using point_conv::kCoarse;
+using point_conv::plan_words;
+using point_conv::PlanView;
+using point_conv::view_words;
+using point_conv::words32;
+constexpr int kWordK = point_conv::kWordKernelVolume;
 constexpr int64_t kMaxKernelVolume = int64_t{1} << 20;  // K of a plan (check_plan's bound)
 constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' widest margin
-
-int64_t words32(int64_t n) { return (n + 1) / 2; }
-
-struct PlanView {
-  int64_t k = 0, m = 0, n_in = 0, n_out = 0, identity = -1;
-  const int64_t* group_ptr;
-  const int32_t *in_idx, *out_idx;
-  const int64_t* out_row_ptr;
-  const int32_t* out_row_pair;
-  const int64_t* in_row_ptr;
-  const int32_t *in_row_pair, *pair_group;
-};
-
-int64_t plan_words(int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
-  return kFixedWords + (k + 1) + 5 * words32(m) + (n_out + 1) + (n_in + 1);
-}
-
-template <typename W>
-PlanView view_words(W* w, int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
-  PlanView v;
-  v.k = k, v.m = m, v.n_in = n_in, v.n_out = n_out;
-  int64_t at = kFixedWords;
-  auto take64 = [&](int64_t n) { const int64_t* p = w + at; at += n; return p; };
-  auto take32 = [&](int64_t n) {
-    const int32_t* p = reinterpret_cast<const int32_t*>(w + at);
-    at += words32(n);
-    return p;
-  };
-  v.group_ptr = take64(k + 1);
-  v.in_idx = take32(m);
-  v.out_idx = take32(m);
-  v.out_row_ptr = take64(n_out + 1);
-  v.out_row_pair = take32(m);
-  v.in_row_ptr = take64(n_in + 1);
-  v.in_row_pair = take32(m);
-  v.pair_group = take32(m);
-  return v;
-}
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
