@@ -1,6 +1,8 @@
 # sparsejit developer entry points. Two commands do everything on a fresh machine:
 #   make demo   - set up, build, and train a GCN with sparsejit vs pure PyTorch
 #   make test   - set up, build, and run every C++ and Python test
+# and for the package: make wheel (pip wheel into build-wheel/dist), make test-wheel (install
+# it into a fresh venv and run the smoke suite from outside the source tree).
 PYTHON ?= python3
 BUILD  ?= build
 JOBS   ?= $(shell nproc)
@@ -8,9 +10,12 @@ JOBS   ?= $(shell nproc)
 TORCH_SPEC ?= torch==2.13.0
 APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache libdnnl-dev
 # nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
-PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8
+PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8 scikit-build-core
+# ccache keys on paths relative to the repository, so the wheel's build (build-wheel/, the
+# same depth as build/) reuses the objects of `make build`.
+export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup build develop install test test-cpp test-python test-sanitize demo bench format clean
+.PHONY: all setup build develop install test test-cpp test-python test-sanitize test-wheel wheel demo bench format clean
 
 all: build
 
@@ -22,7 +27,7 @@ setup:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13, torch_geometric, spconv" 2>/dev/null || \
+	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13, torch_geometric, spconv, scikit_build_core" 2>/dev/null || \
 	  { echo "== pip install $(PIP_PACKAGES)"; $(PYTHON) -m pip install -q $(PIP_PACKAGES); }
 
 $(BUILD)/build.ninja: CMakeLists.txt | setup
@@ -65,6 +70,23 @@ test-sanitize: setup
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 SPARSEJIT_TEST_CUDA_VARIANT_SUBSET=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# The pip wheel, built by scikit-build-core from the same CMakeLists.txt against the installed
+# torch (no build isolation: it would fetch another torch).
+WHEEL_DIR ?= build-wheel/dist
+WHEEL_VENV ?= build-wheel/venv
+wheel: setup
+	rm -rf $(WHEEL_DIR)
+	$(PYTHON) -m pip wheel . --no-build-isolation --no-deps -w $(WHEEL_DIR)
+
+# A fresh venv with only the wheel and its dependencies (no source tree, no development
+# .pth), and the smoke suite run from another directory.
+test-wheel: wheel
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q $(TORCH_SPEC) numpy pytest $(WHEEL_DIR)/sparsejit-*.whl
+	cd /tmp && SPARSEJIT_SOURCE_DIR=$(CURDIR) $(CURDIR)/$(WHEEL_VENV)/bin/python -m pytest -q \
+	  -p no:cacheprovider $(CURDIR)/tests/smoke
+
 demo: build
 	$(PYTHON) -m sparsejit.tools.demo $(ARGS)
 
@@ -75,4 +97,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) python/sparsejit/*.so
+	rm -rf $(BUILD) $(ASAN_BUILD) build-wheel python/sparsejit/*.so

@@ -2,12 +2,18 @@
 
     PYTHONPATH=<build A>/python python3 benchmarks/ab_sparsejit.py --out a.json
     PYTHONPATH=<build B>/python python3 benchmarks/ab_sparsejit.py --out b.json
-    python3 benchmarks/ab_sparsejit.py --compare a.json b.json
+    python3 benchmarks/ab_sparsejit.py --compare 'a*.json' 'b*.json'
 
 Run the two builds alternately (several rounds) on a quiet machine: each run times every
-(graph, F, op, reduce) case as the median of --repeat calls after warm-ups. --compare prints
-per op/reduce the geometric mean of B / A over the cases, using each case's best run.
-Works with the package layout before and after sparsejit.tools existed.
+case as the median of --repeat calls after warm-ups. --compare prints per (family, op) the
+geometric mean of B / A over the cases, using each case's best run.
+
+Cases cover every op family, through the public API only (so any two layouts compare):
+spmm (SpMM sum/mean/max/min, SDDMM and edge softmax on real and generated graphs), attention
+(fused dot-product attention, forward and forward + backward), rgms (an R-GCN layer's op,
+forward and forward + backward), point_conv (a SubMConv3d with its kernel map built on each
+call, and forward + backward on a cached map) and filter_conv (a pruned 3x3 Conv2d). `--families`
+picks a subset. Generated inputs are seeded, so both builds see the same data.
 """
 
 from __future__ import annotations
@@ -34,14 +40,21 @@ def _median_ms(fn, warmup=3, repeat=7):
     return statistics.median(ts)
 
 
-def run(out: str, features, repeat: int) -> None:
+FAMILIES = ("spmm", "attention", "rgms", "point_conv", "filter_conv")
+
+
+def _record(records, family, case, F, op, variant, ms):
+    records.append({"family": family, "graph": case, "F": F, "op": op, "reduce": variant,
+                    "ms": ms})
+
+
+def run_spmm(records, features, repeat: int) -> None:
     import torch
     import sparsejit as sj
     try:
         from sparsejit.tools import data
     except ImportError:  # the layout before sparsejit.tools
         from sparsejit import data
-    records = []
     for spec in GRAPHS:
         try:
             g = data.load_graph(spec)
@@ -54,10 +67,129 @@ def run(out: str, features, repeat: int) -> None:
             Q = torch.randn(A.shape[0], F)
             for red in ("sum", "mean", "max", "min"):
                 t = _median_ms(lambda: sj.spmm(A, X, red), repeat=repeat)
-                records.append({"graph": spec, "F": F, "op": "spmm", "reduce": red, "ms": t})
+                _record(records, "spmm", spec, F, "spmm", red, t)
             t = _median_ms(lambda: sj.sddmm(A, Q, X), repeat=repeat)
-            records.append({"graph": spec, "F": F, "op": "sddmm", "reduce": "-", "ms": t})
+            _record(records, "spmm", spec, F, "sddmm", "-", t)
+        S = torch.randn(A.nnz)
+        t = _median_ms(lambda: sj.edge_softmax(A, S), repeat=repeat)
+        _record(records, "spmm", spec, 1, "edge_softmax", "-", t)
         print(f"{spec} done", flush=True)
+
+
+def _powerlaw_edges(n: int, avg: int, seed: int):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    e = n * avg
+    # sources drawn from a heavy-tailed distribution, targets uniform: skewed in-degrees
+    src = (torch.rand(e, generator=g) ** 3 * n).long().clamp_(max=n - 1)
+    dst = torch.randint(0, n, (e,), generator=g)
+    return torch.stack([src, dst]), g
+
+
+def run_attention(records, repeat: int) -> None:
+    import torch
+    import sparsejit as sj
+    n, heads, d = 50_000, 4, 16
+    ei, g = _powerlaw_edges(n, 10, 3)
+    A = sj.SparseMatrix.from_edge_index(ei, n)
+    q, k, v = (torch.randn(n, heads, d, generator=g) for _ in range(3))
+    t = _median_ms(lambda: sj.sparse_attention(A, q, k, v), repeat=repeat)
+    _record(records, "attention", f"powerlaw n={n}", heads * d, "sparse_attention", "fwd", t)
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+
+    def fwd_bwd():
+        sj.sparse_attention(A, qg, kg, vg).sum().backward()
+    t = _median_ms(fwd_bwd, repeat=repeat)
+    _record(records, "attention", f"powerlaw n={n}", heads * d, "sparse_attention", "fwd+bwd", t)
+    print("attention done", flush=True)
+
+
+def run_rgms(records, repeat: int) -> None:
+    import torch
+    import sparsejit as sj
+    n, rels = 20_000, 8
+    ei, g = _powerlaw_edges(n, 10, 4)
+    et = torch.randint(0, rels, (ei.shape[1],), generator=g)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=rels)
+    for f_in, f_out in ((16, 16), (64, 64)):
+        X = torch.randn(n, f_in, generator=g)
+        W = torch.randn(rels, f_in, f_out, generator=g) / f_in ** 0.5
+        case = f"typed n={n} R={rels}"
+        t = _median_ms(lambda: sj.rgms(A, X, W), repeat=repeat)
+        _record(records, "rgms", case, f_in, "rgms", "fwd", t)
+        Xg, Wg = X.clone().requires_grad_(), W.clone().requires_grad_()
+
+        def fwd_bwd():
+            sj.rgms(A, Xg, Wg).sum().backward()
+        t = _median_ms(fwd_bwd, repeat=repeat)
+        _record(records, "rgms", case, f_in, "rgms", "fwd+bwd", t)
+    print("rgms done", flush=True)
+
+
+def _cloud(n: int, seed: int):
+    """A generated scan-like cloud: points on a few planes and a sphere shell, voxelized."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    per = n // 4
+    floor = torch.cat([torch.rand(per, 2, generator=g) * 200, torch.full((per, 1), 2.0)], 1)
+    wall = torch.cat([torch.rand(per, 1, generator=g) * 200, torch.full((per, 1), 5.0),
+                      torch.rand(per, 1, generator=g) * 40], 1)
+    ang = torch.rand(2 * per, 2, generator=g) * torch.tensor([6.2832, 3.1416])
+    shell = torch.stack([torch.cos(ang[:, 0]) * torch.sin(ang[:, 1]),
+                         torch.sin(ang[:, 0]) * torch.sin(ang[:, 1]), torch.cos(ang[:, 1])], 1)
+    shell = shell * 30 + 100
+    pts = torch.cat([floor, wall, shell]).floor().int()
+    pts = torch.unique(pts, dim=0)
+    coords = torch.cat([torch.zeros(pts.shape[0], 1, dtype=torch.int32), pts], 1)
+    return coords, g
+
+
+def run_point_conv(records, repeat: int) -> None:
+    import torch
+    from sparsejit import spconv
+    coords, g = _cloud(200_000, 5)
+    shape = [int(x) + 1 for x in coords[:, 1:].max(0).values]
+    for c_in, c_out in ((16, 16), (64, 64)):
+        feats = torch.randn(coords.shape[0], c_in, generator=g)
+        conv = spconv.SubMConv3d(c_in, c_out, 3, indice_key="subm1")
+        case = f"cloud n={coords.shape[0]}"
+
+        def with_map():  # a fresh tensor: the kernel map is built on each call
+            conv(spconv.SparseConvTensor(feats, coords, shape, 1))
+        t = _median_ms(with_map, repeat=repeat)
+        _record(records, "point_conv", case, c_in, "subm3d", "map+fwd", t)
+        x = spconv.SparseConvTensor(feats.clone().requires_grad_(), coords, shape, 1)
+
+        def fwd_bwd():  # the map cached on x after the first call
+            conv(x).features.sum().backward()
+        t = _median_ms(fwd_bwd, repeat=repeat)
+        _record(records, "point_conv", case, c_in, "subm3d", "fwd+bwd", t)
+    print("point_conv done", flush=True)
+
+
+def run_filter_conv(records, repeat: int) -> None:
+    import torch
+    import sparsejit as sj
+    torch.manual_seed(6)
+    for c, hw in ((64, 56), (256, 14)):
+        conv = torch.nn.Conv2d(c, c, 3, padding=1)
+        with torch.no_grad():  # 80% of the weights pruned at random
+            conv.weight.mul_((torch.rand_like(conv.weight) > 0.8).float())
+        layer = sj.nn.SparseConv2d.from_dense(conv)
+        x = torch.randn(1, c, hw, hw)
+        with torch.no_grad():
+            t = _median_ms(lambda: layer(x), repeat=repeat)
+        _record(records, "filter_conv", f"conv3x3 {hw}x{hw} 80%", c, "sparse_conv2d", "fwd", t)
+    print("filter_conv done", flush=True)
+
+
+def run(out: str, features, repeat: int, families) -> None:
+    records = []
+    for fam in families:
+        if fam == "spmm":
+            run_spmm(records, features, repeat)
+        else:
+            globals()[f"run_{fam}"](records, repeat)
     with open(out, "w") as f:
         json.dump(records, f)
 
@@ -67,18 +199,18 @@ def compare(a_files, b_files) -> None:
         d = {}
         for fn in files:
             for r in json.load(open(fn)):
-                k = (r["graph"], r["F"], r["op"], r["reduce"])
+                k = (r.get("family", "spmm"), r["graph"], r["F"], r["op"], r["reduce"])
                 d[k] = min(d.get(k, math.inf), r["ms"])
         return d
     a, b = best(a_files), best(b_files)
     groups = defaultdict(list)
     for k in a.keys() & b.keys():
-        groups[(k[2], k[3])].append(b[k] / a[k])
-    print("| op | reduce | cases | time B / A (geomean) | min | max |")
-    print("|---|---|---|---|---|---|")
-    for (op, red), xs in sorted(groups.items()):
+        groups[(k[0], k[3], k[4])].append(b[k] / a[k])
+    print("| family | op | variant | cases | time B / A (geomean) | min | max |")
+    print("|---|---|---|---|---|---|---|")
+    for (fam, op, red), xs in sorted(groups.items()):
         gm = math.exp(sum(map(math.log, xs)) / len(xs))
-        print(f"| {op} | {red} | {len(xs)} | {gm:.3f} | {min(xs):.2f} | {max(xs):.2f} |")
+        print(f"| {fam} | {op} | {red} | {len(xs)} | {gm:.3f} | {min(xs):.2f} | {max(xs):.2f} |")
     allx = [x for xs in groups.values() for x in xs]
     print(f"\nall {len(allx)} cases: geomean {math.exp(sum(map(math.log, allx)) / len(allx)):.3f}")
 
@@ -88,13 +220,14 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--features", nargs="+", type=int, default=[32, 128])
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     ap.add_argument("--compare", nargs=2, metavar=("A_GLOB", "B_GLOB"))
     args = ap.parse_args()
     if args.compare:
         import glob
         compare(sorted(glob.glob(args.compare[0])), sorted(glob.glob(args.compare[1])))
     else:
-        run(args.out, args.features, args.repeat)
+        run(args.out, args.features, args.repeat, args.families)
 
 
 if __name__ == "__main__":

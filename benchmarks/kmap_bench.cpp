@@ -3,7 +3,7 @@
 // (spconv k=3, s=2, p=1: output sites + pairs) on a voxelized KITTI scan and on 20k random
 // voxels in a 128^3 grid. Build and run from the repository root:
 //
-//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/kmap_bench.cpp csrc/conv/*.cpp
+//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/kmap_bench.cpp csrc/point_conv/*.cpp
 //       -o /tmp/kmap_bench && OMP_NUM_THREADS=2 /tmp/kmap_bench
 //
 // Time it on a quiet machine only (uptime load < 1).
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "csrc/conv/coords.h"
-#include "csrc/conv/kernel_map.h"
+#include "csrc/point_conv/coords.h"
+#include "csrc/point_conv/kernel_map.h"
 
-using namespace sparsejit::conv;
+using namespace sparsejit::point_conv;
 
 namespace {
 

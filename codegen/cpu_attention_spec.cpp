@@ -27,7 +27,7 @@ bool CpuAttentionSpec::supports(int64_t heads, int64_t qk_width, int64_t v_width
 
 uint64_t CpuAttentionSpec::packed_key() const {
   // dtype 2 bits, index 1, mode 2, H 7, D 11, Dv 11: 34 bits (supports() bounds the sizes).
-  return pack(OpKind::SparseAttention,
+  return pack(OpKind::Attention,
               static_cast<uint64_t>(dtype) | static_cast<uint64_t>(index) << 2 |
                   (static_cast<uint64_t>(mode) & 3) << 3 |
                   static_cast<uint64_t>(heads & 0x7f) << 5 |

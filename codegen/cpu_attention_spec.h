@@ -24,7 +24,7 @@ struct CpuAttentionSpec final : KernelSpecBase {
   // D and Dv <= 1024, H * max(D, Dv) <= 4096.
   static bool supports(int64_t heads, int64_t qk_width, int64_t v_width);
 
-  OpKind op() const override { return OpKind::SparseAttention; }
+  OpKind op() const override { return OpKind::Attention; }
   // attention_f32_i64_gat_h4_d1_v16
   std::string name() const override;
   std::string source() const override;

@@ -48,7 +48,7 @@ std::string CpuFilterConvSpec::source() const {
      << "// Filter-sparse convolution, one output-channel block of one " << T
      << "-pixel tile; " << chunks << " input-channel chunk(s), " << cout_g
      << " output channels per group, group stride " << group_stride << ".\n"
-     << "#define FILTER_CONV_ISA jit_isa\n"
+     << "#define SPARSEJIT_ISA_NS jit_isa\n"
      << "#include \"kernels/cpu/filter_conv_tiles.h\"\n\n"
      << "using sparsejit::filter_conv::BlockLaunch;\n";
   if (!baked) {

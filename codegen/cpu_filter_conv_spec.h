@@ -1,5 +1,5 @@
 // The JIT spec of a filter-sparse convolution block loop (kernels/cpu/filter_conv_tiles.h,
-// csrc/filter_conv): its entry point takes an filter_conv::BlockLaunch.
+// csrc/filter_conv): its entry point takes a filter_conv::BlockLaunch.
 //
 // Two kinds:
 //  - shaped (`baked` false): run_block<V, U, chunks, channels per group, group stride> - the

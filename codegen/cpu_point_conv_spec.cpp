@@ -6,7 +6,7 @@
 namespace sparsejit::codegen {
 
 uint64_t CpuPointConvSpec::packed_key() const {
-  return pack(OpKind::PointConvRows,
+  return pack(OpKind::PointConv,
               static_cast<uint64_t>(dtype) | static_cast<uint64_t>(c_in & 0xfffff) << 2 |
                   static_cast<uint64_t>(c_out & 0xfffff) << 22);
 }
@@ -38,7 +38,7 @@ std::string CpuPointConvSpec::source() const {
      << "  sparsejit::cpu::point_conv_detail::rows<"
      << (dtype == ScalarKind::BF16 ? "float" : cpp_scalar_type(dtype)) << ", " << c_in << ", "
      << c_out << (dtype == ScalarKind::BF16 ? ", uint16_t" : "")
-     << ">(*static_cast<const sparsejit::cpu::PointConvLaunch*>(launch));\n"
+     << ">(*static_cast<const sparsejit::cpu::ConvOsLaunch*>(launch));\n"
      << "}\n";
   return os.str();
 }

@@ -1,6 +1,6 @@
 // The JIT spec of the point-cloud convolution's output-stationary rows
 // (kernels/cpu/point_conv_kernel.h with C_in and C_out as constants); its entry point takes a
-// cpu::PointConvLaunch.
+// cpu::ConvOsLaunch.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ struct CpuPointConvSpec final : KernelSpecBase {
 
   static constexpr int64_t kMaxChannels = 1024;
 
-  OpKind op() const override { return OpKind::PointConvRows; }
+  OpKind op() const override { return OpKind::PointConv; }
   // point_conv_f32_i16_o32
   std::string name() const override;
   std::string source() const override;

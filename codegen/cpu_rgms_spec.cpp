@@ -6,7 +6,7 @@
 namespace sparsejit::codegen {
 
 uint64_t CpuRgmsTileSpec::packed_key() const {
-  return pack(OpKind::RgmsTile,
+  return pack(OpKind::Rgms,
               static_cast<uint64_t>(dtype) | static_cast<uint64_t>(width & 0xfffff) << 2 |
                   static_cast<uint64_t>(width2 & 0xfff) << 22);
 }

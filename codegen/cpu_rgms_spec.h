@@ -20,7 +20,7 @@ struct CpuRgmsTileSpec final : KernelSpecBase {
   static constexpr int64_t kMaxWidth = 1024;
   static constexpr int64_t kMaxWidth2 = 256;
 
-  OpKind op() const override { return OpKind::RgmsTile; }
+  OpKind op() const override { return OpKind::Rgms; }
   // rgms_tile_f32_w64, rgms_tile_f32_w16_o16
   std::string name() const override;
   std::string source() const override;

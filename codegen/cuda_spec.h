@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernel_spec.h"  // IndexKind, OpKind, ScalarKind
-#include "kernels/common/enums.h"  // Act
+#include "codegen/kernel_spec.h"  // Act, IndexKind, OpKind, ScalarKind (kernels/common/enums.h)
 #include "kernels/common/types.h"
 
 namespace sparsejit::codegen {

@@ -17,6 +17,7 @@
 namespace sparsejit::codegen {
 
 // The enums are numbered once, in kernels/common/enums.h.
+using sparsejit::Act;
 using sparsejit::IndexKind;
 using sparsejit::OpKind;
 using sparsejit::ScalarKind;

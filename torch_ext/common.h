@@ -235,7 +235,7 @@ inline void check_transpose_args(const std::optional<at::Tensor>& t_rowptr,
 }
 
 // The fused epilogue's activation, by name (shared by every backend).
-inline Act parse_activation(c10::string_view name) {
+inline cpu::Act parse_activation(c10::string_view name) {
   try {
     return sparsejit::parse_activation(std::string(name));
   } catch (const std::invalid_argument& e) {

@@ -1,16 +1,14 @@
 #include "csrc/attention/attention_run.h"
 
 #include "codegen/cpu_attention_spec.h"
+#include "codegen/jit_policy.h"
+#include "kernels/cpu/attention_kernel.h"
 
 namespace sparsejit::attention {
 namespace {
 
-// Below this much work (nnz * H * (D + Dv)) a launch runs the generic kernel: the JIT's
-// in-memory lookup is cheap, but a first compile is not, and tiny problems gain nothing.
-constexpr int64_t kJitMinWork = int64_t(1) << 15;
-
-// The generic kernel for the launch: the computation dtype and index type, with common q/k
-// widths fixed at compile time (the dot product unrolls), others read at run time.
+// The generic kernel: the computation dtype and index type, with common q/k widths fixed at
+// compile time (the dot product unrolls), others read at run time.
 template <typename T, typename I>
 void run_generic(AttentionLaunch& l) {
   switch (l.shape.qk_width) {
@@ -25,9 +23,8 @@ void run_generic(AttentionLaunch& l) {
 }  // namespace
 
 codegen::EntryFn jit_entry(ScalarKind dtype, IndexKind index, const Shape& s, int64_t nnz) {
-  auto& jit = codegen::CpuJit::instance();
-  if (!jit.enabled() || !codegen::CpuAttentionSpec::supports(s.heads, s.qk_width, s.v_width) ||
-      nnz * s.heads * (s.qk_width + s.v_width) < kJitMinWork)
+  if (!codegen::CpuAttentionSpec::supports(s.heads, s.qk_width, s.v_width) ||
+      !codegen::worth_jit(OpKind::Attention, nnz * s.heads * (s.qk_width + s.v_width)))
     return nullptr;
   codegen::CpuAttentionSpec spec;
   spec.dtype = dtype;
@@ -36,12 +33,12 @@ codegen::EntryFn jit_entry(ScalarKind dtype, IndexKind index, const Shape& s, in
   spec.heads = s.heads;
   spec.qk_width = s.qk_width;
   spec.v_width = s.v_width;
-  return jit.lookup(spec);
+  return codegen::CpuJit::instance().lookup(spec);
 }
 
 void launch(ScalarKind dtype, IndexKind index, int64_t nnz,
             std::initializer_list<AttentionLaunch*> ls) {
-  const auto& s = ls.begin()[0]->shape;
+  const Shape& s = ls.begin()[0]->shape;
   if (const codegen::EntryFn fn = jit_entry(dtype, index, s, nnz)) {
     for (auto* l : ls) fn(l);
     return;

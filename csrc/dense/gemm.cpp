@@ -1,9 +1,11 @@
 // Dense products: oneDNN's sgemm when available, else a built-in register-blocked kernel.
 #include "csrc/dense/gemm.h"
 
-#define SPARSEJIT_GEMM_NS packed_base
+#include "csrc/core/isa.h"
+
+#define SPARSEJIT_ISA_NS packed_base
 #include "csrc/dense/gemm_packed.h"
-#undef SPARSEJIT_GEMM_NS
+#undef SPARSEJIT_ISA_NS
 
 #include <algorithm>
 #include <stdexcept>
@@ -83,11 +85,6 @@ void packed_avx2_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float*
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 namespace {
-
-bool cpu_has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 
 void sgemm_packed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta,

@@ -2,7 +2,7 @@
 // only); gemm.cpp calls it when the CPU has both.
 #include <cstdint>
 
-#define SPARSEJIT_GEMM_NS packed_avx2
+#define SPARSEJIT_ISA_NS packed_avx2
 #include "csrc/dense/gemm_packed.h"
 
 namespace sparsejit::dense {

@@ -1,11 +1,11 @@
 // The built-in float GEMM kernel, included by gemm.cpp (baseline ISA) and gemm_avx2.cpp
-// (-mavx2 -mfma) inside a namespace named by SPARSEJIT_GEMM_NS, so the two compilations
+// (-mavx2 -mfma) inside a namespace named by SPARSEJIT_ISA_NS, so the two compilations
 // never merge. op(A) packed row-major (m x k), op(B) packed k x n16 (n rounded up to 16, zero
 // columns); 4 rows x 16 columns of C stay in eight 8-float accumulators over the k loop.
 #include <algorithm>
 #include <cstdint>
 
-namespace sparsejit::dense::SPARSEJIT_GEMM_NS {
+namespace sparsejit::dense::SPARSEJIT_ISA_NS {
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -61,4 +61,4 @@ inline void packed_gemm(int64_t m, int64_t n, int64_t k, float alpha, const floa
   }
 }
 
-}  // namespace sparsejit::dense::SPARSEJIT_GEMM_NS
+}  // namespace sparsejit::dense::SPARSEJIT_ISA_NS

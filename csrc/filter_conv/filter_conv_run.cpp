@@ -123,15 +123,6 @@ std::string check_pattern(const Pattern& p, int64_t nnz) {
   return "";
 }
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-#else
-  return false;
-#endif
-}
-
 Variant choose_variant(const Geometry& g, int64_t nnz) {
   // The widest tile the output fills: more FMAs per loaded tap, fewer tiles to stream the
   // taps through (measured on ResNet-50 layers: 64 pixels beat 32 from 7x7 up).

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "csrc/core/isa.h"
 #include "kernels/cpu/filter_conv_args.h"
 
 namespace sparsejit::filter_conv {
@@ -60,9 +61,9 @@ std::string check_pattern(const Pattern& p, int64_t nnz);
 // The planner's choice for a layer (what Auto resolves to).
 Variant choose_variant(const Geometry& g, int64_t nnz);
 
-// True when this CPU runs the AVX2+FMA tile loops (else every vector variant runs the
-// portable loop of the same tile shape).
-bool cpu_has_avx2_fma();
+// The AVX2+FMA tile loops run when sparsejit::cpu_has_avx2_fma() (csrc/core/isa.h); else
+// every vector variant runs the portable loop of the same tile shape.
+using sparsejit::cpu_has_avx2_fma;
 
 // What a call needs besides the data, computed once per (pattern, input size, variant) in
 // O(nnz) and reusable for any batch size: every tap's offset into the phase planes, and each

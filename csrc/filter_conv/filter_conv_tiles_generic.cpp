@@ -1,5 +1,5 @@
 // The tile loops built for the library's baseline instruction set (any x86-64 / other CPU).
-#define FILTER_CONV_ISA generic_isa
+#define SPARSEJIT_ISA_NS generic_isa
 #include "kernels/cpu/filter_conv_tiles.h"
 
 namespace sparsejit::filter_conv {

@@ -6,18 +6,6 @@
 
 namespace sparsejit::plan {
 
-const char* op_family_name(OpFamily op) {
-  switch (op) {
-    case OpFamily::Spmm: return "spmm";
-    case OpFamily::Sddmm: return "sddmm";
-    case OpFamily::Rgms: return "rgms";
-    case OpFamily::PointConv: return "point_conv";
-    case OpFamily::FilterConv: return "filter_conv";
-    default:
-      throw std::invalid_argument("unknown op family " + std::to_string(static_cast<int64_t>(op)));
-  }
-}
-
 template <typename I>
 StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols) {
   StructureStamp s;
@@ -34,7 +22,7 @@ template StructureStamp stamp_structure<int32_t>(const int32_t*, const int32_t*,
 template StructureStamp stamp_structure<int64_t>(const int64_t*, const int64_t*, int64_t,
                                                  int64_t);
 
-void write_header(int64_t* w, OpFamily op, int64_t kernel, int64_t prefetch, int64_t param,
+void write_header(int64_t* w, OpKind op, int64_t kernel, int64_t prefetch, int64_t param,
                   const StructureStamp& s) {
   w[kWordMagic] = kPlanMagic;
   w[kWordVersion] = kPlanVersion;
@@ -48,7 +36,7 @@ void write_header(int64_t* w, OpFamily op, int64_t kernel, int64_t prefetch, int
   w[kWordStamp] = s.hash;
 }
 
-bool check_header(const int64_t* w, int64_t n, OpFamily op, const StructureStamp& s,
+bool check_header(const int64_t* w, int64_t n, OpKind op, const StructureStamp& s,
                   std::string* error) {
   if (n < kHeaderWords || w[kWordMagic] != kPlanMagic) {
     *error = "not a sparsejit plan (" + std::to_string(n) + " words, expected at least " +
@@ -62,10 +50,10 @@ bool check_header(const int64_t* w, int64_t n, OpFamily op, const StructureStamp
   }
   if (w[kWordOp] != static_cast<int64_t>(op)) {
     const int64_t got = w[kWordOp];
-    const bool known = got >= 1 && got <= static_cast<int64_t>(OpFamily::FilterConv);
-    *error = std::string("plan built for ") +
-             (known ? op_family_name(static_cast<OpFamily>(got)) : "an unknown op") + ", not " +
-             op_family_name(op);
+    const std::string name = plan_op_name(got);
+    *error = std::string("plan built for ") + (name == "unknown" ? "an unknown op" : name) +
+             ", not " +
+             op_name(op);
     return false;
   }
   if (w[kWordRows] != s.rows || w[kWordNnz] != s.nnz || w[kWordCols] != s.cols ||

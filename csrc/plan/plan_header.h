@@ -17,20 +17,30 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/common/enum_names.h"
+
 namespace sparsejit::plan {
 
 constexpr int64_t kPlanMagic = 0x534A504C;  // "SJPL"
 constexpr int64_t kPlanVersion = 3;
 
-// Which op a plan belongs to. New op families add a value here (and nowhere else).
-enum class OpFamily : int64_t { Spmm = 1, Sddmm = 2, Rgms = 3, PointConv = 4, FilterConv = 5 };
-const char* op_family_name(OpFamily op);
+// Which op a plan belongs to: the one numbering of kernels/common/enums.h (OpKind; the
+// families with plans are kPlanOpKinds of enum_names.h). Its name: op_name(OpKind).
+using sparsejit::OpKind;
+
+// The name of the op a plan's op word names ("spmm", ...), or "unknown" for a word that
+// names no family with plans.
+inline const char* plan_op_name(int64_t word) {
+  for (OpKind k : kPlanOpKinds)
+    if (word == static_cast<int64_t>(k)) return op_name(k);
+  return "unknown";
+}
 
 // Word positions in the header.
 enum HeaderWord : int {
   kWordMagic = 0,
   kWordVersion = 1,
-  kWordOp = 2,        // OpFamily
+  kWordOp = 2,        // OpKind
   kWordKernel = 3,    // op-specific kernel id
   kWordPrefetch = 4,  // schedule parameter (SpMM: entries ahead to prefetch)
   kWordParam = 5,     // schedule parameter (SpMM bucketed: max_log2)
@@ -51,12 +61,12 @@ template <typename I>
 StructureStamp stamp_structure(const I* rowptr, const I* col, int64_t rows, int64_t cols);
 
 // Writes the header words (the first kHeaderWords of `words`).
-void write_header(int64_t* words, OpFamily op, int64_t kernel, int64_t prefetch, int64_t param,
+void write_header(int64_t* words, OpKind op, int64_t kernel, int64_t prefetch, int64_t param,
                   const StructureStamp& s);
 
 // Checks magic, version, op family and stamp. On failure returns false with an error that
 // says which (e.g. "plan built for sddmm, not spmm", "plan built for another structure").
-bool check_header(const int64_t* words, int64_t n, OpFamily op, const StructureStamp& s,
+bool check_header(const int64_t* words, int64_t n, OpKind op, const StructureStamp& s,
                   std::string* error);
 
 }  // namespace sparsejit::plan

@@ -313,7 +313,7 @@ void os_tiles(const Pairs& p, const PointConvArgs<T>& a, const T* w, codegen::En
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r0 = t * kOsTile, r1 = std::min(p.num_out, r0 + kOsTile);
     if (fn != nullptr) {
-      const cpu::PointConvLaunch l = detail::os_launch(p, a, w, r0, r1);
+      const cpu::ConvOsLaunch l = detail::os_launch(p, a, w, r0, r1);
       fn(&l);
     } else {
       os_tile(p, a, w, r0, r1);

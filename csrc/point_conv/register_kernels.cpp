@@ -2,6 +2,7 @@
 
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
+#include "codegen/jit_policy.h"
 
 namespace sparsejit::point_conv::detail {
 namespace {
@@ -35,7 +36,7 @@ inline __attribute__((always_inline)) void os_rows_any(const Pairs& p, const Poi
 template <typename T>
 inline __attribute__((always_inline)) void os_dispatch(const Pairs& p, const PointConvArgs<T>& a,
                                                        const T* w, int64_t r0, int64_t r1) {
-  const cpu::PointConvLaunch l = os_launch(p, a, w, r0, r1);
+  const cpu::ConvOsLaunch l = os_launch(p, a, w, r0, r1);
   switch (a.c_out) {
     case 16: cpu::point_conv_detail::rows<T, 0, 16>(l); break;
     case 32: cpu::point_conv_detail::rows<T, 0, 32>(l); break;
@@ -112,10 +113,9 @@ inline __attribute__((always_inline)) bool wgrad_dispatch(const Pairs& p, const 
 
 bool os_jit_worth(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
   const int64_t lanes = 32 / elem_bytes;
-  return codegen::CpuJit::instance().enabled() && c_out % lanes == 0 && c_in >= 1 &&
-         c_in <= codegen::CpuPointConvSpec::kMaxChannels &&
+  return c_out % lanes == 0 && c_in >= 1 && c_in <= codegen::CpuPointConvSpec::kMaxChannels &&
          c_out <= codegen::CpuPointConvSpec::kMaxChannels &&
-         p.size() * c_in * c_out >= (int64_t(1) << 20);
+         codegen::worth_jit(OpKind::PointConv, p.size() * c_in * c_out);
 }
 
 bool os_has_registers(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {

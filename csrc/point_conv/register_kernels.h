@@ -1,4 +1,4 @@
-// The register-resident kernels of the point-cloud convolution core (internal to csrc/point_conv): rows of the output
+// The register-resident kernels of the point-conv core (internal to csrc/point_conv): rows of the output
 // or of dW held in vector registers across a stream of pairs, compiled for 16/32/64/128
 // output channels, each in an AVX2 and a baseline clone picked at load time (the build
 // has no -march). Called by point_conv_run.cpp inside its OpenMP regions.
@@ -34,9 +34,9 @@ void relu_rows(const PointConvArgs<T>& a, int64_t r0, int64_t r1) {
 
 // The launch of kernels/cpu/point_conv_kernel.h for out rows [r0, r1) (W as [G, c_in, c_out]).
 template <typename T>
-cpu::PointConvLaunch os_launch(const Pairs& p, const PointConvArgs<T>& a, const T* w, int64_t r0,
+cpu::ConvOsLaunch os_launch(const Pairs& p, const PointConvArgs<T>& a, const T* w, int64_t r0,
                             int64_t r1) {
-  cpu::PointConvLaunch l;
+  cpu::ConvOsLaunch l;
   l.row_ptr = p.row_ptr;
   l.row_pair = p.row_pair;
   l.pair_group = p.pair_group;

@@ -15,6 +15,7 @@
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
+#include "csrc/point_conv/plan_layout.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
@@ -98,7 +99,7 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   return jit_lookup(spec);
 }
 
-py::dict jit_conv_os(int dtype, int64_t c_in, int64_t c_out) {
+py::dict jit_point_conv(int dtype, int64_t c_in, int64_t c_out) {
   using namespace sparsejit;
   codegen::CpuPointConvSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
@@ -156,11 +157,9 @@ py::dict describe_plan(const std::vector<int64_t>& w) {
                           " but this sparsejit reads " + std::to_string(kPlanVersion));
   py::dict d;
   const int64_t op = w[kWordOp];
-  d["op"] = op >= 1 && op <= static_cast<int64_t>(OpFamily::FilterConv)
-                ? op_family_name(static_cast<OpFamily>(op))
-                : "unknown";
+  d["op"] = plan_op_name(op);
   const int64_t k = w[kWordKernel];
-  d["kernel"] = op == static_cast<int64_t>(OpFamily::Spmm) && k >= 1 && k <= 3
+  d["kernel"] = op == static_cast<int64_t>(OpKind::Spmm) && k >= 1 && k <= 3
                     ? kernel_name(static_cast<Kernel>(k))
                     : "unknown";
   d["prefetch"] = w[kWordPrefetch];
@@ -183,7 +182,7 @@ std::vector<int64_t> spmm_recipe(const std::string& kernel, int prefetch, int ma
     throw py::value_error(e.what());
   }
   std::vector<int64_t> words(kHeaderWords);
-  write_header(words.data(), OpFamily::Spmm, static_cast<int64_t>(k), prefetch, max_log2,
+  write_header(words.data(), OpKind::Spmm, static_cast<int64_t>(k), prefetch, max_log2,
                StructureStamp{-1, -1, -1, 0});
   return words;
 }
@@ -201,7 +200,7 @@ std::vector<int64_t> stamp_plan(std::vector<int64_t> words, py::array_t<I, py::a
     throw py::value_error("indices has " + std::to_string(col.size()) + " entries but indptr[-1] = " +
                           std::to_string(rp.data()[rows]));
   const StructureStamp s = stamp_structure<I>(rp.data(), col.data(), rows, cols);
-  write_header(words.data(), static_cast<OpFamily>(words[kWordOp]), words[kWordKernel],
+  write_header(words.data(), static_cast<OpKind>(words[kWordOp]), words[kWordKernel],
                words[kWordPrefetch], words[kWordParam], s);
   return words;
 }
@@ -222,14 +221,35 @@ py::dict plan_layout() {
   words["nnz"] = static_cast<int>(kWordNnz);
   words["cols"] = static_cast<int>(kWordCols);
   words["stamp"] = static_cast<int>(kWordStamp);
-  for (auto op : {OpFamily::Spmm, OpFamily::Sddmm, OpFamily::Rgms, OpFamily::PointConv,
-                  OpFamily::FilterConv})
-    ops[op_family_name(op)] = static_cast<int64_t>(op);
+  for (OpKind op : sparsejit::kPlanOpKinds) ops[op_name(op)] = static_cast<int64_t>(op);
   for (auto k : {Kernel::Generic, Kernel::Jit, Kernel::Bucketed})
     kernels[kernel_name(k)] = static_cast<int64_t>(k);
+  py::dict pc;  // the point-cloud plan (csrc/point_conv/plan_layout.h)
+  pc["kernel_volume"] = static_cast<int>(sparsejit::point_conv::kWordKernelVolume);
+  pc["fixed_words"] = static_cast<int>(sparsejit::point_conv::kFixedWords);
+  py::list arrays;
+  for (const auto& a : sparsejit::point_conv::kArrays) arrays.append(a.name);
+  pc["arrays"] = arrays;
+  d["point_conv"] = pc;
   d["words"] = words;
   d["ops"] = ops;
   d["spmm_kernels"] = kernels;
+  return d;
+}
+
+// Where each array of a point-cloud plan with these sizes lies: {name: (first word, "int64" or
+// "int32", length)} and "total_words" (csrc/point_conv/plan_layout.h, the code the ops use).
+py::dict point_conv_plan_view(int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
+  using namespace sparsejit::point_conv;
+  if (k < 0 || m < 0 || n_in < 0 || n_out < 0)
+    throw py::value_error("point_conv_plan_view: sizes must be >= 0");
+  py::dict d;
+  int64_t word = kFixedWords;
+  for (const auto& a : kArrays) {
+    d[a.name] = py::make_tuple(word, a.int32 ? "int32" : "int64", a.length(k, m, n_in, n_out));
+    word += array_words(a, k, m, n_in, n_out);
+  }
+  d["total_words"] = word;
   return d;
 }
 
@@ -270,7 +290,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("heads"), py::arg("features"), py::arg("act"), py::arg("prefetch"));
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
-  m.def("jit_conv_os", &jit_conv_os, "Compiles (or finds) the point-cloud convolution's "
+  m.def("jit_point_conv", &jit_point_conv, "Compiles (or finds) the point-cloud convolution's "
         "output-stationary rows for (c_in, c_out); returns what the JIT did",
         py::arg("dtype"), py::arg("c_in"), py::arg("c_out"));
   m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
@@ -298,6 +318,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("stamp_plan", &stamp_plan<int32_t>, py::arg("words"), py::arg("indptr"),
         py::arg("indices"), py::arg("num_cols"));
   m.def("enums", &enums, "The enums of kernels/common/enums.h: {kind: {name: value}}");
+  m.def("point_conv_plan_view", &point_conv_plan_view, py::arg("kernel_volume"),
+        py::arg("pairs"), py::arg("num_in"), py::arg("num_out"),
+        "Word offset, dtype and length of each array of a point-cloud plan of these sizes");
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
   m.def("rgms_default_tile", &sparsejit::rgms::default_tile, py::arg("f_in"), py::arg("f_out"),
         "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");

@@ -1,6 +1,7 @@
 #include "csrc/rgms/row_tiles.h"
 
 #include "codegen/cpu_jit.h"
+#include "codegen/jit_policy.h"
 #include "codegen/cpu_rgms_spec.h"
 
 namespace sparsejit::rows {
@@ -25,8 +26,8 @@ TileFn tile_fn(int64_t width, int64_t work, int64_t width2) {
       width2 > 0 ? width >= 1 && width2 <= codegen::CpuRgmsTileSpec::kMaxWidth2 &&
                        width <= cpu::rgms_detail::kFusedMaxWidth
                  : width >= 4 && width % 4 == 0;
-  if (jit.enabled() && shape_ok && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
-      work >= (int64_t(1) << 16)) {
+  if (shape_ok && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
+      codegen::worth_jit(OpKind::Rgms, work)) {
     codegen::CpuRgmsTileSpec spec;
     spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
     spec.width = width;

@@ -1,6 +1,5 @@
 // The row loops shared by the gather-GEMM-scatter passes of RGMS (csrc/rgms) and of the
-// point-cloud convolution (csrc/point_conv, which reuses RGMS's row loops: they live here, beside
-// RGMS, since they look kernels up through the JIT and csrc/core stays free of codegen/): one kernel family (kernels/cpu/rgms_kernel.h, launched
+// point-cloud convolution (csrc/point_conv): one kernel family (kernels/cpu/rgms_kernel.h, launched
 // through a cpu::RgmsTileLaunch), JIT-compiled with the row widths as constants when the JIT
 // is on and the pass moves enough rows to pay for a first compile, else the generic
 // instantiation (the same bits). Torch-free.

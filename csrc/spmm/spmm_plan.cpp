@@ -1,5 +1,7 @@
 #include "csrc/spmm/spmm_plan.h"
 
+#include "codegen/jit_policy.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -18,8 +20,8 @@ SpmmPlan choose_spmm(int64_t rows, int64_t cols, int64_t nnz, int64_t row_width,
     return p;
   }
   const int64_t work = (rows + nnz) * row_width;
-  if (work < kMinJitWork) {
-    p.reason = "small problem (" + std::to_string(work) + " < " + std::to_string(kMinJitWork) +
+  if (work < codegen::min_jit_work(OpKind::Spmm)) {
+    p.reason = "small problem (" + std::to_string(work) + " < " + std::to_string(codegen::min_jit_work(OpKind::Spmm)) +
                " entry-features): the generic kernel is as fast and needs no compile";
     return p;
   }
@@ -47,7 +49,7 @@ bool sddmm_use_jit(int64_t nnz, int64_t row_width, bool jit_available, std::stri
     *reason = "row width outside the specialized range";
     return false;
   }
-  if (nnz * row_width < kMinJitWork) {
+  if (nnz * row_width < codegen::min_jit_work(OpKind::Sddmm)) {
     *reason = "small problem: the generic kernel is as fast and needs no compile";
     return false;
   }
@@ -74,7 +76,7 @@ Kernel parse_kernel(const std::string& name) {
 }
 
 void encode(const SpmmPlan& p, const StructureStamp& s, int64_t* words) {
-  write_header(words, OpFamily::Spmm, static_cast<int64_t>(p.kernel), p.prefetch, p.max_log2, s);
+  write_header(words, OpKind::Spmm, static_cast<int64_t>(p.kernel), p.prefetch, p.max_log2, s);
 }
 
 template <typename I>
@@ -82,7 +84,7 @@ void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int64_t co
                          int32_t prefetch, int64_t* words) {
   const int64_t nnz = rows > 0 ? static_cast<int64_t>(rowptr[rows]) : 0;
   const int64_t cap = int64_t(1) << std::clamp(max_log2, 0, 30);
-  write_header(words, OpFamily::Spmm, static_cast<int64_t>(Kernel::Bucketed), prefetch, max_log2,
+  write_header(words, OpKind::Spmm, static_cast<int64_t>(Kernel::Bucketed), prefetch, max_log2,
                stamp_structure(rowptr, col, rows, cols));
   int64_t* row_map = words + kHeaderWords;
   int64_t* out_rowptr = row_map + rows;
@@ -118,7 +120,7 @@ template void build_bucketed_plan<int64_t>(const int64_t*, const int64_t*, int64
 
 bool decode(const int64_t* words, int64_t n, const StructureStamp& s, SpmmPlan* p,
             std::string* error) {
-  if (!check_header(words, n, OpFamily::Spmm, s, error)) return false;
+  if (!check_header(words, n, OpKind::Spmm, s, error)) return false;
   const int64_t kernel = words[kWordKernel];
   if (kernel < static_cast<int64_t>(Kernel::Generic) ||
       kernel > static_cast<int64_t>(Kernel::Bucketed)) {

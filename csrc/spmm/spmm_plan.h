@@ -73,7 +73,7 @@ void build_bucketed_plan(const I* rowptr, const I* col, int64_t rows, int64_t co
 
 // Largest row width (H * F) the JIT specializes; wider rows use the generic kernel.
 constexpr int64_t kMaxJitRowWidth = 1024;
-// Below this much work ((rows + nnz) * row width) the cost model keeps the generic kernel.
-constexpr int64_t kMinJitWork = 1 << 17;
+// Below codegen::min_jit_work(OpKind::Spmm) ((rows + nnz) * row width; codegen/jit_policy.h)
+// the cost model keeps the generic kernel.
 
 }  // namespace sparsejit::plan

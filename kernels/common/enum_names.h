@@ -17,10 +17,13 @@ inline constexpr IndexKind kAllIndexKinds[] = {IndexKind::I32, IndexKind::I64};
 inline constexpr Reduce kAllReduces[] = {Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min};
 inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::Elu, Act::Gelu,
                                    Act::Runtime};
-inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::EdgeSoftmax,
-                                         OpKind::EdgeSoftmaxBackward, OpKind::RgmsTile,
-                                         OpKind::FilterConv, OpKind::SparseAttention,
-                                         OpKind::PointConvRows};
+inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm,        OpKind::Sddmm,
+                                         OpKind::Rgms,        OpKind::PointConv,
+                                         OpKind::FilterConv,  OpKind::Attention,
+                                         OpKind::EdgeSoftmax, OpKind::EdgeSoftmaxBackward};
+// The families whose plans are tensors with the common header (plan_header.h).
+inline constexpr OpKind kPlanOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::Rgms,
+                                          OpKind::PointConv, OpKind::FilterConv};
 
 namespace detail {
 [[noreturn]] inline void bad_enum(const char* what, int value) {
@@ -30,7 +33,7 @@ namespace detail {
 }  // namespace detail
 
 // Short names: f32 f64 bf16 f16 / i32 i64 / sum mean max min / none relu leaky_relu elu gelu
-// runtime / spmm sddmm edge_softmax edge_softmax_backward sparse_attention. Unknown values throw
+// runtime / spmm sddmm rgms point_conv filter_conv attention edge_softmax edge_softmax_backward. Unknown values throw
 // std::invalid_argument naming the value.
 inline const char* scalar_name(ScalarKind k) {
   switch (k) {
@@ -78,10 +81,10 @@ inline const char* op_name(OpKind op) {
     case OpKind::Sddmm: return "sddmm";
     case OpKind::EdgeSoftmax: return "edge_softmax";
     case OpKind::EdgeSoftmaxBackward: return "edge_softmax_backward";
-    case OpKind::RgmsTile: return "rgms_tile";
+    case OpKind::Rgms: return "rgms";
+    case OpKind::PointConv: return "point_conv";
     case OpKind::FilterConv: return "filter_conv";
-    case OpKind::SparseAttention: return "sparse_attention";
-    case OpKind::PointConvRows: return "point_conv_rows";
+    case OpKind::Attention: return "attention";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

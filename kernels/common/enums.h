@@ -20,16 +20,20 @@ enum class Reduce : int { Sum = 0, Mean = 1, Max = 2, Min = 3 };
 // arguments (never a value a user names, never compiled into a JIT or CUDA kernel).
 enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3, Gelu = 4, Runtime = 99 };
 
-// Kernel families, on every backend (CUDA kernels of edge softmax included).
+// Op families and kernel kinds, numbered once for every layer: the op word of every plan
+// header (csrc/plan/plan_header.h; 1..5 are the families whose plans are tensors, values fixed
+// since stored plans carry them), the key of every CPU JIT and NVRTC spec, the names Python
+// sees (`_core.enums()["op"]`). A new family adds its value here and its name in
+// enum_names.h, nowhere else.
 enum class OpKind : int {
-  Spmm = 0,
-  Sddmm = 1,
-  EdgeSoftmax = 2,
-  EdgeSoftmaxBackward = 3,
-  RgmsTile = 4,
-  FilterConv = 5,  // CPU JIT only (codegen/cpu_filter_conv_spec.h)
-  SparseAttention = 6,  // the fused attention (codegen/cpu_attention_spec.h)
-  PointConvRows = 7,  // the convolution's output-stationary rows (codegen/cpu_point_conv_spec.h)
+  Spmm = 1,                 // SpMM (csrc/spmm, kernels/cpu/spmm_kernel.h, kernels/cuda/spmm.cuh)
+  Sddmm = 2,                // SDDMM, part of the spmm family (its own plans and specs)
+  Rgms = 3,                 // RGMS tile loops (csrc/rgms, kernels/cpu/rgms_kernel.h)
+  PointConv = 4,            // point-cloud convolution (csrc/point_conv, point_conv_kernel.h)
+  FilterConv = 5,           // filter-sparse convolution (csrc/filter_conv, filter_conv_tiles.h)
+  Attention = 6,            // fused sparse attention (csrc/attention, attention_kernel.h)
+  EdgeSoftmax = 7,          // edge softmax, part of the spmm family (CUDA kernels)
+  EdgeSoftmaxBackward = 8,
 };
 
 }  // namespace sparsejit

@@ -1,4 +1,4 @@
-// Torch-free scalar types shared by the kernels, the core and the adapters (the enums
+// Torch-free scalar types shared by the core, the kernels and the adapters (the enums
 // and their names are in kernels/common/, included here).
 #pragma once
 

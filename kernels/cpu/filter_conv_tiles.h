@@ -4,7 +4,7 @@
 // and the loop over a block of output channels and chunks around it.
 //
 // Compiled three ways: by the library once per instruction set (filter_conv_tiles_{generic,avx2}.cpp,
-// each defining FILTER_CONV_ISA, a namespace name, first, so the copies never meet at link time),
+// each defining SPARSEJIT_ISA_NS, a namespace name, first, so the copies never meet at link time),
 // and by the CPU JIT (codegen/cpu_filter_conv_spec.cpp; embedded in the library as text) with the
 // layer's constants. Every copy adds the same products in the same order, and fma8 fuses
 // explicitly where the target has FMA, so the JIT kernels and the AVX2 library loops give
@@ -18,13 +18,13 @@
 
 #include "kernels/cpu/filter_conv_args.h"
 
-#ifndef FILTER_CONV_ISA
-#error "define FILTER_CONV_ISA before including filter_conv_tiles.h"
+#ifndef SPARSEJIT_ISA_NS
+#error "define SPARSEJIT_ISA_NS before including filter_conv_tiles.h"
 #endif
 
 #define FILTER_CONV_INLINE inline __attribute__((always_inline))
 
-namespace sparsejit::filter_conv::FILTER_CONV_ISA {
+namespace sparsejit::filter_conv::SPARSEJIT_ISA_NS {
 
 typedef float vf8 __attribute__((vector_size(32)));
 
@@ -134,4 +134,4 @@ inline void run_block(const BlockLaunch& L, Variant v) {
   }
 }
 
-}  // namespace sparsejit::filter_conv::FILTER_CONV_ISA
+}  // namespace sparsejit::filter_conv::SPARSEJIT_ISA_NS

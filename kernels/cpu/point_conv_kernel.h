@@ -23,7 +23,7 @@
 
 namespace sparsejit::cpu {
 
-struct PointConvLaunch {
+struct ConvOsLaunch {
   const int64_t* row_ptr = nullptr;     // [num_out + 1] pairs of each out row
   const int32_t* row_pair = nullptr;    // [M] pair ids, by out row
   const int32_t* pair_group = nullptr;  // [M] kernel offset (weight) of each pair
@@ -97,7 +97,7 @@ inline void store_row(S* p, V v) {
 // Columns [v0 * L, (v0 + NB) * L) of out row r. CI > 0: c_in at compile time. X and Y are
 // stored as S, W, bias and scale as T; the row accumulates in T.
 template <typename T, int CI, int NB, typename S>
-inline __attribute__((always_inline)) void block(const PointConvLaunch& l, int64_t r, int v0) {
+inline __attribute__((always_inline)) void block(const ConvOsLaunch& l, int64_t r, int v0) {
   constexpr int L = 32 / static_cast<int>(sizeof(T)), NS = kSets<NB>;
   typedef T V __attribute__((vector_size(32)));  // registers; memory through memcpy
   const int64_t ci = CI > 0 ? CI : l.c_in, co = l.c_out, wstride = ci * co;
@@ -167,7 +167,7 @@ inline __attribute__((always_inline)) void block(const PointConvLaunch& l, int64
 // Out rows [l.r0, l.r1) with c_out = CO (a multiple of the vector length); a row's column
 // blocks one after the other (its X rows are still in L1 for the second).
 template <typename T, int CI, int CO, typename S = T>
-inline __attribute__((always_inline)) void rows(const PointConvLaunch& l) {
+inline __attribute__((always_inline)) void rows(const ConvOsLaunch& l) {
   static_assert(std::is_same_v<S, T> || (std::is_same_v<T, float> && std::is_same_v<S, uint16_t>),
                 "storage is T itself or bfloat16 bits with float");
   constexpr int L = 32 / static_cast<int>(sizeof(T)), NV = CO / L;

@@ -10,16 +10,42 @@ Every op is a Torch custom op (``torch.ops.sparsejit.*``) with autograd and a fa
 implementation, so it works under torch.compile and torch.export.
 """
 
-from . import _library  # noqa: F401  (loads the op library)
-from .matrix import SparseMatrix
-from .ops import TypedSparseMatrix, edge_softmax, gather_matmul, rgms, sddmm, segment_matmul, spmm  # also registers every fake and autograd formula
-from .ops import gat_attention, gatv2_attention, sparse_attention  # noqa: E402
-from . import nn  # noqa: E402
-from . import spconv  # noqa: E402,F401  (spconv-compatible modules)
-from .pointcloud import SparseTensor, voxelize  # noqa: E402
-from .plans import clear_caches, fingerprint
-from .tuning import explain, tune
-from .filter_conv import sparsify  # noqa: E402
+from sparsejit import _library  # noqa: F401  (loads the op library)
+from sparsejit import _core, runtime
+from sparsejit.runtime import caches as _caches  # noqa: F401
+from sparsejit.families import attention as _attention, filter_conv as _filter_conv  # noqa: F401
+from sparsejit.families import point_conv as _point_conv, rgms as _rgms, spmm as _spmm  # noqa: F401
+from sparsejit.families.attention import gat_attention, gatv2_attention, sparse_attention
+from sparsejit.families.filter_conv import sparsify
+from sparsejit.families.point_conv import SparseTensor, voxelize
+from sparsejit.families.rgms import TypedSparseMatrix, gather_matmul, rgms, segment_matmul
+from sparsejit.families.spmm import SparseMatrix, edge_softmax, fingerprint, sddmm, spmm
+from sparsejit.runtime.tuners import explain, tune
+from sparsejit import nn  # noqa: E402
+from sparsejit import spconv  # noqa: E402,F401  (spconv-compatible modules)
+from sparsejit import ops as _ops_package, pyg  # noqa: E402,F401  (old import paths)
+
+
+def clear_caches() -> None:
+    """Drops every in-memory cache (each registers with ``sparsejit.runtime.caches``: built
+    structures, plans, stored-schedule lookups) and the loaded JIT functions (shared objects
+    stay mapped; their handles are dropped). The disk cache stays."""
+    runtime.caches.clear_all()
+    _core.jit_clear_memory_cache()
+
+
+# Module paths from before the family layout (sparsejit.plans, sparsejit.matrix, ...): thin
+# aliases of the family modules, loaded when first read as attributes of the package.
+_LEGACY_MODULES = ("matrix", "plans", "tuning", "rgms_tuning", "conv_tuning", "pointcloud",
+                   "filter_conv", "conv_fold", "functional")
+
+
+def __getattr__(name):
+    if name in _LEGACY_MODULES:
+        import importlib
+        return importlib.import_module(f"sparsejit.{name}")
+    raise AttributeError(f"module 'sparsejit' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
@@ -27,11 +53,11 @@ __version__ = "0.1.0"
 # torch.load's default weights_only=True.
 import torch as _torch  # noqa: E402
 
-from .matrix import _Structure  # noqa: E402
+from sparsejit.families.spmm.matrix import _Structure  # noqa: E402
 
 _torch.serialization.add_safe_globals([SparseMatrix, _Structure])
 
-ops = _library.ops
+ops = _library.ops  # torch.ops.sparsejit: the raw ops (not the old sparsejit.ops package)
 
 
 def row_stats(A: SparseMatrix) -> dict:
@@ -39,5 +65,21 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix", "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention", "gat_attention",
-           "gatv2_attention", "SparseTensor", "voxelize", "spconv"]
+__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix",
+           "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul",
+           "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention",
+           "gat_attention", "gatv2_attention", "SparseTensor", "voxelize", "spconv"]
+
+
+def _cmake_prefix_path() -> str:
+    """Where find_package(sparsejit) looks: the CMake package inside a pip install, or the
+    development build's install tree (like torch.utils.cmake_prefix_path)."""
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    for p in (here / "share" / "cmake", here.parent.parent / "build" / "install" / "lib" / "cmake"):
+        if (p / "sparsejit" / "sparsejitConfig.cmake").exists():
+            return str(p)
+    return str(here / "share" / "cmake")
+
+
+cmake_prefix_path = _cmake_prefix_path()

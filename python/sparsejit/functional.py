@@ -1,3 +1,3 @@
-"""The op wrappers, re-exported (they live in ``sparsejit.ops``; kept for existing imports)."""
+"""The spmm family's op wrappers under their old name (``sparsejit.families.spmm``)."""
 
-from .ops import edge_softmax, sddmm, spmm  # noqa: F401
+from sparsejit.families.spmm import edge_softmax, sddmm, spmm  # noqa: F401

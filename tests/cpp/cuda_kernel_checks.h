@@ -234,12 +234,12 @@ std::vector<std::pair<std::string, Csr<I>>> graphs() {
 }
 
 // ---- SpMM -----------------------------------------------------------------------------------
-inline double activate(Act act, double z, double param) {
+inline double activate(sparsejit::Act act, double z, double param) {
   switch (act) {
-    case Act::Relu: return z > 0 ? z : 0;
-    case Act::LeakyRelu: return z > 0 ? z : z * param;
-    case Act::Elu: return z > 0 ? z : param * std::expm1(z);
-    case Act::Gelu: return 0.5 * z * (1 + std::erf(z * 0.70710678118654752440));
+    case sparsejit::Act::Relu: return z > 0 ? z : 0;
+    case sparsejit::Act::LeakyRelu: return z > 0 ? z : z * param;
+    case sparsejit::Act::Elu: return z > 0 ? z : param * std::expm1(z);
+    case sparsejit::Act::Gelu: return 0.5 * z * (1 + std::erf(z * 0.70710678118654752440));
     default: return z;
   }
 }
@@ -305,9 +305,9 @@ void check_spmm(Runner& r, const CudaKernelSpec& s, int64_t chunk) {
     SpmmInputs in{Buffer(s.dtype, A.cols * HF),
                   Buffer(s.dtype, nnz * (s.value_mode == 2 ? H : 1)),
                   Buffer(s.dtype, HF),
-                  s.act != Act::None,
-                  s.act == Act::None ? 1.0 : 0.75,
-                  s.act == Act::Elu ? 1.0 : 0.1};
+                  s.act != sparsejit::Act::None,
+                  s.act == sparsejit::Act::None ? 1.0 : 0.75,
+                  s.act == sparsejit::Act::Elu ? 1.0 : 0.1};
     fill_random(&in.x, 11, -2, 2);
     fill_random(&in.vals, 12, 0.2, 1.5);
     fill_random(&in.bias, 13);

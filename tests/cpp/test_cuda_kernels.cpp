@@ -41,7 +41,7 @@ bool env_flag(const char* name) {
 
 // ---- The specs under test ---------------------------------------------------------------------
 CudaKernelSpec spmm_spec(CudaStrategy st, CudaScalar dt, IndexKind ix, Reduce r, int vm, int64_t h,
-                         int64_t f, Act act, int g, int vec, bool det = false) {
+                         int64_t f, sparsejit::Act act, int g, int vec, bool det = false) {
   CudaKernelSpec s;
   s.op = CudaOp::Spmm;
   s.strategy = st;
@@ -75,7 +75,7 @@ CudaKernelSpec other_spec(CudaOp op, CudaScalar dt, IndexKind ix, int64_t h, int
 // Every op, strategy, dtype, index type, reduce, value mode, activation, and group sizes,
 // vector widths and shapes from scalar odd widths to multi-tile rows.
 std::vector<CudaKernelSpec> specs_under_test() {
-  using A = Act;
+  using A = sparsejit::Act;
   using S = CudaScalar;
   using St = CudaStrategy;
   const IndexKind i32 = IndexKind::I32, i64 = IndexKind::I64;
@@ -108,13 +108,9 @@ std::vector<CudaKernelSpec> specs_under_test() {
 }
 
 // ---- Host emulation -------------------------------------------------------------------------
-std::string source_root() {
-  std::string f = __FILE__;
-  const std::string tail = "tests/cpp/test_cuda_kernels.cpp";
-  if (f.size() >= tail.size() && f.compare(f.size() - tail.size(), tail.size(), tail) == 0)
-    f.resize(f.size() - tail.size());
-  return f.empty() ? std::string(".") : f;
-}
+// The repository root (CMake's definition: __FILE__ is relative when ccache rewrites paths
+// under CCACHE_BASEDIR).
+std::string source_root() { return SPARSEJIT_SOURCE_DIR; }
 
 std::string host_compiler() {
   const char* c = std::getenv("CXX");
@@ -303,7 +299,7 @@ TEST(CudaGpu, EveryKernelMatchesTheReference) {
 TEST(CudaLaunchPlan, WorkspaceAndGrids) {
   CudaSpmmChoice c;
   c.spec = spmm_spec(CudaStrategy::NnzSegment, CudaScalar::F32, IndexKind::I32, Reduce::Max, 1, 2,
-                     16, Act::None, 8, 4);
+                     16, sparsejit::Act::None, 8, 4);
   c.chunk = 32;
   SpmmLaunchPlan p = plan_spmm_launch(c, 100, 1000);
   EXPECT_EQ(p.num_chunks, 32);

@@ -63,7 +63,7 @@ TEST(JitSpec, RgmsTileWidthsAreKeyedAndChecked) {
       CpuRgmsTileSpec s;
       s.width = w;
       s.width2 = w2;
-      EXPECT_EQ(s.op(), OpKind::RgmsTile);
+      EXPECT_EQ(s.op(), OpKind::Rgms);
       EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
       EXPECT_TRUE(names.insert(s.name()).second) << s.name();
       EXPECT_NE(s.source().find(", " + std::to_string(w2) + ">("), std::string::npos);
@@ -170,7 +170,7 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
         s.heads = h;
         s.qk_width = d;
         s.v_width = 16;
-        EXPECT_EQ(s.op(), OpKind::SparseAttention);
+        EXPECT_EQ(s.op(), OpKind::Attention);
         EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
         EXPECT_TRUE(names.insert(s.name()).second) << s.name();
         if (CpuAttentionSpec::supports(h, d, 16))
@@ -198,7 +198,7 @@ TEST(JitSpec, AttentionSpecsAreDistinctAndRejectWhatTheyCannotCompile) {
   EXPECT_THROW(spmm_like.source(), std::invalid_argument);
 }
 
-TEST(JitSpec, PointConvRowsSpecsAreDistinctAndRejectBadWidths) {
+TEST(JitSpec, ConvOutputStationarySpecsAreDistinctAndRejectBadWidths) {
   using codegen::CpuPointConvSpec;
   std::set<uint64_t> keys;
   std::set<std::string> names;
@@ -209,7 +209,7 @@ TEST(JitSpec, PointConvRowsSpecsAreDistinctAndRejectBadWidths) {
         s.dtype = dt;
         s.c_in = ci;
         s.c_out = co;
-        EXPECT_EQ(s.op(), OpKind::PointConvRows);
+        EXPECT_EQ(s.op(), OpKind::PointConv);
         EXPECT_TRUE(keys.insert(s.packed_key()).second) << s.name();
         EXPECT_TRUE(names.insert(s.name()).second) << s.name();
         EXPECT_NE(s.source().find("point_conv_detail::rows<"), std::string::npos) << s.name();

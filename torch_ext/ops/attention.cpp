@@ -4,10 +4,9 @@
 // log-sum-exp. float32 / float64 kernels; bfloat16 and float16 run in float32 (converted on
 // the way in and out: O(N (H D + H Dv)) work, against the O(nnz H (D + Dv)) of the kernel).
 //
-// Each pass runs a JIT-specialized kernel (codegen/cpu_attention_spec.h: score form, H, D and
-// Dv fixed at compile time) when the JIT is on and the problem is big enough to amortise the
-// lookup, else the generic instantiation (the same template, same summation order, so the
-// same bits): the driver is csrc/attention/attention_run.h; this file is the Torch adapter.
+// This file is the Torch adapter: schemas, argument checks, tensors to launch structs. The
+// driver that picks the JIT-specialized or generic kernel and runs the passes is
+// csrc/attention/attention_run.h.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -96,23 +95,12 @@ std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarTyp
   return prep(*t, ct);
 }
 
-ScalarKind scalar_kind(at::ScalarType ct) {
-  return ct == at::kDouble ? ScalarKind::F64 : ct == at::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
+ScalarKind scalar_kind(at::ScalarType t) {
+  return t == at::kDouble ? ScalarKind::F64 : t == at::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
 }
 
 IndexKind index_kind(const at::Tensor& rowptr) {
   return rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
-}
-
-// The Torch-free driver (csrc/attention/attention_run.h) on tensors' dtypes.
-codegen::EntryFn jit_entry(at::ScalarType ct, const at::Tensor& rowptr,
-                           const attention::Shape& s, int64_t nnz) {
-  return attention::jit_entry(scalar_kind(ct), index_kind(rowptr), s, nnz);
-}
-
-void launch(at::ScalarType ct, const at::Tensor& rowptr, int64_t nnz,
-            std::initializer_list<attention::AttentionLaunch*> ls) {
-  attention::launch(scalar_kind(ct), index_kind(rowptr), nnz, ls);
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
@@ -131,7 +119,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   // bfloat16 q, k, v: read and written in bfloat16 by the JIT's forward-only kernel (float32
   // accumulation; the same bits as the float32 kernel on the widened inputs, rounded once).
   const codegen::EntryFn bf16_fn = q_in.scalar_type() == at::kBFloat16
-                                       ? jit_entry(at::kBFloat16, rp, s, col.numel())
+                                       ? attention::jit_entry(ScalarKind::BF16, index_kind(rp), s,
+                                                              col.numel())
                                        : nullptr;
   const auto st = bf16_fn ? at::kBFloat16 : ct;  // storage of q, k, v and out
   auto q = prep(q_in, st), k = prep(k_in, st), v = prep(v_in, st);
@@ -153,7 +142,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
     bf16_fn(&l);
     return {out, lse};
   }
-  launch(ct, rp, col.numel(), {&l});
+  attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&l});
   // lse stays in the computation dtype: the backward needs it at full precision.
   return {out.to(q_in.scalar_type()), lse};
 }
@@ -247,8 +236,10 @@ sparse_attention_backward_cpu(
     rows.dz = cols.dz = dz_keep.data_ptr();
     rows.pk = cols.pk = pk_keep.data_ptr();
   }
-  if (run_cols) launch(ct, rp, col.numel(), {&row_delta, &rows, &cols});
-  else if (need_q || want_bias || want_att) launch(ct, rp, col.numel(), {&row_delta, &rows});
+  if (run_cols)
+    attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&row_delta, &rows, &cols});
+  else if (need_q || want_bias || want_att)
+    attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&row_delta, &rows});
   const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
   ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
@@ -269,7 +260,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernels: CUDA tensors run on the CPU through the boxed fallback.
+// No CUDA kernel yet: CUDA tensors run on the CPU kernel (torch_ext/cuda_fallback.h).
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   m.impl("sparse_attention", SPARSEJIT_CUDA_FALLBACK);
   m.impl("sparse_attention_backward", SPARSEJIT_CUDA_FALLBACK);

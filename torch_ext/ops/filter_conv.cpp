@@ -3,7 +3,7 @@
 // filter_conv_plan(weight [C_out, C_in/groups, R, S], threshold, variant)
 //     -> (plan, rowptr, taps, values): the weight compressed per output channel over (c, r, s)
 //   (entries with |w| <= threshold dropped, zeros always), values in float32. `plan` is the
-//   common plan header (OpFamily::FilterConv, kernel word = the tile variant, 0 = the
+//   common plan header (OpKind::FilterConv, kernel word = the tile variant, 0 = the
 //   planner's choice, stamp of (rowptr, taps)) followed by [C_out, C_in/groups, R, S].
 // filter_conv(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding, dilation,
 //             groups, relu, variant=-1) -> y [N, C_out, OH, OW]: direct sparse convolution,
@@ -24,7 +24,6 @@
 #include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
-#include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -73,7 +72,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
   int64_t* words = ptr<int64_t>(plan);
   const auto stamp =
       plan::stamp_structure<int64_t>(ptr<int64_t>(rowptr), ptr<int64_t>(taps), rows, cols);
-  plan::write_header(words, plan::OpFamily::FilterConv, kernel, 0, 0, stamp);
+  plan::write_header(words, OpKind::FilterConv, kernel, 0, 0, stamp);
   words[plan::kHeaderWords + 0] = rows;
   words[plan::kHeaderWords + 1] = w.size(1);
   words[plan::kHeaderWords + 2] = w.size(2);
@@ -253,7 +252,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
     hit = std::move(e);
   }
   std::string herr;
-  FC_CHECK(plan::check_header(words, plan_c.numel(), plan::OpFamily::FilterConv, hit->stamp,
+  FC_CHECK(plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp,
                               &herr),
            "plan: ", herr);
 
@@ -273,13 +272,5 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("filter_conv_plan", &filter_conv_plan_cpu);
   m.impl("filter_conv", &filter_conv_cpu);
 }
-
-#ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernels: CUDA tensors run on the CPU through the boxed fallback.
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("filter_conv_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("filter_conv", SPARSEJIT_CUDA_FALLBACK);
-}
-#endif
 
 }  // namespace sparsejit

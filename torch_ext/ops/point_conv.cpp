@@ -8,18 +8,13 @@
 //   output sites), "coarse" (unique(floor(c / stride))), "transposed" (spconv's
 //   SparseConvTranspose sites), "generalized" (outputs = out_coords).
 // sparse_conv(features, weight [K, C_in, C_out], bias?, plan, num_out, swap, dataflow)
-//   -> [num_out, C_out]: the gather-GEMM-scatter core (csrc/point_conv) over the plan's pairs; swap = read the map
+//   -> [num_out, C_out]: the point-conv core (csrc/point_conv) over the plan's pairs; swap = read the map
 //   backwards (spconv's inverse convolution: outputs are the plan's input sites).
 // sparse_conv_backward(features, weight, grad_out, plan, swap, dataflow, need_features,
 //   need_weight) -> (d_features, d_weight): d_features through the swapped map with W^T,
 //   d_weight per offset (dataflow bits 2-3: its path, point_conv::WgradPath).
 //
-// Plan layout (int64 words): the common header (csrc/plan/plan_header.h, OpFamily::PointConv;
-// kWordKernel = kind, kWordParam = identity group or -1, stamp rows = n_out, nnz = M pairs,
-// cols = n_in, hash = fingerprint of the input coordinate keys), then word 10 = K, then
-// group_ptr [K + 1] int64, in_idx / out_idx [M] int32, out_row_ptr [n_out + 1] int64,
-// out_row_pair [M] int32, in_row_ptr [n_in + 1] int64, in_row_pair [M] int32,
-// pair_group [M] int32 (each int32 array padded to whole words).
+// Plan layout: csrc/point_conv/plan_layout.h (its one owner).
 // float32 / float64 run natively; bfloat16 natively in the output-stationary rows the JIT
 // compiles (features and output in bfloat16, float32 accumulation), else like float16 in
 // float32, converted back.
@@ -29,6 +24,7 @@
 #include <string>
 
 #include "csrc/point_conv/kernel_map.h"
+#include "csrc/point_conv/plan_layout.h"
 #include "csrc/point_conv/point_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
@@ -46,51 +42,22 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-#define POINT_CONV_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
+#define CONV_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
 
-enum Kind : int64_t { kSubm = 0, kSpconv = 1, kCoarse = 2, kTransposed = 3, kGeneralized = 4 };
-constexpr int kWordK = plan::kHeaderWords;
-constexpr int kFixedWords = plan::kHeaderWords + 1;
+using point_conv::kFixedWords;
+using point_conv::kGeneralized;
+using point_conv::kSpconv;
+using point_conv::kSubm;
+using point_conv::Kind;
+using point_conv::kTransposed;
+using point_conv::kCoarse;
+using point_conv::plan_words;
+using point_conv::PlanView;
+using point_conv::view_words;
+using point_conv::words32;
+constexpr int kWordK = point_conv::kWordKernelVolume;
 constexpr int64_t kMaxKernelVolume = int64_t{1} << 20;  // K of a plan (check_plan's bound)
 constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' widest margin
-
-int64_t words32(int64_t n) { return (n + 1) / 2; }
-
-struct PlanView {
-  int64_t k = 0, m = 0, n_in = 0, n_out = 0, identity = -1;
-  const int64_t* group_ptr;
-  const int32_t *in_idx, *out_idx;
-  const int64_t* out_row_ptr;
-  const int32_t* out_row_pair;
-  const int64_t* in_row_ptr;
-  const int32_t *in_row_pair, *pair_group;
-};
-
-int64_t plan_words(int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
-  return kFixedWords + (k + 1) + 5 * words32(m) + (n_out + 1) + (n_in + 1);
-}
-
-template <typename W>
-PlanView view_words(W* w, int64_t k, int64_t m, int64_t n_in, int64_t n_out) {
-  PlanView v;
-  v.k = k, v.m = m, v.n_in = n_in, v.n_out = n_out;
-  int64_t at = kFixedWords;
-  auto take64 = [&](int64_t n) { const int64_t* p = w + at; at += n; return p; };
-  auto take32 = [&](int64_t n) {
-    const int32_t* p = reinterpret_cast<const int32_t*>(w + at);
-    at += words32(n);
-    return p;
-  };
-  v.group_ptr = take64(k + 1);
-  v.in_idx = take32(m);
-  v.out_idx = take32(m);
-  v.out_row_ptr = take64(n_out + 1);
-  v.out_row_pair = take32(m);
-  v.in_row_ptr = take64(n_in + 1);
-  v.in_row_pair = take32(m);
-  v.pair_group = take32(m);
-  return v;
-}
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -107,15 +74,15 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
                        coords_in.scalar_type() != at::kBool,
                    "sparsejit.conv_plan: ", name, " must hold integers; got ",
                    coords_in.scalar_type());
-  POINT_CONV_CHECK(coords_in.dim() == 2, op, ": ", name, " must be [N, 1 + D] (batch index first); "
+  CONV_CHECK(coords_in.dim() == 2, op, ": ", name, " must be [N, 1 + D] (batch index first); "
              "got shape ", coords_in.sizes());
-  POINT_CONV_CHECK(coords_in.device().is_cpu(), op, ": ", name, " must be on the CPU; got ",
+  CONV_CHECK(coords_in.device().is_cpu(), op, ": ", name, " must be on the CPU; got ",
              coords_in.device());
   at::Tensor c = coords_in.contiguous();
   if (c.scalar_type() != at::kInt) {
     if (c.numel() > 0) {
       const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
-      POINT_CONV_CHECK(lo >= INT32_MIN && hi <= INT32_MAX, op, ": ", name,
+      CONV_CHECK(lo >= INT32_MIN && hi <= INT32_MAX, op, ": ", name,
                  " holds values outside int32 (min ", lo, ", max ", hi, ")");
     }
     c = c.to(at::kInt);
@@ -130,7 +97,7 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
     // The core's message names the row as coords[row, col]; say which argument it was.
     // A packing failure comes from the arguments, not from a row: name them.
     const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
-    POINT_CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
+    CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
                std::string(name) == "coords" ? "" : ": ", e.what(),
                packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
   }
@@ -150,17 +117,17 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   else if (kn == "coarse") kind = kCoarse;
   else if (kn == "transposed") kind = kTransposed;
   else if (kn == "generalized") kind = kGeneralized;
-  else POINT_CONV_CHECK(false, op, ": kind must be subm, spconv, coarse, transposed or generalized; "
+  else CONV_CHECK(false, op, ": kind must be subm, spconv, coarse, transposed or generalized; "
                   "got '", kn, "'");
   const int64_t dims = static_cast<int64_t>(spatial_shape.size());
-  POINT_CONV_CHECK(dims >= 1 && dims <= point_conv::kMaxDims, op, ": spatial_shape must have 1 to 4 axes; "
+  CONV_CHECK(dims >= 1 && dims <= point_conv::kMaxDims, op, ": spatial_shape must have 1 to 4 axes; "
              "got ", spatial_shape);
   for (auto [name, v] : {std::pair{"kernel", kernel}, {"stride", stride}, {"padding", padding},
                          {"dilation", dilation}})
-    POINT_CONV_CHECK(static_cast<int64_t>(v.size()) == dims, op, ": ", name, " must have ", dims,
+    CONV_CHECK(static_cast<int64_t>(v.size()) == dims, op, ": ", name, " must have ", dims,
                " values (one per spatial axis); got ", v);
-  POINT_CONV_CHECK(batch_size >= 1, op, ": batch_size must be >= 1; got ", batch_size);
-  POINT_CONV_CHECK(coords.dim() != 2 || coords.size(1) == dims + 1, op, ": coords must have 1 + ",
+  CONV_CHECK(batch_size >= 1, op, ": batch_size must be >= 1; got ", batch_size);
+  CONV_CHECK(coords.dim() != 2 || coords.size(1) == dims + 1, op, ": coords must have 1 + ",
              dims, " columns (batch, then one per axis of spatial_shape ", spatial_shape,
              "); got ", coords.size(1));
   point_conv::ConvParams p;
@@ -171,32 +138,32 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     p.stride[d] = stride[d];
     p.padding[d] = padding[d];
     p.dilation[d] = dilation[d];
-    POINT_CONV_CHECK(kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0, op,
+    CONV_CHECK(kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0, op,
                ": axis ", d, ": kernel, stride and dilation must be >= 1 and padding >= 0; got "
                "kernel ", kernel[d], ", stride ", stride[d], ", dilation ", dilation[d],
                ", padding ", padding[d]);
     // Coordinates are int32: larger values only overflow the key arithmetic (int64 products
-    // below and in csrc/point_conv wrapped into spurious pairs).
-    POINT_CONV_CHECK(kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
+    // below and in csrc/conv wrapped into spurious pairs).
+    CONV_CHECK(kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
                    dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,
                op, ": axis ", d, ": kernel must be <= 2^20 and stride, dilation and padding "
                "<= 2^31 - 1; got kernel ", kernel[d], ", stride ", stride[d], ", dilation ",
                dilation[d], ", padding ", padding[d]);
     volume *= kernel[d];
-    POINT_CONV_CHECK(volume < kMaxKernelVolume, op, ": kernel ", kernel, " has ", volume,
+    CONV_CHECK(volume < kMaxKernelVolume, op, ": kernel ", kernel, " has ", volume,
                (d + 1 < dims ? " or more" : ""), " offsets; a plan holds fewer than 2^20");
     reach = std::max(reach, dilation[d] * (kernel[d] - 1) + padding[d]);
-    POINT_CONV_CHECK(reach <= kMaxReach, op, ": axis ", d, ": dilation * (kernel - 1) + padding = ",
+    CONV_CHECK(reach <= kMaxReach, op, ": axis ", d, ": dilation * (kernel - 1) + padding = ",
                dilation[d] * (kernel[d] - 1) + padding[d], " must be <= 2^30 (kernel ",
                kernel[d], ", dilation ", dilation[d], ", padding ", padding[d], ")");
     if (kind == kSubm)
-      POINT_CONV_CHECK(kernel[d] % 2 == 1 && stride[d] == 1, op, ": a submanifold convolution needs "
+      CONV_CHECK(kernel[d] % 2 == 1 && stride[d] == 1, op, ": a submanifold convolution needs "
                  "odd kernel sizes and stride 1; axis ", d, " has kernel ", kernel[d],
                  " and stride ", stride[d]);
   }
   const std::vector<int64_t> shape(spatial_shape.begin(), spatial_shape.end());
   for (int64_t d = 0; d < dims; ++d)
-    POINT_CONV_CHECK(shape[d] >= 1, op, ": spatial_shape[", d, "] must be >= 1; got ", shape[d]);
+    CONV_CHECK(shape[d] >= 1, op, ": spatial_shape[", d, "] must be >= 1; got ", shape[d]);
   const int64_t margin = std::max<int64_t>(4, reach);
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
   point_conv::KernelMap km;
@@ -221,8 +188,8 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
         out = &out_set;
         break;
       case kGeneralized: {
-        POINT_CONV_CHECK(out_coords.has_value(), op, ": kind 'generalized' needs out_coords");
-        POINT_CONV_CHECK(out_coords->dim() == 2 && out_coords->size(1) == dims + 1, op,
+        CONV_CHECK(out_coords.has_value(), op, ": kind 'generalized' needs out_coords");
+        CONV_CHECK(out_coords->dim() == 2 && out_coords->size(1) == dims + 1, op,
                    ": out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
                    out_coords->sizes());
         out_set = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
@@ -233,7 +200,7 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     }
   } catch (const std::invalid_argument& e) {
     const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
-    POINT_CONV_CHECK(false, op, ": ", e.what(),
+    CONV_CHECK(false, op, ": ", e.what(),
                packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
                          "dilation)" : "");
   }
@@ -262,7 +229,7 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   uint64_t h = mix(0, static_cast<uint64_t>(n_in));
   for (uint64_t key : in.keys) h = mix(h, key);
   plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(h >> 1)};
-  plan::write_header(w, plan::OpFamily::PointConv, kind, 0, identity, stamp);
+  plan::write_header(w, OpKind::PointConv, kind, 0, identity, stamp);
   w[kWordK] = k;
   PlanView v = view_words(w, k, m, n_in, n_out);
   auto mut64 = [](const int64_t* p) { return const_cast<int64_t*>(p); };
@@ -299,26 +266,26 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
 PlanView check_plan(const char* op, const at::Tensor& plan_t) {
   TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
                    ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
-  POINT_CONV_CHECK(plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(), op,
+  CONV_CHECK(plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(), op,
              ": plan must be a contiguous 1-D tensor from conv_plan; got shape ", plan_t.sizes());
   const int64_t* w = ptr<int64_t>(plan_t);
-  POINT_CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
+  CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
              op, ": plan is not a sparsejit plan (bad magic or version)");
   const int64_t family = w[plan::kWordOp];
-  POINT_CONV_CHECK(family == static_cast<int64_t>(plan::OpFamily::PointConv), op, ": plan was built "
-             "for ", family >= 1 && family <= 5
-                 ? plan::op_family_name(static_cast<plan::OpFamily>(family)) : "an unknown op",
+  CONV_CHECK(family == static_cast<int64_t>(OpKind::PointConv), op, ": plan was built "
+             "for ", std::string(plan::plan_op_name(family)) == "unknown"
+                 ? "an unknown op" : plan::plan_op_name(family),
              " (op family word ", family, "), not point_conv");
   const int64_t k = w[kWordK], m = w[plan::kWordNnz], n_in = w[plan::kWordCols],
                 n_out = w[plan::kWordRows];
-  POINT_CONV_CHECK(k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
+  CONV_CHECK(k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
                  n_in <= INT32_MAX && n_out <= INT32_MAX &&
                  plan_t.numel() == plan_words(k, m, n_in, n_out),
              op, ": plan sizes are inconsistent (corrupted plan)");
   PlanView v = view_words(w, k, m, n_in, n_out);
   // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
   // beyond the int32 arrays.
-  POINT_CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
+  CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
              " but the plan holds ", m, " pairs");
   v.identity = w[plan::kWordParam];
   return v;
@@ -345,7 +312,7 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
   const PlanView v = check_plan(op, plan_t);
   for (bool s : {false, true}) {
     const std::string err = point_conv::check_pairs(pairs_of(v, s), /*full=*/false);
-    POINT_CONV_CHECK(err.empty(), op, ": corrupted plan: ", err);
+    CONV_CHECK(err.empty(), op, ": corrupted plan: ", err);
   }
   // The identity group runs as one GEMM without reading its pairs: pairs that are not
   // (r, r) would be silently ignored (O(N), beside check_pairs' O(M)).
@@ -354,7 +321,7 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
     bool ok = true;
     for (int64_t r = 0; r < v.n_in; ++r)
       ok &= (v.in_idx[first + r] == r) & (v.out_idx[first + r] == r);
-    POINT_CONV_CHECK(ok, op, ": corrupted plan: the identity group ", v.identity,
+    CONV_CHECK(ok, op, ": corrupted plan: the identity group ", v.identity,
                " holds pairs other than (r, r)");
   }
   return pairs_of(v, swap);
@@ -366,13 +333,13 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
 void check_packed_dataflow(const char* op, int64_t dataflow, int fields) {
   bool ok = dataflow >= 0 && dataflow < (int64_t{1} << (2 * fields));
   for (int f = 0; f < fields && ok; ++f) ok = ((dataflow >> (2 * f)) & 3) != 3;
-  POINT_CONV_CHECK(ok, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
+  CONV_CHECK(ok, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
              "(output-stationary), plus 2-bit fields for the backward's choices (0, 1 or 2 "
              "each; ", fields, " fields in all); got ", dataflow);
 }
 
 point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
-  POINT_CONV_CHECK(d >= 0 && d <= 2, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
+  CONV_CHECK(d >= 0 && d <= 2, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
              "2 (output-stationary); got ", d);
   return static_cast<point_conv::Dataflow>(d);
 }
@@ -385,17 +352,17 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
                      const point_conv::Pairs& p) {
   check_float(x, "features");
   check_float(w, "weight");
-  POINT_CONV_CHECK(x.dim() == 2, op, ": features must be [N, C_in]; got shape ", x.sizes());
-  POINT_CONV_CHECK(w.dim() == 3, op, ": weight must be [K, C_in, C_out]; got shape ", w.sizes());
+  CONV_CHECK(x.dim() == 2, op, ": features must be [N, C_in]; got shape ", x.sizes());
+  CONV_CHECK(w.dim() == 3, op, ": weight must be [K, C_in, C_out]; got shape ", w.sizes());
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
                    w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
   check_same_device(w, x, "weight", "features");
-  POINT_CONV_CHECK(x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
-  POINT_CONV_CHECK(x.size(0) == p.num_in, op, ": features have ", x.size(0), " rows but the plan's "
+  CONV_CHECK(x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
+  CONV_CHECK(x.size(0) == p.num_in, op, ": features have ", x.size(0), " rows but the plan's "
              "input coordinate set has ", p.num_in, " sites");
-  POINT_CONV_CHECK(w.size(0) == p.num_groups, op, ": weight has ", w.size(0), " kernel offsets but "
+  CONV_CHECK(w.size(0) == p.num_groups, op, ": weight has ", w.size(0), " kernel offsets but "
              "the plan has ", p.num_groups);
-  POINT_CONV_CHECK(w.size(1) == x.size(1), op, ": weight has C_in = ", w.size(1), " but features "
+  CONV_CHECK(w.size(1) == x.size(1), op, ": weight has C_in = ", w.size(1), " but features "
              "have ", x.size(1), " channels");
 }
 
@@ -421,14 +388,14 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   const char* op = "sparse_conv";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
-  POINT_CONV_CHECK(num_out == p.num_out, op, ": num_out = ", num_out, " but the plan has ",
+  CONV_CHECK(num_out == p.num_out, op, ": num_out = ", num_out, " but the plan has ",
              p.num_out, " output sites");
   const auto ct = compute_type(x_in.scalar_type());
   const auto w = w_in.to(ct).contiguous();
   std::optional<at::Tensor> bias;
   if (bias_in.has_value()) {
     check_float(*bias_in, "bias");
-    POINT_CONV_CHECK(bias_in->dim() == 1 && bias_in->size(0) == w.size(2), op, ": bias must be [C_out"
+    CONV_CHECK(bias_in->dim() == 1 && bias_in->size(0) == w.size(2), op, ": bias must be [C_out"
                " = ", w.size(2), "]; got shape ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "features");
     bias = bias_in->to(ct).contiguous();
@@ -468,7 +435,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   check_conv_args(op, x_in, w_in, p);
   check_float(dy_in, "grad_out");
   check_same_device(dy_in, x_in, "grad_out", "features");
-  POINT_CONV_CHECK(dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
+  CONV_CHECK(dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
              op, ": grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ",
              dy_in.sizes());
   const auto ct = compute_type(x_in.scalar_type());
@@ -519,7 +486,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernels: CUDA tensors run on the CPU through the boxed fallback.
+// No CUDA kernels yet: the point-cloud ops run on the CPU through the boxed fallback.
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   m.impl("conv_plan", SPARSEJIT_CUDA_FALLBACK);
   m.impl("sparse_conv", SPARSEJIT_CUDA_FALLBACK);

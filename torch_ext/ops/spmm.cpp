@@ -169,7 +169,7 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   const SpmmShape s =
       check_spmm_call(rowptr, col, values, x, reduce, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
-  const Act act = parse_activation(activation);
+  const cpu::Act act = parse_activation(activation);
   const int64_t row_width = s.heads * s.features;
   at::Tensor bc;
   if (bias.has_value()) {

@@ -1,22 +1,11 @@
-"""spconv 2.x-compatible sparse convolution on the CPU: ``import sparsejit.spconv as spconv``
-replaces ``import spconv.pytorch as spconv`` (same module names, constructor arguments,
-``indice_key`` behaviour and weight layout ``[out, *kernel, in]``, so spconv state dicts load).
-"""
+"""spconv 2.x-compatible modules: ``sparsejit.families.point_conv.spconv`` under the name spconv
+users import (the same package and module objects)."""
 
-from .conv import (SparseConv1d, SparseConv2d, SparseConv3d, SparseConv4d,
-                   SparseConvolution, SparseConvTranspose1d, SparseConvTranspose2d,
-                   SparseConvTranspose3d, SparseInverseConv1d, SparseInverseConv2d,
-                   SparseInverseConv3d, SparseModule, SubMConv1d, SubMConv2d, SubMConv3d,
-                   SubMConv4d)
-from .core import IndiceData, SparseConvTensor
-from .modules import (SparseMaxPool, SparseMaxPool1d, SparseMaxPool2d, SparseMaxPool3d,
-                      SparseSequential, ToDense, is_spconv_module)
+import sys as _sys
 
-__all__ = [
-    "SparseConvTensor", "IndiceData", "SparseModule", "SparseConvolution", "SparseSequential",
-    "ToDense", "SubMConv1d", "SubMConv2d", "SubMConv3d", "SubMConv4d", "SparseConv1d",
-    "SparseConv2d", "SparseConv3d", "SparseConv4d", "SparseConvTranspose1d",
-    "SparseConvTranspose2d", "SparseConvTranspose3d", "SparseInverseConv1d",
-    "SparseInverseConv2d", "SparseInverseConv3d", "SparseMaxPool", "SparseMaxPool1d",
-    "SparseMaxPool2d", "SparseMaxPool3d", "is_spconv_module",
-]
+from sparsejit.families.point_conv import spconv as _moved
+from sparsejit.families.point_conv.spconv import conv, core, modules
+
+for _name, _mod in (("conv", conv), ("core", core), ("modules", modules)):
+    _sys.modules[f"{__name__}.{_name}"] = _mod
+_sys.modules[__name__] = _moved

@@ -24,10 +24,11 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from . import data as sjdata
-from ..ops import sddmm, spmm
-from ..matrix import SparseMatrix
-from .roofline import sddmm_min_bytes, spmm_min_bytes, stream_bandwidth_gbs
+from sparsejit.tools import data as sjdata
+from sparsejit.families.spmm.sddmm import sddmm
+from sparsejit.families.spmm.spmm import spmm
+from sparsejit.families.spmm.matrix import SparseMatrix
+from sparsejit.tools.roofline import sddmm_min_bytes, spmm_min_bytes, stream_bandwidth_gbs
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 

@@ -17,9 +17,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import data as sjdata
-from ..matrix import SparseMatrix
-from ..nn import GCNConv, gcn_norm
+from sparsejit.tools import data as sjdata
+from sparsejit.families.spmm.matrix import SparseMatrix
+from sparsejit.nn import GCNConv, gcn_norm
 
 DEFAULT_GRAPH = "powerlaw:n=50000,avg=10,alpha=2.1,seed=0"
 

@@ -12,12 +12,14 @@ A typed structure's plan (entries grouped by relation, then by target) is built 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Optional, Tuple, Union
 
 import torch
 
-from ._common import FLOAT_DTYPES, without_autograd
+from sparsejit import _core
+from sparsejit.families.rgms import schedules
+from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
+from sparsejit.runtime.caches import LruCache
 
 _REDUCES = ("sum", "mean")
 _STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
@@ -107,8 +109,6 @@ class TypedSparseMatrix:
         then-aggregate; csrc/rgms/rgms_run.h). The backward always aggregates first."""
         t = torch.ops.sparsejit.rgms_explain(*[p.cpu() for p in self.plan], self.shape[0],
                                              self.shape[1], f_in, f_out)
-        from .. import _core
-
         names = {1: "aggregate-then-transform", 2: "transform-then-aggregate"}
         lines = [f"{self!r}, F_in={f_in}, F_out={f_out}, tile="
                  f"{_core.rgms_default_tile(f_in, f_out)} groups per GEMM",
@@ -132,12 +132,11 @@ class TypedSparseMatrix:
 # and edge_type. An entry holds the two tensors, so their ids cannot be reused while it
 # lives; an in-place change bumps the version and misses. Not used under torch.compile (the
 # rgms_plan op is traced into the graph instead).
-_TYPED_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
-_TYPED_CACHE_SIZE = 4
+_TYPED_CACHE = LruCache("rgms.typed_structures", max_entries=4)
 
 
 def clear_typed_cache() -> None:
-    """Drops the remembered typed structures (sj.clear_caches calls it)."""
+    """Drops the remembered typed structures (sj.clear_caches does it through the registry)."""
     _TYPED_CACHE.clear()
 
 
@@ -157,17 +156,10 @@ def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch
         return build()
     hit = _TYPED_CACHE.get(key)
     if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
-        _TYPED_CACHE.move_to_end(key)
         return hit[2]
     A = build()
-    _TYPED_CACHE[key] = (edge_index, edge_type, A)
-    while len(_TYPED_CACHE) > _TYPED_CACHE_SIZE:
-        _TYPED_CACHE.popitem(last=False)
+    _TYPED_CACHE.put(key, (edge_index, edge_type, A))
     return A
-
-
-def clear_typed_cache() -> None:
-    _TYPED_CACHE.clear()
 
 
 def rgms(
@@ -242,9 +234,8 @@ def rgms(
                          f"{A.shape[0]} targets; pass x_root")
     sid, tile, gemm = _STRATEGIES[strategy], 0, 0
     if strategy == "auto" and not torch.compiler.is_compiling():
-        from ..rgms_tuning import schedule_for  # a schedule stored by sj.tune, if any
-
-        sched = schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
+        sched = schedules.schedule_for(  # a schedule stored by sj.tune, if any
+A, X.shape[1], W.shape[2], X.dtype, reduce)
         if sched is not None:
             sid, tile, gemm = sched
     tensors = (X, W, values, root, bias, x_root)

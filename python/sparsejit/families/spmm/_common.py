@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from ..matrix import SparseMatrix
+from sparsejit.families.spmm.matrix import SparseMatrix
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 

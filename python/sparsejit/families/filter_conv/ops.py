@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-# Variants (the plan's kernel word, the ops' `variant` argument; kernels/cpu/fsconv_args.h).
+# Variants (the plan's kernel word, the ops' `variant` argument; kernels/cpu/filter_conv_args.h).
 # "generic" is the planner's tile with the precompiled loop; "jit" and "jit_baked" the same tile
 # with the loop compiled for the layer by the CPU JIT (the layer's constants; baked: every tap
 # an immediate offset), falling back to the precompiled loop, with one warning, when the JIT

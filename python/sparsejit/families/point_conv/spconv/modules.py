@@ -8,9 +8,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..ops.sparse_conv import plan_pairs
-from .conv import SparseModule, _tuple, conv_output_shape
-from .core import IndiceData, SparseConvTensor
+from sparsejit.families.point_conv.ops import plan_pairs
+from sparsejit.families.point_conv.spconv.conv import SparseModule, _tuple, conv_output_shape
+from sparsejit.families.point_conv.spconv.core import IndiceData, SparseConvTensor
 
 
 def is_spconv_module(module: nn.Module) -> bool:
@@ -74,7 +74,7 @@ def _fusable(mods, k, x):
     convolution followed by a ReLU (directly, or through a BatchNorm1d in eval mode, which is
     then folded), else None. Hooks on the fused children would not run, so modules that have
     any are left alone."""
-    from .conv import SparseConvolution
+    from sparsejit.families.point_conv.spconv.conv import SparseConvolution
 
     conv = mods[k]
     if not isinstance(conv, SparseConvolution) or not isinstance(x, SparseConvTensor):

@@ -16,14 +16,11 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from ._common import FLOAT_DTYPES
+from sparsejit.families.point_conv import schedules
+from sparsejit.families.point_conv.plan import KINDS, plan_info, plan_pairs  # noqa: F401  (re-exported)
+from sparsejit.families.spmm._common import FLOAT_DTYPES
 
 DATAFLOWS = {"auto": 0, "gather_gemm_scatter": 1, "output_stationary": 2}
-KINDS = ("subm", "spconv", "coarse", "transposed", "generalized")
-
-# Plan words (torch_ext/ops/sparse_conv.cpp): header, then K.
-_WORD_OP, _WORD_KERNEL, _WORD_PARAM, _WORD_ROWS, _WORD_NNZ, _WORD_COLS = 2, 3, 5, 6, 7, 8
-_WORD_K = 10
 
 
 def _dataflow_id(dataflow: Union[str, int]) -> int:
@@ -59,28 +56,6 @@ def conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: in
         _ints(padding, dims, "padding"), _ints(dilation, dims, "dilation"), out_coords)
 
 
-def plan_info(plan: torch.Tensor) -> dict:
-    """Sizes stored in a conv plan: kernel volume, pairs, input and output sites."""
-    w = plan[:_WORD_K + 1].tolist()
-    return {"kind": KINDS[w[_WORD_KERNEL]], "kernel_volume": w[_WORD_K], "pairs": w[_WORD_NNZ],
-            "num_in": w[_WORD_COLS], "num_out": w[_WORD_ROWS],
-            "identity_offset": w[_WORD_PARAM]}
-
-
-def plan_pairs(plan: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The kernel map of a plan as ``(offset_ptr [K + 1], in_idx [M], out_idx [M])``
-    (int64 copies; for inspection, tests and pooling)."""
-    info = plan_info(plan)
-    k, m = info["kernel_volume"], info["pairs"]
-    at = _WORD_K + 1
-    offset_ptr = plan[at:at + k + 1].clone()
-    at += k + 1
-    words = (m + 1) // 2
-    in_idx = plan[at:at + words].view(torch.int32)[:m].long()
-    out_idx = plan[at + words:at + 2 * words].view(torch.int32)[:m].long()
-    return offset_ptr, in_idx, out_idx
-
-
 def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 plan: torch.Tensor, num_out: int, swap: bool = False,
                 dataflow: Union[str, int] = "auto", relu: bool = False) -> torch.Tensor:
@@ -91,8 +66,9 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     if not isinstance(features, torch.Tensor) or features.dtype not in FLOAT_DTYPES:
         raise TypeError("sparsejit.sparse_conv: features must be a floating tensor")
     d = _dataflow_id(dataflow)
-    if _record is not None and not torch.compiler.is_compiling():
-        _record(features, weight, plan, bool(swap))
+    if schedules.recorders and not torch.compiler.is_compiling():
+        for record in schedules.recorders:
+            record(features, weight, plan, bool(swap))
     if d == 0 and not torch.compiler.is_compiling() and isinstance(weight, torch.Tensor) and \
             weight.dim() == 3:
         # sj.tune's choices: the forward's dataflow in bits 0-1, the backward's feature-
@@ -105,16 +81,10 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
                                            bool(swap), d, bool(relu))
 
 
-# Set by sparsejit.conv_tuning.tune_conv_model while it records a model's conv calls.
-_record = None
-
-
 def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int, int]:
     """(forward dataflow, feature-gradient dataflow, weight-gradient path) that sparsejit.tune
     stored for this call; 0 = the cost model's."""
-    from ..conv_tuning import tuned_choices
-
-    return tuned_choices(plan, int(c_in), int(c_out), dtype, swap)
+    return schedules.tuned_choices(plan, int(c_in), int(c_out), dtype, swap)
 
 
 # ---- fakes --------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ void check_weight_grad(Structure s, int64_t ci, int64_t co, bool scaled, std::mt
 
 }  // namespace
 
-TEST(PointConv, ForwardBothDataflowsFloatAndDouble) {
+TEST(PointConvRun, ForwardBothDataflowsFloatAndDouble) {
   std::mt19937 rng(1);
   for (int64_t co : {16, 32, 7, 64, 128}) {
     const int64_t ci = co == 7 ? 5 : co / 2 + 3;
@@ -246,7 +246,7 @@ void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
   }
 }
 
-TEST(PointConv, OutputStationaryJit) {
+TEST(PointConvRun, OutputStationaryJit) {
   std::mt19937 rng(11);
   for (auto [ci, co] : {std::pair<int64_t, int64_t>{16, 16}, {4, 16}, {24, 40}, {64, 64},
                         {3, 8}, {5, 128}, {100, 24}})
@@ -255,7 +255,7 @@ TEST(PointConv, OutputStationaryJit) {
     check_os_jit<double>(ci, co, rng);
 }
 
-TEST(PointConv, TransposedWeightsScalesAndRepeatedOutRows) {
+TEST(PointConvRun, TransposedWeightsScalesAndRepeatedOutRows) {
   std::mt19937 rng(2);
   auto s = random_structure(rng, 5, 200, 150, 0.5, false, false);  // RGMS-like
   check_forward<float>(s, 12, 16, true, true, false, rng);
@@ -282,7 +282,7 @@ TEST(PointConv, TransposedWeightsScalesAndRepeatedOutRows) {
   EXPECT_EQ(pc::check_pairs(back), "");
 }
 
-TEST(PointConv, EmptyOneElementAndSkewed) {
+TEST(PointConvRun, EmptyOneElementAndSkewed) {
   std::mt19937 rng(3);
   check_forward<float>(random_structure(rng, 27, 0, 0, 0.5, true, false), 4, 16, false, false, true, rng);
   check_forward<float>(random_structure(rng, 27, 5, 7, 0.0, true, false), 4, 16, false, false, true, rng);
@@ -296,7 +296,7 @@ TEST(PointConv, EmptyOneElementAndSkewed) {
   check_forward<double>(s, 3, 5, true, false, false, rng);
 }
 
-TEST(PointConv, WeightGrad) {
+TEST(PointConvRun, WeightGrad) {
   std::mt19937 rng(4);
   check_weight_grad<float>(random_structure(rng, 27, 200, 200, 0.3, true, true), 16, 16, false, rng);
   check_weight_grad<double>(random_structure(rng, 5, 100, 80, 0.5, false, false), 7, 9, true, rng);
@@ -311,7 +311,7 @@ TEST(PointConv, WeightGrad) {
     }
 }
 
-TEST(PointConv, CheckPairsRejectsBadStructures) {
+TEST(PointConvRun, CheckPairsRejectsBadStructures) {
   std::mt19937 rng(5);
   auto s = random_structure(rng, 4, 50, 50, 0.5, true, true);
   auto p = s.pairs();

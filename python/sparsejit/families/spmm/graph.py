@@ -15,17 +15,19 @@ by a hash of the index (and weight) data, so a training loop that passes the sam
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 import torch
 
-from .. import _core
-from ..matrix import SparseMatrix, _Structure
+from sparsejit import _core
+from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
+from sparsejit.families.spmm.plans import fingerprint
+from sparsejit.runtime.caches import LruCache
 
-_CACHE: "OrderedDict[tuple, object]" = OrderedDict()
-_CACHE_ENTRIES = 16
+# Prepared adjacencies (self-loops, normalisation, transposes) keyed by graph content and
+# what was prepared: the layers' per-graph work done once.
+_CACHE = LruCache("spmm.prepared_adjacencies", max_entries=16)
 
 
 @dataclass
@@ -140,8 +142,6 @@ def _from_csr(A: SparseMatrix, weight, size) -> Edges:
         raise ValueError(f"edge weights must be [nnz]; got shape {tuple(weight.shape)}")
     key = None
     if not torch.compiler.is_compiling():
-        from ..plans import fingerprint
-
         key = (fingerprint(A), A.shape, _key(weight))
     return Edges(A.indices.to(torch.long), A.row_indices(), weight, A.shape[1], A.shape[0],
                  A.with_values(None), key)
@@ -171,15 +171,12 @@ def prepared(edges: Edges, what: str, build: Callable[[Edges], object], *params)
     key = (what, params, edges.key)
     hit = _CACHE.get(key)
     if hit is not None:
-        _CACHE.move_to_end(key)
         return hit
     out = build(edges)
     for item in (out if isinstance(out, tuple) else (out,)):
         if isinstance(item, SparseMatrix):
             item.transpose_arrays()
-    _CACHE[key] = out
-    while len(_CACHE) > _CACHE_ENTRIES:
-        _CACHE.popitem(last=False)
+    _CACHE.put(key, out)
     return out
 
 

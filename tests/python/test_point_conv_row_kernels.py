@@ -69,7 +69,7 @@ def test_conv_gather_gemm_scatter_row_kernels(c_in, c_out, kind, threads, poison
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
     """The output-stationary dataflow loads rows JIT-compiled for (c_in, c_out) (kernels/cpu/
-    conv_os_kernel.h), forward and feature gradient; bit-identical to the ahead-of-time rows
+    point_conv_kernel.h), forward and feature gradient; bit-identical to the ahead-of-time rows
     where those exist (c_out 16, 32, 64, 128), and equal to a per-pair reference."""
     from conftest import generic_only
 
@@ -98,7 +98,7 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
         scalar = _core.enums()["scalar"]["f32" if dtype == torch.float32 else "f64"]
         for ci, co in ((c_in, c_out), (c_out, c_in)):  # forward, then feature gradient
             if co % lanes == 0 and info["pairs"] * ci * co >= 1 << 20:
-                got = _core.jit_conv_os(scalar, ci, co)
+                got = _core.jit_point_conv(scalar, ci, co)
                 assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
         aot = generic_only(lambda: run(relu))
         for name, a, b_, co in (("y", jitted[0], aot[0], c_out), ("dX", jitted[1], aot[1], c_in)):
@@ -149,7 +149,7 @@ def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
     bf16 = _core.enums()["scalar"]["bf16"]
     for ci, co in ((c_in, c_out), (c_out, c_in)):
         if co % 8 == 0 and info["pairs"] * ci * co >= 1 << 20:
-            got = _core.jit_conv_os(bf16, ci, co)
+            got = _core.jit_point_conv(bf16, ci, co)
             assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
     for name, a, b_ in zip(("y", "dX", "dW"), native, wide):
         assert a.dtype == torch.bfloat16, name

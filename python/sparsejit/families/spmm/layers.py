@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import spmm
-from . import graph as G
+from sparsejit.families.spmm.spmm import spmm
+from sparsejit.families.spmm import graph as G
+from sparsejit.families.spmm.matrix import SparseMatrix
 
 
 def linear(in_channels: int, out_channels: int, bias: bool = True,
@@ -368,3 +369,17 @@ class GINEConv(GINConv):
         if x_dst is not None:
             out = out + (1 + self.eps) * x_dst
         return self.nn(out)
+
+
+def gcn_norm(A: SparseMatrix, add_self_loops: bool = True, dtype=torch.float32,
+             improved: bool = False) -> SparseMatrix:
+    """A (rows = targets) with GCN's symmetric normalisation ``D^-1/2 (A + I) D^-1/2`` as
+    values, as PyG's ``gcn_norm`` computes it (existing self-loops keep their weight; A's
+    values are the edge weights, 1 when absent). For ``GCNConv(normalize=False)``."""
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"gcn_norm needs a square matrix; got shape {A.shape}")
+    if A.values is not None and A.values.dim() != 1:
+        raise ValueError("gcn_norm needs single-head values ([nnz])")
+    edges = G.edges_of(A)
+    return gcn_matrix(edges, improved, add_self_loops, A.values.dtype if A.values is not None
+                      else dtype)

@@ -13,8 +13,8 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from ..ops.sparse_conv import sparse_conv
-from .core import IndiceData, SparseConvTensor
+from sparsejit.families.point_conv.ops import sparse_conv
+from sparsejit.families.point_conv.spconv.core import IndiceData, SparseConvTensor
 
 
 def _tuple(v, ndim: int, name: str) -> List[int]:

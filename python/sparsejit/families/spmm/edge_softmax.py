@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from .._library import ops
-from ..matrix import SparseMatrix, as_matrix
-from ._common import call_op, check_same_device
+from sparsejit._library import ops
+from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
+from sparsejit.families.spmm._common import call_op, check_same_device
 
 
 def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:

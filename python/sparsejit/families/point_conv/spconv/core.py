@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..ops.sparse_conv import conv_plan
+from sparsejit.families.point_conv.ops import conv_plan
 
 
 @dataclass

@@ -12,10 +12,12 @@ from typing import Optional
 
 import torch
 
-from .. import _core, plans
-from .._library import ops
-from ..matrix import SparseMatrix, as_matrix
-from ._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
+from sparsejit import _core
+from sparsejit.families.spmm import plans
+from sparsejit.runtime import tuners
+from sparsejit._library import ops
+from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
+from sparsejit.families.spmm._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
                       call_op)
 
 REDUCES = ("sum", "mean", "max", "min")
@@ -84,10 +86,8 @@ def spmm(
     act_param = negative_slope if act == "leaky_relu" else alpha
     if tune and not torch.compiler.is_compiling() and not plans.is_tuned(A, width, X.dtype,
                                                                         reduce):
-        from ..tuning import tune as _tune
-
         heads = X.shape[1] if X.dim() == 3 else 1
-        _tune(A, "spmm", X.shape[-1], reduce, X.dtype, heads)
+        tuners.tune(A, "spmm", X.shape[-1], reduce, X.dtype, heads)  # the spmm family's tuner
     plan = plans.spmm_plan_for(A, width, X.dtype, reduce)
     # Positional call of the overload (no keyword or overload resolution on the hot path).
     args = (A.indptr, A.indices, values, X, reduce, A.shape[1], *t, plan, bias, act,

@@ -21,9 +21,9 @@ from typing import Optional
 
 import torch
 
-from .._library import ops
-from ..matrix import SparseMatrix, as_matrix
-from ._common import call_op, check_same_device, needs_grad, transpose
+from sparsejit._library import ops
+from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
+from sparsejit.families.spmm._common import call_op, check_same_device, needs_grad, transpose
 
 _DOT, _ADDITIVE, _GATV2 = 0, 1, 2
 

@@ -18,10 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import edge_softmax, spmm
-from ..ops.attention import gat_attention, gatv2_attention, sparse_attention
-from . import graph as G
-from .conv import _no_kwargs, glorot_, linear, pair, sizes
+from sparsejit.families.spmm.edge_softmax import edge_softmax
+from sparsejit.families.spmm.spmm import spmm
+from sparsejit.families.attention.ops import gat_attention, gatv2_attention, sparse_attention
+from sparsejit.families.spmm import graph as G
+from sparsejit.families.spmm.layers import _no_kwargs, glorot_, linear, pair, sizes
 
 
 def _loop_structure(edges: G.Edges):

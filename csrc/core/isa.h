@@ -1,0 +1,23 @@
+// One run-time ISA dispatch for the ahead-of-time kernels (ATen's DispatchStub idea, for the
+// one split sparsejit needs): a source that holds a kernel is compiled twice, for the
+// library's baseline ISA and for AVX2 + FMA (CMake's sparsejit_isa_copy() sets the flags on
+// the second copy), each copy inside its own namespace named by SPARSEJIT_ISA_NS (defined by
+// the including file, so the copies never meet at link time), and the caller picks a copy
+// with cpu_has_avx2_fma(). The JIT needs none of this: it compiles for the machine it runs on.
+// Used by the built-in GEMM (csrc/dense/gemm_packed.h) and the filter-sparse convolution's
+// tile loops (kernels/cpu/filter_conv_tiles.h).
+#pragma once
+
+namespace sparsejit {
+
+// True when the CPU runs AVX2 and FMA (read once).
+inline bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace sparsejit

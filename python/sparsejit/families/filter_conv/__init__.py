@@ -1,0 +1,6 @@
+"""The filter_conv family: pruned Conv2d inference (``SparseConv2d``, ``SparseLinear``,
+``sparsify`` with BatchNorm folding)."""
+
+from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear, sparsify
+
+__all__ = ["SparseConv2d", "SparseLinear", "sparsify"]

@@ -1,0 +1,153 @@
+"""BatchNorm folding for ``sparsify(model, x, fold_bn=True)``: a ``BatchNorm2d`` that directly
+follows a ``Conv2d`` is folded into the convolution's weight and bias (running statistics, so
+eval mode only), and a ReLU that directly follows is fused into the layer (``ConvReLU``, run by
+the sparse kernel's epilogue when the layer is converted).
+
+Two ways to find the pairs:
+- ``torch.fx.symbolic_trace`` when the model traces: any conv -> bn (-> relu) chain whose
+  intermediate results have no other use, the conv and bn modules called once. The result is
+  a ``torch.fx.GraphModule``; the original model is left unchanged (its leaf modules are shared,
+  but none is modified).
+- otherwise, adjacent children of every ``nn.Sequential``: ``Conv2d, BatchNorm2d[, ReLU]``,
+  rewritten in place (the BatchNorm and ReLU slots become ``nn.Identity``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def fold_bn(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm2d):
+    """Weight and bias of a conv followed by bn (running statistics, as in eval mode)."""
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError("sparsejit.SparseConv2d.from_dense: bn must track running statistics")
+    if bn.num_features != weight.shape[0]:
+        raise ValueError(f"sparsejit.SparseConv2d.from_dense: bn has {bn.num_features} "
+                         f"features but the convolution has {weight.shape[0]} output channels")
+    inv = torch.rsqrt(bn.running_var.double() + bn.eps)
+    gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(inv)
+    beta = bn.bias.double() if bn.bias is not None else torch.zeros_like(inv)
+    scale = gamma * inv
+    b = bias.double() if bias is not None else torch.zeros_like(inv)
+    new_w = (weight.double() * scale.view(-1, 1, 1, 1)).to(weight.dtype)
+    new_b = ((b - bn.running_mean.double()) * scale + beta).to(weight.dtype)
+    return new_w, new_b
+
+
+class ConvReLU(nn.Module):
+    """A dense Conv2d followed by ReLU: the unit sparsify measures (and converts to
+    ``SparseConv2d(..., relu=True)``) where fold_bn fused a ReLU."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
+    """A new Conv2d computing bn(conv(x)) in eval mode (conv and bn are not modified)."""
+    w, b = fold_bn(conv.weight.detach(), None if conv.bias is None else conv.bias.detach(), bn)
+    out = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
+                    conv.padding, conv.dilation, conv.groups, bias=True,
+                    padding_mode=conv.padding_mode, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        out.weight.copy_(w)
+        out.bias.copy_(b)
+    return out.train(conv.training)
+
+
+_RELU_FUNCTIONS = (torch.relu, torch.relu_, F.relu, F.relu_)
+
+
+def _is_relu(node: torch.fx.Node, modules: dict, src: torch.fx.Node) -> bool:
+    """`node` applies a plain ReLU to `src` and nothing else."""
+    if node.op == "call_module":
+        return type(modules.get(node.target)) is nn.ReLU and node.args == (src,)
+    if node.op == "call_function" and node.target in _RELU_FUNCTIONS:
+        return node.args[:1] == (src,) and len(node.args) <= 2 and \
+            set(node.kwargs) <= {"inplace"}
+    if node.op == "call_method" and node.target in ("relu", "relu_"):
+        return node.args == (src,) and not node.kwargs
+    return False
+
+
+def _set_module(root: nn.Module, name: str, new: nn.Module) -> None:
+    *path, leaf = name.split(".")
+    parent = root
+    for p in path:
+        parent = getattr(parent, p)
+    setattr(parent, leaf, new)
+
+
+def _fold_graph(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, int, int]:
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    folded = fused = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or type(modules.get(node.target)) is not nn.Conv2d:
+            continue
+        if calls[node.target] != 1 or len(node.users) != 1:
+            continue
+        bn_node = next(iter(node.users))
+        if bn_node.op != "call_module" or type(modules.get(bn_node.target)) is not \
+                nn.BatchNorm2d or calls[bn_node.target] != 1 or bn_node.args != (node,):
+            continue
+        unit: nn.Module = fold_conv_bn(modules[node.target], modules[bn_node.target])
+        bn_node.replace_all_uses_with(node)
+        gm.graph.erase_node(bn_node)
+        folded += 1
+        if len(node.users) == 1 and _is_relu(next(iter(node.users)), modules, node):
+            relu_node = next(iter(node.users))
+            relu_node.replace_all_uses_with(node)
+            gm.graph.erase_node(relu_node)
+            unit = ConvReLU(unit)
+            fused += 1
+        _set_module(gm, node.target, unit)
+    gm.graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    return gm, folded, fused
+
+
+def _fold_sequential(model: nn.Module) -> Tuple[nn.Module, int, int]:
+    folded = fused = 0
+    for seq in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        names = list(seq._modules.keys())
+        for i in range(len(names) - 1):
+            conv, bn = seq._modules[names[i]], seq._modules[names[i + 1]]
+            if type(conv) is not nn.Conv2d or type(bn) is not nn.BatchNorm2d:
+                continue
+            unit: nn.Module = fold_conv_bn(conv, bn)
+            seq._modules[names[i + 1]] = nn.Identity()
+            folded += 1
+            if i + 2 < len(names) and type(seq._modules[names[i + 2]]) is nn.ReLU:
+                seq._modules[names[i + 2]] = nn.Identity()
+                unit = ConvReLU(unit)
+                fused += 1
+            seq._modules[names[i]] = unit
+    return model, folded, fused
+
+
+def fold_batchnorm(model: nn.Module) -> Tuple[nn.Module, int, int]:
+    """(model with BatchNorms folded and ReLUs fused, BatchNorms folded, ReLUs fused).
+    Raises ValueError if a BatchNorm2d is in training mode (its batch statistics cannot be
+    folded)."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training:
+            raise ValueError(f"sparsejit.sparsify: fold_bn needs the model in eval mode; "
+                             f"BatchNorm {name!r} is in training mode (call model.eval())")
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001  (any tracing failure: data-dependent control flow, ...)
+        return _fold_sequential(model)
+    return _fold_graph(gm)
+
+
+__all__ = ["ConvReLU", "fold_conv_bn", "fold_batchnorm"]

@@ -1,0 +1,67 @@
+"""Stored RGMS schedules: what ``sj.tune`` measured for a typed structure (strategy, tile,
+kernel), read by ``sj.rgms`` / ``RGCNConv`` when their strategy is "auto". Below the ops:
+imports no op and no tuner. Keyed by the typed structure's fingerprint, widths, dtype, reduce,
+CPU model and thread count."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from sparsejit.runtime import caches
+from sparsejit.runtime.cpu import cpu_model
+from sparsejit.runtime.store import JsonStore, fingerprint
+
+STORE = JsonStore("rgms-", what="the RGMS schedule")
+_MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}
+
+
+def typed_fingerprint(A) -> str:
+    """Fingerprint of a typed structure (relation groups, targets, sources) and its shape."""
+    fp = getattr(A, "_fingerprint", None)
+    if fp is None:
+        rel_ptr, grp_ptr, grp_dst, src, _ = (t.cpu() for t in A.plan)
+        key = torch.cat([rel_ptr, grp_ptr, grp_dst, torch.tensor([A.shape[0], A.shape[1]])])
+        fp = fingerprint(key, src, A.shape[1])
+        A._fingerprint = fp
+    return fp
+
+
+def schedule_key(f_in: int, f_out: int, dtype: torch.dtype, reduce: str) -> str:
+    dt = str(dtype).replace("torch.", "")
+    return f"rgms|fi{f_in}|fo{f_out}|{dt}|{reduce}|{cpu_model()}|t{torch.get_num_threads()}"
+
+
+def schedule_for(A, f_in: int, f_out: int, dtype: torch.dtype,
+                 reduce: str) -> Optional[Tuple[int, int, int]]:
+    """(strategy id, tile, gemm) stored by tune for this call, or None (the cost model's)."""
+    if torch.compiler.is_compiling():
+        return None
+    fp = getattr(A, "_fingerprint", None)
+    if fp is None:  # only structures someone tuned carry a store; skip the O(E) hash
+        if not getattr(A, "_maybe_tuned", False) and not STORE.any():
+            return None
+        fp = typed_fingerprint(A)
+    key = schedule_key(f_in, f_out, dtype, reduce)
+    hit = _MEMORY.get((fp, key))
+    if hit is None:
+        entry = STORE.get(fp, key)
+        if not isinstance(entry, dict) or "strategy" not in entry or "tile" not in entry:
+            return None
+        gemm = int(entry.get("gemm", 0))  # stores from before the kernel choice: tiles
+        hit = (int(entry["strategy"]), int(entry["tile"]), gemm if gemm in (0, 3) else 0)
+        _MEMORY[(fp, key)] = hit
+    return hit
+
+
+def remember(fp: str, key: str, schedule: Tuple[int, int, int]) -> None:
+    _MEMORY[(fp, key)] = schedule
+
+
+def clear_schedule_cache() -> None:
+    _MEMORY.clear()
+    STORE.forget()
+
+
+caches.register_cache("rgms.schedules", clear_schedule_cache)

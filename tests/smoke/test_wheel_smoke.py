@@ -1,0 +1,105 @@
+"""Smoke suite of an installed wheel: run from outside the source tree, in a venv that holds
+only the wheel and its dependencies (`make test-wheel`). Every op family, the JIT, a PyG-style
+layer, an spconv module, and the C++ package found by CMake."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+import sparsejit as sj
+from sparsejit import _core, spconv
+
+REPO = Path(os.environ.get("SPARSEJIT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+
+
+def test_imported_from_the_installed_wheel():
+    pkg = Path(sj.__file__).resolve().parent
+    site = Path(sysconfig.get_paths()["platlib"]).resolve()
+    assert pkg.parent == site, f"sparsejit imported from {pkg}, not from {site}"
+    assert not any(p.name.endswith("sparsejit-dev.pth") for p in site.iterdir())
+    for lib in ("libsparsejit_ops.so", "libsparsejit_core.so"):
+        assert (pkg / lib).exists(), lib
+
+
+def _graph(n=3000, avg=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n, (n * avg,), generator=g)
+    dst = torch.randint(0, n, (n * avg,), generator=g)
+    return torch.stack([src, dst]), g
+
+
+def test_spmm_family_and_the_jit(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
+    _core.jit_refresh_env()
+    ei, g = _graph()
+    x = torch.randn(3000, 64, generator=g)
+    A = sj.SparseMatrix.from_edge_index(ei, 3000)
+    ref = torch.zeros(3000, 64).index_add_(0, ei[1], x[ei[0]])
+    torch.testing.assert_close(sj.spmm(A, x), ref)
+    s = sj.sddmm(A, x, x)
+    assert s.shape == (A.nnz,)
+    p = sj.edge_softmax(A, s)
+    assert torch.isfinite(p).all()
+    info = _core.jit_spmm(0, 1, "sum", 0, 1, 64, 0, 0)
+    assert info["ok"] and _core.jit_enabled(), info["error"]
+    assert any(tmp_path.rglob("*.so")), "the JIT wrote no shared object into its cache"
+
+
+def test_attention_and_a_pyg_layer():
+    ei, g = _graph(seed=1)
+    x = torch.randn(3000, 16, generator=g, requires_grad=True)
+    conv = sj.nn.GATConv(16, 8, heads=2)
+    out = conv(x, ei)
+    assert out.shape == (3000, 16)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    gcn = sj.nn.GCNConv(16, 4)
+    assert gcn(x, ei).shape == (3000, 4)
+
+
+def test_rgms():
+    ei, g = _graph(seed=2)
+    et = torch.randint(0, 3, (ei.shape[1],), generator=g)
+    conv = sj.nn.RGCNConv(8, 4, 3)
+    x = torch.randn(3000, 8, generator=g)
+    assert conv(x, ei, et).shape == (3000, 4)
+
+
+def test_point_conv_spconv_module():
+    g = torch.Generator().manual_seed(3)
+    xyz = torch.unique(torch.randint(0, 32, (4000, 3), generator=g, dtype=torch.int32), dim=0)
+    coords = torch.cat([torch.zeros(len(xyz), 1, dtype=torch.int32), xyz], 1)
+    feats = torch.randn(len(xyz), 4, generator=g)
+    x = spconv.SparseConvTensor(feats, coords, [32, 32, 32], 1)
+    y = spconv.SubMConv3d(4, 8, 3, indice_key="a")(x)
+    assert y.features.shape == (len(xyz), 8)
+
+
+def test_filter_conv():
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.mul_((torch.rand_like(conv.weight) > 0.7).float())
+    x = torch.randn(1, 8, 12, 12)
+    torch.testing.assert_close(sj.nn.SparseConv2d.from_dense(conv)(x), conv(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+def test_cpp_package_found_by_cmake(tmp_path):
+    prefix = f"{sj.cmake_prefix_path};{torch.utils.cmake_prefix_path}"
+    assert Path(sj.cmake_prefix_path, "sparsejit", "sparsejitConfig.cmake").exists()
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(REPO / "examples" / "cpp"), "-B", str(build),
+                    f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, capture_output=True, text=True)
+    r = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = subprocess.run([str(build / "spmm_example")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
