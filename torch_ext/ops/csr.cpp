@@ -13,9 +13,9 @@
 #include "torch_ext/cuda_fallback.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
-  m.def("validate_csr(Tensor rowptr, Tensor col, int num_cols) -> ()");
-  m.def("csr_transpose(Tensor rowptr, Tensor col, int num_cols) -> (Tensor, Tensor, Tensor)");
-  m.def("csr_from_edge_index(Tensor edge_index, int num_nodes) -> (Tensor, Tensor, Tensor)");
+  m.def("validate_csr(Tensor rowptr, Tensor col, SymInt num_cols) -> ()");
+  m.def("csr_transpose(Tensor rowptr, Tensor col, SymInt num_cols) -> (Tensor, Tensor, Tensor)");
+  m.def("csr_from_edge_index(Tensor edge_index, SymInt num_nodes) -> (Tensor, Tensor, Tensor)");
 }
 
 namespace sparsejit {

@@ -27,10 +27,10 @@
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
-  m.def("rgms_plan(Tensor edge_index, Tensor edge_type, int num_src, int num_dst, "
+  m.def("rgms_plan(Tensor edge_index, Tensor edge_type, SymInt num_src, SymInt num_dst, "
         "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
-        "Tensor x, Tensor w, Tensor? values, str reduce, int num_rows, int gemm=0, "
+        "Tensor x, Tensor w, Tensor? values, str reduce, SymInt num_rows, int gemm=0, "
         "int tile=0, int strategy=0, Tensor? root=None, Tensor? bias=None, "
         "Tensor? x_root=None) -> Tensor");
   m.def("rgms_explain(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "

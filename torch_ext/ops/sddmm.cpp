@@ -15,7 +15,7 @@
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def(
-      "sddmm(Tensor rowptr, Tensor col, Tensor q, Tensor k, int num_cols=-1, "
+      "sddmm(Tensor rowptr, Tensor col, Tensor q, Tensor k, SymInt num_cols=-1, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None) -> Tensor");
 }
 

@@ -21,7 +21,7 @@
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def(
-      "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, int num_cols=-1, "
+      "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, SymInt num_cols=-1, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? plan=None, "
       "Tensor? bias=None, str activation=\"none\", float act_param=0.01, float scale=1.0, "
       "bool need_arg=True) -> (Tensor, Tensor)");

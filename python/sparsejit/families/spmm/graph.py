@@ -129,8 +129,14 @@ def _edge_list(src, dst, weight, size, stacked=None) -> Edges:
     _check_weight(weight, src.shape[0])
     stacked = torch.stack([src, dst]) if stacked is None else stacked
     k = _key(stacked, weight)
-    return Edges(src, dst, weight, int(size[0]), int(size[1]), None,
+    return Edges(src, dst, weight, _size(size[0]), _size(size[1]), None,
                  None if k is None else (k, tuple(size)))
+
+
+def _size(n):
+    """A node count as given: a Python int, or a SymInt under torch.export / torch.compile
+    with dynamic shapes (int() would specialize it to the example's size)."""
+    return n if isinstance(n, torch.SymInt) else int(n)
 
 
 def _from_csr(A: SparseMatrix, weight, size) -> Edges:
@@ -156,7 +162,7 @@ def _check_weight(weight, n):
 def csr_of(src, dst, num_src, num_dst):
     """CSR (rows = targets) of an edge list, via the traceable csr_from_edge_index op.
     Returns (A, perm: CSR position -> edge, row and col of every CSR entry)."""
-    n = max(num_src, num_dst)
+    n = torch.sym_max(num_src, num_dst)
     indptr, indices, perm = torch.ops.sparsejit.csr_from_edge_index(torch.stack([src, dst]), n)
     A = SparseMatrix(_Structure(indptr[: num_dst + 1], indices, (num_dst, num_src)))
     return A, perm, dst[perm], indices.to(torch.long)
