@@ -2,6 +2,9 @@
 // call the registered ops through the dispatcher.
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "sparsejit/sparsejit.h"
 
 namespace sparsejit {
@@ -84,6 +87,73 @@ at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores) {
   static auto h =
       op("sparsejit::edge_softmax").typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return h.call(a.rowptr, scores);
+}
+
+// ---- fused sparse attention ---------------------------------------------------------------
+
+namespace {
+
+// [N, D] -> [N, 1, D]; anything else is passed on for the op to check (it names the argument).
+at::Tensor heads3(const at::Tensor& t) { return t.dim() == 2 ? t.unsqueeze(1) : t; }
+
+std::optional<at::Tensor> edge_term(const CsrMatrix& a, const std::optional<at::Tensor>& t,
+                                    int64_t heads, const char* name) {
+  if (!t.has_value()) return std::nullopt;
+  TORCH_CHECK_VALUE((t->dim() == 1 || (t->dim() == 2 && t->size(1) == heads)) &&
+                        t->size(0) == a.nnz(),
+                    "sparsejit.sparse_attention: ", name, " must be [nnz] or [nnz, H] = [",
+                    a.nnz(), ", ", heads, "]; got shape ", t->sizes());
+  return (t->dim() == 1 ? t->unsqueeze(1).expand({a.nnz(), heads}) : *t).contiguous();
+}
+
+at::Tensor run_attention(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const std::optional<at::Tensor>& bias, int64_t mode,
+                         double scale, double slope, const std::optional<at::Tensor>& att) {
+  TORCH_CHECK_VALUE(k.dim() >= 1 && k.size(0) == a.cols, "sparsejit.sparse_attention: the keys "
+                    "have ", k.dim() >= 1 ? k.size(0) : 0, " rows but the sparse matrix has ",
+                    a.cols, " columns");
+  using Opt = const std::optional<at::Tensor>&;
+  static auto h = op("sparsejit::sparse_attention")
+                      .typed<std::tuple<at::Tensor, at::Tensor>(
+                          const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                          const at::Tensor&, const at::Tensor&, Opt, int64_t, double, double,
+                          double, int64_t, Opt, Opt, Opt, Opt)>();
+  // No dropout (inference); the transposed pattern is only needed by the backward.
+  return std::get<0>(h.call(a.rowptr, a.col, q, k, v, bias, mode, scale, slope, 0.0, 0,
+                            std::nullopt, std::nullopt, std::nullopt, att));
+}
+
+}  // namespace
+
+at::Tensor sparse_attention(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, double scale,
+                            const std::optional<at::Tensor>& values) {
+  const bool one_head = q.dim() == 2;
+  at::Tensor q3 = heads3(q), k3 = heads3(k), v3 = heads3(v);
+  if (scale < 0) scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(q3.size(-1), 1)));
+  at::Tensor out = run_attention(a, q3, k3, v3, edge_term(a, values, q3.size(1), "values"),
+                                 /*mode=*/0, scale, 0.0, std::nullopt);
+  return one_head ? out.squeeze(1) : out;
+}
+
+at::Tensor gat_attention(const CsrMatrix& a, const at::Tensor& a_dst, const at::Tensor& a_src,
+                         const at::Tensor& v, double negative_slope,
+                         const std::optional<at::Tensor>& edge_logits) {
+  TORCH_CHECK_VALUE(a_dst.dim() == 2 && a_src.dim() == 2, "sparsejit.gat_attention: a_dst and "
+                    "a_src must be [N, H]; got ", a_dst.sizes(), " and ", a_src.sizes());
+  return run_attention(a, a_dst.unsqueeze(-1), a_src.unsqueeze(-1), heads3(v),
+                       edge_term(a, edge_logits, a_dst.size(1), "edge_logits"), /*mode=*/1, 1.0,
+                       negative_slope, std::nullopt);
+}
+
+at::Tensor gatv2_attention(const CsrMatrix& a, const at::Tensor& x_dst, const at::Tensor& x_src,
+                           const at::Tensor& att, const std::optional<at::Tensor>& v,
+                           double negative_slope, const std::optional<at::Tensor>& edge_logits) {
+  at::Tensor q = heads3(x_dst), k = heads3(x_src);
+  at::Tensor w = att.dim() == 3 ? att.reshape({att.size(-2), att.size(-1)}) : att;
+  return run_attention(a, q, k, v.has_value() ? heads3(*v) : k,
+                       edge_term(a, edge_logits, q.size(1), "edge_logits"), /*mode=*/2, 1.0,
+                       negative_slope, w);
 }
 
 // ---- RGMS ------------------------------------------------------------------------------

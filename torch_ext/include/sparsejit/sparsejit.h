@@ -40,6 +40,30 @@ at::Tensor spmm(const CsrMatrix& a, const at::Tensor& x, const std::string& redu
 at::Tensor sddmm(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k);
 at::Tensor edge_softmax(const CsrMatrix& a, const at::Tensor& scores);
 
+// ---- fused sparse attention -------------------------------------------------------------------
+
+// Dot-product attention on A's pattern (rows = targets i, columns = sources j):
+// out[i, h] = sum_j P[ij, h] V[j, h], P = softmax_j(scale <Q[i, h], K[j, h]> + values[ij, h])
+// over row i's entries, without forming the [nnz, H] scores. Q [rows, H, D], K [cols, H, D],
+// V [cols, H, Dv] ([N, D] means one head, and the result is then [rows, Dv]); scale < 0 means
+// 1 / sqrt(D); values [nnz] or [nnz, H] (CSR order) is an additive score term (A.values is
+// not used unless passed here). Rows with no entries give 0. Returns [rows, H, Dv].
+at::Tensor sparse_attention(const CsrMatrix& a, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, double scale = -1.0,
+                            const std::optional<at::Tensor>& values = std::nullopt);
+// GAT's additive attention: P = softmax_j(LeakyReLU(a_dst[i, h] + a_src[j, h] +
+// edge_logits[ij, h])); a_dst [rows, H], a_src [cols, H], V [cols, H, C].
+at::Tensor gat_attention(const CsrMatrix& a, const at::Tensor& a_dst, const at::Tensor& a_src,
+                         const at::Tensor& v, double negative_slope = 0.2,
+                         const std::optional<at::Tensor>& edge_logits = std::nullopt);
+// GATv2's attention: P = softmax_j(att[h] . LeakyReLU(x_dst[i, h] + x_src[j, h]) +
+// edge_logits[ij, h]); x_dst [rows, H, C], x_src [cols, H, C], att [H, C]; V defaults to x_src.
+at::Tensor gatv2_attention(const CsrMatrix& a, const at::Tensor& x_dst, const at::Tensor& x_src,
+                           const at::Tensor& att,
+                           const std::optional<at::Tensor>& v = std::nullopt,
+                           double negative_slope = 0.2,
+                           const std::optional<at::Tensor>& edge_logits = std::nullopt);
+
 // ---- RGMS (relational gather-matmul-scatter, R-GCN) ---------------------------------------
 
 // A typed structure: every edge carries a relation id in [0, num_relations); grouped by
