@@ -28,6 +28,25 @@ def _point_at_nvrtc() -> None:
         os.environ["SPARSEJIT_NVRTC_DIRS"] = os.pathsep.join(found)
 
 
+def _release(version: str) -> tuple:
+    """(major, minor) of a torch version string such as '2.13.0+cpu'."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (version,)
+
+
+def _abi_mismatch(built: str, detail: str = "") -> ImportError:
+    return ImportError(
+        f"sparsejit: the op library was built against torch {built}, but torch "
+        f"{torch.__version__} is installed. The op library uses torch's C++ ABI, which changes "
+        f"between torch releases, so it only loads under torch {'.'.join(map(str, _release(built)))}.x. "
+        f"Install that torch (pip install 'torch=={'.'.join(map(str, _release(built)))}.*'), or "
+        "rebuild sparsejit against this one (pip install --no-build-isolation . from the "
+        "source tree, or `make build`)." + (f" Loader error: {detail}" if detail else ""))
+
+
 def _load_library() -> None:
     candidates = [_HERE / "libsparsejit_ops.so"]
     env = os.environ.get("SPARSEJIT_OPS_LIBRARY")
@@ -35,7 +54,16 @@ def _load_library() -> None:
         candidates.insert(0, Path(env))
     for path in candidates:
         if path.exists():
-            torch.ops.load_library(str(path))
+            stamp = path.with_suffix(".torch_version")
+            built = stamp.read_text().strip() if stamp.exists() else None
+            if built and _release(built) != _release(torch.__version__):
+                raise _abi_mismatch(built)
+            try:
+                torch.ops.load_library(str(path))
+            except OSError as e:
+                if built and "undefined symbol" in str(e):
+                    raise _abi_mismatch(built, str(e)) from e
+                raise
             return
     raise ImportError(
         "sparsejit: the op library libsparsejit_ops.so was not found next to "

@@ -27,6 +27,9 @@ def test_imported_from_the_installed_wheel():
     assert not any(p.name.endswith("sparsejit-dev.pth") for p in site.iterdir())
     for lib in ("libsparsejit_ops.so", "libsparsejit_core.so"):
         assert (pkg / lib).exists(), lib
+    # The torch release the op library was built against, read by `import sparsejit`.
+    stamp = (pkg / "libsparsejit_ops.torch_version").read_text().strip()
+    assert stamp.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2], stamp
 
 
 def _graph(n=3000, avg=8, seed=0):

@@ -1,0 +1,44 @@
+"""The op library is bound to the C++ ABI of the torch release it was built against (until it
+moves to torch's stable ABI). Under another release `import sparsejit` must fail with an
+ImportError that names both versions and the fix, not with a bare `undefined symbol`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import sparsejit
+
+
+def _stamp() -> Path:
+    return Path(sparsejit.__file__).resolve().parent / "libsparsejit_ops.torch_version"
+
+
+def test_stamp_records_the_torch_of_the_build():
+    built = _stamp().read_text().strip()
+    assert built.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2], built
+
+
+def _import_under(version: str) -> subprocess.CompletedProcess:
+    code = ("import torch\n"
+            f"torch.__version__ = {version!r}\n"
+            "import sparsejit\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_other_torch_release_is_refused_with_a_clear_error():
+    built = _stamp().read_text().strip()
+    r = _import_under("2.99.1+cu130")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr
+    assert f"built against torch {built}" in r.stderr, r.stderr[-2000:]
+    assert "2.99.1+cu130 is installed" in r.stderr
+    assert "--no-build-isolation" in r.stderr
+
+
+def test_same_release_other_patch_or_local_tag_loads():
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    r = _import_under(f"{major}.{minor}.7+cu130")
+    assert r.returncode == 0, r.stderr[-2000:]
