@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/cpu_jit.h"
+#include "csrc/core/huge_pages.h"
 #include "kernels/common/types.h"
 #include "csrc/spmm/spmm_run.h"
 #include "torch_ext/validated.h"
@@ -38,6 +39,17 @@ inline IndexKind index_kind(const at::Tensor& rowptr) {
       TORCH_CHECK_TYPE(false, "sparsejit: indptr must be int32 or int64; got ",
                        rowptr.scalar_type());
   }
+}
+
+// An uninitialized output tensor. On the CPU a large one is advised onto transparent huge
+// pages before it is first written (csrc/core/huge_pages.h: SPARSEJIT_HUGE_PAGES).
+inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  at::Tensor t = at::empty(sizes, options);
+  if (t.is_cpu()) advise_huge_pages(t.data_ptr(), t.nbytes());
+  return t;
+}
+inline at::Tensor new_output_like(const at::Tensor& t) {
+  return new_output(t.sizes(), t.options());
 }
 
 template <typename T>

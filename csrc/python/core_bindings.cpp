@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "csrc/core/huge_pages.h"
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
@@ -324,6 +325,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
   m.def("rgms_default_tile", &sparsejit::rgms::default_tile, py::arg("f_in"), py::arg("f_out"),
         "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");
+  m.def("huge_page_threshold", [] { return sparsejit::huge_page_threshold(); },
+        "Bytes from which the outputs sparsejit allocates are advised onto transparent huge "
+        "pages (0: off, by SPARSEJIT_HUGE_PAGES=0 or the OS's THP mode).");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
   m.def("jit_attention", &jit_attention,

@@ -72,6 +72,16 @@ def _jit(core) -> Dict[str, object]:
                                                "SPARSEJIT_CACHE_DIR") if k in os.environ}}
 
 
+def _huge_pages(core) -> Dict[str, object]:
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    try:
+        os_mode = mode.read_text().strip()
+    except OSError:
+        os_mode = "unavailable"
+    return {"threshold_bytes": _try(core.huge_page_threshold), "os_mode": os_mode,
+            "SPARSEJIT_HUGE_PAGES": os.environ.get("SPARSEJIT_HUGE_PAGES", "(unset)")}
+
+
 def _cuda(torch) -> Dict[str, object]:
     has_kernel = _try(lambda: torch._C._dispatch_has_kernel_for_dispatch_key(
         "sparsejit::spmm", "CUDA"))
@@ -115,6 +125,7 @@ def collect() -> Dict[str, object]:
         "threads": {"torch": torch.get_num_threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)")},
         "dense_products": _try(_core.gemm_backend),
+        "huge_pages": _huge_pages(_core),
         "cuda": _cuda(torch),
     }
 

@@ -48,5 +48,5 @@ def test_text_report_names_every_section():
     r = _run()
     assert r.returncode == 0, r.stderr
     for section in ("sparsejit:", "torch:", "python:", "cpu:", "jit:", "cache:", "threads:",
-                    "dense_products:", "cuda:"):
+                    "dense_products:", "huge_pages:", "cuda:"):
         assert any(line.startswith(section) for line in r.stdout.splitlines()), section

@@ -124,7 +124,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
                                        : nullptr;
   const auto st = bf16_fn ? at::kBFloat16 : ct;  // storage of q, k, v and out
   auto q = prep(q_in, st), k = prep(k_in, st), v = prep(v_in, st);
-  auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
+  auto out = new_output({s.rows, s.heads, s.v_width}, q.options());
   auto lse = at::empty({s.rows, s.heads}, q.options().dtype(ct));
   attention::AttentionLaunch l;
   l.shape = s;
@@ -193,9 +193,9 @@ sparse_attention_backward_cpu(
   auto datt = want_att ? at::empty_like(*att) : at::Tensor();
   auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);
   auto delta = at::empty({s.rows, s.heads}, q.options());
-  auto dq = need_q ? at::empty_like(q) : at::Tensor();
-  auto dk = need_k ? at::empty_like(k) : at::Tensor();
-  auto dv = need_v ? at::empty_like(v) : at::Tensor();
+  auto dq = need_q ? new_output_like(q) : at::Tensor();
+  auto dk = need_k ? new_output_like(k) : at::Tensor();
+  auto dv = need_v ? new_output_like(v) : at::Tensor();
   const bool want_bias = need_bias && bias.has_value();
   auto db = want_bias ? at::empty({col.numel(), s.heads}, q.options()) : at::Tensor();
   auto p_or_null = [](const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };

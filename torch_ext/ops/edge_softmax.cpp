@@ -38,7 +38,7 @@ at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const at::Tensor& scores) 
   const int64_t heads = check_edge_scores(rowptr, scores, "scores");
   auto rp = rowptr.contiguous();
   auto sc = half_as_float(scores).contiguous();
-  auto out = at::empty_like(sc);
+  auto out = new_output_like(sc);
   dispatch_types(sc, rp, [&](auto V, auto I) {
     using T = decltype(V);
     using IT = decltype(I);
@@ -58,7 +58,7 @@ at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr, const at::Tensor&
   auto rp = rowptr.contiguous();
   auto yc = half_as_float(y).contiguous();
   auto gc = grad.to(yc.scalar_type()).contiguous();
-  auto out = at::empty_like(yc);
+  auto out = new_output_like(yc);
   dispatch_types(yc, rp, [&](auto V, auto I) {
     using T = decltype(V);
     using IT = decltype(I);
@@ -83,7 +83,7 @@ at::Tensor softmax_common(const at::Tensor& rowptr, const at::Tensor& y, const a
     if (grad) return call_on_cpu<at::Tensor>("sparsejit::edge_softmax_backward", rp, yc, gc);
     return call_on_cpu<at::Tensor>("sparsejit::edge_softmax", rp, yc);
   }
-  auto out = at::empty_like(yc);
+  auto out = new_output_like(yc);
   const int64_t rows = rp.numel() - 1;
   if (rows == 0 || yc.numel() == 0 || heads == 0) return out;
   const CudaKernelSpec spec = codegen::plan_cuda_edge_softmax(

@@ -257,7 +257,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            "plan: ", herr);
 
   const auto x = x_in.to(at::kFloat).contiguous();
-  auto y = at::empty({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
+  auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
   filter_conv::forward(*hit->prepared, g, p, ptr<float>(x),
                   bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y));
   // channels_last in, channels_last out (one transposing copy of the output: the kernel

@@ -408,11 +408,11 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
     // bfloat16 features in, bfloat16 out, float32 accumulation, no float32 copies of X or Y
     // (when the output-stationary rows take the pass; else the float32 path below).
     const auto xb = x_in.contiguous();
-    auto yb = at::empty({num_out, w.size(2)}, xb.options());
+    auto yb = new_output({num_out, w.size(2)}, xb.options());
     if (point_conv::output_stationary_bf16(p, bf16_args(xb, w, bias, yb, false, relu), d)) return yb;
   }
   const auto x = x_in.to(ct).contiguous();
-  auto y = at::empty({num_out, w.size(2)}, x.options());
+  auto y = new_output({num_out, w.size(2)}, x.options());
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
     point_conv::PointConvArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
@@ -448,14 +448,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   at::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
   if (need_x && x_in.scalar_type() == at::kBFloat16 && dy_in.scalar_type() == at::kBFloat16) {
     const auto dyb = dy_in.contiguous();
-    auto dxb = at::empty({x_in.size(0), x_in.size(1)}, dyb.options());
+    auto dxb = new_output({x_in.size(0), x_in.size(1)}, dyb.options());
     if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false), d))
       dx_native = dxb;
   }
   const bool fp_x = need_x && !dx_native.defined();
   const auto x = need_w ? x_in.to(ct).contiguous() : at::empty({0, x_in.size(1)}, w.options());
   const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : at::empty({0}, w.options());
-  auto dx = fp_x ? at::empty({x_in.size(0), x_in.size(1)}, w.options())
+  auto dx = fp_x ? new_output({x_in.size(0), x_in.size(1)}, w.options())
                  : at::empty({0}, w.options());
   auto dw = need_w ? at::empty_like(w) : at::empty({0}, w.options());
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {

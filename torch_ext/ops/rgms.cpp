@@ -265,7 +265,7 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                f_out, "]; got ", bias_in->sizes());
     bias = bias_in->to(ct).contiguous();
   }
-  auto y = at::empty({num_rows, f_out}, x.options());
+  auto y = new_output({num_rows, f_out}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
   p.f_root = root.has_value() ? root->size(0) : 0;
@@ -401,7 +401,7 @@ at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const
   const auto ct = compute_type(x_in.scalar_type());
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
-  auto y = at::empty({x.size(0), w.size(2)}, x.options());
+  auto y = new_output({x.size(0), w.size(2)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
   if (ct == at::kFloat) {  // one parallel region over (segment, row block) tiles
     dense::segment_sgemm(v, w.size(0), ptr<float>(x), x.size(1), ptr<float>(w), w.size(2),

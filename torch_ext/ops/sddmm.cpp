@@ -34,7 +34,7 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
   auto cl = col.contiguous();
   auto qc = half_as_float(q_in).contiguous();
   auto kc = half_as_float(k_in).contiguous();
-  auto out = at::empty(s.out_sizes, qc.options());
+  auto out = new_output(s.out_sizes, qc.options());
   plan::SddmmProblem p;
   p.dtype = scalar_kind(qc.scalar_type(), "Q");
   p.index = index_kind(rp);
@@ -73,7 +73,7 @@ at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at:
   auto qc = q.contiguous();
   auto kc = k.contiguous();
   const int64_t nnz = cl.numel();
-  auto out = at::empty(s.out_sizes, q.options());
+  auto out = new_output(s.out_sizes, q.options());
   if (nnz == 0 || s.heads == 0) return out;
   if (s.features == 0) return out.zero_();
   const CudaKernelSpec spec =

@@ -100,7 +100,7 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
   auto cl = col.contiguous();
   auto xc = x.contiguous();
   at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
-  auto out = at::empty(s.out_sizes, x.options());
+  auto out = new_output(s.out_sizes, x.options());
   const bool with_arg = need_arg && (s.reduce == Reduce::Max || s.reduce == Reduce::Min);
   auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
                       : at::empty({0}, x.options().dtype(at::kLong));
@@ -188,7 +188,7 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   auto cl = col.contiguous();
   auto xc = x.contiguous();
   at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
-  auto out = at::empty(s.out_sizes, x.options());
+  auto out = new_output(s.out_sizes, x.options());
   const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
   auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
                       : at::empty({0}, x.options().dtype(at::kLong));

@@ -1,0 +1,64 @@
+#include "csrc/core/huge_pages.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace sparsejit {
+namespace {
+
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kDefaultMiB = 32;  // glibc's largest mmap threshold on 64-bit
+
+// "always [madvise] never": advice is honoured unless the bracketed mode is "never".
+bool os_allows_thp() {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  if (!f || !std::getline(f, s)) return false;
+  return s.find("[never]") == std::string::npos;
+#else
+  return false;
+#endif
+}
+
+std::size_t compute_threshold() {
+  std::size_t mib = kDefaultMiB;
+  if (const char* v = std::getenv("SPARSEJIT_HUGE_PAGES")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end != v && *end == '\0') mib = static_cast<std::size_t>(n);  // else: default
+  }
+  if (mib == 0 || !os_allows_thp()) return 0;
+  return mib << 20;
+}
+
+}  // namespace
+
+std::size_t huge_page_threshold() {
+  static const std::size_t t = compute_threshold();
+  return t;
+}
+
+bool advise_huge_pages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const std::size_t t = huge_page_threshold();
+  if (t == 0 || bytes < t || p == nullptr) return false;
+  const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t lo = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const std::uintptr_t hi = (begin + bytes) & ~(kHugePage - 1);
+  if (hi <= lo) return false;
+  return madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE) == 0;
+#else
+  (void)p;
+  (void)bytes;
+  return false;
+#endif
+}
+
+}  // namespace sparsejit
