@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Cross-version check of the wheel (not run by CI: the registry's other torch releases are
+# CUDA builds of several GB). Builds the wheel against the pinned torch (the Makefile's
+# TORCH_SPEC), installs it into a fresh venv per torch release given on the command line
+# (CPU tensors only), and runs the smoke suite there. Prints one line per release and writes
+# the log of each to $OUT_DIR/<version>.log.
+#
+#   scripts/wheel_cross_version.sh 2.12.1 2.14.1 2.15.0
+#
+# The wheel's Requires-Dist pins the torch it was built for; the install here uses --no-deps
+# on purpose, to see what a user gets who forces it. Until the op library is built on torch's
+# stable ABI, other releases are expected to be refused at import with an ImportError that
+# names both versions (sparsejit/_library.py), which the script reports as "refused".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+OUT_DIR=${OUT_DIR:-build-wheel/cross_version}
+VENV_ROOT=${VENV_ROOT:-/tmp/sparsejit-xv}
+[ $# -gt 0 ] || { echo "usage: $0 TORCH_VERSION..." >&2; exit 2; }
+
+if ! ls build-wheel/dist/sparsejit-*.whl >/dev/null 2>&1 || [ -n "${REBUILD:-}" ]; then
+  make wheel PYTHON="$PYTHON"
+fi
+WHEEL=$(ls build-wheel/dist/sparsejit-*.whl | head -1)
+mkdir -p "$OUT_DIR"
+echo "wheel: $WHEEL (built against $($PYTHON -c 'import torch; print(torch.__version__)'))"
+
+status=0
+for v in "$@"; do
+  venv="$VENV_ROOT/torch-$v" log="$OUT_DIR/$v.log"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  {
+    "$venv/bin/python" -m pip install -q "torch==$v" numpy pytest &&
+    "$venv/bin/python" -m pip install -q --no-deps "$WHEEL" &&
+    (cd /tmp && SPARSEJIT_SOURCE_DIR="$OLDPWD" CUDA_VISIBLE_DEVICES= "$venv/bin/python" -m pytest -q \
+       -p no:cacheprovider "$OLDPWD/tests/smoke")
+  } >"$log" 2>&1 && result=passed || result=failed
+  if [ "$result" = failed ] && grep -q "op library was built against torch" "$log"; then
+    result="refused at import (ABI-bound op library; message names both versions)"
+  fi
+  [ "$result" = passed ] || status=1
+  printf 'torch %-8s %s\n' "$v" "$result" | tee -a "$OUT_DIR/summary.txt"
+  [ -n "${KEEP_VENVS:-}" ] || rm -rf "$venv"
+done
+exit $status
