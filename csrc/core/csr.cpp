@@ -75,6 +75,53 @@ void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I*
   }
 }
 
+int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                       int64_t* rowptr, int64_t* col, int64_t* perm) {
+  // Rows by a stable counting sort on the target (entries of a row in edge order), checking
+  // the range on the way; then each row sorted by source, stably (ties keep edge order).
+  std::fill(rowptr, rowptr + n + 1, int64_t{0});
+  for (int64_t k = 0; k < e; ++k) {
+    const uint64_t s = static_cast<uint64_t>(src[k]), d = static_cast<uint64_t>(dst[k]);
+    if (s >= static_cast<uint64_t>(n) || d >= static_cast<uint64_t>(n)) return k;
+    rowptr[d + 1]++;
+  }
+  for (int64_t v = 0; v < n; ++v) rowptr[v + 1] += rowptr[v];
+  std::vector<int64_t> next(rowptr, rowptr + n);
+  for (int64_t k = 0; k < e; ++k) {
+    const int64_t q = next[dst[k]]++;
+    perm[q] = k;
+    col[q] = src[k];
+  }
+#pragma omp parallel for schedule(dynamic, 2048) if (e > 200000)
+  for (int64_t v = 0; v < n; ++v) {
+    const int64_t lo = rowptr[v], len = rowptr[v + 1] - lo;
+    int64_t* c = col + lo;
+    int64_t* p = perm + lo;
+    if (len < 2 || std::is_sorted(c, c + len)) continue;
+    if (len <= 32) {  // insertion sort: stable, and fast on the short rows most graphs have
+      for (int64_t a = 1; a < len; ++a) {
+        const int64_t cv = c[a], pv = p[a];
+        int64_t b = a;
+        for (; b > 0 && c[b - 1] > cv; --b) {
+          c[b] = c[b - 1];
+          p[b] = p[b - 1];
+        }
+        c[b] = cv;
+        p[b] = pv;
+      }
+    } else {  // (source, edge) pairs: edges ascend within the row, so this is stable
+      std::vector<std::pair<int64_t, int64_t>> kv(static_cast<size_t>(len));
+      for (int64_t a = 0; a < len; ++a) kv[a] = {c[a], p[a]};
+      std::sort(kv.begin(), kv.end());
+      for (int64_t a = 0; a < len; ++a) {
+        c[a] = kv[a].first;
+        p[a] = kv[a].second;
+      }
+    }
+  }
+  return -1;
+}
+
 template <typename I>
 RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols) {
   RowStats s;

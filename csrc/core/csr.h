@@ -29,6 +29,14 @@ template <typename I>
 void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I* t_rowptr,
                    I* t_col, I* t_perm);
 
+// CSR with rows = targets of an edge list (src[k] -> dst[k], k < e, nodes in [0, n)):
+// entries sorted by (target, source), ties in edge order; rowptr[n + 1], col[e] (the source
+// of each entry), perm[e] (the edge of each entry). A counting sort on the target, then each
+// row sorted by source (insertion sort for short rows), O(n + e) on bounded rows.
+// Returns -1, or the first edge with an endpoint outside [0, n) (outputs then undefined).
+int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                       int64_t* rowptr, int64_t* col, int64_t* perm);
+
 // Per-structure inspector statistics used by planners and shown to users.
 struct RowStats {
   int64_t rows = 0, cols = 0, nnz = 0;

@@ -256,3 +256,62 @@ def test_plan_layout_is_exported():
     layout = _core.plan_layout()
     assert layout["header_words"] == 10 and layout["ops"]["spmm"] == 1
     assert set(layout["words"]) >= {"magic", "version", "op", "kernel", "rows", "stamp"}
+
+
+# ---- csr_from_edge_index: counting sort on the target, rows sorted by source --------------
+
+
+def _csr_reference(ei, n):
+    src, dst = ei[0].tolist(), ei[1].tolist()
+    order = sorted(range(len(src)), key=lambda k: (dst[k], src[k], k))  # stable
+    rowptr = [0] * (n + 1)
+    for d in dst:
+        rowptr[d + 1] += 1
+    for v in range(n):
+        rowptr[v + 1] += rowptr[v]
+    return (torch.tensor(rowptr, dtype=torch.long),
+            torch.tensor([src[k] for k in order], dtype=torch.long),
+            torch.tensor(order, dtype=torch.long))
+
+
+def _skewed_edges(n, e, seed):
+    g = torch.Generator().manual_seed(seed)
+    dst = torch.randint(0, n, (e,), generator=g)
+    dst[: e // 2] = 3  # one row holds half of the entries (sorted by a full sort, not insertion)
+    src = torch.randint(0, max(n // 10, 1), (e,), generator=g)  # many duplicate edges
+    return torch.stack([src, dst])
+
+
+@pytest.mark.parametrize("n,e,kind", [(0, 0, "random"), (1, 0, "random"), (1, 1, "random"),
+                                      (5, 40, "random"), (300, 2000, "random"),
+                                      (50, 3000, "skewed"), (3000, 250_000, "skewed"),
+                                      (40_000, 250_000, "random")])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_csr_from_edge_index_matches_a_stable_sort(n, e, kind, dtype):
+    seed = n * 7 + e
+    ei = (_skewed_edges(n, e, seed) if kind == "skewed"
+          else torch.randint(0, max(n, 1), (2, e), generator=torch.Generator().manual_seed(seed)))
+    rowptr, col, perm = ops.csr_from_edge_index(ei.to(dtype), n)
+    if e > 5000:  # the Python reference is slow: check the invariants it implies instead
+        ref_rp = torch.zeros(n + 1, dtype=torch.long)
+        ref_rp[1:] = torch.cumsum(torch.bincount(ei[1], minlength=n), 0)
+        assert torch.equal(rowptr, ref_rp)
+        assert torch.equal(torch.sort(perm).values, torch.arange(e))
+        assert torch.equal(col, ei[0][perm])
+        row = torch.repeat_interleave(torch.arange(n), rowptr.diff())
+        assert torch.equal(row, ei[1][perm])
+        key = row * (e + 1) * (n + 1) + col * (e + 1) + perm  # (target, source, edge) ascending
+        assert bool((key.diff() > 0).all())
+    else:
+        ref = _csr_reference(ei, n)
+        for got, want in zip((rowptr, col, perm), ref):
+            assert torch.equal(got, want)
+
+
+def test_csr_from_edge_index_names_the_first_bad_edge():
+    ei = torch.tensor([[0, 1, 7, 9], [1, 2, 0, 0]])
+    with pytest.raises(ValueError, match=r"edge_index\[:, 2\] = \[7, 0\] is out of range for "
+                                         r"num_nodes = 5"):
+        ops.csr_from_edge_index(ei, 5)
+    with pytest.raises(ValueError, match=r"edge_index\[:, 0\] = \[0, -1\]"):
+        ops.csr_from_edge_index(torch.tensor([[0], [-1]]), 5)

@@ -70,26 +70,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
   TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt || d == at::kShort,
                    "sparsejit: edge_index must hold integers (int16, int32 or int64); got ", d);
   TORCH_CHECK_VALUE(num_nodes >= 0, "sparsejit: num_nodes must be >= 0; got ", num_nodes);
-  auto ei = edge_index.to(at::kLong);
+  const auto ei = edge_index.to(at::kLong).contiguous();
   const int64_t e = ei.size(1);
-  if (e > 0) {
-    const auto [lo, hi] = at::aminmax(ei);
-    const int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
-    if (mn < 0 || mx >= num_nodes) {
-      const int64_t bad =
-          ((ei < 0) | (ei >= num_nodes)).any(0).nonzero().select(1, 0)[0].item<int64_t>();
-      TORCH_CHECK_VALUE(false, "sparsejit: edge_index[:, ", bad, "] = [",
-                        ei[0][bad].item<int64_t>(), ", ", ei[1][bad].item<int64_t>(),
-                        "] is out of range for num_nodes = ", num_nodes);
-    }
-  }
-  auto src = ei[0], dst = ei[1];
-  auto key = dst * std::max<int64_t>(num_nodes, 1) + src;
-  auto perm = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  auto col = src.index_select(0, perm).contiguous();
-  auto counts = at::bincount(dst, /*weights=*/{}, num_nodes);
-  auto rowptr = at::zeros({num_nodes + 1}, ei.options());
-  if (num_nodes > 0 && e > 0) rowptr.slice(0, 1).copy_(counts.cumsum(0));
+  auto rowptr = at::empty({num_nodes + 1}, ei.options());
+  auto col = at::empty({e}, ei.options());
+  auto perm = at::empty({e}, ei.options());
+  const int64_t* src = ptr<int64_t>(ei);
+  const int64_t bad = csr_from_edges(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
+                                     ptr<int64_t>(col), ptr<int64_t>(perm));
+  TORCH_CHECK_VALUE(bad < 0, "sparsejit: edge_index[:, ", bad, "] = [", src[bad < 0 ? 0 : bad],
+                    ", ", src[e + (bad < 0 ? 0 : bad)], "] is out of range for num_nodes = ",
+                    num_nodes);
   return {rowptr, col, perm};
 }
 
