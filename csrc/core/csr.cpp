@@ -75,24 +75,28 @@ void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I*
   }
 }
 
-int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
-                       int64_t* rowptr, int64_t* col, int64_t* perm) {
-  // Rows by a stable counting sort on the target (entries of a row in edge order), checking
-  // the range on the way; then each row sorted by source, stably (ties keep edge order).
+namespace {
+
+// The CSR of the edge list k -> (src_of(k), dst_of(k)), k < m, in (target, source, edge)
+// order: a counting sort on the target (entries of a row in edge order, the range checked on
+// the way), then each row sorted by source, stably. Returns -1 or the first bad edge.
+template <typename Src, typename Dst>
+int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr, int64_t* col,
+                  int64_t* perm) {
   std::fill(rowptr, rowptr + n + 1, int64_t{0});
-  for (int64_t k = 0; k < e; ++k) {
-    const uint64_t s = static_cast<uint64_t>(src[k]), d = static_cast<uint64_t>(dst[k]);
+  for (int64_t k = 0; k < m; ++k) {
+    const uint64_t s = static_cast<uint64_t>(src_of(k)), d = static_cast<uint64_t>(dst_of(k));
     if (s >= static_cast<uint64_t>(n) || d >= static_cast<uint64_t>(n)) return k;
     rowptr[d + 1]++;
   }
   for (int64_t v = 0; v < n; ++v) rowptr[v + 1] += rowptr[v];
   std::vector<int64_t> next(rowptr, rowptr + n);
-  for (int64_t k = 0; k < e; ++k) {
-    const int64_t q = next[dst[k]]++;
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t q = next[dst_of(k)]++;
     perm[q] = k;
-    col[q] = src[k];
+    col[q] = src_of(k);
   }
-#pragma omp parallel for schedule(dynamic, 2048) if (e > 200000)
+#pragma omp parallel for schedule(dynamic, 2048) if (m > 200000)
   for (int64_t v = 0; v < n; ++v) {
     const int64_t lo = rowptr[v], len = rowptr[v + 1] - lo;
     int64_t* c = col + lo;
@@ -117,6 +121,35 @@ int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_
         c[a] = kv[a].first;
         p[a] = kv[a].second;
       }
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                       int64_t* rowptr, int64_t* col, int64_t* perm) {
+  return build_csr([src](int64_t k) { return src[k]; }, [dst](int64_t k) { return dst[k]; }, e,
+                   n, rowptr, col, perm);
+}
+
+int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                      int64_t* rowptr, int64_t* col, int64_t* perm, double* values) {
+  // The list: the e edges, then the loops (v, v) as edges e + v.
+  auto src_of = [src, e](int64_t k) { return k < e ? src[k] : k - e; };
+  auto dst_of = [dst, e](int64_t k) { return k < e ? dst[k] : k - e; };
+  const int64_t bad = build_csr(src_of, dst_of, e + n, n, rowptr, col, perm);
+  if (bad >= 0) return bad;
+  // Degrees with weight 1 per edge, 0 per old self-loop, 1 per added loop.
+  std::vector<double> dinv(static_cast<size_t>(n), 1.0);
+  for (int64_t k = 0; k < e; ++k)
+    if (src[k] != dst[k]) dinv[dst[k]] += 1.0;
+  for (int64_t v = 0; v < n; ++v) dinv[v] = 1.0 / std::sqrt(dinv[v]);
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t q = rowptr[v]; q < rowptr[v + 1]; ++q) {
+      const bool old_loop = perm[q] < e && col[q] == v;
+      values[q] = old_loop ? 0.0 : dinv[v] * dinv[col[q]];
     }
   }
   return -1;

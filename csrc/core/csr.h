@@ -37,6 +37,15 @@ void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I*
 int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
                        int64_t* rowptr, int64_t* col, int64_t* perm);
 
+// GCN's normalised adjacency D^-1/2 (A + I) D^-1/2 of an unweighted edge list, as PyG's
+// gcn_norm builds it: the structure is csr_from_edges of the e edges followed by one loop
+// (v, v) per node (perm indexes that list: loops are e + v); an existing self-loop stays an
+// entry of value 0 and every node gets an added loop of weight 1, so d_v = 1 + the number of
+// v's incoming edges that are not self-loops; values[q] = d_row^-1/2 d_col^-1/2 (float64).
+// rowptr[n + 1], col / perm / values[e + n]. Returns -1 or the first bad edge.
+int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                      int64_t* rowptr, int64_t* col, int64_t* perm, double* values);
+
 // Per-structure inspector statistics used by planners and shown to users.
 struct RowStats {
   int64_t rows = 0, cols = 0, nnz = 0;

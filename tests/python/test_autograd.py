@@ -113,10 +113,11 @@ def _opcheck_cases():
                   torch.ops.sparsejit.spmm_bucketed_plan(ip, ix, 20, 2, 0))),
         ("spmm_plan", (ip, ix, 20, 4, torch.float32)),
         ("csr_from_edge_index", (torch.randint(0, 20, (2, 50)), 20)),
+        ("gcn_adjacency", (torch.randint(0, 20, (2, 50)), 20, torch.float32)),
     ]
 
 
-@pytest.mark.parametrize("case", range(14))
+@pytest.mark.parametrize("case", range(15))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.sparsejit, name).default, args)

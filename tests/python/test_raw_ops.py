@@ -315,3 +315,64 @@ def test_csr_from_edge_index_names_the_first_bad_edge():
         ops.csr_from_edge_index(ei, 5)
     with pytest.raises(ValueError, match=r"edge_index\[:, 0\] = \[0, -1\]"):
         ops.csr_from_edge_index(torch.tensor([[0], [-1]]), 5)
+
+
+# ---- gcn_adjacency: GCN's D^-1/2 (A + I) D^-1/2 in one pass -------------------------------
+
+
+def _gcn_reference(ei, n):
+    """PyG's gcn_norm for an unweighted edge_index, entry by entry (float64): the edges then
+    one loop per node; an existing self-loop gets weight 0, every added loop weight 1."""
+    src, dst = ei[0].tolist(), ei[1].tolist()
+    e = len(src)
+    s_all, d_all = src + list(range(n)), dst + list(range(n))
+    w = [0.0 if k < e and src[k] == dst[k] else 1.0 for k in range(e + n)]
+    deg = [0.0] * n
+    for k in range(e + n):
+        deg[d_all[k]] += w[k]
+    order = sorted(range(e + n), key=lambda k: (d_all[k], s_all[k], k))
+    vals = [w[k] * deg[d_all[k]] ** -0.5 * deg[s_all[k]] ** -0.5 for k in order]
+    return ([s_all[k] for k in order], order, torch.tensor(vals, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n,e,loops", [(0, 0, False), (1, 0, False), (1, 1, True), (3, 5, True),
+                                       (60, 400, True), (200, 3000, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gcn_adjacency_matches_pyg_formula(n, e, loops, dtype):
+    g = torch.Generator().manual_seed(n + e)
+    ei = torch.randint(0, max(n, 1), (2, e), generator=g)
+    if loops and e:
+        ei[1, : e // 3] = ei[0, : e // 3]  # existing self-loops, some repeated
+    rowptr, col, perm, vals = ops.gcn_adjacency(ei, n, dtype)
+    ref_col, ref_perm, ref_vals = _gcn_reference(ei, n)
+    want_rp, _, _ = ops.csr_from_edge_index(
+        torch.cat([ei, torch.arange(n).expand(2, n)], 1), n)
+    assert torch.equal(rowptr, want_rp)
+    assert col.tolist() == ref_col and perm.tolist() == ref_perm
+    assert vals.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(vals.double(), ref_vals, atol=tol, rtol=tol)
+
+
+def test_gcn_adjacency_matches_the_layer_path_with_unit_weights():
+    """The layer's general path (weights given, all 1) builds the same matrix."""
+    from sparsejit.families.spmm import graph as G
+    from sparsejit.families.spmm.layers import gcn_matrix
+    ei = torch.randint(0, 500, (2, 6000), generator=torch.Generator().manual_seed(2))
+    ei[1, :100] = ei[0, :100]
+    fast = gcn_matrix(G.edges_of(ei, (500, 500)), False, True, torch.float32)
+    slow = gcn_matrix(G.edges_of(ei, (500, 500), torch.ones(6000)), False, True, torch.float32)
+    assert torch.equal(fast.indptr, slow.indptr) and torch.equal(fast.indices, slow.indices)
+    torch.testing.assert_close(fast.values, slow.values, atol=1e-6, rtol=1e-6)
+
+
+def test_gcn_adjacency_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"gcn_adjacency: edge_index\[:, 1\] = \[2, 9\] is out "
+                                         r"of range for num_nodes = 4"):
+        ops.gcn_adjacency(torch.tensor([[0, 2], [1, 9]]), 4, torch.float32)
+    with pytest.raises(TypeError, match="dtype must be a floating type"):
+        ops.gcn_adjacency(torch.tensor([[0], [1]]), 4, torch.int64)
+    with pytest.raises(ValueError, match=r"edge_index must have shape \[2, E\]"):
+        ops.gcn_adjacency(torch.zeros(3, 4, dtype=torch.long), 4, torch.float32)
+    with pytest.raises(ValueError, match="num_nodes must be >= 0"):
+        ops.gcn_adjacency(torch.zeros(2, 0, dtype=torch.long), -1, torch.float32)

@@ -16,6 +16,10 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("validate_csr(Tensor rowptr, Tensor col, SymInt num_cols) -> ()");
   m.def("csr_transpose(Tensor rowptr, Tensor col, SymInt num_cols) -> (Tensor, Tensor, Tensor)");
   m.def("csr_from_edge_index(Tensor edge_index, SymInt num_nodes) -> (Tensor, Tensor, Tensor)");
+  // GCN's D^-1/2 (A + I) D^-1/2 of an unweighted edge_index (csrc/core/csr.h): the CSR of
+  // the edges followed by one self-loop per node, perm into that list, values in `dtype`.
+  m.def("gcn_adjacency(Tensor edge_index, SymInt num_nodes, ScalarType dtype) -> "
+        "(Tensor, Tensor, Tensor, Tensor)");
 }
 
 namespace sparsejit {
@@ -84,9 +88,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
   return {rowptr, col, perm};
 }
 
+// The checks both edge_index builders share; returns it as contiguous int64.
+at::Tensor checked_edge_index(const at::Tensor& edge_index, int64_t num_nodes, const char* op) {
+  TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2, "sparsejit.", op,
+                    ": edge_index must have shape [2, E]; got ", edge_index.sizes());
+  const auto d = edge_index.scalar_type();
+  TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt || d == at::kShort, "sparsejit.", op,
+                   ": edge_index must hold integers (int16, int32 or int64); got ", d);
+  TORCH_CHECK_VALUE(num_nodes >= 0, "sparsejit.", op, ": num_nodes must be >= 0; got ",
+                    num_nodes);
+  return edge_index.to(at::kLong).contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_cpu(
+    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
+  TORCH_CHECK_TYPE(at::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
+                   "floating type; got ", dtype);
+  const auto ei = checked_edge_index(edge_index, num_nodes, "gcn_adjacency");
+  const int64_t e = ei.size(1), m = e + num_nodes;
+  auto rowptr = at::empty({num_nodes + 1}, ei.options());
+  auto col = at::empty({m}, ei.options());
+  auto perm = at::empty({m}, ei.options());
+  auto values = at::empty({m}, ei.options().dtype(at::kDouble));
+  const int64_t* src = ptr<int64_t>(ei);
+  const int64_t bad = gcn_adjacency(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
+                                    ptr<int64_t>(col), ptr<int64_t>(perm), ptr<double>(values));
+  TORCH_CHECK_VALUE(bad < 0, "sparsejit.gcn_adjacency: edge_index[:, ", bad, "] = [",
+                    src[bad < 0 ? 0 : bad], ", ", src[e + (bad < 0 ? 0 : bad)],
+                    "] is out of range for num_nodes = ", num_nodes);
+  return {rowptr, col, perm, values.to(dtype)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("gcn_adjacency", &gcn_adjacency_cpu);
   m.impl("validate_csr", &validate_csr_cpu);
   m.impl("csr_transpose", &csr_transpose_cpu);
   m.impl("csr_from_edge_index", &csr_from_edge_index_cpu);
@@ -98,6 +134,7 @@ TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   m.impl("validate_csr", SPARSEJIT_CUDA_FALLBACK);
   m.impl("csr_transpose", SPARSEJIT_CUDA_FALLBACK);
   m.impl("csr_from_edge_index", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("gcn_adjacency", SPARSEJIT_CUDA_FALLBACK);
 }
 #endif
 

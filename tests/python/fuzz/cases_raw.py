@@ -515,7 +515,61 @@ def raw_mixed_devices(r: Rand) -> Case:
                 describe(p, which=which, device=dev))
 
 
-RAW_CASES = [raw_spmm_valid, raw_spmm_argmax, raw_spmm_x_fewer_rows, raw_spmm_bad_structure,
+def raw_gcn_adjacency(r: Rand) -> Case:
+    """GCN's normalised A + I from an unweighted edge_index: valid inputs against the
+    per-entry formula, malformed ones must raise."""
+    n, e = r.randint(1, 14), r.randint(0, 30)
+    ei = r.edge_index(n, e)
+    num_nodes, dtype = n, r.choice([torch.float32, torch.float64, torch.bfloat16])
+    bad = ["float", "shape", "negative", "beyond", "negative_n", "int_dtype", "meta_n0"]
+    kind = r.choice(bad + ["plain", "int32", "loops", "view", "larger_n"])
+    if kind == "float":
+        ei = ei.double()
+    elif kind == "shape":
+        ei = ei[:1]
+    elif kind == "negative" and e:
+        ei[r.randint(0, 1), r.randint(0, e - 1)] = -r.randint(1, 3)
+    elif kind == "beyond" and e:
+        ei[r.randint(0, 1), r.randint(0, e - 1)] = n + r.randint(0, 2)
+    elif kind == "negative_n":
+        num_nodes = -r.randint(1, 2)
+    elif kind == "int_dtype":
+        dtype = torch.int32
+    elif kind == "meta_n0":
+        ei, num_nodes = torch.zeros(2, 1, dtype=torch.long), 0
+    elif kind == "int32":
+        ei = ei.int()
+    elif kind == "loops" and e:
+        ei[1, : e // 2 + 1] = ei[0, : e // 2 + 1]
+    elif kind == "view":
+        ei = ei.t().contiguous().t()
+    elif kind == "larger_n":
+        num_nodes = n + 2
+    params = dict(kind=kind, n=num_nodes, edges=e, dtype=str(dtype))
+    call = lambda: call_raw("gcn_adjacency", edge_index=ei, num_nodes=num_nodes,  # noqa: E731
+                            dtype=dtype)
+    if kind in bad and (e or kind not in ("negative", "beyond")):
+        return Case("invalid", call, why=f"gcn_adjacency: {kind}", params=params)
+
+    def check(out):
+        rowptr, col, perm, vals = out
+        src = torch.cat([ei[0].long(), torch.arange(num_nodes)])
+        dst = torch.cat([ei[1].long(), torch.arange(num_nodes)])
+        w = torch.ones(src.numel(), dtype=torch.float64)
+        w[: ei.shape[1]][ei[0] == ei[1]] = 0
+        deg = torch.zeros(num_nodes, dtype=torch.float64).index_add_(0, dst, w)
+        if not torch.equal(torch.sort(perm).values, torch.arange(src.numel())):
+            return "perm is not a permutation of edges + loops"
+        if not (torch.equal(col, src[perm]) and torch.equal(entry_rows(rowptr).long(), dst[perm])):
+            return "col / rows do not match the permuted edge list"
+        want = (w * deg[dst].rsqrt() * deg[src].rsqrt())[perm]
+        err = (vals.double() - want).abs().max().item() if want.numel() else 0.0
+        return None if err <= (1e-2 if dtype == torch.bfloat16 else 1e-5) else f"values off by {err}"
+
+    return Case("valid", call, check, "gcn_adjacency", params)
+
+
+RAW_CASES = [raw_gcn_adjacency, raw_spmm_valid, raw_spmm_argmax, raw_spmm_x_fewer_rows, raw_spmm_bad_structure,
              raw_spmm_num_cols, raw_spmm_plans, raw_spmm_plans, raw_spmm_strings_and_bias,
              raw_sddmm, raw_edge_softmax, raw_transpose_validate, raw_plan_builders,
              raw_mixed_devices]

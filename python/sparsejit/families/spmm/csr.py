@@ -1,5 +1,6 @@
-"""Structure ops: fakes for ``validate_csr``, ``csr_transpose`` and ``csr_from_edge_index``
-(torch_ext/ops/csr.cpp). They have no autograd (index arrays only)."""
+"""Structure ops: fakes for ``validate_csr``, ``csr_transpose``, ``csr_from_edge_index`` and
+``gcn_adjacency`` (torch_ext/ops/csr.cpp). They have no autograd (index arrays, and GCN's
+values, which depend on the structure only)."""
 
 from __future__ import annotations
 
@@ -27,4 +28,15 @@ def _csr_from_edge_index_fake(edge_index, num_nodes):
         edge_index.new_empty(num_nodes + 1, dtype=torch.long),
         edge_index.new_empty(e, dtype=torch.long),
         edge_index.new_empty(e, dtype=torch.long),
+    )
+
+
+@torch.library.register_fake("sparsejit::gcn_adjacency")
+def _gcn_adjacency_fake(edge_index, num_nodes, dtype):
+    m = edge_index.shape[1] + num_nodes
+    return (
+        edge_index.new_empty(num_nodes + 1, dtype=torch.long),
+        edge_index.new_empty(m, dtype=torch.long),
+        edge_index.new_empty(m, dtype=torch.long),
+        edge_index.new_empty(m, dtype=dtype),
     )

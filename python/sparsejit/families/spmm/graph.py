@@ -43,6 +43,11 @@ class Edges:
     num_dst: int
     csr: Optional[SparseMatrix] = None
     key: Optional[tuple] = None  # content key, None under torch.compile
+    stacked: Optional[torch.Tensor] = None  # [src; dst] as one int64 [2, E] tensor, if at hand
+
+    def edge_index(self) -> torch.Tensor:
+        """``[src; dst]`` as a ``[2, E]`` int64 tensor (the input's own when it was one)."""
+        return self.stacked if self.stacked is not None else torch.stack([self.src, self.dst])
 
 
 def _content_hash(t: torch.Tensor) -> int:
@@ -130,7 +135,7 @@ def _edge_list(src, dst, weight, size, stacked=None) -> Edges:
     stacked = torch.stack([src, dst]) if stacked is None else stacked
     k = _key(stacked, weight)
     return Edges(src, dst, weight, _size(size[0]), _size(size[1]), None,
-                 None if k is None else (k, tuple(size)))
+                 None if k is None else (k, tuple(size)), stacked)
 
 
 def _size(n):

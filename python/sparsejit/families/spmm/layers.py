@@ -19,7 +19,7 @@ from torch import nn
 
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
-from sparsejit.families.spmm.matrix import SparseMatrix
+from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
 
 
 def linear(in_channels: int, out_channels: int, bias: bool = True,
@@ -101,6 +101,11 @@ def gcn_matrix(edges: G.Edges, improved: bool, add_self_loops: bool, dtype: torc
     n = edges.num_dst
     w = edges.weight
     given = w is not None
+    if add_self_loops and not given:
+        # The common case (no edge weights) in one pass: the same structure, entry order and
+        # values as below (tests/python/test_pyg_dropin.py checks both against PyG).
+        indptr, indices, _, values = torch.ops.sparsejit.gcn_adjacency(edges.edge_index(), n, dtype)
+        return SparseMatrix(_Structure(indptr, indices, (n, n)), values)
     if w is None:
         w = torch.ones(edges.src.shape[0], dtype=dtype, device=edges.src.device)
     if add_self_loops:
