@@ -44,7 +44,8 @@ def _abi_mismatch(built: str, detail: str = "") -> ImportError:
         f"between torch releases, so it only loads under torch {'.'.join(map(str, _release(built)))}.x. "
         f"Install that torch (pip install 'torch=={'.'.join(map(str, _release(built)))}.*'), or "
         "rebuild sparsejit against this one (pip install --no-build-isolation . from the "
-        "source tree, or `make build`)." + (f" Loader error: {detail}" if detail else ""))
+        "source tree, or `make build`). SPARSEJIT_ALLOW_TORCH_MISMATCH=1 loads it anyway, at "
+        "your own risk." + (f" Loader error: {detail}" if detail else ""))
 
 
 def _load_library() -> None:
@@ -57,7 +58,14 @@ def _load_library() -> None:
             stamp = path.with_suffix(".torch_version")
             built = stamp.read_text().strip() if stamp.exists() else None
             if built and _release(built) != _release(torch.__version__):
-                raise _abi_mismatch(built)
+                if os.environ.get("SPARSEJIT_ALLOW_TORCH_MISMATCH") != "1":
+                    raise _abi_mismatch(built)
+                import warnings
+                warnings.warn(
+                    f"sparsejit: loading an op library built against torch {built} under torch "
+                    f"{torch.__version__} (SPARSEJIT_ALLOW_TORCH_MISMATCH=1). torch does not "
+                    "keep its C++ ABI between releases: results are not guaranteed.",
+                    RuntimeWarning, stacklevel=3)
             try:
                 torch.ops.load_library(str(path))
             except OSError as e:

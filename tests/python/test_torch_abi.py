@@ -2,6 +2,7 @@
 moves to torch's stable ABI). Under another release `import sparsejit` must fail with an
 ImportError that names both versions and the fix, not with a bare `undefined symbol`."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,14 @@ def test_stamp_records_the_torch_of_the_build():
     assert built.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2], built
 
 
-def _import_under(version: str) -> subprocess.CompletedProcess:
+def _import_under(version: str, env=None) -> subprocess.CompletedProcess:
     code = ("import torch\n"
             f"torch.__version__ = {version!r}\n"
-            "import sparsejit\n")
+            "import sparsejit\n"
+            "print(sparsejit.spmm(sparsejit.SparseMatrix.from_edge_index("
+            "torch.tensor([[0, 1], [1, 0]]), 2), torch.ones(2, 3)).sum().item())\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, **(env or {})})
 
 
 def test_other_torch_release_is_refused_with_a_clear_error():
@@ -42,3 +45,10 @@ def test_same_release_other_patch_or_local_tag_loads():
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     r = _import_under(f"{major}.{minor}.7+cu130")
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_mismatch_can_be_forced_with_a_warning():
+    r = _import_under("2.99.1+cu130", {"SPARSEJIT_ALLOW_TORCH_MISMATCH": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "RuntimeWarning" in r.stderr and "results are not guaranteed" in r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "6.0"
