@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from sparsejit.info import cpu_line
 
 CONFIGS = {  # name -> environment
     "advice off": {"SPARSEJIT_HUGE_PAGES": "0"},
@@ -57,16 +58,6 @@ for F in widths:
                         faults=statistics.median(flt), sys_ms=statistics.median(sys_ms)))
 print(json.dumps(out))
 """
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> None:
@@ -110,7 +101,7 @@ def main() -> None:
         return statistics.median(d[field] for d in rows[key])
 
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    print(f"CPU: {cpu_model()}, 2 threads; THP mode: "
+    print(f"CPU: {cpu_line()}, 2 threads; THP mode: "
           f"{thp.read_text().strip() if thp.exists() else 'n/a'}; {args.rounds} rounds x "
           f"{args.repeat} calls\n")
     print("| graph | F | output | peer | config | ms | faults/call | sys ms/call | vs advice off |")
@@ -127,7 +118,7 @@ def main() -> None:
         print(f"| {graph} | {F} | {d0['out_mib']:.0f} MiB | {peer} | {cname} | {ms:.2f} | "
               f"{line['faults']:.0f} | {line['sys_ms']:.1f} | {base / ms:.2f}x |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(dict(cpu=cpu_model(), rows=table), indent=1))
+    Path(args.out).write_text(json.dumps(dict(cpu=cpu_line(), rows=table), indent=1))
 
 
 if __name__ == "__main__":

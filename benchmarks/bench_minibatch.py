@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -34,17 +33,8 @@ import torch
 import torch.nn.functional as Fn
 
 import sparsejit as sj
+from sparsejit.info import cpu_line
 from sparsejit.tools.data import load_graph
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 class NeighborSampler:
@@ -200,7 +190,7 @@ def main() -> None:
                          preparation_share=prep / first, first_minus_cached_ms=first - again,
                          first_minus_cached_share=(first - again) / first))
 
-    cpu = cpu_model()
+    cpu = cpu_line()
     print(f"\nCPU: {cpu}, {args.threads} threads; graph {args.graph}; batch {args.batch}, "
           f"fanout {args.fanout}, F={args.features}, hidden {args.hidden}; subgraphs "
           f"{statistics.median(s[0] for s in sizes):.0f} nodes / "

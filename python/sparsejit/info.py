@@ -22,6 +22,12 @@ _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
               "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
 
+def cpu_line() -> str:
+    """The CPU for a benchmark table: model, cores and the instruction sets that matter."""
+    c = _cpu()
+    return f"{c['model']}, {c['cores']} cores, ISA: {' '.join(c['isa']) or 'baseline'}"
+
+
 def _try(fn: Callable[[], object]) -> object:
     try:
         return fn()
