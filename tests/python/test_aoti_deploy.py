@@ -23,7 +23,7 @@ from torch.export import Dim
 import sparsejit as sj
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_export_dynamic import RGCN, random_graph  # noqa: E402
+from test_export_dynamic import RGCN, UNet, random_cloud, random_graph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,30 +112,11 @@ def test_rgcn_runs_from_cpp_on_other_graph_sizes(runner, tmp_path):
 
 
 def test_sparse_conv_unet_runs_from_cpp_on_other_clouds(runner, tmp_path):
-    sys.path.insert(0, str(ROOT / "examples"))
-    from pointcloud_unet import MinkUNet
-    import sparsejit.spconv as spconv
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = MinkUNet(spconv, c=8)
-
-        def forward(self, feats, coords):
-            return self.net(spconv.SparseConvTensor(feats, coords, [64, 64, 32], 1))
-
-    def cloud(n, seed):
-        g = torch.Generator().manual_seed(seed)
-        key = torch.randperm(64 * 64 * 32, generator=g)[:n]
-        coords = torch.stack([torch.zeros_like(key), key // (64 * 32), (key // 32) % 64,
-                              key % 32], 1).int()
-        return torch.randn(n, 4, generator=g), coords
-
     torch.manual_seed(0)
     points = Dim("points", min=2)
-    deploy_and_compare(runner, tmp_path, Net().eval(), cloud(500, 1),
+    deploy_and_compare(runner, tmp_path, UNet(c=8).eval(), random_cloud(500, 1),
                        {"feats": {0: points}, "coords": {0: points}},
-                       [cloud(3000, 2), cloud(37, 3)], tol=1e-4)
+                       [random_cloud(3000, 2), random_cloud(37, 3)], tol=1e-4)
 
 
 def test_sparsified_resnet_block_runs_from_cpp_on_other_sizes(runner, tmp_path):

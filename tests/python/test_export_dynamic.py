@@ -7,6 +7,9 @@ ran only on graphs of the exact size it was exported with."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch.export import Dim
@@ -97,30 +100,34 @@ def test_rgcn_exports_with_dynamic_nodes_and_edges():
             torch.testing.assert_close(ep.module()(*args), model(*args), rtol=1e-5, atol=1e-5)
 
 
+class UNet(torch.nn.Module):
+    """examples/pointcloud_unet.py's MinkUNet taking (features, coordinates)."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        import sparsejit.spconv as spconv
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+        from pointcloud_unet import MinkUNet
+        self.spconv = spconv
+        self.net = MinkUNet(spconv, c=c)
+
+    def forward(self, feats, coords):
+        return self.net(self.spconv.SparseConvTensor(feats, coords, [64, 64, 32], 1))
+
+
+def random_cloud(n, seed):
+    """n distinct sites in a 64 x 64 x 32 grid (batch 0) with 4 features."""
+    g = torch.Generator().manual_seed(seed)
+    key = torch.randperm(64 * 64 * 32, generator=g)[:n]
+    coords = torch.stack([torch.zeros_like(key), key // (64 * 32), (key // 32) % 64,
+                          key % 32], 1).int()
+    return torch.randn(n, 4, generator=g), coords
+
+
 def test_sparse_conv_unet_exports_with_dynamic_points():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-    from pointcloud_unet import MinkUNet
-    import sparsejit.spconv as spconv
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = MinkUNet(spconv)
-
-        def forward(self, feats, coords):
-            return self.net(spconv.SparseConvTensor(feats, coords, [64, 64, 32], 1))
-
-    def cloud(n, seed):
-        g = torch.Generator().manual_seed(seed)
-        key = torch.randperm(64 * 64 * 32, generator=g)[:n]
-        coords = torch.stack([torch.zeros_like(key), key // (64 * 32), (key // 32) % 64,
-                              key % 32], 1).int()
-        return torch.randn(n, 4, generator=g), coords
-
+    cloud = random_cloud
     torch.manual_seed(0)
-    model = Net().eval()
+    model = UNet().eval()
     points = Dim("points", min=2)
     ep = torch.export.export(model, cloud(500, 1),
                              dynamic_shapes={"feats": {0: points}, "coords": {0: points}})
