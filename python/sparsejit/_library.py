@@ -69,8 +69,10 @@ def _load_library() -> None:
             try:
                 torch.ops.load_library(str(path))
             except OSError as e:
-                if built and "undefined symbol" in str(e):
-                    raise _abi_mismatch(built, str(e)) from e
+                # torch wraps the loader's error ("undefined symbol: ...") as the cause.
+                detail = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
+                if built and "undefined symbol" in detail:
+                    raise _abi_mismatch(built, detail) from e
                 raise
             return
     raise ImportError(
