@@ -52,3 +52,25 @@ def test_mismatch_can_be_forced_with_a_warning():
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RuntimeWarning" in r.stderr and "results are not guaranteed" in r.stderr
     assert r.stdout.strip().splitlines()[-1] == "6.0"
+
+
+def test_undefined_symbol_is_reported_as_a_torch_mismatch(tmp_path):
+    """A library whose symbols the running torch lacks (what an ABI change looks like) gives
+    the same ImportError, with the loader's message attached."""
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        import pytest
+        pytest.skip("no C compiler")
+    (tmp_path / "stub.c").write_text(
+        "extern void sparsejit_symbol_torch_never_had(void);\n"
+        "void f(void) { sparsejit_symbol_torch_never_had(); }\n")
+    lib = tmp_path / "libstub.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c")],
+                   check=True)
+    (tmp_path / "libstub.torch_version").write_text(torch.__version__.split("+")[0] + "\n")
+    r = subprocess.run([sys.executable, "-c", "import sparsejit"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "SPARSEJIT_OPS_LIBRARY": str(lib)})
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "built against torch" in r.stderr, r.stderr[-2000:]
+    assert "undefined symbol: sparsejit_symbol_torch_never_had" in r.stderr
