@@ -10,12 +10,12 @@ JOBS   ?= $(shell nproc)
 TORCH_SPEC ?= torch==2.13.0
 APT_PACKAGES := cmake ninja-build g++ libgtest-dev ccache libdnnl-dev
 # nvidia-cuda-nvrtc: libnvrtc, so CI compiles every generated CUDA kernel (no GPU needed).
-PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8 scikit-build-core
+PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.0.* torch_geometric==2.8.1 spconv==2.3.8 scikit-build-core sphinx
 # ccache keys on paths relative to the repository, so the wheel's build (build-wheel/, the
 # same depth as build/) reuses the objects of `make build`.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup build develop install test test-cpp test-python test-sanitize test-wheel wheel demo bench format clean
+.PHONY: all setup build develop install test test-cpp test-python test-sanitize test-wheel wheel docs demo bench format clean
 
 all: build
 
@@ -27,7 +27,7 @@ setup:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13, torch_geometric, spconv, scikit_build_core" 2>/dev/null || \
+	@$(PYTHON) -c "import torch, numpy, scipy, pybind11, pytest, nvidia.cu13, torch_geometric, spconv, scikit_build_core, sphinx" 2>/dev/null || \
 	  { echo "== pip install $(PIP_PACKAGES)"; $(PYTHON) -m pip install -q $(PIP_PACKAGES); }
 
 $(BUILD)/build.ninja: CMakeLists.txt | setup
@@ -55,7 +55,11 @@ test-cpp: build
 test-python: build
 	cd tests/python && $(PYTHON) -m pytest -q -ra . --ignore=test_aoti_deploy.py  # ctest runs that one
 
-test: test-cpp test-python
+test: test-cpp test-python docs
+
+# The API reference from the docstrings (docs/api), warnings as errors: build/docs/index.html.
+docs: build
+	$(PYTHON) -m sphinx -W --keep-going -q -b html docs/api $(BUILD)/docs
 
 # The core library and C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer, in
 # build-asan/ (no Torch op library or Python module: see SPARSEJIT_SANITIZE in CMakeLists.txt).
