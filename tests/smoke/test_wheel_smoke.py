@@ -106,3 +106,17 @@ def test_cpp_package_found_by_cmake(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     run = subprocess.run([str(build / "spmm_example")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_benchmark_console_script(tmp_path):
+    """The installed `sparsejit-bench` runs two families against their peers."""
+    exe = Path(sys.executable).parent / "sparsejit-bench"
+    assert exe.exists(), f"{exe} was not installed"
+    out = tmp_path / "r.json"
+    r = subprocess.run([str(exe), "--quick", "--families", "rgms", "filter_conv", "--out-json",
+                        str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+    recs = json.loads(out.read_text())["records"]
+    assert {x["family"] for x in recs} == {"rgms", "filter_conv"}
+    assert all(x["ok"] for x in recs)

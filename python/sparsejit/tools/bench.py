@@ -1,8 +1,8 @@
 """Benchmark harness: sparsejit against its peers, side by side in one process.
 
-    python -m sparsejit.bench [--graphs cora rmat:scale=16] [--ops spmm sddmm]
-                              [--features 32 64 128 256] [--reduce sum mean max min]
-                              [--out-json results.json] [--out-md results.md] [--quick]
+    python -m sparsejit.tools.bench [--graphs cora rmat:scale=16] [--ops spmm sddmm]
+                                    [--features 32 64 128 256] [--reduce sum mean max min]
+                                    [--out-json results.json] [--out-md results.md] [--quick]
 
 Peers run on the same tensors, each checked against sparsejit's output before it is timed
 (a peer that disagrees is reported with ok=false, not hidden). Times are medians of
@@ -194,7 +194,7 @@ def markdown(records: List[dict]) -> str:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m sparsejit.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sparsejit.tools.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--graphs", nargs="+", default=None,
                     help="graph names, files or generator specs (default: the standard suite)")
     ap.add_argument("--ops", nargs="+", default=["spmm", "sddmm"], choices=["spmm", "sddmm"])
@@ -213,7 +213,7 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def run(argv=None) -> List[dict]:
+def run(argv=None, quiet: bool = False) -> List[dict]:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -242,9 +242,10 @@ def run(argv=None) -> List[dict]:
     if args.out_md:
         with open(args.out_md, "w") as f:
             f.write(table)
-    print(table)
-    print(f"measured copy bandwidth (roofline): {roof:.1f} GB/s; threads: "
-          f"{torch.get_num_threads()}; device: {args.device}")
+    if not quiet:
+        print(table)
+        print(f"measured copy bandwidth (roofline): {roof:.1f} GB/s; threads: "
+              f"{torch.get_num_threads()}; device: {args.device}")
     return records
 
 

@@ -1,0 +1,33 @@
+"""`sparsejit-bench`: every family runs against the peers installed here, each peer agrees with
+sparsejit's output, and the JSON, markdown and SVG outputs are written."""
+
+import json
+
+from sparsejit.tools import bench_all
+
+
+def test_every_family_against_its_peers(tmp_path, capsys):
+    out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "svg")}
+    recs = bench_all.run(["--quick", "--out-json", str(out["json"]), "--out-md", str(out["md"]),
+                          "--out-svg", str(out["svg"])])
+    fams = {r["family"] for r in recs}
+    assert fams == set(bench_all.FAMILIES)
+    for fam in fams:
+        impls = {r["impl"] for r in recs if r["family"] == fam}
+        assert "sparsejit" in impls and len(impls) >= 2, (fam, impls)  # at least one peer
+    bad = [r for r in recs if not r["ok"]]
+    assert not bad, bad
+    assert all(r["median_ms"] > 0 for r in recs)
+    doc = json.loads(out["json"].read_text())
+    assert doc["records"] and "ISA" in doc["cpu"]
+    md = out["md"].read_text()
+    assert all(f"## {f}" in md for f in bench_all.FAMILIES) and "CPU:" in md
+    assert out["svg"].read_text().startswith("<svg")
+    assert "## rgms" in capsys.readouterr().out
+
+
+def test_bad_family_is_rejected(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        bench_all.run(["--families", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
