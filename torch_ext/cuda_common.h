@@ -25,7 +25,7 @@ namespace sparsejit::cuda_ext {
 using codegen::CudaKernels;
 using codegen::CudaKernelSpec;
 using codegen::CudaScalar;
-using IndexKind;
+using ::sparsejit::IndexKind;
 
 inline CudaScalar cuda_scalar(at::ScalarType t) {
   switch (t) {

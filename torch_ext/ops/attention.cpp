@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "csrc/attention/attention_run.h"
+#include "codegen/cpu_jit.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
 
@@ -35,10 +36,6 @@ namespace sparsejit {
 namespace {
 
 #define ATT_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.sparse_attention: ", __VA_ARGS__)
-
-at::ScalarType compute_type(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
-}
 
 attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v,

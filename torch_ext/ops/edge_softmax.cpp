@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
+#include "torch_ext/ops/spmm_checks.h"
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
 

@@ -344,10 +344,6 @@ point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
   return static_cast<point_conv::Dataflow>(d);
 }
 
-at::ScalarType compute_type(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
-}
-
 void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
                      const point_conv::Pairs& p) {
   check_float(x, "features");

@@ -48,10 +48,6 @@ namespace {
 
 #define RGMS_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
 
-at::ScalarType compute_type(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
-}
-
 void check_index_1d(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.", op, ": ", name,
                    " must be int64; got ", t.scalar_type());

@@ -9,6 +9,7 @@
 #include "csrc/spmm/spmm_run.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
+#include "torch_ext/ops/spmm_checks.h"
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
