@@ -66,28 +66,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tenso
   return {t_rowptr, t_col, t_perm};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
-    const at::Tensor& edge_index, int64_t num_nodes) {
-  TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2,
-                    "sparsejit: edge_index must have shape [2, E]; got ", edge_index.sizes());
-  const auto d = edge_index.scalar_type();
-  TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt || d == at::kShort,
-                   "sparsejit: edge_index must hold integers (int16, int32 or int64); got ", d);
-  TORCH_CHECK_VALUE(num_nodes >= 0, "sparsejit: num_nodes must be >= 0; got ", num_nodes);
-  const auto ei = edge_index.to(at::kLong).contiguous();
-  const int64_t e = ei.size(1);
-  auto rowptr = at::empty({num_nodes + 1}, ei.options());
-  auto col = at::empty({e}, ei.options());
-  auto perm = at::empty({e}, ei.options());
-  const int64_t* src = ptr<int64_t>(ei);
-  const int64_t bad = csr_from_edges(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
-                                     ptr<int64_t>(col), ptr<int64_t>(perm));
-  TORCH_CHECK_VALUE(bad < 0, "sparsejit: edge_index[:, ", bad, "] = [", src[bad < 0 ? 0 : bad],
-                    ", ", src[e + (bad < 0 ? 0 : bad)], "] is out of range for num_nodes = ",
-                    num_nodes);
-  return {rowptr, col, perm};
-}
-
 // The checks both edge_index builders share; returns it as contiguous int64.
 at::Tensor checked_edge_index(const at::Tensor& edge_index, int64_t num_nodes, const char* op) {
   TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2, "sparsejit.", op,
@@ -98,6 +76,30 @@ at::Tensor checked_edge_index(const at::Tensor& edge_index, int64_t num_nodes, c
   TORCH_CHECK_VALUE(num_nodes >= 0, "sparsejit.", op, ": num_nodes must be >= 0; got ",
                     num_nodes);
   return edge_index.to(at::kLong).contiguous();
+}
+
+// `bad`: -1, or the first edge of `ei` (contiguous int64 [2, E]) with an endpoint outside
+// [0, num_nodes), as the builders in csrc/core/csr.h return it.
+void check_edges_in_range(const at::Tensor& ei, int64_t bad, int64_t num_nodes, const char* op) {
+  if (bad < 0) return;
+  const int64_t* src = ptr<int64_t>(ei);
+  TORCH_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", bad, "] = [", src[bad], ", ",
+                    src[ei.size(1) + bad], "] is out of range for num_nodes = ", num_nodes);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
+    const at::Tensor& edge_index, int64_t num_nodes) {
+  const auto ei = checked_edge_index(edge_index, num_nodes, "csr_from_edge_index");
+  const int64_t e = ei.size(1);
+  auto rowptr = at::empty({num_nodes + 1}, ei.options());
+  auto col = at::empty({e}, ei.options());
+  auto perm = at::empty({e}, ei.options());
+  const int64_t* src = ptr<int64_t>(ei);
+  check_edges_in_range(ei,
+                       csr_from_edges(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
+                                      ptr<int64_t>(col), ptr<int64_t>(perm)),
+                       num_nodes, "csr_from_edge_index");
+  return {rowptr, col, perm};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_cpu(
@@ -111,11 +113,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_cpu(
   auto perm = at::empty({m}, ei.options());
   auto values = at::empty({m}, ei.options().dtype(at::kDouble));
   const int64_t* src = ptr<int64_t>(ei);
-  const int64_t bad = gcn_adjacency(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
-                                    ptr<int64_t>(col), ptr<int64_t>(perm), ptr<double>(values));
-  TORCH_CHECK_VALUE(bad < 0, "sparsejit.gcn_adjacency: edge_index[:, ", bad, "] = [",
-                    src[bad < 0 ? 0 : bad], ", ", src[e + (bad < 0 ? 0 : bad)],
-                    "] is out of range for num_nodes = ", num_nodes);
+  check_edges_in_range(ei,
+                       gcn_adjacency(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
+                                     ptr<int64_t>(col), ptr<int64_t>(perm), ptr<double>(values)),
+                       num_nodes, "gcn_adjacency");
   return {rowptr, col, perm, values.to(dtype)};
 }
 
