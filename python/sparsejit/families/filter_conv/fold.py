@@ -78,7 +78,8 @@ def _is_relu(node: torch.fx.Node, modules: dict, src: torch.fx.Node) -> bool:
     return False
 
 
-def _set_module(root: nn.Module, name: str, new: nn.Module) -> None:
+def set_module(root: nn.Module, name: str, new: nn.Module) -> None:
+    """Replaces the submodule at dotted path `name` of `root` with `new`."""
     *path, leaf = name.split(".")
     parent = root
     for p in path:
@@ -109,7 +110,7 @@ def _fold_graph(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, int, in
             gm.graph.erase_node(relu_node)
             unit = ConvReLU(unit)
             fused += 1
-        _set_module(gm, node.target, unit)
+        set_module(gm, node.target, unit)
     gm.graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from sparsejit import _core
-from sparsejit.families.filter_conv.fold import ConvReLU, fold_batchnorm, fold_bn as _fold_bn
+from sparsejit.families.filter_conv.fold import (ConvReLU, fold_batchnorm, fold_bn as _fold_bn,
+                                                 set_module)
 from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS
 from sparsejit.runtime.cpu import cpu_model as _cpu_model
 from sparsejit.runtime.store import fingerprint, read_json, write_json_atomic
@@ -361,7 +362,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                 row["choice"] = "sparse"
                 if isinstance(sparse, SparseConv2d):
                     sparse.set_kernel(row["kernel"])
-                _replace(model, name, sparse)
+                set_module(model, name, sparse)
         rows.append(row)
         bar.step(name)
     if changed:
@@ -370,14 +371,6 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     if verbose:
         print(_format_table(rows))
     return model
-
-
-def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent = model
-    *path, leaf = name.split(".")
-    for p in path:
-        parent = getattr(parent, p)
-    setattr(parent, leaf, new)
 
 
 def format_report(rows: Optional[List[dict]] = None) -> str:
