@@ -32,22 +32,14 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from sparsejit.runtime.timing import median_ms
+
 FAMILIES = ("spmm", "attention", "rgms", "point_conv", "filter_conv")
 
 
-def _median_ms(fn: Callable[[], object], warmup: int, repeat: int) -> float:
-    from sparsejit.runtime.timing import median_ms
-    for _ in range(max(warmup - 1, 0)):
-        fn()
-    return median_ms(fn, repeat, warmup=1)
-
-
-def _agrees(got: torch.Tensor, ref: torch.Tensor, tol: float = 1e-3) -> bool:
-    if got.shape != ref.shape:
-        return False
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    return bool(((got.float() - ref.float()).abs().max().item() if ref.numel() else 0.0)
-                <= tol * max(scale, 1.0))
+def _agrees(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    from sparsejit.tools.bench import _agrees as agrees
+    return got.shape == ref.shape and agrees(got, ref, ref.dtype)
 
 
 def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
@@ -56,14 +48,14 @@ def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
     """Times sparsejit and each peer on one case; records in the shape of
     sparsejit.tools.bench (so its markdown table and the plot read them)."""
     ref = ours()
-    base = _median_ms(ours, args.warmup, args.repeat)
+    base = median_ms(ours, args.repeat, args.warmup)
     common = dict(family=family, op=op, graph=graph, nnz=nnz, F=F, reduce=variant,
                   threads=torch.get_num_threads())
     recs = [dict(common, impl="sparsejit", median_ms=round(base, 4), ok=True)]
     for name, fn in peers.items():
         try:
             ok = _agrees(fn(), ref)
-            ms = _median_ms(fn, args.warmup, args.repeat)
+            ms = median_ms(fn, args.repeat, args.warmup)
         except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
             skipped.append(f"{family}/{name}: {type(e).__name__}: {str(e)[:120]}")
             continue
@@ -81,7 +73,7 @@ def bench_spmm(args, skipped) -> List[dict]:
     argv += ["--reduce", "sum", "mean", "max"]
     if not args.quick:
         argv += ["--features", "64", "128", "--repeat", str(args.repeat)]
-    recs = bench.run(argv + ["--out-md", "/dev/null"], quiet=True)
+    recs = bench.run(argv, quiet=True)
     for r in recs:
         r["family"] = "spmm"
     return recs
