@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as Fn
 
 import sparsejit as sj
-from sparsejit.info import cpu_line
 from sparsejit.tools.data import load_graph
 
 
@@ -190,6 +189,7 @@ def main() -> None:
                          preparation_share=prep / first, first_minus_cached_ms=first - again,
                          first_minus_cached_share=(first - again) / first))
 
+    from sparsejit.info import cpu_line  # here: the sampler also imports on older builds
     cpu = cpu_line()
     print(f"\nCPU: {cpu}, {args.threads} threads; graph {args.graph}; batch {args.batch}, "
           f"fanout {args.fanout}, F={args.features}, hidden {args.hidden}; subgraphs "

@@ -1,0 +1,59 @@
+"""Structure building from an edge_index, per call, on the mini-batch benchmark's sampled
+subgraphs: `csr_from_edge_index` on the edges, on the edges plus one self-loop per node, on
+2.5M random edges, and (where the build has it) `gcn_adjacency`. Runs against whichever build
+is on PYTHONPATH, so two builds compare by running it twice.
+
+    PYTHONPATH=<build>/python python3 benchmarks/bench_structure_build.py --label before
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_minibatch import NeighborSampler  # noqa: E402
+from sparsejit.tools.data import load_graph  # noqa: E402
+
+
+def median_ms(fn, cases, warmup=3):
+    for args in cases[:warmup]:
+        fn(*args)
+    ts = []
+    for args in cases:
+        t0 = time.perf_counter()
+        fn(*args)
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--label", default="this build")
+    ap.add_argument("--batches", type=int, default=20)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    import sparsejit  # noqa: F401  (registers the ops)
+    op = torch.ops.sparsejit
+    g = load_graph("powerlaw:n=100000,avg=30,alpha=2.1,seed=0")
+    s = NeighborSampler(g.edge_index, g.num_nodes, [15, 10])
+    subs = [(ei, n.numel()) for n, ei in (s.sample(1024) for _ in range(args.batches))]
+    loops = [(torch.cat([ei, torch.arange(n).expand(2, n)], 1), n) for ei, n in subs]
+    big = [(torch.randint(0, 200_000, (2, 2_500_000)), 200_000)] * 5
+    rows = [("csr_from_edge_index, sampled subgraph", median_ms(op.csr_from_edge_index, subs)),
+            ("csr_from_edge_index, + self-loops", median_ms(op.csr_from_edge_index, loops)),
+            ("csr_from_edge_index, 2.5M random edges", median_ms(op.csr_from_edge_index, big, 1))]
+    if hasattr(op, "gcn_adjacency"):
+        rows.append(("gcn_adjacency, sampled subgraph",
+                     median_ms(lambda ei, n: op.gcn_adjacency(ei, n, torch.float32), subs)))
+    for name, ms in rows:
+        print(f"{args.label:10s} {name:40s} {ms:8.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
