@@ -17,10 +17,11 @@ inline constexpr IndexKind kAllIndexKinds[] = {IndexKind::I32, IndexKind::I64};
 inline constexpr Reduce kAllReduces[] = {Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min};
 inline constexpr Act kAllActs[] = {Act::None, Act::Relu, Act::LeakyRelu, Act::Elu, Act::Gelu,
                                    Act::Runtime};
-inline constexpr OpKind kAllOpKinds[] = {OpKind::Spmm,        OpKind::Sddmm,
-                                         OpKind::Rgms,        OpKind::PointConv,
-                                         OpKind::FilterConv,  OpKind::Attention,
-                                         OpKind::EdgeSoftmax, OpKind::EdgeSoftmaxBackward};
+inline constexpr OpKind kAllOpKinds[] = {
+    OpKind::Spmm,        OpKind::Sddmm,         OpKind::Rgms,
+    OpKind::PointConv,   OpKind::FilterConv,    OpKind::Attention,
+    OpKind::EdgeSoftmax, OpKind::EdgeSoftmaxBackward, OpKind::AttentionBackward,
+    OpKind::PointConvMap, OpKind::RgmsBackward};
 // The families whose plans are tensors with the common header (plan_header.h).
 inline constexpr OpKind kPlanOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::Rgms,
                                           OpKind::PointConv, OpKind::FilterConv};
@@ -33,7 +34,8 @@ namespace detail {
 }  // namespace detail
 
 // Short names: f32 f64 bf16 f16 / i32 i64 / sum mean max min / none relu leaky_relu elu gelu
-// runtime / spmm sddmm rgms point_conv filter_conv attention edge_softmax edge_softmax_backward. Unknown values throw
+// runtime / spmm sddmm rgms point_conv filter_conv attention edge_softmax edge_softmax_backward
+// attention_backward point_conv_map rgms_backward. Unknown values throw
 // std::invalid_argument naming the value.
 inline const char* scalar_name(ScalarKind k) {
   switch (k) {
@@ -85,6 +87,9 @@ inline const char* op_name(OpKind op) {
     case OpKind::PointConv: return "point_conv";
     case OpKind::FilterConv: return "filter_conv";
     case OpKind::Attention: return "attention";
+    case OpKind::AttentionBackward: return "attention_backward";
+    case OpKind::PointConvMap: return "point_conv_map";
+    case OpKind::RgmsBackward: return "rgms_backward";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

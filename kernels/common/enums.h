@@ -34,6 +34,9 @@ enum class OpKind : int {
   Attention = 6,            // fused sparse attention (csrc/attention, attention_kernel.h)
   EdgeSoftmax = 7,          // edge softmax, part of the spmm family (CUDA kernels)
   EdgeSoftmaxBackward = 8,
+  AttentionBackward = 9,   // fused sparse attention backward (CUDA kernels)
+  PointConvMap = 10,       // point-cloud kernel-map search (CUDA kernels)
+  RgmsBackward = 11,       // RGMS backward gather/scatter (CUDA kernels)
 };
 
 }  // namespace sparsejit

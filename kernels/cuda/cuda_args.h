@@ -54,5 +54,17 @@ struct SoftmaxParams {
   long long pad_;  // keeps the size a multiple of 16 on every compiler
 };
 
+// ---- Fused sparse attention (kernels/cuda/attention.cuh) ----------------------------------
+
+
+// ---- RGMS (kernels/cuda/rgms.cuh) ------------------------------------------------------------
+
+
+// ---- Point-cloud convolution (kernels/cuda/point_conv.cuh) -----------------------------------
+
+
+// ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
+
+
 }  // namespace cuda
 }  // namespace sparsejit
