@@ -6,11 +6,15 @@
 #
 #   scripts/gpu_check.sh              every step
 #   scripts/gpu_check.sh build cpp    only the named steps, in the order given
-# Steps: env build cpp sanitize pytest bench   (about 2 + 3 + 3 + 6 + 2 + 5 minutes on an H100
-# machine with 16 cores; each step stays under 10 minutes so it can run as one remote command).
+# Steps: env build cpp sanitize pytest bench families   (about 2 + 3 + 3 + 6 + 2 + 5 + 5 minutes
+# on an H100 machine with 16 cores; each step stays under 10 minutes so it can run as one remote
+# command). `bench` is SpMM / SDDMM against cuSPARSE and the gather/scatter path; `families` is
+# every op family fwd+bwd against the GPU peers installed (cuSPARSE, PyG's layers, spconv's CUDA
+# build, cuDNN's dense convolution): bench_families.{json,md}.
 #
 # Environment: OUT, BUILD_DIR (default build-gpu), JOBS, PYTHON (default python3),
-# BENCH_ARGS (extra arguments for `python3 -m sparsejit.tools.bench`), SANITIZE_K (pytest -k
+# BENCH_ARGS (extra arguments for `python3 -m sparsejit.tools.bench`), FAMILY_ARGS (for
+# `python3 -m sparsejit.tools.bench_all`), SANITIZE_K (pytest -k
 # expression for the sanitizer run; default: the CUDA tests without the largest matrices).
 set -u -o pipefail
 
@@ -130,13 +134,20 @@ step_bench() {
     --out-md "$OUT/bench_cuda.md" ${BENCH_ARGS:-}
 }
 
+step_families() {
+  # FAMILY_ARGS lets sparsejit-bench's flags through (e.g. --quick or --families rgms).
+  # shellcheck disable=SC2086
+  "$PYTHON" -m sparsejit.tools.bench_all --device cuda --train --out-json "$OUT/bench_families.json" \
+    --out-md "$OUT/bench_families.md" ${FAMILY_ARGS:-}
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env build cpp sanitize pytest bench)
+[ ${#steps[@]} -eq 0 ] && steps=(env build cpp sanitize pytest bench families)
 failed=0
 for s in "${steps[@]}"; do
   case "$s" in
-    env | build | cpp | sanitize | pytest | bench) run_step "$s" "step_$s" || failed=1 ;;
-    *) log "unknown step '$s' (steps: env build cpp sanitize pytest bench)"; failed=1 ;;
+    env | build | cpp | sanitize | pytest | bench | families) run_step "$s" "step_$s" || failed=1 ;;
+    *) log "unknown step '$s' (steps: env build cpp sanitize pytest bench families)"; failed=1 ;;
   esac
   if [ "$s" = build ] && [ $failed -ne 0 ]; then
     log "the build failed: later steps skipped"

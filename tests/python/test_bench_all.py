@@ -31,3 +31,22 @@ def test_bad_family_is_rejected(capsys):
     with pytest.raises(SystemExit):
         bench_all.run(["--families", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_train_times_forward_and_backward():
+    recs = bench_all.run(["--quick", "--train", "--families", "attention", "rgms", "point_conv"])
+    ops = {r["op"] for r in recs}
+    assert {"sparse_attention fwd+bwd", "GATConv layer fwd+bwd", "rgms fwd+bwd",
+            "subm3d incl. map fwd+bwd"} <= ops, ops
+    bad = [r for r in recs if not r["ok"]]
+    assert not bad, bad
+    assert all(r["device"] == "cpu" for r in recs)
+
+
+def test_cuda_device_without_a_gpu_is_named():
+    import pytest
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present (gpu_check.sh runs the CUDA benchmark)")
+    with pytest.raises(SystemExit, match="--device cuda needs a CUDA device"):
+        bench_all.run(["--device", "cuda", "--quick"])

@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
-import time
 import warnings
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import torch
 
@@ -28,27 +26,10 @@ from sparsejit.tools import data as sjdata
 from sparsejit.families.spmm.sddmm import sddmm
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm.matrix import SparseMatrix
+from sparsejit.runtime.timing import median_ms
 from sparsejit.tools.roofline import sddmm_min_bytes, spmm_min_bytes, stream_bandwidth_gbs
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-
-
-def _sync(device: str) -> None:
-    if device != "cpu":
-        torch.cuda.synchronize()
-
-
-def median_ms(fn: Callable[[], object], warmup: int, repeat: int, device: str) -> float:
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def _agrees(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -128,11 +109,11 @@ def bench_graph(g: sjdata.Graph, args, roof: float) -> List[dict]:
             for reduce in args.reduce:
                 ours = lambda: spmm(A, X, reduce)  # noqa: E731
                 ref = ours()
-                timings = {"sparsejit": median_ms(ours, args.warmup, args.repeat, device)}
+                timings = {"sparsejit": median_ms(ours, args.repeat, args.warmup, device)}
                 oks = {}
                 for name, fn in _spmm_peers(A, X, reduce, src, dst, n).items():
                     oks[name] = _agrees(fn(), ref, dtype)
-                    timings[name] = median_ms(fn, args.warmup, args.repeat, device)
+                    timings[name] = median_ms(fn, args.repeat, args.warmup, device)
                 nbytes = spmm_min_bytes(n, A.nnz, F, X.element_size(), 8, False)
                 recs += _records_for(dict(common, op="spmm", reduce=reduce), timings, oks,
                                      nbytes, roof)
@@ -140,9 +121,9 @@ def bench_graph(g: sjdata.Graph, args, roof: float) -> List[dict]:
             Q = torch.randn(n, F, generator=gen).to(device=device, dtype=dtype)
             ours = lambda: sddmm(A, Q, X)  # noqa: E731
             gather = lambda: (Q[row] * X[col]).sum(-1)  # noqa: E731
-            timings = {"sparsejit": median_ms(ours, args.warmup, args.repeat, device)}
+            timings = {"sparsejit": median_ms(ours, args.repeat, args.warmup, device)}
             oks = {"gather-dot": _agrees(gather(), ours(), dtype)}
-            timings["gather-dot"] = median_ms(gather, args.warmup, args.repeat, device)
+            timings["gather-dot"] = median_ms(gather, args.repeat, args.warmup, device)
             nbytes = sddmm_min_bytes(n, A.nnz, F, X.element_size(), 8)
             recs += _records_for(dict(common, op="sddmm", reduce="-"), timings, oks, nbytes, roof)
         if args.verbose:

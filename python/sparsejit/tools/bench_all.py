@@ -4,6 +4,7 @@ side in one process.
     sparsejit-bench                                   # all five families, default sizes
     sparsejit-bench --families spmm rgms --quick      # a subset, small sizes (seconds)
     sparsejit-bench --out-json r.json --out-md r.md --out-svg r.svg
+    sparsejit-bench --device cuda --train             # on a GPU, forward + backward
 
 Families and peers (a peer that is not installed is skipped and named in the output):
 
@@ -17,6 +18,13 @@ Families and peers (a peer that is not installed is skipped and named in the out
 - ``point_conv``: a SubMConv3d forward including the kernel map, against spconv-CPU (one
   thread: its CPU path is unreliable with more) and a dense ``conv3d`` on the voxel grid;
 - ``filter_conv``: a 90%-pruned 3x3 Conv2d, against the dense ``conv2d``.
+
+``--device cuda`` runs every family on the GPU (each call timed up to a device
+synchronisation): the peers are then cuSPARSE (``torch.sparse.mm``), PyG's layers, spconv's
+CUDA build when installed, and cuDNN's dense convolutions. ``--train`` times forward and
+backward (one ``backward`` of a fixed random gradient per call) wherever the op trains (every
+family but ``filter_conv``, which is inference only, and the ``spmm`` family's SDDMM table),
+and adds a ``GATConv`` layer against PyG's to the ``attention`` family.
 
 Each peer's output is checked against sparsejit's before it is timed (``ok``); times are
 medians of ``--repeat`` calls after warm-ups; ``ratio`` is peer / sparsejit (above 1:
@@ -42,20 +50,38 @@ def _agrees(got: torch.Tensor, ref: torch.Tensor) -> bool:
     return got.shape == ref.shape and agrees(got, ref, ref.dtype)
 
 
+def _with_backward(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """fn's forward, then one backward of a fixed random gradient; returns the forward output."""
+    grad: List[torch.Tensor] = []
+
+    def step() -> torch.Tensor:
+        out = fn()
+        if not grad:
+            grad.append(torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+                        .to(out.device, out.dtype))
+        out.backward(grad[0])
+        return out.detach()
+    return step
+
+
 def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
           ours: Callable[[], torch.Tensor], peers: Dict[str, Callable[[], torch.Tensor]],
-          args, skipped: List[str]) -> List[dict]:
-    """Times sparsejit and each peer on one case; records in the shape of
-    sparsejit.tools.bench (so its markdown table and the plot read them)."""
+          args, skipped: List[str], train: bool = False) -> List[dict]:
+    """Times sparsejit and each peer on one case (forward + backward when `train`); records
+    in the shape of sparsejit.tools.bench (so its markdown table and the plot read them)."""
+    if train:
+        ours = _with_backward(ours)
+        peers = {name: _with_backward(fn) for name, fn in peers.items()}
+        op += " fwd+bwd"
     ref = ours()
-    base = median_ms(ours, args.repeat, args.warmup)
+    base = median_ms(ours, args.repeat, args.warmup, args.device)
     common = dict(family=family, op=op, graph=graph, nnz=nnz, F=F, reduce=variant,
-                  threads=torch.get_num_threads())
+                  threads=torch.get_num_threads(), device=args.device)
     recs = [dict(common, impl="sparsejit", median_ms=round(base, 4), ok=True)]
     for name, fn in peers.items():
         try:
             ok = _agrees(fn(), ref)
-            ms = median_ms(fn, args.repeat, args.warmup)
+            ms = median_ms(fn, args.repeat, args.warmup, args.device)
         except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
             skipped.append(f"{family}/{name}: {type(e).__name__}: {str(e)[:120]}")
             continue
@@ -70,6 +96,7 @@ def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
 def bench_spmm(args, skipped) -> List[dict]:
     from sparsejit.tools import bench
     argv = ["--quick"] if args.quick else ["--graphs", *args.graphs]
+    argv += ["--device", args.device]
     argv += ["--reduce", "sum", "mean", "max"]
     if not args.quick:
         argv += ["--features", "64", "128", "--repeat", str(args.repeat)]
@@ -79,20 +106,28 @@ def bench_spmm(args, skipped) -> List[dict]:
     return recs
 
 
-def _graph(n: int, avg: int, seed: int = 0):
+def _graph(n: int, avg: int, seed: int = 0, device: str = "cpu"):
     from sparsejit.tools.data import powerlaw
     g = powerlaw(n, avg, 2.1, seed)
-    return g.edge_index, g.num_nodes
+    return g.edge_index.to(device), g.num_nodes
+
+
+def _randn(*shape, generator, device, train=False, scale=1.0):
+    """Random input made on the CPU (the same numbers on every device), a leaf that
+    requires grad when `train`."""
+    t = (torch.randn(*shape, generator=generator) * scale).to(device)
+    return t.requires_grad_(train)
 
 
 def bench_attention(args, skipped) -> List[dict]:
     import sparsejit as sj
+    dev, train = args.device, args.train
     n, avg, heads, d = (3000, 8, 2, 16) if args.quick else (100_000, 16, 4, 32)
-    ei, n = _graph(n, avg, 1)
+    ei, n = _graph(n, avg, 1, dev)
     A = sj.SparseMatrix.from_edge_index(ei, n)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(n, heads, d, generator=g) for _ in range(3))
-    row, col = A.row_indices(), A.indices.long()
+    q, k, v = (_randn(n, heads, d, generator=g, device=dev, train=train) for _ in range(3))
+    row, col = A.row_indices().long(), A.indices.long()
     scale = d ** -0.5
     try:
         from torch_geometric.utils import softmax as pyg_softmax
@@ -105,33 +140,59 @@ def bench_attention(args, skipped) -> List[dict]:
         if use_pyg:
             p = pyg_softmax(s, row, num_nodes=n)
         else:
-            mx = torch.full((n, heads), float("-inf")).scatter_reduce(
-                0, row[:, None].expand_as(s), s, "amax", include_self=True)
+            mx = torch.full((n, heads), float("-inf"), device=dev).scatter_reduce(
+                0, row[:, None].expand_as(s), s.detach(), "amax", include_self=True)
             e = (s - mx[row]).exp()
-            p = e / torch.zeros(n, heads).index_add_(0, row, e)[row]
-        return torch.zeros(n, heads, d).index_add_(0, row, p[..., None] * v[col])
+            p = e / torch.zeros(n, heads, device=dev).index_add(0, row, e)[row]
+        return torch.zeros(n, heads, d, device=dev).index_add(0, row, p[..., None] * v[col])
 
     peers = {"gather-softmax-scatter": lambda: gather_softmax_scatter(False)}
     if pyg_softmax is not None:
         peers["PyG softmax + scatter"] = lambda: gather_softmax_scatter(True)
-    return _case("attention", "sparse_attention", f"powerlaw n={n}", A.nnz, d, f"H={heads}",
-                 lambda: sj.sparse_attention(A, q, k, v), peers, args, skipped)
+    recs = _case("attention", "sparse_attention", f"powerlaw n={n}", A.nnz, d, f"H={heads}",
+                 lambda: sj.sparse_attention(A, q, k, v), peers, args, skipped, train)
+    if train:
+        recs += _gat_layer(args, skipped, ei, n)
+    return recs
+
+
+def _gat_layer(args, skipped, ei, n) -> List[dict]:
+    """One GATConv (4 heads) forward + backward against PyG's, the same weights, structure
+    work from edge_index included on both sides."""
+    try:
+        import torch_geometric.nn as pnn
+    except ImportError:
+        skipped.append("attention/PyG GATConv: torch_geometric not installed")
+        return []
+    import sparsejit as sj
+    f = 64
+    torch.manual_seed(0)
+    theirs = pnn.GATConv(f, f // 4, heads=4).to(args.device)
+    ours = sj.nn.GATConv(f, f // 4, heads=4).to(args.device)
+    ours.load_state_dict(theirs.state_dict(), strict=False)
+    x = _randn(n, f, generator=torch.Generator().manual_seed(1), device=args.device, train=True)
+    return _case("attention", "GATConv layer", f"powerlaw n={n}", int(ei.shape[1]), f, "H=4",
+                 lambda: ours(x, ei), {"PyG GATConv": lambda: theirs(x, ei)}, args, skipped,
+                 train=True)
 
 
 def bench_rgms(args, skipped) -> List[dict]:
     import sparsejit as sj
+    dev, train = args.device, args.train
     n, e, r, f = (2000, 16000, 8, 16) if args.quick else (100_000, 1_000_000, 50, 16)
     g = torch.Generator().manual_seed(0)
     ei, et = torch.randint(0, n, (2, e), generator=g), torch.randint(0, r, (e,), generator=g)
-    x, w = torch.randn(n, f, generator=g), torch.randn(r, f, f, generator=g) * 0.1
+    ei, et = ei.to(dev), et.to(dev)
+    x = _randn(n, f, generator=g, device=dev, train=train)
+    w = _randn(r, f, f, generator=g, device=dev, train=train, scale=0.1)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
 
     def loop():
-        out = torch.zeros(n, f)
+        out = torch.zeros(n, f, device=dev)
         for rel in range(r):
             m = et == rel
             s, d = ei[0][m], ei[1][m]
-            agg = torch.zeros(n, f).index_add_(0, d, x[s])
+            agg = torch.zeros(n, f, device=dev).index_add(0, d, x[s])
             cnt = torch.bincount(d, minlength=n).clamp(min=1)
             out += (agg / cnt[:, None]) @ w[rel]
         return out
@@ -139,26 +200,27 @@ def bench_rgms(args, skipped) -> List[dict]:
     peers = {"per-relation torch loop": loop}
     try:
         from torch_geometric.nn import RGCNConv
-        conv = RGCNConv(f, f, r, aggr="mean", root_weight=False, bias=False)
+        conv = RGCNConv(f, f, r, aggr="mean", root_weight=False, bias=False).to(dev)
         with torch.no_grad():
             conv.weight.copy_(w)
         peers["PyG RGCNConv"] = lambda: conv(x, ei, et)
     except ImportError:
         skipped.append("rgms/PyG RGCNConv: torch_geometric not installed")
-    with torch.no_grad():
+    with torch.set_grad_enabled(train):
         return _case("rgms", "rgms", f"random n={n} E={e} R={r}", e, f, "mean",
-                     lambda: sj.rgms(A, x, w, reduce="mean"), peers, args, skipped)
+                     lambda: sj.rgms(A, x, w, reduce="mean"), peers, args, skipped, train)
 
 
 def bench_point_conv(args, skipped) -> List[dict]:
     import sparsejit.spconv as sjs
+    dev, train = args.device, args.train
     side, pts, cin, cout = (24, 2000, 16, 16) if args.quick else (48, 30000, 32, 32)
     g = torch.Generator().manual_seed(0)
     key = torch.randperm(side ** 3, generator=g)[:pts]
     coords = torch.stack([torch.zeros_like(key), key // side ** 2, (key // side) % side,
-                          key % side], 1).int()
-    feats = torch.randn(pts, cin, generator=g)
-    ours_mod = sjs.SubMConv3d(cin, cout, 3, bias=False, indice_key="b")
+                          key % side], 1).int().to(dev)
+    feats = _randn(pts, cin, generator=g, device=dev, train=train)
+    ours_mod = sjs.SubMConv3d(cin, cout, 3, bias=False, indice_key="b").to(dev)
     shape = [side] * 3
 
     def ours():  # a new tensor each call: the kernel map is built every time
@@ -169,7 +231,7 @@ def bench_point_conv(args, skipped) -> List[dict]:
     lc = coords.long()
 
     def dense():
-        grid = torch.zeros(1, cin, side, side, side)
+        grid = torch.zeros(1, cin, side, side, side, device=dev)
         grid[0, :, lc[:, 1], lc[:, 2], lc[:, 3]] = feats.t()
         return torch.nn.functional.conv3d(grid, wd, padding=1)[0, :, lc[:, 1], lc[:, 2],
                                                                   lc[:, 3]].t()
@@ -177,23 +239,32 @@ def bench_point_conv(args, skipped) -> List[dict]:
     peers = {"dense conv3d": dense}
     try:
         import spconv.pytorch as spc
-        theirs = spc.SubMConv3d(cin, cout, 3, bias=False, indice_key="b")
+        if dev == "cpu" and train:  # spconv-CPU's backward asks for a CUDA stream otherwise
+            import spconv.pytorch.ops as spc_ops
+            spc_ops.get_current_stream = lambda: 0
+        theirs = spc.SubMConv3d(cin, cout, 3, bias=False, indice_key="b").to(dev)
         with torch.no_grad():
             theirs.weight.copy_(ours_mod.weight)
+
+        def spconv_run():
+            return theirs(spc.SparseConvTensor(feats, coords, shape, 1)).features
 
         def spconv_1thread():
             t = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
-                return theirs(spc.SparseConvTensor(feats, coords, shape, 1)).features
+                return spconv_run()
             finally:
                 torch.set_num_threads(t)
-        peers["spconv-CPU (1 thread)"] = spconv_1thread
+        if dev == "cpu":
+            peers["spconv-CPU (1 thread)"] = spconv_1thread
+        else:
+            peers["spconv"] = spconv_run
     except Exception as e:  # noqa: BLE001 - missing or broken install
         skipped.append(f"point_conv/spconv: {type(e).__name__}: {str(e)[:80]}")
-    with torch.no_grad():
+    with torch.set_grad_enabled(train):
         return _case("point_conv", "subm3d incl. map", f"random {pts} sites in {side}^3",
-                     pts, cin, f"{cin}->{cout}", ours, peers, args, skipped)
+                     pts, cin, f"{cin}->{cout}", ours, peers, args, skipped, train)
 
 
 def bench_filter_conv(args, skipped) -> List[dict]:
@@ -205,8 +276,9 @@ def bench_filter_conv(args, skipped) -> List[dict]:
         w = torch.randn(conv.weight.shape, generator=g)
         w[torch.rand(w.shape, generator=g) < 0.9] = 0  # 90% of the weights pruned
         conv.weight.copy_(w)
-    x = torch.randn(batch, c, hw, hw, generator=g)
-    ours = sj.nn.SparseConv2d.from_dense(conv)
+    x = torch.randn(batch, c, hw, hw, generator=g).to(args.device)
+    ours = sj.nn.SparseConv2d.from_dense(conv).to(args.device)
+    conv = conv.to(args.device)
     with torch.no_grad():
         return _case("filter_conv", "sparse_conv2d 90%", f"{batch}x{c}x{hw}x{hw}",
                      int((w != 0).sum()), c, "3x3",
@@ -225,6 +297,10 @@ def parse_args(argv=None):
     ap.add_argument("--graphs", nargs="+", default=["cora", "pubmed",
                                                     "powerlaw:n=200000,avg=12,alpha=2.1,seed=1"],
                     help="graphs of the spmm family (names, files or generator specs)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu or cuda[:N]: where every family runs (peers too)")
+    ap.add_argument("--train", action="store_true",
+                    help="forward + backward where the op trains (see above)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
@@ -237,9 +313,12 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def markdown(records: List[dict], skipped: List[str], cpu: str) -> str:
+def markdown(records: List[dict], skipped: List[str], cpu: str, device: str = "cpu") -> str:
     from sparsejit.tools.bench import markdown as table
-    parts = [f"CPU: {cpu}; threads: {torch.get_num_threads()}; torch {torch.__version__}\n"]
+    where = f"CPU: {cpu}; threads: {torch.get_num_threads()}"
+    if device != "cpu":
+        where = f"GPU: {torch.cuda.get_device_name(device)} ({device}); host {where}"
+    parts = [f"{where}; torch {torch.__version__}\n"]
     for fam in FAMILIES:
         recs = [r for r in records if r.get("family") == fam]
         if recs:
@@ -253,6 +332,9 @@ def run(argv=None) -> List[dict]:
     from sparsejit.info import cpu_line
     from sparsejit.runtime.timing import Progress
     args = parse_args(argv)
+    if args.device != "cpu" and not torch.cuda.is_available():
+        raise SystemExit(f"sparsejit-bench: --device {args.device} needs a CUDA device; this torch "
+                         f"({torch.__version__}) sees none")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
@@ -264,10 +346,10 @@ def run(argv=None) -> List[dict]:
         records += RUNNERS[fam](args, skipped)
         bar.step(fam)
     cpu = cpu_line()
-    text = markdown(records, skipped, cpu)
+    text = markdown(records, skipped, cpu, args.device)
     if args.out_json:
         with open(args.out_json, "w") as f:
-            json.dump({"cpu": cpu, "threads": torch.get_num_threads(), "skipped": skipped,
+            json.dump({"cpu": cpu, "device": args.device, "threads": torch.get_num_threads(), "skipped": skipped,
                        "records": records}, f, indent=1)
     if args.out_md:
         with open(args.out_md, "w") as f:
