@@ -122,6 +122,30 @@ def test_drop_in_edge_index_reuses_the_structure():
     assert len(_GRAPH_CACHE) == 0
 
 
+def test_content_key_sees_in_place_changes_and_forgets_dead_tensors():
+    import gc
+
+    from sparsejit.runtime import caches
+    ei = torch.randint(0, 50, (2, 400))
+    k1 = caches.content_key(ei, extra=(50,))
+    assert caches.content_key(ei.clone(), extra=(50,)) == k1  # same content, same key
+    assert caches.content_key(ei, extra=(51,)) != k1
+    assert caches.content_key(ei.to(torch.int32), extra=(50,)) != k1  # dtype is part of it
+    ei[0, 0] = (ei[0, 0] + 1) % 50  # in place: the memoised hash must not be reused
+    assert caches.content_key(ei, extra=(50,)) != k1
+    ei[0, 0] = (ei[0, 0] - 1) % 50
+    assert caches.content_key(ei, extra=(50,)) == k1
+    assert caches.content_key(None, ei) == (None,) + k1[:1]
+    tid = id(ei)
+    assert tid in caches._HASHES
+    del ei
+    gc.collect()
+    assert tid not in caches._HASHES
+    with torch.inference_mode():  # no version counter: hashed each time, still a key
+        t = torch.arange(10)
+    assert caches.content_key(t) == caches.content_key(torch.arange(10))
+
+
 def test_save_load_and_to_keep_structure_and_plans(tmp_path):
     A = random_graph(500, 400, 8, seed=3)
     A = A.with_values(torch.rand(A.nnz))

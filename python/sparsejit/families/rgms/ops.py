@@ -19,7 +19,7 @@ import torch
 from sparsejit import _core
 from sparsejit.families.rgms import schedules
 from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
-from sparsejit.runtime.caches import LruCache
+from sparsejit.runtime.caches import LruCache, content_key
 
 _REDUCES = ("sum", "mean")
 _STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
@@ -128,10 +128,9 @@ class TypedSparseMatrix:
 
 
 # Eager calls with an edge_index (RGCNConv's forward, every layer of a model) would rebuild the
-# plan on every call: a few entries keyed by the identity and version counter of edge_index
-# and edge_type. An entry holds the two tensors, so their ids cannot be reused while it
-# lives; an in-place change bumps the version and misses. Not used under torch.compile (the
-# rgms_plan op is traced into the graph instead).
+# plan on every call: a few entries keyed by the content of edge_index and edge_type
+# (runtime.caches.content_key: a tensor changed in place misses, an equal one hits). Not used
+# under torch.compile (the rgms_plan op is traced into the graph instead).
 _TYPED_CACHE = LruCache("rgms.typed_structures", max_entries=4)
 
 
@@ -143,23 +142,23 @@ def clear_typed_cache() -> None:
 def cached_from_edge_index(edge_index: torch.Tensor, num_nodes, edge_type: torch.Tensor,
                            num_relations: int) -> TypedSparseMatrix:
     """TypedSparseMatrix.from_edge_index, remembered for the last few (edge_index,
-    edge_type) tensors while they are not modified in place."""
+    edge_type) contents."""
     build = lambda: TypedSparseMatrix.from_edge_index(  # noqa: E731
         edge_index, num_nodes, edge_type=edge_type, num_relations=num_relations)
     if torch.compiler.is_compiling() or not isinstance(edge_index, torch.Tensor) or \
             not isinstance(edge_type, torch.Tensor):
         return build()
-    try:
-        key = (id(edge_index), edge_index._version, id(edge_type), edge_type._version,
-               num_nodes, num_relations)
-    except RuntimeError:  # inference tensors have no version counter
-        return build()
+    key = content_key(edge_index, edge_type, extra=(_hashable(num_nodes), num_relations))
     hit = _TYPED_CACHE.get(key)
-    if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
-        return hit[2]
+    if hit is not None:
+        return hit
     A = build()
-    _TYPED_CACHE.put(key, (edge_index, edge_type, A))
+    _TYPED_CACHE.put(key, A)
     return A
+
+
+def _hashable(n):
+    return tuple(n) if isinstance(n, list) else n
 
 
 def rgms(

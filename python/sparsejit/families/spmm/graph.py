@@ -20,10 +20,9 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from sparsejit import _core
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
 from sparsejit.families.spmm.plans import fingerprint
-from sparsejit.runtime.caches import LruCache
+from sparsejit.runtime.caches import LruCache, content_key
 
 # Prepared adjacencies (self-loops, normalisation, transposes) keyed by graph content and
 # what was prepared: the layers' per-graph work done once.
@@ -48,25 +47,6 @@ class Edges:
     def edge_index(self) -> torch.Tensor:
         """``[src; dst]`` as a ``[2, E]`` int64 tensor (the input's own when it was one)."""
         return self.stacked if self.stacked is not None else torch.stack([self.src, self.dst])
-
-
-def _content_hash(t: torch.Tensor) -> int:
-    """64-bit hash of a tensor's bytes (the core's fingerprint, ~1 ns per element)."""
-    flat = t.detach().cpu().contiguous().reshape(-1)
-    if flat.dtype.is_floating_point:
-        flat = flat.float() if flat.element_size() < 4 else flat
-        flat = flat.view(torch.int32 if flat.element_size() == 4 else torch.int64)
-    elif flat.dtype not in (torch.int32, torch.int64):
-        flat = flat.to(torch.int64)
-    empty = torch.zeros(1, dtype=flat.dtype)
-    return _core.fingerprint(empty.numpy(), flat.numpy(), -1)
-
-
-def _key(*tensors) -> Optional[tuple]:
-    if torch.compiler.is_compiling():
-        return None
-    return tuple(None if t is None else (_content_hash(t), tuple(t.shape), str(t.dtype))
-                 for t in tensors)
 
 
 def edges_of(edge_index, size: Optional[Tuple[int, int]] = None,
@@ -133,7 +113,7 @@ def _edge_list(src, dst, weight, size, stacked=None) -> Edges:
         size = (n, n)
     _check_weight(weight, src.shape[0])
     stacked = torch.stack([src, dst]) if stacked is None else stacked
-    k = _key(stacked, weight)
+    k = content_key(stacked, weight)
     return Edges(src, dst, weight, _size(size[0]), _size(size[1]), None,
                  None if k is None else (k, tuple(size)), stacked)
 
@@ -153,7 +133,7 @@ def _from_csr(A: SparseMatrix, weight, size) -> Edges:
         raise ValueError(f"edge weights must be [nnz]; got shape {tuple(weight.shape)}")
     key = None
     if not torch.compiler.is_compiling():
-        key = (fingerprint(A), A.shape, _key(weight))
+        key = (fingerprint(A), A.shape, content_key(weight))
     return Edges(A.indices.to(torch.long), A.row_indices(), weight, A.shape[1], A.shape[0],
                  A.with_values(None), key)
 

@@ -15,7 +15,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from sparsejit import _library as _ops
-from sparsejit.runtime.caches import LruCache
+from sparsejit.runtime.caches import LruCache, content_key
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -262,7 +262,7 @@ class SparseMatrix:
 # ---- drop-in calls with a raw edge_index ------------------------------------------------
 # Building CSR from an edge_index sorts it (O(E log E)); hashing it is ~1 ns per index. A
 # call that passes the same edge_index again therefore reuses the structure, its transpose,
-# statistics and plans from this LRU, keyed by the content fingerprint.
+# statistics and plans from this LRU, keyed by content (runtime.caches.content_key).
 
 def _graph_cache_budget() -> int:
     return int(os.environ.get("SPARSEJIT_GRAPH_CACHE_BYTES", str(512 << 20)))
@@ -281,8 +281,6 @@ _GRAPH_CACHE = LruCache("spmm.edge_index_structures", max_bytes=_graph_cache_bud
 def cached_from_edge_index(edge_index: torch.Tensor, num_nodes: Optional[int] = None) -> "SparseMatrix":
     """SparseMatrix.from_edge_index through a process-wide LRU keyed by the content of
     `edge_index` (bounded by SPARSEJIT_GRAPH_CACHE_BYTES, default 512 MiB)."""
-    from sparsejit import _core
-
     if not isinstance(edge_index, torch.Tensor):
         raise TypeError(f"edge_index must be a tensor; got {type(edge_index).__name__}")
     if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \
@@ -291,9 +289,9 @@ def cached_from_edge_index(edge_index: torch.Tensor, num_nodes: Optional[int] = 
     ei = edge_index if edge_index.dtype in _INDEX_DTYPES else edge_index.to(torch.long)
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E]; got {tuple(ei.shape)}")
-    host = ei.detach().cpu().contiguous()
-    fp = _core.fingerprint(host[0].numpy(), host[1].numpy(), -1 if num_nodes is None else num_nodes)
-    key = (fp, num_nodes, ei.shape[1], str(ei.device))
+    key = content_key(ei, extra=(num_nodes,))
+    if key is None:  # under torch.compile: no cache
+        return SparseMatrix.from_edge_index(ei, num_nodes)
     A = _GRAPH_CACHE.get(key)
     if A is not None:
         return A
