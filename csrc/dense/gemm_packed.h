@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/common/vec.h"
+
 namespace sparsejit::dense::SPARSEJIT_ISA_NS {
 
-typedef float v8f __attribute__((vector_size(32)));
+typedef cpu::detail::Vec<float, 32> v8f;
 
 template <int MR>
 inline void micro_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,

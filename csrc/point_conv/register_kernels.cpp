@@ -3,6 +3,7 @@
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/jit_policy.h"
+#include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::point_conv::detail {
 namespace {
@@ -55,7 +56,7 @@ inline __attribute__((always_inline)) void wgrad_rows(const Pairs& p, const T* x
                                                       const T* dy, const T* scale, T* dwg,
                                                       int64_t q0, int64_t q1, int64_t c0) {
   constexpr int L = 32 / sizeof(T), NV = CO / L;
-  typedef T V __attribute__((vector_size(32), aligned(sizeof(T))));
+  typedef cpu::detail::Vec<T, 32> V;  // registers; memory through memcpy
   V acc[CB][NV];
 #pragma GCC unroll 16
   for (int b = 0; b < CB; ++b)

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/common/vec.h"
 #include "kernels/cpu/filter_conv_args.h"
 
 #ifndef SPARSEJIT_ISA_NS
@@ -26,7 +27,7 @@
 
 namespace sparsejit::filter_conv::SPARSEJIT_ISA_NS {
 
-typedef float vf8 __attribute__((vector_size(32)));
+typedef cpu::detail::Vec<float, 32> vf8;
 
 FILTER_CONV_INLINE vf8 load8(const float* p) {
   vf8 v;

@@ -14,12 +14,15 @@
 // The row is cut into column blocks of at most 8 vectors (so a block's accumulators and the
 // operands fit the 16 vector registers), and narrow blocks keep several accumulator sets
 // (channel c feeds set c mod S) so that enough independent additions are in flight.
-// Standard library only: the JIT compiles this file with nothing else on the include path.
+// Standard library and kernels/ headers only: the JIT compiles this file with nothing else on
+// the include path.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+
+#include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::cpu {
 
@@ -64,8 +67,8 @@ template <typename V, typename S>
 inline V load_row(const S* p) {
   V v;
   if constexpr (sizeof(S) * 8 == sizeof(V) / 2) {  // bfloat16: 8 halves -> 8 floats
-    typedef uint16_t H __attribute__((vector_size(16)));
-    typedef uint32_t U __attribute__((vector_size(32)));
+    typedef detail::Vec<uint16_t, 16> H;
+    typedef detail::Vec<uint32_t, 32> U;
     H h;
     std::memcpy(&h, p, sizeof(h));
     const U u = __builtin_convertvector(h, U) << 16;
@@ -79,9 +82,9 @@ inline V load_row(const S* p) {
 template <typename V, typename S>
 inline void store_row(S* p, V v) {
   if constexpr (sizeof(S) * 8 == sizeof(V) / 2) {  // 8 floats -> 8 halves
-    typedef uint16_t H __attribute__((vector_size(16)));
-    typedef uint32_t U __attribute__((vector_size(32)));
-    typedef int32_t I __attribute__((vector_size(32)));
+    typedef detail::Vec<uint16_t, 16> H;
+    typedef detail::Vec<uint32_t, 32> U;
+    typedef detail::Vec<int32_t, 32> I;
     U u;
     std::memcpy(&u, &v, sizeof(u));
     const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -99,7 +102,7 @@ inline void store_row(S* p, V v) {
 template <typename T, int CI, int NB, typename S>
 inline __attribute__((always_inline)) void block(const ConvOsLaunch& l, int64_t r, int v0) {
   constexpr int L = 32 / static_cast<int>(sizeof(T)), NS = kSets<NB>;
-  typedef T V __attribute__((vector_size(32)));  // registers; memory through memcpy
+  typedef detail::Vec<T, 32> V;  // registers; memory through memcpy
   const int64_t ci = CI > 0 ? CI : l.c_in, co = l.c_out, wstride = ci * co;
   const S* __restrict x = static_cast<const S*>(l.x);
   const T* __restrict w = static_cast<const T*>(l.w) + v0 * L;

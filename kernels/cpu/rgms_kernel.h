@@ -107,7 +107,7 @@ struct Lanes {
   static constexpr int64_t n = detail::VecOf<T>::kLanes;
   typedef typename detail::VecOf<T>::type v;
   // The same vector at T's alignment, allowed to alias T (unaligned loads and stores).
-  typedef T u __attribute__((vector_size(detail::kVecBytes), aligned(sizeof(T)), may_alias));
+  typedef detail::VecU<T, detail::kVecBytes> u;
 };
 template <typename T>
 inline typename Lanes<T>::v vload(const T* p) {

@@ -33,11 +33,7 @@ inline constexpr int64_t kSddmmLanes = 32;
 
 // Eight lanes of the accumulator type as one GCC vector (one AVX2 register for float).
 template <typename A>
-struct Lanes8Of {
-  typedef A type __attribute__((vector_size(8 * sizeof(A))));
-};
-template <typename A>
-using Lanes8 = typename Lanes8Of<A>::type;
+using Lanes8 = Vec<A, 8 * sizeof(A)>;
 
 template <typename T, typename A>
 inline Lanes8<A> load8(const T* p) {
@@ -68,8 +64,8 @@ inline acc_t<T> dot_fixed_order(const T* __restrict q, const T* __restrict k, in
     p[tail_vectors][f - full - 8 * tail_vectors] += A(q[f]) * A(k[f]);
   // Fixed tree: vectors pairwise, then the 8 lanes pairwise (shuffles, no memory round trip).
   const V s8 = (p[0] + p[2]) + (p[1] + p[3]);
-  typedef A V4 __attribute__((vector_size(4 * sizeof(A))));
-  typedef A V2 __attribute__((vector_size(2 * sizeof(A))));
+  typedef Vec<A, 4 * sizeof(A)> V4;
+  typedef Vec<A, 2 * sizeof(A)> V2;
   const V4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
   const V2 s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
   return s2[0] + s2[1];

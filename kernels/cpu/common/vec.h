@@ -12,6 +12,20 @@
 
 namespace sparsejit::cpu::detail {
 
+// GCC vectors by element type and size in bytes: every vector type of the CPU kernels
+// (kernels/cpu, csrc's precompiled loops) is one of these. Vec<T, B> lives in registers
+// (memory through memcpy or load_lanes); VecU<T, B> has T's alignment and may alias T, so a
+// pointer to it loads and stores at any T-aligned address.
+template <typename T, int Bytes>
+struct VecBytes {
+  typedef T type __attribute__((vector_size(Bytes)));
+  typedef T unaligned __attribute__((vector_size(Bytes), aligned(sizeof(T)), may_alias));
+};
+template <typename T, int Bytes>
+using Vec = typename VecBytes<T, Bytes>::type;
+template <typename T, int Bytes>
+using VecU = typename VecBytes<T, Bytes>::unaligned;
+
 // Compile-time size when K > 0, else the run-time value.
 template <int64_t K>
 inline int64_t size_or(int64_t runtime) {
@@ -21,8 +35,8 @@ inline int64_t size_or(int64_t runtime) {
 // Integer vectors for widening N bfloat16 values.
 template <int N>
 struct Bf16Lanes {
-  typedef uint16_t narrow __attribute__((vector_size(2 * N)));
-  typedef uint32_t wide __attribute__((vector_size(4 * N)));
+  typedef Vec<uint16_t, 2 * N> narrow;
+  typedef Vec<uint32_t, 4 * N> wide;
 };
 
 // Loads one GCC vector V of A from p (T == A, or bfloat16 widened to float: the 16 bits go
@@ -56,7 +70,7 @@ inline constexpr int kVecBytes = 16;
 template <typename A>
 struct VecOf {
   static constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(A));
-  typedef A type __attribute__((vector_size(kVecBytes)));
+  typedef Vec<A, kVecBytes> type;
 };
 
 template <typename T, typename A>
