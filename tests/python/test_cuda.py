@@ -235,6 +235,31 @@ def test_cuda_validate_and_transpose_match_cpu():
         assert g.device == Ac.device and torch.equal(g.cpu(), c)
 
 
+@pytest.mark.parametrize("n,e", [(0, 0), (1, 1), (300, 2000), (5000, 200_000)])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_cuda_structure_builders_match_cpu(n, e, index_dtype):
+    """csr_from_edge_index / gcn_adjacency / csr_transpose on the device equal the CPU's
+    counting sorts (the values too: CUDA's double sqrt and division are correctly rounded)."""
+    g = torch.Generator().manual_seed(n + e)
+    ei = torch.randint(0, max(n, 1), (2, e), generator=g)
+    ei[1, : e // 4] = ei[0, : e // 4]  # self-loops
+    ei = ei.to(index_dtype)
+    for op in (lambda t: sj.ops.csr_from_edge_index(t, n),
+               lambda t: sj.ops.gcn_adjacency(t, n, torch.float64)):
+        for got, want in zip(op(ei.to(DEV)), op(ei)):
+            assert got.device.type == "cuda" and got.dtype == want.dtype
+            assert torch.equal(got.cpu(), want)
+    rowptr, col, _ = sj.ops.csr_from_edge_index(ei, n)
+    for got, want in zip(sj.ops.csr_transpose(rowptr.to(DEV), col.to(DEV), n),
+                         sj.ops.csr_transpose(rowptr, col, n)):
+        assert torch.equal(got.cpu(), want)
+    if n:
+        bad = ei.clone()
+        bad[0, -1] = n
+        with pytest.raises(ValueError, match=rf"edge_index\[:, {e - 1}\] = \[{n}, "):
+            sj.ops.csr_from_edge_index(bad.to(DEV), n)
+
+
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_cuda_autograd_matches_cpu(reduce):
     A = random_graph(60, 50, 4, seed=5)

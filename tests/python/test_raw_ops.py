@@ -317,6 +317,77 @@ def test_csr_from_edge_index_names_the_first_bad_edge():
         ops.csr_from_edge_index(torch.tensor([[0], [-1]]), 5)
 
 
+# ---- The device-generic (ATen) structure builders: what the CUDA ops run --------------------
+# SPARSEJIT_STRUCTURE_ATEN=1 routes the CPU ops through them; every output must equal the
+# counting sorts' bit for bit, and bad input must raise the same errors.
+
+_ATEN_CASES = [(0, 0, "random"), (1, 0, "random"), (1, 1, "loops"), (7, 60, "loops"),
+               (300, 2000, "random"), (50, 3000, "skewed"), (3000, 40_000, "skewed")]
+
+
+def _edges(n, e, kind, seed):
+    if kind == "skewed":
+        return _skewed_edges(n, e, seed)
+    ei = torch.randint(0, max(n, 1), (2, e), generator=torch.Generator().manual_seed(seed))
+    if kind == "loops" and e:
+        ei[1, : e // 2] = ei[0, : e // 2]
+    return ei
+
+
+def _both_paths(monkeypatch, fn):
+    monkeypatch.delenv("SPARSEJIT_STRUCTURE_ATEN", raising=False)
+    want = fn()
+    monkeypatch.setenv("SPARSEJIT_STRUCTURE_ATEN", "1")
+    got = fn()
+    monkeypatch.delenv("SPARSEJIT_STRUCTURE_ATEN")
+    return got, want
+
+
+@pytest.mark.parametrize("n,e,kind", _ATEN_CASES)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_aten_structure_builders_equal_the_counting_sorts(monkeypatch, n, e, kind, dtype):
+    ei = _edges(n, e, kind, n + 3 * e).to(dtype)
+    got, want = _both_paths(monkeypatch, lambda: ops.csr_from_edge_index(ei, n))
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    got, want = _both_paths(monkeypatch, lambda: ops.gcn_adjacency(ei, n, torch.float64))
+    for a, b in zip(got[:3], want[:3]):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    # d^-1/2 is 1 / sqrt(d) on both paths; CUDA's sqrt is correctly rounded like std::sqrt,
+    # the CPU's vectorised one may be 1 ulp off (a product of two: a few ulp).
+    assert got[3].dtype == want[3].dtype
+    torch.testing.assert_close(got[3], want[3], rtol=1e-15, atol=0)
+    rowptr, col, _ = want[:3]
+    for idx in (torch.int64, torch.int32):
+        rp, cl = rowptr.to(idx), col.to(idx)
+        got, want = _both_paths(monkeypatch, lambda: ops.csr_transpose(rp, cl, n))
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: ops.csr_from_edge_index(torch.tensor([[0, 1, 7, 9], [1, 2, 0, 0]]), 5),
+     r"edge_index\[:, 2\] = \[7, 0\] is out of range for num_nodes = 5"),
+    (lambda: ops.csr_from_edge_index(torch.tensor([[0], [-1]]), 5), r"edge_index\[:, 0\] = \[0, -1\]"),
+    (lambda: ops.gcn_adjacency(torch.tensor([[0, 2], [1, 9]]), 4, torch.float32),
+     r"gcn_adjacency: edge_index\[:, 1\] = \[2, 9\] is out of range"),
+    (lambda: ops.csr_transpose(torch.tensor([0, 2, 1]), torch.tensor([0, 1]), 3),
+     "indptr must be non-decreasing"),
+    (lambda: ops.csr_transpose(torch.tensor([1, 2]), torch.tensor([0]), 3), r"indptr\[0\] must be 0"),
+    (lambda: ops.csr_transpose(torch.tensor([0, 2]), torch.tensor([0, 3]), 3), "col"),
+    (lambda: ops.validate_csr(torch.tensor([0, 1, 3]), torch.tensor([0, 1]), 3), "indptr"),
+    (lambda: ops.validate_csr(torch.tensor([0, 1]), torch.tensor([-1]), 3), "col"),
+])
+def test_aten_structure_builders_raise_the_same_errors(monkeypatch, call, match):
+    monkeypatch.setenv("SPARSEJIT_STRUCTURE_ATEN", "1")
+    with pytest.raises(ValueError, match=match) as got:
+        call()
+    monkeypatch.delenv("SPARSEJIT_STRUCTURE_ATEN")
+    with pytest.raises(ValueError) as want:
+        call()
+    assert str(got.value).splitlines()[0] == str(want.value).splitlines()[0]
+
+
 # ---- gcn_adjacency: GCN's D^-1/2 (A + I) D^-1/2 in one pass -------------------------------
 
 

@@ -6,7 +6,15 @@
 //   of the transpose to its position in the input.
 // csr_from_edge_index(edge_index, num_nodes) -> (rowptr, col, perm): rows are targets
 //   (edge_index[1]), sorted by (target, source), stable; perm maps CSR positions to edges.
+//
+// CPU: the counting sorts of csrc/core/csr.h. CUDA: the same results from device-generic ATen
+// ops (a stable sort, searchsorted, index_add), no copy to the host; they also run on CPU
+// tensors when SPARSEJIT_STRUCTURE_ATEN=1, which is how tests check them against the counting
+// sorts on a machine without a GPU.
 #include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "csrc/core/csr.h"
 #include "torch_ext/common.h"
@@ -120,22 +128,140 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_cpu(
   return {rowptr, col, perm, values.to(dtype)};
 }
 
+// ---- Device-generic builders (ATen ops only) --------------------------------------------------
+// Host synchronisations: one read of a flag per call to raise a bad structure or edge (the
+// error must be raised by the op); the offending edge or message is read only on failure.
+
+bool aten_builders_forced() {
+  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// The CSR of the edge list (src[k] -> dst[k]) with rows = dst, in (target, source, edge) order,
+// as csr_from_edges: one stable sort of the key dst * n + src (two stable sorts when n * n
+// does not fit), rowptr by searching the sorted targets. src, dst: int64 [m], in range.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_csr(const at::Tensor& src,
+                                                        const at::Tensor& dst, int64_t n) {
+  at::Tensor perm;
+  if (n <= 3037000499LL) {  // n * n + n < 2^63
+    perm = std::get<1>(at::sort(dst * n + src, /*stable=*/true, 0, false));
+  } else {
+    const auto by_src = std::get<1>(at::sort(src, /*stable=*/true, 0, false));
+    perm = by_src.index_select(
+        0, std::get<1>(at::sort(dst.index_select(0, by_src), /*stable=*/true, 0, false)));
+  }
+  const auto rows_sorted = dst.index_select(0, perm);
+  const auto rowptr = at::searchsorted(rows_sorted, at::arange(n + 1, dst.options()));
+  return {rowptr, src.index_select(0, perm), perm};
+}
+
+// csr_from_edge_index's range check on the device: raises naming the first bad edge.
+void aten_check_edges(const at::Tensor& ei, int64_t num_nodes, const char* op) {
+  if (ei.size(1) == 0) return;
+  const auto bad = at::logical_or(ei < 0, ei >= num_nodes).any(0);
+  if (!bad.any().item<bool>()) return;  // the sync
+  const int64_t k = bad.nonzero().select(1, 0)[0].item<int64_t>();
+  const auto e = ei.select(1, k).cpu();
+  TORCH_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", k, "] = [",
+                    e[0].item<int64_t>(), ", ", e[1].item<int64_t>(),
+                    "] is out of range for num_nodes = ", num_nodes);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_aten(
+    const at::Tensor& edge_index, int64_t num_nodes) {
+  const auto ei = checked_edge_index(edge_index, num_nodes, "csr_from_edge_index");
+  aten_check_edges(ei, num_nodes, "csr_from_edge_index");
+  return aten_csr(ei[0], ei[1], num_nodes);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_aten(
+    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
+  TORCH_CHECK_TYPE(at::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
+                   "floating type; got ", dtype);
+  const auto ei = checked_edge_index(edge_index, num_nodes, "gcn_adjacency");
+  aten_check_edges(ei, num_nodes, "gcn_adjacency");
+  const int64_t e = ei.size(1);
+  const auto loops = at::arange(num_nodes, ei.options());
+  const auto src = at::cat({ei[0], loops}), dst = at::cat({ei[1], loops});
+  auto [rowptr, col, perm] = aten_csr(src, dst, num_nodes);
+  // d_v = 1 + incoming edges that are not self-loops: sums of 0s and 1s, exact in any order.
+  const auto deg = at::ones({num_nodes}, ei.options().dtype(at::kDouble))
+                       .index_add_(0, ei[1], ei[0].ne(ei[1]).to(at::kDouble));
+  const auto dinv = deg.sqrt().reciprocal();  // 1 / sqrt(d), rounded as the CPU's
+  const auto row = dst.index_select(0, perm);
+  auto values = dinv.index_select(0, row) * dinv.index_select(0, col);
+  values.masked_fill_(at::logical_and(perm < e, col == row), 0.0);  // an old self-loop
+  return {rowptr, col, perm, values.to(dtype)};
+}
+
+// validate_csr's invariants as device reductions; on failure, the CPU validator names it.
+void validate_csr_aten(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+  check_index_pair(rowptr, col);
+  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
+  const int64_t rows = rowptr.numel() - 1;
+  bool ok = rows >= 0;
+  if (ok) {
+    auto bad = rowptr[0].ne(0).logical_or(rowptr[rows].ne(col.numel()));
+    if (rows > 0) bad = bad.logical_or((rowptr.narrow(0, 1, rows) < rowptr.narrow(0, 0, rows)).any());
+    if (col.numel() > 0) bad = bad.logical_or(at::logical_or(col < 0, col >= num_cols).any());
+    ok = !bad.item<bool>();  // the sync
+  }
+  if (!ok) validate_csr_cpu(rowptr.cpu(), col.cpu(), num_cols);  // raises, naming the problem
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_aten(const at::Tensor& rowptr,
+                                                                  const at::Tensor& col,
+                                                                  int64_t num_cols) {
+  validate_csr_aten(rowptr, col, num_cols);
+  const int64_t rows = rowptr.numel() - 1, nnz = col.numel();
+  const auto counts = (rowptr.narrow(0, 1, rows) - rowptr.narrow(0, 0, rows)).to(at::kLong);
+  const auto row = at::repeat_interleave(at::arange(rows, rowptr.options()), counts, 0, nnz);
+  // Entries are in row order, so a stable sort by column leaves each column's rows ascending.
+  auto [col_sorted, t_perm] = at::sort(col, /*stable=*/true, 0, false);
+  const auto t_rowptr = at::searchsorted(col_sorted, at::arange(num_cols + 1, col.options()));
+  return {t_rowptr.to(rowptr.scalar_type()), row.index_select(0, t_perm),
+          t_perm.to(rowptr.scalar_type())};
+}
+
+// The CPU ops: the counting sorts, or the ATen builders when SPARSEJIT_STRUCTURE_ATEN is set.
+void validate_csr_op(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+  aten_builders_forced() ? validate_csr_aten(rowptr, col, num_cols)
+                         : validate_csr_cpu(rowptr, col, num_cols);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_op(const at::Tensor& rowptr,
+                                                                const at::Tensor& col,
+                                                                int64_t num_cols) {
+  return aten_builders_forced() ? csr_transpose_aten(rowptr, col, num_cols)
+                                : csr_transpose_cpu(rowptr, col, num_cols);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_op(
+    const at::Tensor& edge_index, int64_t num_nodes) {
+  return aten_builders_forced() ? csr_from_edge_index_aten(edge_index, num_nodes)
+                                : csr_from_edge_index_cpu(edge_index, num_nodes);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_op(
+    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
+  return aten_builders_forced() ? gcn_adjacency_aten(edge_index, num_nodes, dtype)
+                                : gcn_adjacency_cpu(edge_index, num_nodes, dtype);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("gcn_adjacency", &gcn_adjacency_cpu);
-  m.impl("validate_csr", &validate_csr_cpu);
-  m.impl("csr_transpose", &csr_transpose_cpu);
-  m.impl("csr_from_edge_index", &csr_from_edge_index_cpu);
+  m.impl("gcn_adjacency", &gcn_adjacency_op);
+  m.impl("validate_csr", &validate_csr_op);
+  m.impl("csr_transpose", &csr_transpose_op);
+  m.impl("csr_from_edge_index", &csr_from_edge_index_op);
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// Structure building is a one-off per graph: computed on the CPU, results moved back.
+// Built on the device by ATen's sort / searchsorted (no copy to the host; one flag read per
+// call to raise a bad input).
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("validate_csr", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("csr_transpose", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("csr_from_edge_index", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("gcn_adjacency", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("validate_csr", &validate_csr_aten);
+  m.impl("csr_transpose", &csr_transpose_aten);
+  m.impl("csr_from_edge_index", &csr_from_edge_index_aten);
+  m.impl("gcn_adjacency", &gcn_adjacency_aten);
 }
 #endif
 
