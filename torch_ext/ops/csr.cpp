@@ -202,7 +202,8 @@ void validate_csr_aten(const at::Tensor& rowptr, const at::Tensor& col, int64_t 
   bool ok = rows >= 0;
   if (ok) {
     auto bad = rowptr[0].ne(0).logical_or(rowptr[rows].ne(col.numel()));
-    if (rows > 0) bad = bad.logical_or((rowptr.narrow(0, 1, rows) < rowptr.narrow(0, 0, rows)).any());
+    if (rows > 0)
+      bad = bad.logical_or((rowptr.narrow(0, 1, rows) < rowptr.narrow(0, 0, rows)).any());
     if (col.numel() > 0) bad = bad.logical_or(at::logical_or(col < 0, col >= num_cols).any());
     ok = !bad.item<bool>();  // the sync
   }
