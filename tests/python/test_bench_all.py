@@ -18,6 +18,12 @@ def test_every_family_against_its_peers(tmp_path, capsys):
     bad = [r for r in recs if not r["ok"]]
     assert not bad, bad
     assert all(r["median_ms"] > 0 for r in recs)
+    # Every family's forward gives its rate against the machine's limit.
+    for fam in fams:
+        ours = [r for r in recs if r["family"] == fam and r["impl"] == "sparsejit"]
+        assert ours and all(r.get("roofline_frac", 0) > 0 for r in ours), (fam, ours)
+    assert {"gflops" in r for r in recs if r["family"] in ("point_conv", "filter_conv")
+            and r["impl"] == "sparsejit"} == {True}
     doc = json.loads(out["json"].read_text())
     assert doc["records"] and "ISA" in doc["cpu"]
     md = out["md"].read_text()
@@ -41,6 +47,7 @@ def test_train_times_forward_and_backward():
     bad = [r for r in recs if not r["ok"]]
     assert not bad, bad
     assert all(r["device"] == "cpu" for r in recs)
+    assert not any("roofline_frac" in r for r in recs)  # the limits are the forward's
 
 
 def test_cuda_device_without_a_gpu_is_named():

@@ -136,6 +136,17 @@ def geomean(xs: List[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def _rate(r: dict) -> str:
+    """The record's rate against the machine's limit: GB/s against the copy bandwidth
+    (memory-bound ops) or GFLOP/s against the dense GEMM peak (compute-bound ones)."""
+    frac = r.get("roofline_frac")
+    if not frac:
+        return "-"
+    if "gflops" in r:
+        return f"{r['gflops']:.1f} GFLOP/s ({100 * frac:.0f}% of GEMM)"
+    return f"{r.get('gbps', 0):.1f} GB/s ({100 * frac:.0f}% of copy)"
+
+
 def markdown(records: List[dict]) -> str:
     """One row per (op, graph, F, reduce): each impl's median ms and ratio to sparsejit,
     then geometric means of the ratios per (op, peer)."""
@@ -146,17 +157,15 @@ def markdown(records: List[dict]) -> str:
         cases.setdefault(key, {})[r["impl"]] = r
         if r["impl"] != "sparsejit" and r["impl"] not in impls:
             impls.append(r["impl"])
-    head = ["op", "graph", "nnz", "F", "reduce", "sparsejit ms", "GB/s (roofline %)"]
+    head = ["op", "graph", "nnz", "F", "reduce", "sparsejit ms", "rate (% of machine limit)"]
     for i in impls:
         head += [f"{i} ms", f"x vs {i}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ratios: Dict[tuple, List[float]] = {}
     for key, by in cases.items():
         me = by["sparsejit"]
-        frac = me.get("roofline_frac")
         cells = [str(k) for k in key[:2]] + [str(key[2]), str(key[3]), str(key[4]),
-                                              f"{me['median_ms']:.3f}",
-                                              f"{me.get('gbps', 0):.1f} ({100 * frac:.0f}%)" if frac else "-"]
+                                              f"{me['median_ms']:.3f}", _rate(me)]
         for i in impls:
             r = by.get(i)
             if r is None:

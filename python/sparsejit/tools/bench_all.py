@@ -29,6 +29,10 @@ and adds a ``GATConv`` layer against PyG's to the ``attention`` family.
 Each peer's output is checked against sparsejit's before it is timed (``ok``); times are
 medians of ``--repeat`` calls after warm-ups; ``ratio`` is peer / sparsejit (above 1:
 sparsejit is faster). The CPU (model, ISA) and thread count are printed with the tables.
+Every forward case also gives sparsejit's rate against this machine's limit: the no-reuse
+bytes of the memory-bound ops (SpMM, SDDMM, attention, RGMS at these widths) against the
+measured copy bandwidth, the FLOPs of the compute-bound ones (point-cloud and filter-sparse
+convolution) against the measured dense GEMM rate (``sparsejit.tools.roofline``).
 """
 
 from __future__ import annotations
@@ -64,11 +68,30 @@ def _with_backward(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]
     return step
 
 
+def _limit(base_ms: float, device: str, nbytes: Optional[int] = None,
+           flops: Optional[int] = None) -> dict:
+    """sparsejit's rate against the machine's limit (see the module docstring)."""
+    from sparsejit.tools.roofline import gemm_peak_gflops, stream_bandwidth_gbs
+    if base_ms <= 0:
+        return {}
+    if nbytes is not None:
+        gbs, roof = nbytes / base_ms / 1e6, stream_bandwidth_gbs(device=device)
+        return dict(bytes_min=nbytes, gbps=round(gbs, 2), roofline_gbps=round(roof, 2),
+                    roofline_frac=round(gbs / roof, 3))
+    if flops is not None:
+        gf, peak = flops / base_ms / 1e6, gemm_peak_gflops(device=device)
+        return dict(flops=flops, gflops=round(gf, 2), gemm_peak_gflops=round(peak, 2),
+                    roofline_frac=round(gf / peak, 3))
+    return {}
+
+
 def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
           ours: Callable[[], torch.Tensor], peers: Dict[str, Callable[[], torch.Tensor]],
-          args, skipped: List[str], train: bool = False) -> List[dict]:
+          args, skipped: List[str], train: bool = False, nbytes: Optional[int] = None,
+          flops: Optional[int] = None) -> List[dict]:
     """Times sparsejit and each peer on one case (forward + backward when `train`); records
-    in the shape of sparsejit.tools.bench (so its markdown table and the plot read them)."""
+    in the shape of sparsejit.tools.bench (so its markdown table and the plot read them).
+    `nbytes` / `flops`: the forward's no-reuse bytes or FLOPs, for the rate column."""
     if train:
         ours = _with_backward(ours)
         peers = {name: _with_backward(fn) for name, fn in peers.items()}
@@ -77,7 +100,8 @@ def _case(family: str, op: str, graph: str, nnz: int, F: int, variant: str,
     base = median_ms(ours, args.repeat, args.warmup, args.device)
     common = dict(family=family, op=op, graph=graph, nnz=nnz, F=F, reduce=variant,
                   threads=torch.get_num_threads(), device=args.device)
-    recs = [dict(common, impl="sparsejit", median_ms=round(base, 4), ok=True)]
+    limit = {} if train else _limit(base, args.device, nbytes, flops)
+    recs = [dict(common, impl="sparsejit", median_ms=round(base, 4), ok=True, **limit)]
     for name, fn in peers.items():
         try:
             ok = _agrees(fn(), ref)
@@ -149,8 +173,11 @@ def bench_attention(args, skipped) -> List[dict]:
     peers = {"gather-softmax-scatter": lambda: gather_softmax_scatter(False)}
     if pyg_softmax is not None:
         peers["PyG softmax + scatter"] = lambda: gather_softmax_scatter(True)
+    es = q.element_size()
+    nbytes = (n + 1 + A.nnz) * A.indices.element_size() + (2 * n + 2 * A.nnz) * heads * d * es
     recs = _case("attention", "sparse_attention", f"powerlaw n={n}", A.nnz, d, f"H={heads}",
-                 lambda: sj.sparse_attention(A, q, k, v), peers, args, skipped, train)
+                 lambda: sj.sparse_attention(A, q, k, v), peers, args, skipped, train,
+                 nbytes=nbytes)
     if train:
         recs += _gat_layer(args, skipped, ei, n)
     return recs
@@ -207,8 +234,11 @@ def bench_rgms(args, skipped) -> List[dict]:
     except ImportError:
         skipped.append("rgms/PyG RGCNConv: torch_geometric not installed")
     with torch.set_grad_enabled(train):
+        # No reuse: the edge list, one row of X per edge, W, the output.
+        nbytes = e * 2 * 8 + (e * f + r * f * f + n * f) * x.element_size()
         return _case("rgms", "rgms", f"random n={n} E={e} R={r}", e, f, "mean",
-                     lambda: sj.rgms(A, x, w, reduce="mean"), peers, args, skipped, train)
+                     lambda: sj.rgms(A, x, w, reduce="mean"), peers, args, skipped, train,
+                     nbytes=nbytes)
 
 
 def bench_point_conv(args, skipped) -> List[dict]:
@@ -262,9 +292,15 @@ def bench_point_conv(args, skipped) -> List[dict]:
             peers["spconv"] = spconv_run
     except Exception as e:  # noqa: BLE001 - missing or broken install
         skipped.append(f"point_conv/spconv: {type(e).__name__}: {str(e)[:80]}")
+    # FLOPs: 2 C_in C_out per (site, occupied neighbour) pair of the 3x3x3 map.
+    occ = torch.zeros(1, 1, side, side, side, device=dev)
+    occ[0, 0, lc[:, 1], lc[:, 2], lc[:, 3]] = 1.0
+    nbrs = torch.nn.functional.conv3d(occ, torch.ones(1, 1, 3, 3, 3, device=dev), padding=1)
+    pairs = int(nbrs[0, 0, lc[:, 1], lc[:, 2], lc[:, 3]].sum())
     with torch.set_grad_enabled(train):
         return _case("point_conv", "subm3d incl. map", f"random {pts} sites in {side}^3",
-                     pts, cin, f"{cin}->{cout}", ours, peers, args, skipped, train)
+                     pts, cin, f"{cin}->{cout}", ours, peers, args, skipped, train,
+                     flops=2 * pairs * cin * cout)
 
 
 def bench_filter_conv(args, skipped) -> List[dict]:
@@ -280,9 +316,10 @@ def bench_filter_conv(args, skipped) -> List[dict]:
     ours = sj.nn.SparseConv2d.from_dense(conv).to(args.device)
     conv = conv.to(args.device)
     with torch.no_grad():
-        return _case("filter_conv", "sparse_conv2d 90%", f"{batch}x{c}x{hw}x{hw}",
-                     int((w != 0).sum()), c, "3x3",
-                     lambda: ours(x), {"dense conv2d": lambda: conv(x)}, args, skipped)
+        nnz = int((w != 0).sum())  # FLOPs: 2 per stored weight per output pixel
+        return _case("filter_conv", "sparse_conv2d 90%", f"{batch}x{c}x{hw}x{hw}", nnz, c,
+                     "3x3", lambda: ours(x), {"dense conv2d": lambda: conv(x)}, args, skipped,
+                     flops=2 * nnz * hw * hw * batch)
 
 
 RUNNERS = {"spmm": bench_spmm, "attention": bench_attention, "rgms": bench_rgms,

@@ -1,4 +1,5 @@
-"""Measured ceilings for roofline fractions: streaming memory bandwidth of this machine."""
+"""Measured ceilings for roofline fractions: streaming memory bandwidth and dense GEMM
+throughput of this machine."""
 
 from __future__ import annotations
 
@@ -46,3 +47,32 @@ def sddmm_min_bytes(rows: int, nnz: int, row_width: int, elem_size: int, index_s
     """No-reuse byte count of SDDMM: structure + one row of Q and of K per entry + output."""
     return ((rows + 1) * index_size + nnz * index_size + 2 * nnz * row_width * elem_size
             + nnz * elem_size)
+
+
+_gemm_cached = {}
+
+
+def gemm_peak_gflops(n: int = 2048, repeat: int = 5, device: str = "cpu",
+                     dtype: torch.dtype = torch.float32) -> float:
+    """Median GFLOP/s of a dense n x n x n ``torch.mm`` (MKL / oneDNN on the CPU, cuBLAS on a
+    GPU) with torch's current thread count: the compute ceiling the compute-bound families
+    are measured against. Cached per (device, dtype, threads)."""
+    key = (device, dtype, torch.get_num_threads())
+    if key in _gemm_cached:
+        return _gemm_cached[key]
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeat):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    gflops = 2 * n ** 3 / times[len(times) // 2] / 1e9
+    _gemm_cached[key] = gflops
+    return gflops
