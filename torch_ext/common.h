@@ -1,5 +1,5 @@
-// What every op file of the Torch adapter shares: argument checks (each failure names the
-// argument, what was expected and what was given), the mapping of Torch dtypes onto the
+// What every op file of the Torch adapter shares: argument checks (SPARSEJIT_CHECK and the
+// helpers below; each failure names the argument, what was expected and what was given), the mapping of Torch dtypes onto the
 // kernels' scalar kinds (with an error for every other dtype), the compute type, float16
 // handling and output allocation. A family's own checks live beside its op file
 // (torch_ext/ops/spmm_checks.h for SpMM / SDDMM / edge softmax).
@@ -14,6 +14,11 @@
 #include "csrc/core/huge_pages.h"
 #include "kernels/common/types.h"
 #include "torch_ext/validated.h"
+
+// The one argument check of every op: raises ValueError "sparsejit.<op>: <message...>", the
+// message streamed from the arguments after `cond` (each names the argument, what was
+// expected and what was given). `op` is the schema name ("rgms", "filter_conv", ...).
+#define SPARSEJIT_CHECK(op, cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", op, ": ", __VA_ARGS__)
 
 namespace sparsejit {
 

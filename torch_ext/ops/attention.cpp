@@ -35,51 +35,61 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-#define ATT_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.sparse_attention: ", __VA_ARGS__)
-
 attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& bias, int64_t mode, double scale,
                             double negative_slope, double dropout, int64_t seed,
                             const std::optional<at::Tensor>& att) {
   check_index_pair(rowptr, col);
-  ATT_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ",
-            mode);
-  ATT_CHECK((mode == 2) == att.has_value(), "att must be given exactly in mode 2 (GATv2)");
+  SPARSEJIT_CHECK("sparse_attention", mode >= 0 && mode <= 2,
+                  "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ", mode);
+  SPARSEJIT_CHECK("sparse_attention", (mode == 2) == att.has_value(),
+                  "att must be given exactly in mode 2 (GATv2)");
   for (auto [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     check_float(*t, name);
     check_same_device(rowptr, *t, "indptr", name);
-    ATT_CHECK(t->dim() == 3, name, " must be [N, H, D]; got shape ", t->sizes());
+    SPARSEJIT_CHECK("sparse_attention", t->dim() == 3, name, " must be [N, H, D]; got shape ",
+                    t->sizes());
   }
   if (att.has_value()) {  // after q's rank is known: att's shape is read from it
     check_float(*att, "att");
     check_same_device(rowptr, *att, "indptr", "att");
-    ATT_CHECK(att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
-              "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
+    SPARSEJIT_CHECK("sparse_attention",
+                    att->dim() == 2 && att->size(0) == q.size(1) && att->size(1) == q.size(2),
+                    "att must be [H, D] = [", q.size(1), ", ", q.size(2), "]; got ", att->sizes());
   }
-  ATT_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
-            "q, k and v must share a dtype; got ", q.scalar_type(), ", ", k.scalar_type(), ", ",
-            v.scalar_type());
+  SPARSEJIT_CHECK("sparse_attention",
+                  q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
+                  "q, k and v must share a dtype; got ", q.scalar_type(), ", ", k.scalar_type(),
+                  ", ", v.scalar_type());
   const int64_t rows = rowptr.numel() - 1, cols = k.size(0), heads = q.size(1);
-  ATT_CHECK(q.size(0) == rows, "q has ", q.size(0), " rows but the pattern has ", rows);
-  ATT_CHECK(v.size(0) == cols, "v has ", v.size(0), " rows but k has ", cols);
-  ATT_CHECK(k.size(1) == heads && v.size(1) == heads, "q, k and v must have the same number of "
-            "heads; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  ATT_CHECK(q.size(2) == k.size(2), "q and k must have the same head width; got ", q.sizes(),
-            " and ", k.sizes());
-  ATT_CHECK(mode != 1 || q.size(2) == 1, "additive mode needs q and k of shape [N, H, 1]; got ",
-            q.sizes());
-  ATT_CHECK(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1); got ", dropout);
-  ATT_CHECK(std::isfinite(scale) && std::isfinite(negative_slope),
-            "scale and negative_slope must be finite");
+  SPARSEJIT_CHECK("sparse_attention", q.size(0) == rows, "q has ", q.size(0),
+                  " rows but the pattern has ", rows);
+  SPARSEJIT_CHECK("sparse_attention", v.size(0) == cols, "v has ", v.size(0), " rows but k has ",
+                  cols);
+  SPARSEJIT_CHECK("sparse_attention", k.size(1) == heads && v.size(1) == heads,
+                  "q, k and v must have the same number of "
+                  "heads; got ",
+                  q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  SPARSEJIT_CHECK("sparse_attention", q.size(2) == k.size(2),
+                  "q and k must have the same head width; got ", q.sizes(), " and ", k.sizes());
+  SPARSEJIT_CHECK("sparse_attention", mode != 1 || q.size(2) == 1,
+                  "additive mode needs q and k of shape [N, H, 1]; got ", q.sizes());
+  SPARSEJIT_CHECK("sparse_attention", dropout >= 0.0 && dropout < 1.0,
+                  "dropout must be in [0, 1); got ", dropout);
+  SPARSEJIT_CHECK("sparse_attention", std::isfinite(scale) && std::isfinite(negative_slope),
+                  "scale and negative_slope must be finite");
   checked_structure(rowptr, col, cols, "sparse_attention");
   if (bias.has_value()) {
     check_float(*bias, "bias");
     check_same_device(rowptr, *bias, "indptr", "bias");
-    ATT_CHECK(bias->dim() == 2 && bias->size(0) == col.numel() && bias->size(1) == heads,
-              "bias must be [nnz, H] = [", col.numel(), ", ", heads, "]; got ", bias->sizes());
+    SPARSEJIT_CHECK("sparse_attention",
+                    bias->dim() == 2 && bias->size(0) == col.numel() && bias->size(1) == heads,
+                    "bias must be [nnz, H] = [", col.numel(), ", ", heads, "]; got ",
+                    bias->sizes());
   }
-  ATT_CHECK(rowptr.device().is_cpu(), "only CPU tensors are supported; got ", rowptr.device());
+  SPARSEJIT_CHECK("sparse_attention", rowptr.device().is_cpu(),
+                  "only CPU tensors are supported; got ", rowptr.device());
   return attention::Shape{rows, cols, heads, q.size(2), v.size(2),
                           static_cast<attention::Mode>(mode), scale, negative_slope, dropout,
                           uint64_t(seed), int(at::get_num_threads())};
@@ -173,12 +183,14 @@ sparse_attention_backward_cpu(
                          std::pair{&t_perm, "t_perm"}})
     check_same_device(rowptr, *t, "indptr", name);
   const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
-  ATT_CHECK(out_in.sizes() == at::IntArrayRef(out_sizes) &&
-                grad_in.sizes() == at::IntArrayRef(out_sizes),
-            "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
-            out_in.sizes(), " and ", grad_in.sizes());
-  ATT_CHECK(lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
-            "lse must be [rows, H]; got ", lse_in.sizes());
+  SPARSEJIT_CHECK(
+      "sparse_attention",
+      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
+      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
+      out_in.sizes(), " and ", grad_in.sizes());
+  SPARSEJIT_CHECK("sparse_attention",
+                  lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
+                  "lse must be [rows, H]; got ", lse_in.sizes());
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   auto trp = t_rowptr.contiguous(), tcl = t_col.contiguous(), tpm = t_perm.contiguous();
@@ -239,7 +251,7 @@ sparse_attention_backward_cpu(
     attention::launch(scalar_kind(ct), index_kind(rp), col.numel(), {&row_delta, &rows});
   const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
-  ATT_CHECK(!bad_perm, "t_perm holds positions outside [0, nnz)");
+  SPARSEJIT_CHECK("sparse_attention", !bad_perm, "t_perm holds positions outside [0, nnz)");
   auto back = [&](const at::Tensor& t, const at::Tensor& like) {
     // Gradients not asked for come back empty (an op cannot return undefined tensors).
     return t.defined() ? t.to(like.scalar_type()) : at::empty({0}, like.options());

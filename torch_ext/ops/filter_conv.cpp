@@ -37,8 +37,6 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-#define FC_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.filter_conv: ", __VA_ARGS__)
-
 constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 
 void check_kernel_id(int64_t kernel, const char* op) {
@@ -137,8 +135,9 @@ PreparedTable& prepared_table() {
 void check_index(const at::Tensor& t, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
                    " must be int64; got ", t.scalar_type());
-  FC_CHECK(t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
-  FC_CHECK(t.device().is_cpu(), name, " must be on the CPU; got ", t.device());
+  SPARSEJIT_CHECK("filter_conv", t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
+  SPARSEJIT_CHECK("filter_conv", t.device().is_cpu(), name, " must be on the CPU; got ",
+                  t.device());
 }
 
 // channels_last and not NCHW-contiguous, with more than one channel, row and column: where a
@@ -151,7 +150,8 @@ bool channels_last_input(const at::Tensor& x) {
 }
 
 int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
-  FC_CHECK(v.size() == 2 || v.size() == 1, name, " must have 2 entries; got ", v.size());
+  SPARSEJIT_CHECK("filter_conv", v.size() == 2 || v.size() == 1, name, " must have 2 entries; got ",
+                  v.size());
   return v.size() == 1 ? v[0] : v[i];
 }
 
@@ -166,32 +166,40 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   check_index(taps_t, "taps");
   TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
                    "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
-  FC_CHECK(values_t.device().is_cpu(), "values must be on the CPU; got ", values_t.device());
-  FC_CHECK(values_t.dim() == 1 && values_t.numel() == taps_t.numel(), "values must have shape "
-           "[", taps_t.numel(), "] (one per tap); got ", values_t.sizes());
+  SPARSEJIT_CHECK("filter_conv", values_t.device().is_cpu(), "values must be on the CPU; got ",
+                  values_t.device());
+  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
+                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
+                  values_t.sizes());
   check_float(x_in, "x");
-  FC_CHECK(x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ", x_in.sizes());
-  FC_CHECK(x_in.device().is_cpu(), "x must be on the CPU (filter_conv has no CUDA kernel); got ",
-           x_in.device());
-  FC_CHECK(plan_t.numel() == plan::kHeaderWords + kGeomWords, "plan must have ",
-           plan::kHeaderWords + kGeomWords, " words; got ", plan_t.numel());
+  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
+                  x_in.sizes());
+  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(),
+                  "x must be on the CPU (filter_conv has no CUDA kernel); got ", x_in.device());
+  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
+                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
+                  plan_t.numel());
   const auto plan_c = plan_t.contiguous();
   const int64_t* words = ptr<int64_t>(plan_c);
   const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
   const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
-  FC_CHECK(c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1, "plan holds an invalid weight shape ["
-           , c_out, ", ", cin_g, ", ", r, ", ", s, "]");
-  FC_CHECK(rowptr_t.numel() == c_out + 1, "rowptr must have C_out + 1 = ", c_out + 1,
-           " entries; got ", rowptr_t.numel());
-  FC_CHECK(kernel >= -1 && kernel < filter_conv::kNumVariants, "variant must be -1 (the plan's) or in "
-           "[0, ", filter_conv::kNumVariants, "); got ", kernel);
+  SPARSEJIT_CHECK("filter_conv", c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1,
+                  "plan holds an invalid weight shape [", c_out, ", ", cin_g, ", ", r, ", ", s,
+                  "]");
+  SPARSEJIT_CHECK("filter_conv", rowptr_t.numel() == c_out + 1,
+                  "rowptr must have C_out + 1 = ", c_out + 1, " entries; got ", rowptr_t.numel());
+  SPARSEJIT_CHECK("filter_conv", kernel >= -1 && kernel < filter_conv::kNumVariants,
+                  "variant must be -1 (the plan's) or in "
+                  "[0, ",
+                  filter_conv::kNumVariants, "); got ", kernel);
   const int64_t variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
-  FC_CHECK(variant >= 0 && variant < filter_conv::kNumVariants, "plan's variant word ", variant,
-           " is not a variant");
+  SPARSEJIT_CHECK("filter_conv", variant >= 0 && variant < filter_conv::kNumVariants,
+                  "plan's variant word ", variant, " is not a variant");
 
-  FC_CHECK(pair_at(kernel_size, 0, "kernel_size") == r &&
-               pair_at(kernel_size, 1, "kernel_size") == s,
-           "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
+  SPARSEJIT_CHECK(
+      "filter_conv",
+      pair_at(kernel_size, 0, "kernel_size") == r && pair_at(kernel_size, 1, "kernel_size") == s,
+      "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
   filter_conv::Geometry g;
   g.batch = x_in.size(0);
   g.c_in = x_in.size(1);
@@ -207,20 +215,23 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   g.pad_w = pair_at(padding, 1, "padding");
   g.dil_h = pair_at(dilation, 0, "dilation");
   g.dil_w = pair_at(dilation, 1, "dilation");
-  FC_CHECK(groups >= 1, "groups must be >= 1; got ", groups);
+  SPARSEJIT_CHECK("filter_conv", groups >= 1, "groups must be >= 1; got ", groups);
   // Divides rather than multiplies: cin_g * groups can wrap around to x's channel count.
-  FC_CHECK(g.c_in % groups == 0 && g.c_in / groups == cin_g, "x has ", g.c_in, " channels but "
-           "the weight expects C_in/groups * groups = ", cin_g, " * ", groups);
-  FC_CHECK(static_cast<double>(cin_g) * r * s < 0x1p62, "plan holds an invalid weight shape [",
-           c_out, ", ", cin_g, ", ", r, ", ", s, "]");
+  SPARSEJIT_CHECK("filter_conv", g.c_in % groups == 0 && g.c_in / groups == cin_g, "x has ", g.c_in,
+                  " channels but "
+                  "the weight expects C_in/groups * groups = ",
+                  cin_g, " * ", groups);
+  SPARSEJIT_CHECK("filter_conv", static_cast<double>(cin_g) * r * s < 0x1p62,
+                  "plan holds an invalid weight shape [", c_out, ", ", cin_g, ", ", r, ", ", s,
+                  "]");
   const std::string gerr = filter_conv::check_geometry(g);
-  FC_CHECK(gerr.empty(), gerr);
+  SPARSEJIT_CHECK("filter_conv", gerr.empty(), gerr);
 
   at::Tensor bias;
   if (bias_in.has_value()) {
     check_float(*bias_in, "bias");
-    FC_CHECK(bias_in->dim() == 1 && bias_in->numel() == c_out, "bias must have shape [",
-             c_out, "]; got ", bias_in->sizes());
+    SPARSEJIT_CHECK("filter_conv", bias_in->dim() == 1 && bias_in->numel() == c_out,
+                    "bias must have shape [", c_out, "]; got ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "x");
     bias = bias_in->to(at::kFloat).contiguous();
   }
@@ -239,7 +250,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   if (track) hit = prepared_table().find(rowptr_t, taps_t, key);
   if (!hit) {
     const std::string perr = filter_conv::check_pattern(p, taps.numel());
-    FC_CHECK(perr.empty(), "invalid weight pattern: ", perr);
+    SPARSEJIT_CHECK("filter_conv", perr.empty(), "invalid weight pattern: ", perr);
     PreparedEntry e;
     e.stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols);
     e.key = key;
@@ -252,9 +263,9 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
     hit = std::move(e);
   }
   std::string herr;
-  FC_CHECK(plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp,
-                              &herr),
-           "plan: ", herr);
+  SPARSEJIT_CHECK("filter_conv",
+                  plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp, &herr),
+                  "plan: ", herr);
 
   const auto x = x_in.to(at::kFloat).contiguous();
   auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());

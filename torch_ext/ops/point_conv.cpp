@@ -42,8 +42,6 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-#define CONV_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
-
 using point_conv::kFixedWords;
 using point_conv::kGeneralized;
 using point_conv::kSpconv;
@@ -74,16 +72,18 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
                        coords_in.scalar_type() != at::kBool,
                    "sparsejit.conv_plan: ", name, " must hold integers; got ",
                    coords_in.scalar_type());
-  CONV_CHECK(coords_in.dim() == 2, op, ": ", name, " must be [N, 1 + D] (batch index first); "
-             "got shape ", coords_in.sizes());
-  CONV_CHECK(coords_in.device().is_cpu(), op, ": ", name, " must be on the CPU; got ",
-             coords_in.device());
+  SPARSEJIT_CHECK(op, coords_in.dim() == 2, name,
+                  " must be [N, 1 + D] (batch index first); "
+                  "got shape ",
+                  coords_in.sizes());
+  SPARSEJIT_CHECK(op, coords_in.device().is_cpu(), name, " must be on the CPU; got ",
+                  coords_in.device());
   at::Tensor c = coords_in.contiguous();
   if (c.scalar_type() != at::kInt) {
     if (c.numel() > 0) {
       const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
-      CONV_CHECK(lo >= INT32_MIN && hi <= INT32_MAX, op, ": ", name,
-                 " holds values outside int32 (min ", lo, ", max ", hi, ")");
+      SPARSEJIT_CHECK(op, lo >= INT32_MIN && hi <= INT32_MAX, name,
+                      " holds values outside int32 (min ", lo, ", max ", hi, ")");
     }
     c = c.to(at::kInt);
   }
@@ -97,9 +97,9 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
     // The core's message names the row as coords[row, col]; say which argument it was.
     // A packing failure comes from the arguments, not from a row: name them.
     const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
-    CONV_CHECK(false, op, ": ", std::string(name) == "coords" ? "" : name,
-               std::string(name) == "coords" ? "" : ": ", e.what(),
-               packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
+    SPARSEJIT_CHECK(op, false, std::string(name) == "coords" ? "" : name,
+                    std::string(name) == "coords" ? "" : ": ", e.what(),
+                    packing ? " (from spatial_shape, batch_size and the kernel's reach)" : "");
   }
   return {};
 }
@@ -117,19 +117,24 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   else if (kn == "coarse") kind = kCoarse;
   else if (kn == "transposed") kind = kTransposed;
   else if (kn == "generalized") kind = kGeneralized;
-  else CONV_CHECK(false, op, ": kind must be subm, spconv, coarse, transposed or generalized; "
-                  "got '", kn, "'");
+  else
+    SPARSEJIT_CHECK(op, false,
+                    "kind must be subm, spconv, coarse, transposed or generalized; "
+                    "got '",
+                    kn, "'");
   const int64_t dims = static_cast<int64_t>(spatial_shape.size());
-  CONV_CHECK(dims >= 1 && dims <= point_conv::kMaxDims, op, ": spatial_shape must have 1 to 4 axes; "
-             "got ", spatial_shape);
+  SPARSEJIT_CHECK(op, dims >= 1 && dims <= point_conv::kMaxDims,
+                  "spatial_shape must have 1 to 4 axes; "
+                  "got ",
+                  spatial_shape);
   for (auto [name, v] : {std::pair{"kernel", kernel}, {"stride", stride}, {"padding", padding},
                          {"dilation", dilation}})
-    CONV_CHECK(static_cast<int64_t>(v.size()) == dims, op, ": ", name, " must have ", dims,
-               " values (one per spatial axis); got ", v);
-  CONV_CHECK(batch_size >= 1, op, ": batch_size must be >= 1; got ", batch_size);
-  CONV_CHECK(coords.dim() != 2 || coords.size(1) == dims + 1, op, ": coords must have 1 + ",
-             dims, " columns (batch, then one per axis of spatial_shape ", spatial_shape,
-             "); got ", coords.size(1));
+    SPARSEJIT_CHECK(op, static_cast<int64_t>(v.size()) == dims, name, " must have ", dims,
+                    " values (one per spatial axis); got ", v);
+  SPARSEJIT_CHECK(op, batch_size >= 1, "batch_size must be >= 1; got ", batch_size);
+  SPARSEJIT_CHECK(op, coords.dim() != 2 || coords.size(1) == dims + 1, "coords must have 1 + ",
+                  dims, " columns (batch, then one per axis of spatial_shape ", spatial_shape,
+                  "); got ", coords.size(1));
   point_conv::ConvParams p;
   p.dims = static_cast<int>(dims);
   int64_t reach = 0, volume = 1;
@@ -138,32 +143,37 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     p.stride[d] = stride[d];
     p.padding[d] = padding[d];
     p.dilation[d] = dilation[d];
-    CONV_CHECK(kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0, op,
-               ": axis ", d, ": kernel, stride and dilation must be >= 1 and padding >= 0; got "
-               "kernel ", kernel[d], ", stride ", stride[d], ", dilation ", dilation[d],
-               ", padding ", padding[d]);
+    SPARSEJIT_CHECK(
+        op, kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0, "axis ", d,
+        ": kernel, stride and dilation must be >= 1 and padding >= 0; got "
+        "kernel ",
+        kernel[d], ", stride ", stride[d], ", dilation ", dilation[d], ", padding ", padding[d]);
     // Coordinates are int32: larger values only overflow the key arithmetic (int64 products
     // below and in csrc/conv wrapped into spurious pairs).
-    CONV_CHECK(kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
-                   dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,
-               op, ": axis ", d, ": kernel must be <= 2^20 and stride, dilation and padding "
-               "<= 2^31 - 1; got kernel ", kernel[d], ", stride ", stride[d], ", dilation ",
-               dilation[d], ", padding ", padding[d]);
+    SPARSEJIT_CHECK(op,
+                    kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
+                        dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,
+                    "axis ", d,
+                    ": kernel must be <= 2^20 and stride, dilation and padding "
+                    "<= 2^31 - 1; got kernel ",
+                    kernel[d], ", stride ", stride[d], ", dilation ", dilation[d], ", padding ",
+                    padding[d]);
     volume *= kernel[d];
-    CONV_CHECK(volume < kMaxKernelVolume, op, ": kernel ", kernel, " has ", volume,
-               (d + 1 < dims ? " or more" : ""), " offsets; a plan holds fewer than 2^20");
+    SPARSEJIT_CHECK(op, volume < kMaxKernelVolume, "kernel ", kernel, " has ", volume,
+                    (d + 1 < dims ? " or more" : ""), " offsets; a plan holds fewer than 2^20");
     reach = std::max(reach, dilation[d] * (kernel[d] - 1) + padding[d]);
-    CONV_CHECK(reach <= kMaxReach, op, ": axis ", d, ": dilation * (kernel - 1) + padding = ",
-               dilation[d] * (kernel[d] - 1) + padding[d], " must be <= 2^30 (kernel ",
-               kernel[d], ", dilation ", dilation[d], ", padding ", padding[d], ")");
+    SPARSEJIT_CHECK(op, reach <= kMaxReach, "axis ", d, ": dilation * (kernel - 1) + padding = ",
+                    dilation[d] * (kernel[d] - 1) + padding[d], " must be <= 2^30 (kernel ",
+                    kernel[d], ", dilation ", dilation[d], ", padding ", padding[d], ")");
     if (kind == kSubm)
-      CONV_CHECK(kernel[d] % 2 == 1 && stride[d] == 1, op, ": a submanifold convolution needs "
-                 "odd kernel sizes and stride 1; axis ", d, " has kernel ", kernel[d],
-                 " and stride ", stride[d]);
+      SPARSEJIT_CHECK(op, kernel[d] % 2 == 1 && stride[d] == 1,
+                      "a submanifold convolution needs "
+                      "odd kernel sizes and stride 1; axis ",
+                      d, " has kernel ", kernel[d], " and stride ", stride[d]);
   }
   const std::vector<int64_t> shape(spatial_shape.begin(), spatial_shape.end());
   for (int64_t d = 0; d < dims; ++d)
-    CONV_CHECK(shape[d] >= 1, op, ": spatial_shape[", d, "] must be >= 1; got ", shape[d]);
+    SPARSEJIT_CHECK(op, shape[d] >= 1, "spatial_shape[", d, "] must be >= 1; got ", shape[d]);
   const int64_t margin = std::max<int64_t>(4, reach);
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
   point_conv::KernelMap km;
@@ -188,10 +198,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
         out = &out_set;
         break;
       case kGeneralized: {
-        CONV_CHECK(out_coords.has_value(), op, ": kind 'generalized' needs out_coords");
-        CONV_CHECK(out_coords->dim() == 2 && out_coords->size(1) == dims + 1, op,
-                   ": out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
-                   out_coords->sizes());
+        SPARSEJIT_CHECK(op, out_coords.has_value(), "kind 'generalized' needs out_coords");
+        SPARSEJIT_CHECK(op, out_coords->dim() == 2 && out_coords->size(1) == dims + 1,
+                        "out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
+                        out_coords->sizes());
         out_set = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
         point_conv::generalized_map(in, out_set, p, km);
         out = &out_set;
@@ -200,9 +210,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     }
   } catch (const std::invalid_argument& e) {
     const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
-    CONV_CHECK(false, op, ": ", e.what(),
-               packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
-                         "dilation)" : "");
+    SPARSEJIT_CHECK(op, false, e.what(),
+                    packing ? " (from spatial_shape, batch_size, kernel, stride, padding and "
+                              "dilation)"
+                            : "");
   }
   const int64_t k = km.kernel_volume(), m = km.size(), n_in = in.size(), n_out = out->size();
   // The submanifold centre offset pairs every site with itself: stored as the identity
@@ -266,27 +277,32 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
 PlanView check_plan(const char* op, const at::Tensor& plan_t) {
   TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
                    ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
-  CONV_CHECK(plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(), op,
-             ": plan must be a contiguous 1-D tensor from conv_plan; got shape ", plan_t.sizes());
+  SPARSEJIT_CHECK(op, plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(),
+                  "plan must be a contiguous 1-D tensor from conv_plan; got shape ",
+                  plan_t.sizes());
   const int64_t* w = ptr<int64_t>(plan_t);
-  CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
-             op, ": plan is not a sparsejit plan (bad magic or version)");
+  SPARSEJIT_CHECK(
+      op, w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
+      "plan is not a sparsejit plan (bad magic or version)");
   const int64_t family = w[plan::kWordOp];
-  CONV_CHECK(family == static_cast<int64_t>(OpKind::PointConv), op, ": plan was built "
-             "for ", std::string(plan::plan_op_name(family)) == "unknown"
-                 ? "an unknown op" : plan::plan_op_name(family),
-             " (op family word ", family, "), not point_conv");
+  SPARSEJIT_CHECK(op, family == static_cast<int64_t>(OpKind::PointConv),
+                  "plan was built "
+                  "for ",
+                  std::string(plan::plan_op_name(family)) == "unknown" ? "an unknown op"
+                                                                       : plan::plan_op_name(family),
+                  " (op family word ", family, "), not point_conv");
   const int64_t k = w[kWordK], m = w[plan::kWordNnz], n_in = w[plan::kWordCols],
                 n_out = w[plan::kWordRows];
-  CONV_CHECK(k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
-                 n_in <= INT32_MAX && n_out <= INT32_MAX &&
-                 plan_t.numel() == plan_words(k, m, n_in, n_out),
-             op, ": plan sizes are inconsistent (corrupted plan)");
+  SPARSEJIT_CHECK(op,
+                  k >= 0 && m >= 0 && n_in >= 0 && n_out >= 0 && m <= INT32_MAX && k < (1 << 20) &&
+                      n_in <= INT32_MAX && n_out <= INT32_MAX &&
+                      plan_t.numel() == plan_words(k, m, n_in, n_out),
+                  "plan sizes are inconsistent (corrupted plan)");
   PlanView v = view_words(w, k, m, n_in, n_out);
   // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
   // beyond the int32 arrays.
-  CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
-             " but the plan holds ", m, " pairs");
+  SPARSEJIT_CHECK(op, v.group_ptr[k] == m, "corrupted plan: group_ptr[K] = ", v.group_ptr[k],
+                  " but the plan holds ", m, " pairs");
   v.identity = w[plan::kWordParam];
   return v;
 }
@@ -312,7 +328,7 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
   const PlanView v = check_plan(op, plan_t);
   for (bool s : {false, true}) {
     const std::string err = point_conv::check_pairs(pairs_of(v, s), /*full=*/false);
-    CONV_CHECK(err.empty(), op, ": corrupted plan: ", err);
+    SPARSEJIT_CHECK(op, err.empty(), "corrupted plan: ", err);
   }
   // The identity group runs as one GEMM without reading its pairs: pairs that are not
   // (r, r) would be silently ignored (O(N), beside check_pairs' O(M)).
@@ -321,8 +337,8 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
     bool ok = true;
     for (int64_t r = 0; r < v.n_in; ++r)
       ok &= (v.in_idx[first + r] == r) & (v.out_idx[first + r] == r);
-    CONV_CHECK(ok, op, ": corrupted plan: the identity group ", v.identity,
-               " holds pairs other than (r, r)");
+    SPARSEJIT_CHECK(op, ok, "corrupted plan: the identity group ", v.identity,
+                    " holds pairs other than (r, r)");
   }
   return pairs_of(v, swap);
 }
@@ -333,14 +349,18 @@ point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool s
 void check_packed_dataflow(const char* op, int64_t dataflow, int fields) {
   bool ok = dataflow >= 0 && dataflow < (int64_t{1} << (2 * fields));
   for (int f = 0; f < fields && ok; ++f) ok = ((dataflow >> (2 * f)) & 3) != 3;
-  CONV_CHECK(ok, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
-             "(output-stationary), plus 2-bit fields for the backward's choices (0, 1 or 2 "
-             "each; ", fields, " fields in all); got ", dataflow);
+  SPARSEJIT_CHECK(op, ok,
+                  "dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or 2 "
+                  "(output-stationary), plus 2-bit fields for the backward's choices (0, 1 or 2 "
+                  "each; ",
+                  fields, " fields in all); got ", dataflow);
 }
 
 point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
-  CONV_CHECK(d >= 0 && d <= 2, op, ": dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
-             "2 (output-stationary); got ", d);
+  SPARSEJIT_CHECK(op, d >= 0 && d <= 2,
+                  "dataflow must be 0 (auto), 1 (gather-GEMM-scatter) or "
+                  "2 (output-stationary); got ",
+                  d);
   return static_cast<point_conv::Dataflow>(d);
 }
 
@@ -348,18 +368,24 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
                      const point_conv::Pairs& p) {
   check_float(x, "features");
   check_float(w, "weight");
-  CONV_CHECK(x.dim() == 2, op, ": features must be [N, C_in]; got shape ", x.sizes());
-  CONV_CHECK(w.dim() == 3, op, ": weight must be [K, C_in, C_out]; got shape ", w.sizes());
+  SPARSEJIT_CHECK(op, x.dim() == 2, "features must be [N, C_in]; got shape ", x.sizes());
+  SPARSEJIT_CHECK(op, w.dim() == 3, "weight must be [K, C_in, C_out]; got shape ", w.sizes());
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
                    w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
   check_same_device(w, x, "weight", "features");
-  CONV_CHECK(x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
-  CONV_CHECK(x.size(0) == p.num_in, op, ": features have ", x.size(0), " rows but the plan's "
-             "input coordinate set has ", p.num_in, " sites");
-  CONV_CHECK(w.size(0) == p.num_groups, op, ": weight has ", w.size(0), " kernel offsets but "
-             "the plan has ", p.num_groups);
-  CONV_CHECK(w.size(1) == x.size(1), op, ": weight has C_in = ", w.size(1), " but features "
-             "have ", x.size(1), " channels");
+  SPARSEJIT_CHECK(op, x.device().is_cpu(), "only CPU tensors are supported; got ", x.device());
+  SPARSEJIT_CHECK(op, x.size(0) == p.num_in, "features have ", x.size(0),
+                  " rows but the plan's "
+                  "input coordinate set has ",
+                  p.num_in, " sites");
+  SPARSEJIT_CHECK(op, w.size(0) == p.num_groups, "weight has ", w.size(0),
+                  " kernel offsets but "
+                  "the plan has ",
+                  p.num_groups);
+  SPARSEJIT_CHECK(op, w.size(1) == x.size(1), "weight has C_in = ", w.size(1),
+                  " but features "
+                  "have ",
+                  x.size(1), " channels");
 }
 
 // Arguments of point_conv::output_stationary_bf16: x and y are bfloat16 tensors passed as bits.
@@ -384,15 +410,17 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   const char* op = "sparse_conv";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
-  CONV_CHECK(num_out == p.num_out, op, ": num_out = ", num_out, " but the plan has ",
-             p.num_out, " output sites");
+  SPARSEJIT_CHECK(op, num_out == p.num_out, "num_out = ", num_out, " but the plan has ", p.num_out,
+                  " output sites");
   const auto ct = compute_type(x_in.scalar_type());
   const auto w = w_in.to(ct).contiguous();
   std::optional<at::Tensor> bias;
   if (bias_in.has_value()) {
     check_float(*bias_in, "bias");
-    CONV_CHECK(bias_in->dim() == 1 && bias_in->size(0) == w.size(2), op, ": bias must be [C_out"
-               " = ", w.size(2), "]; got shape ", bias_in->sizes());
+    SPARSEJIT_CHECK(op, bias_in->dim() == 1 && bias_in->size(0) == w.size(2),
+                    "bias must be [C_out"
+                    " = ",
+                    w.size(2), "]; got shape ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "features");
     bias = bias_in->to(ct).contiguous();
   }
@@ -431,9 +459,9 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   check_conv_args(op, x_in, w_in, p);
   check_float(dy_in, "grad_out");
   check_same_device(dy_in, x_in, "grad_out", "features");
-  CONV_CHECK(dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
-             op, ": grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ",
-             dy_in.sizes());
+  SPARSEJIT_CHECK(
+      op, dy_in.dim() == 2 && dy_in.size(0) == p.num_out && dy_in.size(1) == w_in.size(2),
+      "grad_out must be [", p.num_out, ", ", w_in.size(2), "]; got shape ", dy_in.sizes());
   const auto ct = compute_type(x_in.scalar_type());
   const auto w = w_in.to(ct).contiguous();
   check_packed_dataflow(op, dataflow, 2);  // bits 2-3: the weight-gradient path

@@ -46,12 +46,10 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-#define RGMS_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, "sparsejit.", __VA_ARGS__)
-
 void check_index_1d(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.", op, ": ", name,
                    " must be int64; got ", t.scalar_type());
-  RGMS_CHECK(t.dim() == 1, op, ": ", name, " must be 1-D; got shape ", t.sizes());
+  SPARSEJIT_CHECK(op, t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
 }
 
 // ---- plan -----------------------------------------------------------------------------
@@ -60,8 +58,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgms_plan
     const at::Tensor& edge_index, const at::Tensor& edge_type, int64_t num_src, int64_t num_dst,
     int64_t num_relations) {
   const char* op = "rgms_plan";
-  RGMS_CHECK(edge_index.dim() == 2 && edge_index.size(0) == 2, op,
-             ": edge_index must have shape [2, E]; got ", edge_index.sizes());
+  SPARSEJIT_CHECK(op, edge_index.dim() == 2 && edge_index.size(0) == 2,
+                  "edge_index must have shape [2, E]; got ", edge_index.sizes());
   TORCH_CHECK_TYPE(!at::isFloatingType(edge_index.scalar_type()) &&
                        !at::isComplexType(edge_index.scalar_type()) &&
                        edge_index.scalar_type() != at::kBool,
@@ -73,21 +71,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgms_plan
                    "sparsejit.rgms_plan: edge_type must hold integers; got ",
                    edge_type.scalar_type());
   const int64_t e = edge_index.size(1);
-  RGMS_CHECK(edge_type.dim() == 1 && edge_type.numel() == e, op,
-             ": edge_type must have shape [E] = [", e, "] (one relation per edge); got ",
-             edge_type.sizes());
-  RGMS_CHECK(num_relations >= 1, op, ": num_relations must be >= 1; got ", num_relations);
-  RGMS_CHECK(num_src >= 0 && num_dst >= 0, op, ": node counts must be >= 0; got ", num_src,
-             " sources and ", num_dst, " targets");
-  RGMS_CHECK(edge_type.device() == edge_index.device(), op, ": edge_type is on ",
-             edge_type.device(), " but edge_index is on ", edge_index.device());
+  SPARSEJIT_CHECK(op, edge_type.dim() == 1 && edge_type.numel() == e,
+                  "edge_type must have shape [E] = [", e, "] (one relation per edge); got ",
+                  edge_type.sizes());
+  SPARSEJIT_CHECK(op, num_relations >= 1, "num_relations must be >= 1; got ", num_relations);
+  SPARSEJIT_CHECK(op, num_src >= 0 && num_dst >= 0, "node counts must be >= 0; got ", num_src,
+                  " sources and ", num_dst, " targets");
+  SPARSEJIT_CHECK(op, edge_type.device() == edge_index.device(), "edge_type is on ",
+                  edge_type.device(), " but edge_index is on ", edge_index.device());
   auto ei = edge_index.to(at::kLong).contiguous();
   auto et = edge_type.to(at::kLong).contiguous();
   const int64_t* s = ptr<int64_t>(ei);
   const int64_t* d = s + e;
   const auto ok = rgms::check_typed_edges(s, d, ptr<int64_t>(et), e, num_src, num_dst,
                                           num_relations);
-  RGMS_CHECK(ok.ok, op, ": ", ok.message);
+  SPARSEJIT_CHECK(op, ok.ok, ok.message);
   auto opt = ei.options();
   auto rel_ptr = at::empty({num_relations + 1}, opt);
   auto grp_ptr = at::empty({e + 1}, opt);
@@ -120,23 +118,25 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   check_index_1d(perm, op, "perm");
   check_float(x, "X");
   check_float(w, "W");
-  RGMS_CHECK(x.dim() == 2, op, ": X must be [num_nodes, F_in]; got shape ", x.sizes());
-  RGMS_CHECK(w.dim() == 3, op, ": W must be [num_relations, F_in, F_out]; got shape ",
-             w.sizes());
+  SPARSEJIT_CHECK(op, x.dim() == 2, "X must be [num_nodes, F_in]; got shape ", x.sizes());
+  SPARSEJIT_CHECK(op, w.dim() == 3, "W must be [num_relations, F_in, F_out]; got shape ",
+                  w.sizes());
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": W dtype (",
                    w.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
   PlanArgs a;
   a.r = rel_ptr.numel() - 1;
   a.e = src.numel();
-  RGMS_CHECK(a.r >= 1, op, ": rel_ptr must have num_relations + 1 >= 2 entries");
-  RGMS_CHECK(w.size(0) == a.r, op, ": W has ", w.size(0), " relations but the typed structure "
-             "has ", a.r);
-  RGMS_CHECK(w.size(1) == x.size(1), op, ": W has F_in = ", w.size(1), " but X has ",
-             x.size(1), " features");
-  RGMS_CHECK(grp_ptr.numel() == a.e + 1 && grp_dst.numel() == a.e && perm.numel() == a.e, op,
-             ": plan arrays have inconsistent sizes (grp_ptr ", grp_ptr.numel(), ", grp_dst ",
-             grp_dst.numel(), ", src ", a.e, ", perm ", perm.numel(), ")");
-  RGMS_CHECK(num_rows >= 0, op, ": num_rows must be >= 0; got ", num_rows);
+  SPARSEJIT_CHECK(op, a.r >= 1, "rel_ptr must have num_relations + 1 >= 2 entries");
+  SPARSEJIT_CHECK(op, w.size(0) == a.r, "W has ", w.size(0),
+                  " relations but the typed structure "
+                  "has ",
+                  a.r);
+  SPARSEJIT_CHECK(op, w.size(1) == x.size(1), "W has F_in = ", w.size(1), " but X has ", x.size(1),
+                  " features");
+  SPARSEJIT_CHECK(op, grp_ptr.numel() == a.e + 1 && grp_dst.numel() == a.e && perm.numel() == a.e,
+                  "plan arrays have inconsistent sizes (grp_ptr ", grp_ptr.numel(), ", grp_dst ",
+                  grp_dst.numel(), ", src ", a.e, ", perm ", perm.numel(), ")");
+  SPARSEJIT_CHECK(op, num_rows >= 0, "num_rows must be >= 0; got ", num_rows);
   for (const auto* t : {&rel_ptr, &grp_ptr, &grp_dst, &src, &perm, &w}) {
     check_same_device(*t, x, "the typed structure / W", "X");
   }
@@ -144,12 +144,12 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
     const auto& v = *values;
     TORCH_CHECK_TYPE(v.scalar_type() == x.scalar_type(), "sparsejit.", op, ": values dtype (",
                      v.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
-    RGMS_CHECK(v.dim() == 1 && v.numel() == a.e, op, ": values must have shape [", a.e,
-               "]; got ", v.sizes());
+    SPARSEJIT_CHECK(op, v.dim() == 1 && v.numel() == a.e, "values must have shape [", a.e,
+                    "]; got ", v.sizes());
     check_same_device(v, x, "values", "X");
   }
-  RGMS_CHECK(reduce == "sum" || reduce == "mean", op, ": reduce must be 'sum' or 'mean'; got '",
-             std::string(reduce), "'");
+  SPARSEJIT_CHECK(op, reduce == "sum" || reduce == "mean", "reduce must be 'sum' or 'mean'; got '",
+                  std::string(reduce), "'");
   a.mean = reduce == "mean";
   a.rel_ptr = rel_ptr.contiguous();
   a.grp_ptr = grp_ptr.contiguous();
@@ -167,7 +167,7 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
                        ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
                        ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src), ptr<int64_t>(a.perm), a.e,
                        num_rows, num_src);
-                   RGMS_CHECK(ok.ok, op, ": invalid typed structure: ", ok.message);
+                   SPARSEJIT_CHECK(op, ok.ok, "invalid typed structure: ", ok.message);
                  });
   return a;
 }
@@ -175,9 +175,12 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
 // The Torch-free problem description (csrc/rgms/rgms_run.h) of a checked call.
 rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src, int64_t f_in,
                            int64_t f_out, int64_t gemm, int64_t tile) {
-  RGMS_CHECK(gemm >= 0 && gemm <= 3, "rgms: gemm must be 0 (auto), 1 (oneDNN), 2 (built-in) "
-             "or 3 (fused row products); got ", gemm);
-  RGMS_CHECK(tile >= 0 && tile <= (int64_t(1) << 20), "rgms: tile must be in [0, 2^20]; got ", tile);
+  SPARSEJIT_CHECK("rgms", gemm >= 0 && gemm <= 3,
+                  "gemm must be 0 (auto), 1 (oneDNN), 2 (built-in) "
+                  "or 3 (fused row products); got ",
+                  gemm);
+  SPARSEJIT_CHECK("rgms", tile >= 0 && tile <= (int64_t(1) << 20),
+                  "tile must be in [0, 2^20]; got ", tile);
   rgms::Problem p;
   p.plan = {ptr<int64_t>(a.rel_ptr), ptr<int64_t>(a.grp_ptr), ptr<int64_t>(a.grp_dst),
             ptr<int64_t>(a.src),     ptr<int64_t>(a.perm),    a.r,
@@ -221,8 +224,10 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     const std::optional<at::Tensor>& root_in,
                     const std::optional<at::Tensor>& bias_in,
                     const std::optional<at::Tensor>& x_root_in) {
-  RGMS_CHECK(strategy >= 0 && strategy <= 2, "rgms: strategy must be 0 (auto), 1 (aggregate "
-             "first) or 2 (transform first); got ", strategy);
+  SPARSEJIT_CHECK("rgms", strategy >= 0 && strategy <= 2,
+                  "strategy must be 0 (auto), 1 (aggregate "
+                  "first) or 2 (transform first); got ",
+                  strategy);
   const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
                                  values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
@@ -242,23 +247,24 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                      "); got ", root_in->scalar_type(), " and ", xr_in.scalar_type());
     check_same_device(*root_in, x_in, "root", "X");
     check_same_device(xr_in, x_in, "x_root", "X");
-    RGMS_CHECK(xr_in.dim() == 2 && xr_in.size(0) == num_rows, "rgms: ", xr_name,
-               " must be [num_rows = ", num_rows, ", F] for the root term; got ", xr_in.sizes());
-    RGMS_CHECK(root_in->dim() == 2 && root_in->size(0) == xr_in.size(1) &&
-                   root_in->size(1) == f_out,
-               "rgms: root must be [", xr_in.size(1), ", F_out = ", f_out, "]; got ",
-               root_in->sizes());
+    SPARSEJIT_CHECK("rgms", xr_in.dim() == 2 && xr_in.size(0) == num_rows, xr_name,
+                    " must be [num_rows = ", num_rows, ", F] for the root term; got ",
+                    xr_in.sizes());
+    SPARSEJIT_CHECK(
+        "rgms",
+        root_in->dim() == 2 && root_in->size(0) == xr_in.size(1) && root_in->size(1) == f_out,
+        "root must be [", xr_in.size(1), ", F_out = ", f_out, "]; got ", root_in->sizes());
     root = root_in->to(ct).contiguous();
     x_root = xr_in.to(ct).contiguous();
   } else {
-    RGMS_CHECK(!x_root_in.has_value(), "rgms: x_root given without root");
+    SPARSEJIT_CHECK("rgms", !x_root_in.has_value(), "x_root given without root");
   }
   if (bias_in.has_value()) {
     TORCH_CHECK_TYPE(bias_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms: bias must ",
                      "have X's dtype (", x_in.scalar_type(), "); got ", bias_in->scalar_type());
     check_same_device(*bias_in, x_in, "bias", "X");
-    RGMS_CHECK(bias_in->dim() == 1 && bias_in->size(0) == f_out, "rgms: bias must be [F_out = ",
-               f_out, "]; got ", bias_in->sizes());
+    SPARSEJIT_CHECK("rgms", bias_in->dim() == 1 && bias_in->size(0) == f_out,
+                    "bias must be [F_out = ", f_out, "]; got ", bias_in->sizes());
     bias = bias_in->to(ct).contiguous();
   }
   auto y = new_output({num_rows, f_out}, x.options());
@@ -284,13 +290,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
     const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
     bool need_values, int64_t gemm, int64_t tile, int64_t strategy,
     const std::optional<at::Tensor>& root_in) {
-  RGMS_CHECK(strategy >= 0 && strategy <= 2, "rgms_backward: strategy must be 0 (auto), 1 "
-             "(target side) or 2 (source side); got ", strategy);
+  SPARSEJIT_CHECK("rgms_backward", strategy >= 0 && strategy <= 2,
+                  "strategy must be 0 (auto), 1 "
+                  "(target side) or 2 (source side); got ",
+                  strategy);
   const int64_t num_rows = grad_y_in.dim() >= 1 ? grad_y_in.size(0) : 0;
   const auto a = check_rgms_args("rgms_backward", rel_ptr, grp_ptr, grp_dst, src, perm, x_in,
                                  w_in, values_in, reduce, num_rows);
-  RGMS_CHECK(grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2), "rgms_backward",
-             ": grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
+  SPARSEJIT_CHECK("rgms_backward", grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2),
+                  "grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
   TORCH_CHECK_TYPE(grad_y_in.scalar_type() == x_in.scalar_type(),
                    "sparsejit.rgms_backward: grad_y dtype (", grad_y_in.scalar_type(),
                    ") must match X dtype (", x_in.scalar_type(), ")");
@@ -310,11 +318,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
                      "root must have X's dtype (", x_in.scalar_type(), "); got ",
                      root_in->scalar_type());
     check_same_device(*root_in, x_in, "root", "X");
-    RGMS_CHECK(root_in->dim() == 2 && root_in->size(0) == f_in && root_in->size(1) == f_out,
-               "rgms_backward: root must be [F_in = ", f_in, ", F_out = ", f_out, "]; got ",
-               root_in->sizes());
-    RGMS_CHECK(x.size(0) == num_rows, "rgms_backward: root needs X with num_rows = ", num_rows,
-               " rows (X is x_root); got ", x.size(0));
+    SPARSEJIT_CHECK("rgms_backward",
+                    root_in->dim() == 2 && root_in->size(0) == f_in && root_in->size(1) == f_out,
+                    "root must be [F_in = ", f_in, ", F_out = ", f_out, "]; got ",
+                    root_in->sizes());
+    SPARSEJIT_CHECK("rgms_backward", x.size(0) == num_rows,
+                    "root needs X with num_rows = ", num_rows, " rows (X is x_root); got ",
+                    x.size(0));
     if (need_x) root = root_in->to(ct).contiguous();
   }
   auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
@@ -339,8 +349,8 @@ at::Tensor rgms_explain_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr
                             const at::Tensor& grp_dst, const at::Tensor& src,
                             const at::Tensor& perm, int64_t num_rows, int64_t num_src,
                             int64_t f_in, int64_t f_out) {
-  RGMS_CHECK(f_in >= 0 && f_out >= 0, "rgms_explain: widths must be >= 0");
-  RGMS_CHECK(num_src >= 0, "rgms_explain: num_src must be >= 0; got ", num_src);
+  SPARSEJIT_CHECK("rgms_explain", f_in >= 0 && f_out >= 0, "widths must be >= 0");
+  SPARSEJIT_CHECK("rgms_explain", num_src >= 0, "num_src must be >= 0; got ", num_src);
   const auto x = at::empty({num_src, f_in});
   const auto w = at::empty({std::max<int64_t>(rel_ptr.numel() - 1, 0), f_in, f_out});
   const auto a = check_rgms_args("rgms_explain", rel_ptr, grp_ptr, grp_dst, src, perm, x, w,
@@ -366,31 +376,32 @@ at::Tensor checked_ptr(const char* op, const at::Tensor& p, int64_t rows, int64_
   const auto d = p.scalar_type();
   TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt, "sparsejit.", op,
                    ": ptr must be int32 or int64; got ", d);
-  RGMS_CHECK(p.dim() == 1, op, ": ptr must be 1-D; got shape ", p.sizes());
-  RGMS_CHECK(p.numel() == segments + 1, op, ": ptr must have ", seg_source, " + 1 = ",
-             segments + 1, " entries; got ", p.numel());
+  SPARSEJIT_CHECK(op, p.dim() == 1, "ptr must be 1-D; got shape ", p.sizes());
+  SPARSEJIT_CHECK(op, p.numel() == segments + 1, "ptr must have ", seg_source,
+                  " + 1 = ", segments + 1, " entries; got ", p.numel());
   auto pc = p.to(at::kLong).contiguous().cpu();
   const int64_t* v = ptr<int64_t>(pc);
-  RGMS_CHECK(v[0] == 0, op, ": ptr[0] must be 0; got ", v[0]);
+  SPARSEJIT_CHECK(op, v[0] == 0, "ptr[0] must be 0; got ", v[0]);
   for (int64_t k = 0; k < segments; ++k) {
-    RGMS_CHECK(v[k + 1] >= v[k], op, ": ptr must not decrease; ptr[", k, "] = ", v[k],
-               " > ptr[", k + 1, "] = ", v[k + 1]);
+    SPARSEJIT_CHECK(op, v[k + 1] >= v[k], "ptr must not decrease; ptr[", k, "] = ", v[k], " > ptr[",
+                    k + 1, "] = ", v[k + 1]);
   }
-  RGMS_CHECK(v[segments] == rows, op, ": ptr[-1] = ", v[segments],
-             " must equal the number of rows of x (", rows, ")");
+  SPARSEJIT_CHECK(op, v[segments] == rows, "ptr[-1] = ", v[segments],
+                  " must equal the number of rows of x (", rows, ")");
   return pc;
 }
 
 at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const at::Tensor& w_in) {
   check_float(x_in, "x");
   check_float(w_in, "w");
-  RGMS_CHECK(x_in.dim() == 2, "segment_matmul: x must be [N, F_in]; got shape ", x_in.sizes());
-  RGMS_CHECK(w_in.dim() == 3, "segment_matmul: w must be [K, F_in, F_out]; got shape ",
-             w_in.sizes());
+  SPARSEJIT_CHECK("segment_matmul", x_in.dim() == 2, "x must be [N, F_in]; got shape ",
+                  x_in.sizes());
+  SPARSEJIT_CHECK("segment_matmul", w_in.dim() == 3, "w must be [K, F_in, F_out]; got shape ",
+                  w_in.sizes());
   TORCH_CHECK_TYPE(w_in.scalar_type() == x_in.scalar_type(), "sparsejit.segment_matmul: w dtype (",
                    w_in.scalar_type(), ") must match x dtype (", x_in.scalar_type(), ")");
-  RGMS_CHECK(w_in.size(1) == x_in.size(1), "segment_matmul: w has F_in = ", w_in.size(1),
-             " but x has ", x_in.size(1), " features");
+  SPARSEJIT_CHECK("segment_matmul", w_in.size(1) == x_in.size(1), "w has F_in = ", w_in.size(1),
+                  " but x has ", x_in.size(1), " features");
   check_same_device(w_in, x_in, "w", "x");
   check_same_device(p, x_in, "ptr", "x");
   const auto pc = checked_ptr("segment_matmul", p, x_in.size(0), w_in.size(0), "w.size(0)");
@@ -416,9 +427,11 @@ at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tenso
                                          const at::Tensor& dy_in) {
   check_float(x_in, "x");
   check_float(dy_in, "grad_y");
-  RGMS_CHECK(x_in.dim() == 2 && dy_in.dim() == 2 && dy_in.size(0) == x_in.size(0),
-             "segment_matmul_backward_w: x [N, F_in] and grad_y [N, F_out] must agree in N; "
-             "got ", x_in.sizes(), " and ", dy_in.sizes());
+  SPARSEJIT_CHECK("segment_matmul_backward_w",
+                  x_in.dim() == 2 && dy_in.dim() == 2 && dy_in.size(0) == x_in.size(0),
+                  "x [N, F_in] and grad_y [N, F_out] must agree in N; "
+                  "got ",
+                  x_in.sizes(), " and ", dy_in.sizes());
   TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(),
                    "sparsejit.segment_matmul_backward_w: grad_y dtype must match x dtype");
   const auto pc = checked_ptr("segment_matmul_backward_w", p, x_in.size(0), p.numel() - 1,
