@@ -88,6 +88,21 @@ CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz) {
   return a;
 }
 
+std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
+                                              int64_t cols) {
+  const std::vector<std::string> entries = spec.entry_points();
+  std::vector<CudaLaunch> out;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    CudaLaunch a;
+    a.entry = entries[k];
+    a.block.x = static_cast<unsigned>(spec.block);
+    // A group per (row, head); the backward's second pass per (column, head).
+    a.grid.x = grid_x((k == 0 ? rows : cols) * spec.heads * spec.group, spec.block);
+    out.push_back(a);
+  }
+  return out;
+}
+
 CudaLaunch plan_edge_softmax_launch(const CudaKernelSpec& spec, int64_t rows) {
   CudaLaunch a;
   a.entry = spec.entry_points()[0];

@@ -38,6 +38,9 @@ void bind_spmm_workspace(const SpmmLaunchPlan& plan, const CudaSpmmChoice& choic
 
 CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz);
 CudaLaunch plan_edge_softmax_launch(const CudaKernelSpec& spec, int64_t rows);
+// Fused attention: the forward, or the backward's rows pass then its columns pass.
+std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
+                                              int64_t cols);
 
 // Compiles and loads specs on demand (memory cache keyed by spec name, arch and device) and
 // launches them on a stream. Thread-safe.

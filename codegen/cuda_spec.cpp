@@ -140,6 +140,8 @@ std::string CudaKernelSpec::validate() const {
   if (block < 32 || block > 1024 || block % 32 != 0)
     e << "block must be a multiple of 32 in [32, 1024]; got " << block << ". ";
   if (heads < 1) e << "heads must be >= 1; got " << heads << ". ";
+  if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
+    e << attention_spec::attention_validate(*this);
   if (op == CudaOp::Spmm || op == CudaOp::Sddmm) {
     if (features < 1) e << "features must be >= 1; got " << features << ". ";
     if (!is_pow2(group) || group > 32)
@@ -188,7 +190,10 @@ std::string CudaKernelSpec::name() const {
     case CudaOp::EdgeSoftmaxBackward:
       os << (op == CudaOp::EdgeSoftmax ? "edge_softmax_" : "edge_softmax_bwd_")
          << cuda_scalar_name(dtype) << "_" << index_short(index) << "_h" << heads;
-      break;    default: detail::bad_enum("op kind", static_cast<int>(op));
+      break;
+    case CudaOp::Attention:
+    case CudaOp::AttentionBackward: os << attention_spec::attention_name(*this); break;
+    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
   return os.str();
@@ -197,6 +202,8 @@ std::string CudaKernelSpec::name() const {
 std::vector<std::string> CudaKernelSpec::entry_points() const {
   if (op == CudaOp::Spmm && strategy != CudaStrategy::RowGroup)
     return {name() + "_chunks", name() + "_fixup"};
+  if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
+    return attention_spec::attention_entry_points(*this);
   return {name()};
 }
 
@@ -214,7 +221,9 @@ std::string CudaKernelSpec::source() const {
      << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
   const char* op_file = op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
-                                              : "kernels/cuda/edge_softmax.cuh";
+                        : (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
+                            ? "kernels/cuda/attention.cuh"
+                            : "kernels/cuda/edge_softmax.cuh";
   os << embedded(op_file);
   os << "\n// ---- configuration ----\n"
      << "namespace sj_generated {\n"
@@ -270,7 +279,13 @@ std::string CudaKernelSpec::source() const {
          << (op == CudaOp::EdgeSoftmaxBackward ? "true" : "false") << ";\n";
       params = "SoftmaxParams";
       bodies = {"edge_softmax_kernel"};
-      break;    default: detail::bad_enum("op kind", static_cast<int>(op));
+      break;
+    case CudaOp::Attention:
+    case CudaOp::AttentionBackward:
+      os << attention_spec::attention_config(*this, &bodies);
+      params = "AttentionParams";
+      break;
+    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   os << "};\n}  // namespace sj_generated\n\n";
   const std::vector<std::string> entries = entry_points();
@@ -371,6 +386,7 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
       }
     }
   }
+  attention_spec::add_attention_variants(&out);
   return out;
 }
 

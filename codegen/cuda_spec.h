@@ -41,6 +41,10 @@ struct CudaKernelSpec {
   int32_t split = 1;           // SDDMM: groups per stored entry (1, 2, 4), summed in shared memory
   bool deterministic = false;  // no floating-point atomics (the atomic strategy is refused)
   int32_t block = 256;         // threads per block
+  // Fused attention only (Attention, AttentionBackward; `features` is the q / k width D):
+  int32_t att_mode = 0;     // 0 dot product, 1 additive (GAT; D = 1), 2 GATv2
+  int64_t v_features = 1;   // Dv
+  bool has_bias = false;    // a [nnz, H] score bias
 
   // "" when the spec can be generated, else why not.
   std::string validate() const;
@@ -116,5 +120,19 @@ CudaKernelSpec plan_cuda_edge_softmax(CudaScalar dtype, IndexKind index, int64_t
 
 // Number of chunks for an nnz-balanced launch: max(1, ceil(nnz / chunk)).
 int64_t spmm_num_chunks(int64_t nnz, int64_t chunk);
+
+// ---- Fused attention (codegen/cuda_spec_attention.cpp) ---------------------------------------
+// A group of lanes per (row, head) sized to the head widths (f32 / f64 compute; float16 and
+// bfloat16 inputs run in float32).
+CudaKernelSpec plan_cuda_attention(CudaScalar dtype, IndexKind index, int64_t heads, int64_t d,
+                                   int64_t dv, int32_t mode, bool bias, bool backward);
+namespace attention_spec {
+std::string attention_validate(const CudaKernelSpec& s);
+std::string attention_name(const CudaKernelSpec& s);
+std::vector<std::string> attention_entry_points(const CudaKernelSpec& s);
+// The Config members and the kernel bodies of the entry points.
+std::string attention_config(const CudaKernelSpec& s, std::vector<std::string>* bodies);
+void add_attention_variants(std::vector<CudaKernelSpec>* out);
+}  // namespace attention_spec
 
 }  // namespace sparsejit::codegen

@@ -10,11 +10,24 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <tuple>
+#include <type_traits>
+
 namespace sparsejit {
 
 void cuda_to_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Calls op `name` (schema name, e.g. "sparsejit::spmm") through the fallback with `args`.
+template <class T>
+struct ReturnsOf {  // one return
+  static T pop(torch::jit::Stack& stack) { return torch::jit::pop(stack).to<T>(); }
+};
+template <class... Ts>
+struct ReturnsOf<std::tuple<Ts...>> {  // an op with several returns: one stack entry each
+  static std::tuple<Ts...> pop(torch::jit::Stack& stack) { return torch::jit::pop<Ts...>(stack); }
+};
+
+// Calls op `name` (schema name, e.g. "sparsejit::spmm") through the fallback with `args`;
+// Ret is the op's return type (std::tuple for several returns).
 template <class Ret, class... Args>
 Ret call_on_cpu(const char* name, Args&&... args) {
   const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
@@ -24,7 +37,7 @@ Ret call_on_cpu(const char* name, Args&&... args) {
   if constexpr (std::is_same_v<Ret, void>) {
     return;
   } else {
-    return torch::jit::pop(stack).to<Ret>();
+    return ReturnsOf<Ret>::pop(stack);
   }
 }
 

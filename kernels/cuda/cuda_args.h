@@ -55,6 +55,43 @@ struct SoftmaxParams {
 };
 
 // ---- Fused sparse attention (kernels/cuda/attention.cuh) ----------------------------------
+// Forward (out, lse) and the two backward passes; arrays in the spec's scalar type (float or
+// double: float16 / bfloat16 run in float32, converted by the adapter), indices in its index
+// type. Layouts as kernels/cpu/attention_args.h: q, k [N, H, D], v [N, H, Dv], bias [nnz, H],
+// att [H, D], lse / delta [rows, H]; dz, pk [nnz, H] scratch written by the rows pass and read
+// by the columns pass; datt_rows [rows, H, D] per-row partials of datt (summed by the adapter).
+struct AttentionParams {
+  const void* rowptr;
+  const void* col;
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* bias;  // or null
+  const void* att;   // GATv2 only
+  void* out;         // forward
+  void* lse;         // forward
+  const void* t_rowptr;  // backward columns pass: the transpose
+  const void* t_col;
+  const void* t_perm;
+  const void* lse_in;  // backward
+  const void* delta;
+  const void* dout;
+  void* dq;  // each may be null
+  void* dk;
+  void* dv;
+  void* dbias;
+  void* datt_rows;
+  void* dz;  // scratch, always given to the backward
+  void* pk;
+  int* bad_perm;  // set to 1 when t_perm holds a position outside [0, nnz)
+  long long rows;
+  long long cols;
+  long long nnz;
+  double scale;
+  double negative_slope;
+  double dropout;
+  unsigned long long seed;
+};
 
 
 // ---- RGMS (kernels/cuda/rgms.cuh) ------------------------------------------------------------

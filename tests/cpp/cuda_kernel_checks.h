@@ -467,6 +467,9 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
+template <typename I>
+void check_attention(Runner& r, const CudaKernelSpec& s);  // cuda_attention_checks.h
+
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
   ASSERT_EQ(s.validate(), "") << s.name();
@@ -489,6 +492,14 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         check_sddmm<int64_t>(r, s);
       }
       break;
+    case CudaOp::Attention:
+    case CudaOp::AttentionBackward:
+      if (i32) {
+        check_attention<int32_t>(r, s);
+      } else {
+        check_attention<int64_t>(r, s);
+      }
+      break;
     default:
       if (i32) {
         check_softmax<int32_t>(r, s);
@@ -500,3 +511,5 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
 }
 
 }  // namespace sparsejit::codegen::checks
+
+#include "tests/cpp/cuda_attention_checks.h"

@@ -104,6 +104,17 @@ std::vector<CudaKernelSpec> specs_under_test() {
       other_spec(CudaOp::EdgeSoftmaxBackward, S::F32, i64, 3),
       other_spec(CudaOp::EdgeSoftmaxBackward, S::F64, i32, 1),
       other_spec(CudaOp::EdgeSoftmaxBackward, S::BF16, i64, 40),
+      // Fused attention: each score form, forward and backward, bias, widths below and above
+      // the group, both index types and dtypes.
+      plan_cuda_attention(S::F32, i32, 2, 16, 16, 0, true, false),
+      plan_cuda_attention(S::F32, i64, 2, 16, 16, 0, true, true),
+      plan_cuda_attention(S::F64, i64, 1, 7, 5, 0, false, false),
+      plan_cuda_attention(S::F64, i32, 3, 7, 5, 0, false, true),
+      plan_cuda_attention(S::F32, i64, 3, 1, 12, 1, true, false),
+      plan_cuda_attention(S::F64, i32, 2, 1, 12, 1, true, true),
+      plan_cuda_attention(S::F32, i32, 2, 9, 4, 2, false, false),
+      plan_cuda_attention(S::F64, i64, 2, 9, 4, 2, true, true),
+      plan_cuda_attention(S::F32, i32, 1, 64, 40, 2, false, true),
   };
 }
 
@@ -125,6 +136,8 @@ const char* params_type(CudaOp op) {
   switch (op) {
     case CudaOp::Spmm: return "SpmmParams";
     case CudaOp::Sddmm: return "SddmmParams";
+    case CudaOp::Attention:
+    case CudaOp::AttentionBackward: return "AttentionParams";
     default: return "SoftmaxParams";
   }
 }

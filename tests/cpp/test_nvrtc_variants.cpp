@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/cuda_launch.h"
 #include "codegen/cuda_spec.h"
 #include "codegen/nvrtc.h"
 
@@ -85,6 +86,8 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   EXPECT_GT(per_op[CudaOp::Sddmm], 0);
   EXPECT_GT(per_op[CudaOp::EdgeSoftmax], 0);
   EXPECT_GT(per_op[CudaOp::EdgeSoftmaxBackward], 0);
+  EXPECT_GT(per_op[CudaOp::Attention], 0);
+  EXPECT_GT(per_op[CudaOp::AttentionBackward], 0);
 }
 
 TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
@@ -212,6 +215,29 @@ TEST(CudaPlanner, SddmmAndSoftmax) {
   EXPECT_EQ(s.group, 4);
   EXPECT_EQ(plan_cuda_edge_softmax(CudaScalar::BF16, IndexKind::I64, 8, true).op,
             CudaOp::EdgeSoftmaxBackward);
+}
+
+TEST(CudaPlanner, Attention) {
+  CudaKernelSpec s = plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 4, 32, 32, 0, false,
+                                         false);
+  EXPECT_EQ(s.group, 16);  // two elements per lane
+  EXPECT_EQ(s.validate(), "");
+  EXPECT_EQ(s.entry_points().size(), 1u);
+  s = plan_cuda_attention(CudaScalar::F64, IndexKind::I64, 8, 1, 8, 1, true, true);
+  EXPECT_EQ(s.group, 4);
+  EXPECT_EQ(s.entry_points().size(), 2u);  // the rows pass, then the columns pass
+  EXPECT_NE(s.name().find("_bias"), std::string::npos);
+  s = plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 1, 2048, 8, 0, false, false);
+  EXPECT_NE(s.validate().find("head widths"), std::string::npos);  // the CPU runs it
+  s = plan_cuda_attention(CudaScalar::BF16, IndexKind::I32, 1, 8, 8, 0, false, false);
+  EXPECT_NE(s.validate().find("float32 or float64"), std::string::npos);
+  s = plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 1, 4, 8, 1, false, false);
+  EXPECT_NE(s.validate().find("additive mode has D = 1"), std::string::npos);
+  const auto l = plan_attention_launch(
+      plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 2, 16, 16, 0, false, true), 100, 7);
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0].grid.x, (100u * 2 * 8 + 255) / 256);
+  EXPECT_EQ(l[1].grid.x, (7u * 2 * 8 + 255) / 256);
 }
 
 TEST(Nvrtc, EveryVariantCompiles) {

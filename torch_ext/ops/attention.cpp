@@ -15,6 +15,7 @@
 #include "csrc/attention/attention_run.h"
 #include "codegen/cpu_jit.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -261,6 +262,168 @@ sparse_attention_backward_cpu(
           want_att ? datt.to(att_in->scalar_type()) : at::empty({0}, q_in.options())};
 }
 
+#ifdef SPARSEJIT_WITH_CUDA
+// ---- CUDA (kernels/cuda/attention.cuh) -------------------------------------------------------
+// float32 / float64 kernels; float16 and bfloat16 run in float32 (converted in and out, as on
+// the CPU). Host synchronisations: the structure's first validation (validated.h, once per
+// structure) and, in the backward, one read of the bad-t_perm flag. Shapes no kernel takes
+// (a head wider than 1024) run on the CPU through the fallback.
+using namespace cuda_ext;
+
+codegen::CudaKernelSpec cuda_attention_spec(const attention::Shape& s, at::ScalarType ct,
+                                            const at::Tensor& rp, bool bias, bool backward) {
+  return codegen::plan_cuda_attention(cuda_scalar(ct), index_kind(rp), s.heads, s.qk_width,
+                                      s.v_width, static_cast<int32_t>(s.mode), bias, backward);
+}
+
+cuda::AttentionParams cuda_attention_params(const attention::Shape& s, const at::Tensor& rp,
+                                            const at::Tensor& cl, const at::Tensor& q,
+                                            const at::Tensor& k, const at::Tensor& v,
+                                            const std::optional<at::Tensor>& bias,
+                                            const std::optional<at::Tensor>& att) {
+  cuda::AttentionParams p{};
+  p.rowptr = rp.data_ptr();
+  p.col = cl.data_ptr();
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.att = att.has_value() ? att->data_ptr() : nullptr;
+  p.rows = s.rows;
+  p.cols = s.cols;
+  p.nnz = cl.numel();
+  p.scale = s.scale;
+  p.negative_slope = s.negative_slope;
+  p.dropout = s.dropout;
+  p.seed = s.seed;
+  return p;
+}
+
+std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q_in,
+    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+    int64_t mode, double scale, double negative_slope, double dropout, int64_t seed,
+    const std::optional<at::Tensor>& t_rowptr, const std::optional<at::Tensor>& t_col,
+    const std::optional<at::Tensor>& t_perm, const std::optional<at::Tensor>& att_in) {
+  auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
+                      dropout, seed, att_in);
+  c10::cuda::CUDAGuard guard(q_in.device());
+  const auto ct = compute_type(q_in.scalar_type());
+  auto rp = rowptr.contiguous(), cl = col.contiguous();
+  const auto spec = cuda_attention_spec(s, ct, rp, bias_in.has_value(), false);
+  if (!gpu_kernels_available() || !spec.validate().empty())
+    return call_on_cpu<std::tuple<at::Tensor, at::Tensor>>(
+        "sparsejit::sparse_attention", rowptr, col, q_in, k_in, v_in, bias_in, mode, scale,
+        negative_slope, dropout, seed, t_rowptr, t_col, t_perm, att_in);
+  auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
+  auto bias = prep(bias_in, ct), att = prep(att_in, ct);
+  auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
+  auto lse = at::empty({s.rows, s.heads}, q.options());
+  if (s.rows > 0 && s.heads > 0) {
+    cuda::AttentionParams p = cuda_attention_params(s, rp, cl, q, k, v, bias, att);
+    p.out = out.data_ptr();
+    p.lse = lse.data_ptr();
+    std::string err;
+    if (!CudaKernels::instance().run(spec, q.get_device(),
+                                     c10::cuda::getCurrentCUDAStream().stream(),
+                                     codegen::plan_attention_launch(spec, s.rows, s.cols), &p,
+                                     &err))
+      raise_cuda_error("sparse_attention", err);
+  }
+  return {out.to(q_in.scalar_type()), lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+sparse_attention_backward_cuda(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& t_rowptr,
+    const at::Tensor& t_col, const at::Tensor& t_perm, const at::Tensor& q_in,
+    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& grad_in, int64_t mode,
+    double scale, double negative_slope, double dropout, int64_t seed, bool need_q, bool need_k,
+    bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
+  using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+  auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
+                      dropout, seed, att_in);
+  c10::cuda::CUDAGuard guard(q_in.device());
+  const auto ct = compute_type(q_in.scalar_type());
+  auto rp = rowptr.contiguous(), cl = col.contiguous();
+  const auto spec = cuda_attention_spec(s, ct, rp, bias_in.has_value(), true);
+  if (!gpu_kernels_available() || !spec.validate().empty())
+    return call_on_cpu<Grads>("sparsejit::sparse_attention_backward", rowptr, col, t_rowptr,
+                              t_col, t_perm, q_in, k_in, v_in, bias_in, out_in, lse_in, grad_in,
+                              mode, scale, negative_slope, dropout, seed, need_q, need_k, need_v,
+                              need_bias, att_in, need_att);
+  // The transpose's and the outputs' checks are the CPU op's (it runs them first when called).
+  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
+                       t_col.scalar_type() == rowptr.scalar_type() &&
+                       t_perm.scalar_type() == rowptr.scalar_type(),
+                   "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
+                   "and t_perm must have the index dtype of indptr (", rowptr.scalar_type(),
+                   "); got ", t_rowptr.scalar_type(), ", ", t_col.scalar_type(), " and ",
+                   t_perm.scalar_type());
+  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
+  checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
+  for (auto [t, name] : {std::pair{&out_in, "out"}, std::pair{&lse_in, "lse"},
+                         std::pair{&grad_in, "grad_out"}}) {
+    check_float(*t, name);
+    check_same_device(rowptr, *t, "indptr", name);
+  }
+  const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
+  SPARSEJIT_CHECK(
+      "sparse_attention",
+      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
+      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
+      out_in.sizes(), " and ", grad_in.sizes());
+  SPARSEJIT_CHECK("sparse_attention",
+                  lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
+                  "lse must be [rows, H]; got ", lse_in.sizes());
+  auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
+  auto bias = prep(bias_in, ct), att = prep(att_in, ct);
+  auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);
+  auto trp = t_rowptr.contiguous(), tcl = t_col.contiguous(), tpm = t_perm.contiguous();
+  const int64_t nnz = cl.numel();
+  const bool want_bias = need_bias && bias.has_value(), want_att = need_att && att.has_value();
+  auto delta = (out * g).sum(-1);  // <out, dout> per (row, head)
+  auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  auto dz = at::empty({nnz, s.heads}, q.options()), pk = at::empty({nnz, s.heads}, q.options());
+  auto datt_rows = want_att ? at::empty_like(q) : at::Tensor();
+  auto bad = at::zeros({1}, q.options().dtype(at::kInt));
+  if (s.heads > 0 && (s.rows > 0 || s.cols > 0)) {
+    cuda::AttentionParams p = cuda_attention_params(s, rp, cl, q, k, v, bias, att);
+    p.t_rowptr = trp.data_ptr();
+    p.t_col = tcl.data_ptr();
+    p.t_perm = tpm.data_ptr();
+    p.lse_in = lse.data_ptr();
+    p.delta = delta.data_ptr();
+    p.dout = g.data_ptr();
+    p.dq = need_q ? dq.data_ptr() : nullptr;
+    p.dk = need_k ? dk.data_ptr() : nullptr;
+    p.dv = need_v ? dv.data_ptr() : nullptr;
+    p.dbias = want_bias ? dz.data_ptr() : nullptr;  // dbias is dz itself
+    p.datt_rows = want_att ? datt_rows.data_ptr() : nullptr;
+    p.dz = dz.data_ptr();
+    p.pk = pk.data_ptr();
+    p.bad_perm = static_cast<int*>(bad.data_ptr());
+    std::string err;
+    if (!CudaKernels::instance().run(spec, q.get_device(),
+                                     c10::cuda::getCurrentCUDAStream().stream(),
+                                     codegen::plan_attention_launch(spec, s.rows, s.cols), &p,
+                                     &err))
+      raise_cuda_error("sparse_attention_backward", err);
+    // The one host read of the backward.
+    SPARSEJIT_CHECK("sparse_attention", bad.item<int>() == 0,
+                    "t_perm holds positions outside [0, nnz)");
+  }
+  auto back = [&](bool want, const at::Tensor& t, const at::Tensor& like) {
+    return want ? t.to(like.scalar_type()) : at::empty({0}, like.options());
+  };
+  return {back(need_q, dq, q_in), back(need_k, dk, k_in), back(need_v, dv, v_in),
+          want_bias ? dz.to(bias_in->scalar_type()) : at::empty({0}, q_in.options()),
+          want_att ? datt_rows.sum(0).to(att_in->scalar_type())
+                   : at::empty({0}, q_in.options())};
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
@@ -269,10 +432,9 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernel yet: CUDA tensors run on the CPU kernel (torch_ext/cuda_fallback.h).
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("sparse_attention", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("sparse_attention_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("sparse_attention", &sparse_attention_cuda);
+  m.impl("sparse_attention_backward", &sparse_attention_backward_cuda);
 }
 #endif
 
