@@ -14,7 +14,10 @@
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+
+#include <cstdlib>
 
 #include <atomic>
 #include <string>
@@ -163,12 +166,14 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   static std::atomic<int64_t> unique_key{-1};
   const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
   validated_once("rgms", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key, [&] {
-                   const auto ok = rgms::check_plan(
-                       ptr<int64_t>(a.rel_ptr), a.r, ptr<int64_t>(a.grp_ptr),
-                       ptr<int64_t>(a.grp_dst), ptr<int64_t>(a.src), ptr<int64_t>(a.perm), a.e,
-                       num_rows, num_src);
-                   SPARSEJIT_CHECK(op, ok.ok, "invalid typed structure: ", ok.message);
-                 });
+    // A device plan is checked on a host copy (once per live plan: the sync is here).
+    const auto h = [](const at::Tensor& t) { return t.is_cpu() ? t : t.cpu(); };
+    const at::Tensor rp = h(a.rel_ptr), gp = h(a.grp_ptr), gd = h(a.grp_dst), sr = h(a.src),
+                     pm = h(a.perm);
+    const auto ok = rgms::check_plan(ptr<int64_t>(rp), a.r, ptr<int64_t>(gp), ptr<int64_t>(gd),
+                                     ptr<int64_t>(sr), ptr<int64_t>(pm), a.e, num_rows, num_src);
+    SPARSEJIT_CHECK(op, ok.ok, "invalid typed structure: ", ok.message);
+  });
   return a;
 }
 
@@ -216,7 +221,171 @@ const T* opt_ptr(const std::optional<at::Tensor>& t) {
   return t.has_value() ? ptr<T>(*t) : nullptr;
 }
 
-at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
+// ---- The device-generic composite (what CUDA tensors run) -------------------------------------
+// The aggregate-first dataflow from ATen ops and sparsejit's own SpMM / SDDMM ops, so on a GPU:
+// each (relation, target) group's reduce of its sources' rows is an SpMM over the groups
+// (NVRTC kernels), the per-relation GEMMs are cuBLAS (at::mm on each relation's slice of
+// groups), the scatter of the groups' products to their targets is a second SpMM over a
+// target -> group CSR (no atomics). Backward: dW on cuBLAS per relation, dX an SpMM over a
+// source -> entry CSR, dvalues an SDDMM. Host reads: rel_ptr (R + 1 sizes) once per plan, and
+// the plan's first validation. SPARSEJIT_RGMS_COMPOSITE=1 runs it on CPU tensors too, which is
+// how tests check it against the CPU kernels without a GPU.
+
+bool composite_forced() {
+  const char* v = std::getenv("SPARSEJIT_RGMS_COMPOSITE");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// What the composite derives from a plan (once per live plan, row and source count).
+struct Composite {
+  std::vector<int64_t> rel;  // rel_ptr on the host: group ranges of the relations
+  int64_t groups = 0;        // G
+  at::Tensor grp_rowptr;     // grp_ptr[0 : G + 1]: groups -> entries (col = src)
+  at::Tensor tg_rowptr, tg_col;  // targets -> groups
+  at::Tensor sg_rowptr, sg_col, sg_pos;  // sources -> (group, entry position) of their entries
+  at::Tensor inv_size;       // [E]: 1 / the size of each entry's group (mean)
+};
+
+std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_rows,
+                                              int64_t num_src) {
+  const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
+  static std::atomic<int64_t> unique_key{-1};
+  const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
+  auto made = derived_once("rgms_composite", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key,
+                           [&] {
+    auto c = std::make_shared<Composite>();
+    const at::Tensor rel = a.rel_ptr.cpu();
+    c->rel.assign(ptr<int64_t>(rel), ptr<int64_t>(rel) + rel.numel());
+    c->groups = c->rel.back();
+    const auto opt = a.grp_ptr.options();
+    c->grp_rowptr = a.grp_ptr.narrow(0, 0, c->groups + 1).contiguous();
+    // Targets -> groups: a stable sort of the groups by target.
+    const auto dst = a.grp_dst.narrow(0, 0, c->groups);
+    auto [dst_sorted, by_dst] = at::sort(dst, /*stable=*/true, 0, false);
+    c->tg_rowptr = at::searchsorted(dst_sorted, at::arange(num_rows + 1, opt));
+    c->tg_col = by_dst;
+    // Each entry's group, and the sources -> entries CSR.
+    const auto sizes = c->grp_rowptr.narrow(0, 1, c->groups) - c->grp_rowptr.narrow(0, 0, c->groups);
+    const auto entry_group =
+        at::repeat_interleave(at::arange(c->groups, opt), sizes, 0, a.e);
+    c->inv_size = at::ones({a.e}, opt.dtype(at::kDouble))
+                      .div_(sizes.index_select(0, entry_group).to(at::kDouble));
+    auto [src_sorted, by_src] = at::sort(a.src, /*stable=*/true, 0, false);
+    c->sg_rowptr = at::searchsorted(src_sorted, at::arange(num_src + 1, opt));
+    c->sg_col = entry_group.index_select(0, by_src);
+    c->sg_pos = by_src;
+    return std::static_pointer_cast<const void>(std::shared_ptr<const Composite>(c));
+  });
+  return std::static_pointer_cast<const Composite>(made);
+}
+
+at::Tensor call_spmm(const at::Tensor& rowptr, const at::Tensor& col,
+                     const std::optional<at::Tensor>& values, const at::Tensor& x,
+                     c10::string_view reduce, int64_t num_cols) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("sparsejit::spmm", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+              const at::Tensor&, c10::string_view, c10::SymInt, const std::optional<at::Tensor>&,
+              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+              c10::string_view, double, double, bool)>();
+  return std::get<0>(op.call(rowptr, col, values, x, reduce, c10::SymInt(num_cols), std::nullopt,
+                             std::nullopt, std::nullopt, std::nullopt, std::nullopt, "none",
+                             0.01, 1.0, false));
+}
+
+at::Tensor call_sddmm(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
+                      const at::Tensor& k) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("sparsejit::sddmm", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, c10::SymInt, const std::optional<at::Tensor>&,
+                            const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>();
+  return op.call(rowptr, col, q, k, c10::SymInt(k.size(0)), std::nullopt, std::nullopt,
+                 std::nullopt);
+}
+
+// Z [G, F_in]: each group's reduce (sum or mean) of a_e X[src[e]].
+at::Tensor composite_groups(const PlanArgs& a, const Composite& c, const at::Tensor& x,
+                            const std::optional<at::Tensor>& values) {
+  std::optional<at::Tensor> v;
+  if (values.has_value()) v = values->index_select(0, a.perm);
+  return call_spmm(c.grp_rowptr, a.src, v, x, a.mean ? "mean" : "sum", x.size(0));
+}
+
+at::Tensor rgms_composite(const PlanArgs& a, const at::Tensor& x, const at::Tensor& w,
+                          const std::optional<at::Tensor>& values, int64_t num_rows,
+                          const std::optional<at::Tensor>& root,
+                          const std::optional<at::Tensor>& x_root,
+                          const std::optional<at::Tensor>& bias) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const auto c = composite_of(a, num_rows, x.size(0));
+  const auto z = composite_groups(a, *c, x, values);
+  auto zw = at::empty({c->groups, w.size(2)}, x.options());
+  for (int64_t r = 0; r < a.r; ++r) {
+    const int64_t g0 = c->rel[r], n = c->rel[r + 1] - g0;
+    if (n == 0) continue;
+    auto out_r = zw.narrow(0, g0, n);
+    at::mm_out(out_r, z.narrow(0, g0, n), w[r]);
+  }
+  auto y = call_spmm(c->tg_rowptr, c->tg_col, std::nullopt, zw, "sum", c->groups);
+  if (root.has_value()) y.addmm_(*x_root, *root);
+  if (bias.has_value()) y.add_(*bias);
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_composite(
+    const PlanArgs& a, const at::Tensor& x, const at::Tensor& w,
+    const std::optional<at::Tensor>& values, const at::Tensor& dy, bool need_x, bool need_w,
+    bool need_values, const std::optional<at::Tensor>& root) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const int64_t num_rows = dy.size(0);
+  const auto c = composite_of(a, num_rows, x.size(0));
+  const auto dzw = dy.index_select(0, a.grp_dst.narrow(0, 0, c->groups));  // [G, F_out]
+  at::Tensor z;
+  if (need_w) z = composite_groups(a, *c, x, values);
+  auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
+  auto dz = (need_x || need_values) ? at::empty({c->groups, x.size(1)}, x.options())
+                                    : at::Tensor();
+  for (int64_t r = 0; r < a.r; ++r) {
+    const int64_t g0 = c->rel[r], n = c->rel[r + 1] - g0;
+    if (n == 0) continue;
+    if (need_w) {
+      auto dw_r = dw[r];
+      at::mm_out(dw_r, z.narrow(0, g0, n).t(), dzw.narrow(0, g0, n));
+    }
+    if (dz.defined()) {
+      auto dz_r = dz.narrow(0, g0, n);
+      at::mm_out(dz_r, dzw.narrow(0, g0, n), w[r].t());
+    }
+  }
+  // Each entry's factor: its value, divided by its group's size for the mean.
+  std::optional<at::Tensor> factor;
+  if (values.has_value()) factor = values->index_select(0, a.perm);
+  if (a.mean) {
+    const auto inv = c->inv_size.to(x.scalar_type());
+    factor = factor.has_value() ? *factor * inv : inv;
+  }
+  at::Tensor dx = at::empty({0}, x.options());
+  if (need_x) {
+    std::optional<at::Tensor> f_src;
+    if (factor.has_value()) f_src = factor->index_select(0, c->sg_pos);
+    dx = call_spmm(c->sg_rowptr, c->sg_col, f_src, dz, "sum", c->groups);
+    if (root.has_value()) dx.addmm_(dy, root->t());
+  }
+  at::Tensor dv = at::empty({0}, x.options());
+  if (need_values) {
+    auto dots = call_sddmm(c->grp_rowptr, a.src, dz, x);  // <dZ[g], X[src[e]]> per entry
+    if (a.mean) dots = dots * c->inv_size.to(x.scalar_type());
+    dv = at::empty({a.e}, x.options()).index_put_({a.perm}, dots);
+  }
+  return {dx, dw, dv};
+}
+
+at::Tensor rgms_impl(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
                     const at::Tensor& x_in, const at::Tensor& w_in,
                     const std::optional<at::Tensor>& values_in, c10::string_view reduce,
@@ -267,6 +436,10 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                     "bias must be [F_out = ", f_out, "]; got ", bias_in->sizes());
     bias = bias_in->to(ct).contiguous();
   }
+  if (!x.is_cpu() || composite_forced()) {
+    (void)make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);  // its checks
+    return rgms_composite(a, x, w, values, num_rows, root, x_root, bias).to(x_in.scalar_type());
+  }
   auto y = new_output({num_rows, f_out}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
@@ -283,7 +456,7 @@ at::Tensor rgms_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
   return y.to(x_in.scalar_type());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
     const at::Tensor& rel_ptr, const at::Tensor& grp_ptr, const at::Tensor& grp_dst,
     const at::Tensor& src, const at::Tensor& perm, const at::Tensor& x_in,
     const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
@@ -327,6 +500,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
                     x.size(0));
     if (need_x) root = root_in->to(ct).contiguous();
   }
+  const auto out_t = x_in.scalar_type();
+  if (!x.is_cpu() || composite_forced()) {
+    (void)make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);  // its checks
+    auto [dx, dw, dv] =
+        rgms_backward_composite(a, x, w, values, dy, need_x, need_w, need_values, root);
+    return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
+  }
   auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
   auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
   auto dv = need_values ? at::empty({a.e}, x.options()) : at::empty({0}, x.options());
@@ -339,7 +519,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_cpu(
                              need_w ? ptr<scalar_t>(dw) : nullptr,
                              need_values ? ptr<scalar_t>(dv) : nullptr, opt_ptr<scalar_t>(root));
   });
-  const auto out_t = x_in.scalar_type();
   return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
 }
 
@@ -391,7 +570,7 @@ at::Tensor checked_ptr(const char* op, const at::Tensor& p, int64_t rows, int64_
   return pc;
 }
 
-at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const at::Tensor& w_in) {
+at::Tensor segment_matmul_impl(const at::Tensor& x_in, const at::Tensor& p, const at::Tensor& w_in) {
   check_float(x_in, "x");
   check_float(w_in, "w");
   SPARSEJIT_CHECK("segment_matmul", x_in.dim() == 2, "x must be [N, F_in]; got shape ",
@@ -409,8 +588,8 @@ at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   auto y = new_output({x.size(0), w.size(2)}, x.options());
-  const int64_t* v = ptr<int64_t>(pc);
-  if (ct == at::kFloat) {  // one parallel region over (segment, row block) tiles
+  const int64_t* v = ptr<int64_t>(pc);  // on the host (checked_ptr; a sync for device ptr)
+  if (ct == at::kFloat && x.is_cpu()) {  // one parallel region over (segment, row block) tiles
     dense::segment_sgemm(v, w.size(0), ptr<float>(x), x.size(1), ptr<float>(w), w.size(2),
                          ptr<float>(y), at::get_num_threads());
     return y.to(x_in.scalar_type());
@@ -423,7 +602,7 @@ at::Tensor segment_matmul_cpu(const at::Tensor& x_in, const at::Tensor& p, const
   return y.to(x_in.scalar_type());
 }
 
-at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tensor& p,
+at::Tensor segment_matmul_backward_w_impl(const at::Tensor& x_in, const at::Tensor& p,
                                          const at::Tensor& dy_in) {
   check_float(x_in, "x");
   check_float(dy_in, "grad_y");
@@ -442,7 +621,7 @@ at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tenso
   const int64_t k_n = pc.numel() - 1;
   auto dw = at::empty({k_n, x.size(1), dy.size(1)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
-  if (ct == at::kFloat) {
+  if (ct == at::kFloat && x.is_cpu()) {
     dense::segment_sgemm_grad_w(v, k_n, ptr<float>(x), x.size(1), ptr<float>(dy), dy.size(1),
                                 ptr<float>(dw), at::get_num_threads());
     return dw.to(x_in.scalar_type());
@@ -459,22 +638,25 @@ at::Tensor segment_matmul_backward_w_cpu(const at::Tensor& x_in, const at::Tenso
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("rgms_plan", &rgms_plan_cpu);
-  m.impl("rgms", &rgms_cpu);
-  m.impl("rgms_backward", &rgms_backward_cpu);
+  m.impl("rgms", &rgms_impl);
+  m.impl("rgms_backward", &rgms_backward_impl);
   m.impl("rgms_explain", &rgms_explain_cpu);
-  m.impl("segment_matmul", &segment_matmul_cpu);
-  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_cpu);
+  m.impl("segment_matmul", &segment_matmul_impl);
+  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_impl);
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernels yet: every RGMS op runs on the CPU through the boxed fallback.
+// rgms / rgms_backward: the composite above (SpMM / SDDMM NVRTC kernels and cuBLAS);
+// segment_matmul: cuBLAS per segment (ptr read on the host). The plan is built on the CPU
+// (a counting sort, once per structure: the Python layers cache it) and copied to the device;
+// rgms_explain is a CPU cost-model report.
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   m.impl("rgms_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("rgms", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("rgms_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms", &rgms_impl);
+  m.impl("rgms_backward", &rgms_backward_impl);
   m.impl("rgms_explain", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("segment_matmul", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("segment_matmul_backward_w", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("segment_matmul", &segment_matmul_impl);
+  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_impl);
 }
 #endif
 
