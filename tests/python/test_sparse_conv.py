@@ -508,3 +508,55 @@ def test_against_spconv_2_3_8():
     torch.testing.assert_close(fo.grad, ft.grad, atol=1e-3, rtol=1e-3)
     for (n, po), pt in zip(ours.named_parameters(), theirs.parameters()):
         torch.testing.assert_close(po.grad, pt.grad, atol=1e-3, rtol=1e-3, msg=n)
+
+
+# ---- The device-generic composite (what CUDA tensors run) ----------------------------------
+# SPARSEJIT_POINT_CONV_COMPOSITE=1 runs it on CPU tensors: per kernel offset a gather, a GEMM
+# and an index_add_. Every kind of map, both directions, and the gradients must agree with the
+# CPU kernels; the bias must stay untouched (the output is never a view of it).
+
+
+def _unet_like_net(c):
+    return [spconv.SubMConv3d(c, 6, 3, indice_key="a"), spconv.SparseConv3d(6, 7, 3, 2, 1,
+            indice_key="d"), spconv.SubMConv3d(7, 7, 3), spconv.SparseInverseConv3d(7, 4, 3,
+            indice_key="d")]
+
+
+@pytest.mark.parametrize("n", [0, 1, 150])
+def test_composite_matches_the_cpu_kernels(monkeypatch, n):
+    torch.manual_seed(0)
+    layers = [m.double() for m in _unet_like_net(5)]
+    biases = [m.bias.detach().clone() for m in layers if m.bias is not None]
+
+    def run():
+        x = make_input(3, n=n, c=5, dtype=torch.float64, seed=4)
+        x.features.requires_grad_()
+        for m in layers:
+            m.zero_grad()
+        y = x
+        for m in layers:
+            y = m(y)
+        y.features.square().sum().backward()
+        return [y.features.detach(), x.features.grad] + [m.weight.grad for m in layers]
+
+    monkeypatch.delenv("SPARSEJIT_POINT_CONV_COMPOSITE", raising=False)
+    want = run()
+    monkeypatch.setenv("SPARSEJIT_POINT_CONV_COMPOSITE", "1")
+    got = run()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    for m, b in zip([m for m in layers if m.bias is not None], biases):
+        assert torch.equal(m.bias.detach(), b)
+
+
+def test_composite_rejects_a_corrupted_plan(monkeypatch):
+    monkeypatch.setenv("SPARSEJIT_POINT_CONV_COMPOSITE", "1")
+    x = make_input(3, n=60, c=4, dtype=torch.float64)
+    plan, _ = conv_plan(x.indices, x.spatial_shape, x.batch_size, "subm", [3, 3, 3])
+    w = torch.randn(27, 4, 2, dtype=torch.float64)
+    bad = plan.clone()
+    bad[-1] = 1 << 40  # a pair index far outside the rows
+    with pytest.raises(ValueError, match="corrupted plan"):
+        sparse_conv(x.features, w, None, bad, x.indices.shape[0])
+    with pytest.raises(ValueError, match="num_out"):
+        torch.ops.sparsejit.sparse_conv(x.features, w, None, plan, 3, False, 0)
