@@ -142,6 +142,7 @@ std::string CudaKernelSpec::validate() const {
   if (heads < 1) e << "heads must be >= 1; got " << heads << ". ";
   if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
     e << attention_spec::attention_validate(*this);
+  if (op == CudaOp::FilterConv) e << filter_conv_spec::validate(*this);
   if (op == CudaOp::Spmm || op == CudaOp::Sddmm) {
     if (features < 1) e << "features must be >= 1; got " << features << ". ";
     if (!is_pow2(group) || group > 32)
@@ -193,6 +194,7 @@ std::string CudaKernelSpec::name() const {
       break;
     case CudaOp::Attention:
     case CudaOp::AttentionBackward: os << attention_spec::attention_name(*this); break;
+    case CudaOp::FilterConv: os << filter_conv_spec::name(*this); break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
@@ -223,6 +225,7 @@ std::string CudaKernelSpec::source() const {
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
                         : (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
                             ? "kernels/cuda/attention.cuh"
+                        : op == CudaOp::FilterConv ? "kernels/cuda/filter_conv.cuh"
                             : "kernels/cuda/edge_softmax.cuh";
   os << embedded(op_file);
   os << "\n// ---- configuration ----\n"
@@ -284,6 +287,10 @@ std::string CudaKernelSpec::source() const {
     case CudaOp::AttentionBackward:
       os << attention_spec::attention_config(*this, &bodies);
       params = "AttentionParams";
+      break;
+    case CudaOp::FilterConv:
+      os << filter_conv_spec::config(*this, &bodies);
+      params = "FilterConvParams";
       break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
@@ -387,6 +394,7 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
     }
   }
   attention_spec::add_attention_variants(&out);
+  filter_conv_spec::add_variants(&out);
   return out;
 }
 

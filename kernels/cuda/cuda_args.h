@@ -101,6 +101,20 @@ struct AttentionParams {
 
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
+// x [batch, c_in, h, w] and y [batch, c_out, out_h, out_w] NCHW float; the compressed weight of
+// filter_conv_plan: rowptr [c_out + 1], taps [nnz] (column (c * R + r) * S + s of the weight
+// viewed as [c_out, cin_g * R * S]), values [nnz] float; bias [c_out] float or null.
+struct FilterConvParams {
+  const void* rowptr;
+  const void* taps;
+  const void* values;
+  const void* x;
+  const void* bias;
+  void* y;
+  long long batch, c_in, h, w, c_out, cin_g, cout_g, out_h, out_w;
+  int relu;
+  int pad_;
+};
 
 
 }  // namespace cuda

@@ -469,6 +469,7 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
 
 template <typename I>
 void check_attention(Runner& r, const CudaKernelSpec& s);  // cuda_attention_checks.h
+inline void check_filter_conv(Runner& r, const CudaKernelSpec& s);  // cuda_filter_conv_checks.h
 
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
@@ -492,6 +493,7 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         check_sddmm<int64_t>(r, s);
       }
       break;
+    case CudaOp::FilterConv: check_filter_conv(r, s); break;
     case CudaOp::Attention:
     case CudaOp::AttentionBackward:
       if (i32) {
@@ -513,3 +515,4 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
 }  // namespace sparsejit::codegen::checks
 
 #include "tests/cpp/cuda_attention_checks.h"
+#include "tests/cpp/cuda_filter_conv_checks.h"

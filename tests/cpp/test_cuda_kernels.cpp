@@ -115,6 +115,12 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_attention(S::F32, i32, 2, 9, 4, 2, false, false),
       plan_cuda_attention(S::F64, i64, 2, 9, 4, 2, true, true),
       plan_cuda_attention(S::F32, i32, 1, 64, 40, 2, false, true),
+      // Filter-sparse convolution: 3x3, 3x3 stride 2, 1x1, 7x7 stride 2, dilated.
+      plan_cuda_filter_conv(3, 3, 1, 1, 1, 1, 1, 1),
+      plan_cuda_filter_conv(3, 3, 2, 2, 1, 1, 1, 1),
+      plan_cuda_filter_conv(1, 1, 1, 1, 0, 0, 1, 1),
+      plan_cuda_filter_conv(7, 7, 2, 2, 3, 3, 1, 1),
+      plan_cuda_filter_conv(3, 3, 1, 1, 2, 2, 2, 2),
   };
 }
 
@@ -138,6 +144,7 @@ const char* params_type(CudaOp op) {
     case CudaOp::Sddmm: return "SddmmParams";
     case CudaOp::Attention:
     case CudaOp::AttentionBackward: return "AttentionParams";
+    case CudaOp::FilterConv: return "FilterConvParams";
     default: return "SoftmaxParams";
   }
 }

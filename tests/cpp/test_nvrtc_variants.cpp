@@ -88,6 +88,7 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   EXPECT_GT(per_op[CudaOp::EdgeSoftmaxBackward], 0);
   EXPECT_GT(per_op[CudaOp::Attention], 0);
   EXPECT_GT(per_op[CudaOp::AttentionBackward], 0);
+  EXPECT_GT(per_op[CudaOp::FilterConv], 0);
 }
 
 TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {

@@ -24,6 +24,7 @@
 #include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_common.h"
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -174,8 +175,8 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   check_float(x_in, "x");
   SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
                   x_in.sizes());
-  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(),
-                  "x must be on the CPU (filter_conv has no CUDA kernel); got ", x_in.device());
+  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(), "x must be on the CPU or a CUDA "
+                  "device; got ", x_in.device());
   SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
                   "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
                   plan_t.numel());
@@ -277,11 +278,157 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 
+#ifdef SPARSEJIT_WITH_CUDA
+// ---- CUDA (kernels/cuda/filter_conv.cuh) -------------------------------------------------------
+// The plan, rowptr, taps and values may live on the CPU or on x's device (a module moved with
+// .to("cuda") carries them there). Host reads: the plan's 14 words per call, and the pattern's
+// O(nnz) check and stamp once per live (rowptr, taps) on a host copy.
+using namespace cuda_ext;
+
+at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
+                            const at::Tensor& taps_t, const at::Tensor& values_t,
+                            const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
+                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                            bool relu, int64_t kernel) {
+  SPARSEJIT_CHECK("filter_conv", x_in.is_cuda(), "x is on ", x_in.device(),
+                  " but the layer's plan / weights are on a CUDA device; move them together");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  auto host = [](const at::Tensor& t) { return t.is_cpu() ? t : t.cpu(); };
+  if (!gpu_kernels_available())
+    return call_on_cpu<at::Tensor>("sparsejit::filter_conv", host(plan_t), host(rowptr_t),
+                                   host(taps_t), host(values_t), x_in, bias_in, kernel_size,
+                                   stride, padding, dilation, groups, relu, kernel);
+  for (auto [t, name] : {std::pair{&plan_t, "plan"}, std::pair{&rowptr_t, "rowptr"},
+                         std::pair{&taps_t, "taps"}}) {
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
+                     " must be int64; got ", t->scalar_type());
+    SPARSEJIT_CHECK("filter_conv", t->dim() == 1, name, " must be 1-D; got shape ", t->sizes());
+  }
+  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
+                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
+  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
+                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
+                  values_t.sizes());
+  check_float(x_in, "x");
+  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
+                  x_in.sizes());
+  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
+                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
+                  plan_t.numel());
+  const auto plan_c = host(plan_t).contiguous();
+  const int64_t* words = ptr<int64_t>(plan_c);
+  const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
+  const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
+  SPARSEJIT_CHECK("filter_conv", c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1,
+                  "plan holds an invalid weight shape [", c_out, ", ", cin_g, ", ", r, ", ", s,
+                  "]");
+  SPARSEJIT_CHECK("filter_conv", rowptr_t.numel() == c_out + 1,
+                  "rowptr must have C_out + 1 = ", c_out + 1, " entries; got ", rowptr_t.numel());
+  SPARSEJIT_CHECK("filter_conv", kernel >= -1 && kernel < filter_conv::kNumVariants,
+                  "variant must be -1 (the plan's) or in [0, ", filter_conv::kNumVariants,
+                  "); got ", kernel);
+  SPARSEJIT_CHECK(
+      "filter_conv",
+      pair_at(kernel_size, 0, "kernel_size") == r && pair_at(kernel_size, 1, "kernel_size") == s,
+      "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
+  filter_conv::Geometry g;
+  g.batch = x_in.size(0);
+  g.c_in = x_in.size(1);
+  g.h = x_in.size(2);
+  g.w = x_in.size(3);
+  g.c_out = c_out;
+  g.groups = groups;
+  g.r = r;
+  g.s = s;
+  g.stride_h = pair_at(stride, 0, "stride");
+  g.stride_w = pair_at(stride, 1, "stride");
+  g.pad_h = pair_at(padding, 0, "padding");
+  g.pad_w = pair_at(padding, 1, "padding");
+  g.dil_h = pair_at(dilation, 0, "dilation");
+  g.dil_w = pair_at(dilation, 1, "dilation");
+  SPARSEJIT_CHECK("filter_conv", groups >= 1, "groups must be >= 1; got ", groups);
+  SPARSEJIT_CHECK("filter_conv", g.c_in % groups == 0 && g.c_in / groups == cin_g, "x has ",
+                  g.c_in, " channels but the weight expects C_in/groups * groups = ", cin_g,
+                  " * ", groups);
+  SPARSEJIT_CHECK("filter_conv", c_out % groups == 0, "C_out = ", c_out,
+                  " is not divisible by groups = ", groups);
+  const std::string gerr = filter_conv::check_geometry(g);
+  SPARSEJIT_CHECK("filter_conv", gerr.empty(), gerr);
+  // The pattern's check and stamp, once per live (rowptr, taps).
+  auto made = derived_once("filter_conv_pattern", {rowptr_t, taps_t}, 0, [&] {
+    const auto rp = host(rowptr_t).contiguous(), tp = host(taps_t).contiguous();
+    filter_conv::Pattern p;
+    p.rowptr = ptr<int64_t>(rp);
+    p.taps = ptr<int64_t>(tp);
+    p.c_out = c_out;
+    p.cols = cin_g * r * s;
+    const std::string perr = filter_conv::check_pattern(p, tp.numel());
+    SPARSEJIT_CHECK("filter_conv", perr.empty(), "invalid weight pattern: ", perr);
+    return std::static_pointer_cast<const void>(std::make_shared<const plan::StructureStamp>(
+        plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols)));
+  });
+  std::string herr;
+  SPARSEJIT_CHECK("filter_conv",
+                  plan::check_header(words, plan_c.numel(), OpKind::FilterConv,
+                                     *std::static_pointer_cast<const plan::StructureStamp>(made),
+                                     &herr),
+                  "plan: ", herr);
+  const auto dev = x_in.device();
+  const auto rowptr = rowptr_t.to(dev).contiguous(), taps = taps_t.to(dev).contiguous();
+  const auto values = values_t.to(dev).contiguous();
+  at::Tensor bias;
+  if (bias_in.has_value()) {
+    check_float(*bias_in, "bias");
+    SPARSEJIT_CHECK("filter_conv", bias_in->dim() == 1 && bias_in->numel() == c_out,
+                    "bias must have shape [", c_out, "]; got ", bias_in->sizes());
+    bias = bias_in->to(dev, at::kFloat).contiguous();
+  }
+  const auto x = x_in.to(at::kFloat).contiguous();
+  auto y = at::empty({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
+  const int64_t pixels = g.out_h() * g.out_w();
+  if (g.batch > 0 && c_out > 0 && pixels > 0) {
+    const auto spec = codegen::plan_cuda_filter_conv(
+        static_cast<int32_t>(r), static_cast<int32_t>(s), static_cast<int32_t>(g.stride_h),
+        static_cast<int32_t>(g.stride_w), static_cast<int32_t>(g.pad_h),
+        static_cast<int32_t>(g.pad_w), static_cast<int32_t>(g.dil_h),
+        static_cast<int32_t>(g.dil_w));
+    const std::string invalid = spec.validate();
+    SPARSEJIT_CHECK("filter_conv", invalid.empty(), "no CUDA kernel for this layer: ", invalid);
+    cuda::FilterConvParams p{};
+    p.rowptr = rowptr.data_ptr();
+    p.taps = taps.data_ptr();
+    p.values = values.data_ptr();
+    p.x = x.data_ptr();
+    p.bias = bias.defined() ? bias.data_ptr() : nullptr;
+    p.y = y.data_ptr();
+    p.batch = g.batch, p.c_in = g.c_in, p.h = g.h, p.w = g.w, p.c_out = c_out;
+    p.cin_g = cin_g, p.cout_g = c_out / groups, p.out_h = g.out_h(), p.out_w = g.out_w();
+    p.relu = relu ? 1 : 0;
+    std::string err;
+    if (!CudaKernels::instance().run(
+            spec, x.get_device(), c10::cuda::getCurrentCUDAStream().stream(),
+            {codegen::plan_filter_conv_launch(spec, g.batch, c_out, pixels)}, &p, &err))
+      raise_cuda_error("filter_conv", err);
+  }
+  if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
+  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("filter_conv_plan", &filter_conv_plan_cpu);
   m.impl("filter_conv", &filter_conv_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+// filter_conv_plan compresses a weight once (on the CPU; the module keeps the result).
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("filter_conv_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("filter_conv", &filter_conv_cuda);
+}
+#endif
 
 }  // namespace sparsejit

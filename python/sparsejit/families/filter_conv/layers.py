@@ -33,7 +33,8 @@ class SparseConv2d(nn.Module):
     """A Conv2d whose weight's zeros are skipped: the weight compressed per output channel
     (``sparsejit::filter_conv_plan``), bias and an optional ReLU fused into the output write.
     Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16,
-    float16 and float64 results converted back); returns NCHW."""
+    float16 and float64 results converted back); returns NCHW. On the CPU, or on a GPU after
+    ``.to("cuda")`` (an NVRTC kernel specialized to the layer's geometry)."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride=1,
                  padding=0, dilation=1, groups: int = 1, relu: bool = False,
@@ -168,8 +169,10 @@ def _decision_key(module: nn.Module, sparse: nn.Module, shape, dtype) -> str:
     fp = fingerprint(conv.rowptr, conv.taps)
     geo = (type(module).__name__, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
            conv.groups, conv.in_channels, conv.out_channels)
-    return (f"{fp}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
-            f"{_cpu_model()}|t{torch.get_num_threads()}")
+    dev = conv.rowptr.device
+    where = (f"{_cpu_model()}|t{torch.get_num_threads()}" if dev.type == "cpu"
+             else f"{torch.cuda.get_device_name(dev)}")
+    return f"{fp}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|{where}"
 
 
 def _load_decisions(path: Path) -> Dict[str, dict]:
@@ -190,8 +193,15 @@ def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
     process's CPU time instead of elapsed time (robust to other jobs; use with one thread).
     With `variants` (names in ops.filter_conv.VARIANTS), each is run too (``sparse(x,
     variant=...)``, in the same alternation) and a third result maps name -> median ms."""
-    tick = _CLOCKS[clock]
-    x = torch.randn(shape, dtype=dtype)
+    device = next(iter(dense.parameters())).device
+    cuda = device.type == "cuda"
+    base = _CLOCKS["wall" if cuda else clock]  # a GPU's work is timed to a synchronisation
+
+    def tick():
+        if cuda:
+            torch.cuda.synchronize(device)
+        return base()
+    x = torch.randn(shape, dtype=dtype).to(device)
     runs = [dense, sparse] + [lambda x, k=VARIANTS[v]: sparse(x, variant=k) for v in variants]
     times: List[List[float]] = [[] for _ in runs]
     with torch.no_grad():
@@ -280,7 +290,9 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
-    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s."""
+    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s. Layers
+    of a model on a GPU are measured there (the sparse CUDA kernel against cuDNN, timed to a
+    device synchronisation) and keyed by the GPU's name."""
     global LAST_JIT_WARMUP_S
     baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
@@ -290,7 +302,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     units = (nn.Conv2d, nn.Linear, ConvReLU)
     targets: List[Tuple[str, nn.Module]] = [
         (n, m) for n, m in model.named_modules()
-        if n and type(m) in units and _conv_of(m).weight.device.type == "cpu"]
+        if n and type(m) in units and _conv_of(m).weight.device.type in ("cpu", "cuda")]
     targets = [(n, m) for n, m in targets  # a ConvReLU's conv is measured as part of it
                if not any(n.startswith(u + ".") and type(um) is ConvReLU for u, um in targets)]
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
@@ -324,6 +336,8 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                                              relu=mod is not conv) if ok else None
         else:
             sparse = SparseLinear(mod, threshold=threshold)
+        if sparse is not None:  # on a GPU, measured against cuDNN there
+            sparse = sparse.to(conv.weight.device)
         row = dict(name=name, input_shape=list(shape), weight_shape=list(conv.weight.shape),
                    sparsity=sparse.sparsity if sparse is not None else 0.0, dense_ms=None,
                    sparse_ms=None, choice="dense", kernel=None, cached=False)
@@ -334,7 +348,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     # Compile the JIT kernels of the layers to be measured, all at once.
     work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit, baked_max))
             for n, _, s, _, k in layers if k is not None and k not in table
-            and isinstance(s, SparseConv2d)]
+            and isinstance(s, SparseConv2d) and s.rowptr.device.type == "cpu"]
     LAST_JIT_WARMUP_S = _warm_jit(work)
     for i, (name, mod, sparse, row, key) in enumerate(layers):
         shape, dtype = shapes[name]
@@ -342,8 +356,9 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
             hit = table.get(key)
             if hit is None:
                 conv = sparse if isinstance(sparse, SparseConv2d) else sparse.conv
-                kinds = (_jit_candidates(conv, jit, baked_max)
-                         if isinstance(sparse, SparseConv2d) else ())
+                kinds = (_jit_candidates(conv, jit, baked_max)  # the CPU JIT's loops
+                         if isinstance(sparse, SparseConv2d) and
+                         conv.rowptr.device.type == "cpu" else ())
                 if isinstance(sparse, SparseConv2d):
                     sparse.set_kernel("generic")  # the precompiled loop, against the JIT's
                 res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds)
