@@ -96,6 +96,41 @@ attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, con
                           uint64_t(seed), int(at::get_num_threads())};
 }
 
+// The backward's own arguments (beside check_args'): the transpose and the saved tensors.
+void check_backward_tensors(const attention::Shape& s, const at::Tensor& rowptr,
+                            const at::Tensor& col, const at::Tensor& t_rowptr,
+                            const at::Tensor& t_col, const at::Tensor& t_perm,
+                            const at::Tensor& out_in, const at::Tensor& lse_in,
+                            const at::Tensor& grad_in) {
+  // Before check_transpose_args, whose messages call every index array "indptr" / "indices".
+  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
+                       t_col.scalar_type() == rowptr.scalar_type() &&
+                       t_perm.scalar_type() == rowptr.scalar_type(),
+                   "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
+                   "and t_perm must have the index dtype of indptr (", rowptr.scalar_type(),
+                   "); got ", t_rowptr.scalar_type(), ", ", t_col.scalar_type(), " and ",
+                   t_perm.scalar_type());
+  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
+  checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
+  for (auto [t, name] : {std::pair{&out_in, "out"}, std::pair{&lse_in, "lse"},
+                         std::pair{&grad_in, "grad_out"}}) {
+    check_float(*t, name);
+    check_same_device(rowptr, *t, "indptr", name);
+  }
+  for (auto [t, name] : {std::pair{&t_rowptr, "t_rowptr"}, std::pair{&t_col, "t_col"},
+                         std::pair{&t_perm, "t_perm"}})
+    check_same_device(rowptr, *t, "indptr", name);
+  const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
+  SPARSEJIT_CHECK(
+      "sparse_attention",
+      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
+      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
+      out_in.sizes(), " and ", grad_in.sizes());
+  SPARSEJIT_CHECK("sparse_attention",
+                  lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
+                  "lse must be [rows, H]; got ", lse_in.sizes());
+}
+
 at::Tensor prep(const at::Tensor& t, at::ScalarType ct) { return t.to(ct).contiguous(); }
 
 std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarType ct) {
@@ -165,33 +200,7 @@ sparse_attention_backward_cpu(
     bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
-  // Before check_transpose_args, whose messages call every index array "indptr" / "indices".
-  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
-                       t_col.scalar_type() == rowptr.scalar_type() &&
-                       t_perm.scalar_type() == rowptr.scalar_type(),
-                   "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
-                   "and t_perm must have the index dtype of indptr (", rowptr.scalar_type(),
-                   "); got ", t_rowptr.scalar_type(), ", ", t_col.scalar_type(), " and ",
-                   t_perm.scalar_type());
-  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
-  checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
-  for (auto [t, name] : {std::pair{&out_in, "out"}, std::pair{&lse_in, "lse"},
-                         std::pair{&grad_in, "grad_out"}}) {
-    check_float(*t, name);
-    check_same_device(rowptr, *t, "indptr", name);
-  }
-  for (auto [t, name] : {std::pair{&t_rowptr, "t_rowptr"}, std::pair{&t_col, "t_col"},
-                         std::pair{&t_perm, "t_perm"}})
-    check_same_device(rowptr, *t, "indptr", name);
-  const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
-  SPARSEJIT_CHECK(
-      "sparse_attention",
-      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
-      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
-      out_in.sizes(), " and ", grad_in.sizes());
-  SPARSEJIT_CHECK("sparse_attention",
-                  lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
-                  "lse must be [rows, H]; got ", lse_in.sizes());
+  check_backward_tensors(s, rowptr, col, t_rowptr, t_col, t_perm, out_in, lse_in, grad_in);
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   auto trp = t_rowptr.contiguous(), tcl = t_col.contiguous(), tpm = t_perm.contiguous();
@@ -353,30 +362,7 @@ sparse_attention_backward_cuda(
                               t_col, t_perm, q_in, k_in, v_in, bias_in, out_in, lse_in, grad_in,
                               mode, scale, negative_slope, dropout, seed, need_q, need_k, need_v,
                               need_bias, att_in, need_att);
-  // The transpose's and the outputs' checks are the CPU op's (it runs them first when called).
-  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
-                       t_col.scalar_type() == rowptr.scalar_type() &&
-                       t_perm.scalar_type() == rowptr.scalar_type(),
-                   "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
-                   "and t_perm must have the index dtype of indptr (", rowptr.scalar_type(),
-                   "); got ", t_rowptr.scalar_type(), ", ", t_col.scalar_type(), " and ",
-                   t_perm.scalar_type());
-  check_transpose_args(t_rowptr, t_col, t_perm, col, s.cols, "sparse_attention_backward");
-  checked_structure(t_rowptr, t_col, s.rows, "sparse_attention_backward");
-  for (auto [t, name] : {std::pair{&out_in, "out"}, std::pair{&lse_in, "lse"},
-                         std::pair{&grad_in, "grad_out"}}) {
-    check_float(*t, name);
-    check_same_device(rowptr, *t, "indptr", name);
-  }
-  const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
-  SPARSEJIT_CHECK(
-      "sparse_attention",
-      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
-      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
-      out_in.sizes(), " and ", grad_in.sizes());
-  SPARSEJIT_CHECK("sparse_attention",
-                  lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
-                  "lse must be [rows, H]; got ", lse_in.sizes());
+  check_backward_tensors(s, rowptr, col, t_rowptr, t_col, t_perm, out_in, lse_in, grad_in);
   auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
   auto bias = prep(bias_in, ct), att = prep(att_in, ct);
   auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);

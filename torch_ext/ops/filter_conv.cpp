@@ -156,32 +156,17 @@ int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
   return v.size() == 1 ? v[0] : v[i];
 }
 
-at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
-                           const at::Tensor& taps_t, const at::Tensor& values_t,
-                           const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
-                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
-                           bool relu, int64_t kernel) {
-  check_index(plan_t, "plan");
-  check_index(rowptr_t, "rowptr");
-  check_index(taps_t, "taps");
-  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
-                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
-  SPARSEJIT_CHECK("filter_conv", values_t.device().is_cpu(), "values must be on the CPU; got ",
-                  values_t.device());
-  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
-                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
-                  values_t.sizes());
-  check_float(x_in, "x");
-  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
-                  x_in.sizes());
-  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(), "x must be on the CPU or a CUDA "
-                  "device; got ", x_in.device());
-  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
-                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
-                  plan_t.numel());
-  const auto plan_c = plan_t.contiguous();
-  const int64_t* words = ptr<int64_t>(plan_c);
+// The layer a call describes: the plan's weight shape checked against rowptr, x and the
+// convolution arguments (each failure names the argument); the variant forced or the plan's.
+struct Layer {
+  filter_conv::Geometry g;
+  int64_t cin_g = 0, variant = 0;
+};
+
+Layer check_layer(const int64_t* words, const at::Tensor& rowptr_t, const at::Tensor& x_in,
+                  c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                  c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                  int64_t kernel) {
   const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
   const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
   SPARSEJIT_CHECK("filter_conv", c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1,
@@ -227,6 +212,42 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
                   "]");
   const std::string gerr = filter_conv::check_geometry(g);
   SPARSEJIT_CHECK("filter_conv", gerr.empty(), gerr);
+  SPARSEJIT_CHECK("filter_conv", c_out % groups == 0, "C_out = ", c_out,
+                  " is not divisible by groups = ", groups);
+  return {g, cin_g, variant};
+}
+
+at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
+                           const at::Tensor& taps_t, const at::Tensor& values_t,
+                           const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
+                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                           bool relu, int64_t kernel) {
+  check_index(plan_t, "plan");
+  check_index(rowptr_t, "rowptr");
+  check_index(taps_t, "taps");
+  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
+                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
+  SPARSEJIT_CHECK("filter_conv", values_t.device().is_cpu(), "values must be on the CPU; got ",
+                  values_t.device());
+  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
+                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
+                  values_t.sizes());
+  check_float(x_in, "x");
+  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
+                  x_in.sizes());
+  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(), "x must be on the CPU or a CUDA "
+                  "device; got ", x_in.device());
+  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
+                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
+                  plan_t.numel());
+  const auto plan_c = plan_t.contiguous();
+  const int64_t* words = ptr<int64_t>(plan_c);
+  const Layer layer = check_layer(words, rowptr_t, x_in, kernel_size, stride, padding, dilation,
+                                  groups, kernel);
+  const filter_conv::Geometry g = layer.g;
+  const int64_t c_out = g.c_out, cin_g = layer.cin_g, r = g.r, s = g.s;
+  const int64_t variant = layer.variant;
 
   at::Tensor bias;
   if (bias_in.has_value()) {
@@ -318,43 +339,10 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
                   plan_t.numel());
   const auto plan_c = host(plan_t).contiguous();
   const int64_t* words = ptr<int64_t>(plan_c);
-  const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
-  const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
-  SPARSEJIT_CHECK("filter_conv", c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1,
-                  "plan holds an invalid weight shape [", c_out, ", ", cin_g, ", ", r, ", ", s,
-                  "]");
-  SPARSEJIT_CHECK("filter_conv", rowptr_t.numel() == c_out + 1,
-                  "rowptr must have C_out + 1 = ", c_out + 1, " entries; got ", rowptr_t.numel());
-  SPARSEJIT_CHECK("filter_conv", kernel >= -1 && kernel < filter_conv::kNumVariants,
-                  "variant must be -1 (the plan's) or in [0, ", filter_conv::kNumVariants,
-                  "); got ", kernel);
-  SPARSEJIT_CHECK(
-      "filter_conv",
-      pair_at(kernel_size, 0, "kernel_size") == r && pair_at(kernel_size, 1, "kernel_size") == s,
-      "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
-  filter_conv::Geometry g;
-  g.batch = x_in.size(0);
-  g.c_in = x_in.size(1);
-  g.h = x_in.size(2);
-  g.w = x_in.size(3);
-  g.c_out = c_out;
-  g.groups = groups;
-  g.r = r;
-  g.s = s;
-  g.stride_h = pair_at(stride, 0, "stride");
-  g.stride_w = pair_at(stride, 1, "stride");
-  g.pad_h = pair_at(padding, 0, "padding");
-  g.pad_w = pair_at(padding, 1, "padding");
-  g.dil_h = pair_at(dilation, 0, "dilation");
-  g.dil_w = pair_at(dilation, 1, "dilation");
-  SPARSEJIT_CHECK("filter_conv", groups >= 1, "groups must be >= 1; got ", groups);
-  SPARSEJIT_CHECK("filter_conv", g.c_in % groups == 0 && g.c_in / groups == cin_g, "x has ",
-                  g.c_in, " channels but the weight expects C_in/groups * groups = ", cin_g,
-                  " * ", groups);
-  SPARSEJIT_CHECK("filter_conv", c_out % groups == 0, "C_out = ", c_out,
-                  " is not divisible by groups = ", groups);
-  const std::string gerr = filter_conv::check_geometry(g);
-  SPARSEJIT_CHECK("filter_conv", gerr.empty(), gerr);
+  const Layer layer = check_layer(words, rowptr_t, x_in, kernel_size, stride, padding, dilation,
+                                  groups, kernel);
+  const filter_conv::Geometry g = layer.g;
+  const int64_t c_out = g.c_out, cin_g = layer.cin_g, r = g.r, s = g.s;
   // The pattern's check and stamp, once per live (rowptr, taps).
   auto made = derived_once("filter_conv_pattern", {rowptr_t, taps_t}, 0, [&] {
     const auto rp = host(rowptr_t).contiguous(), tp = host(taps_t).contiguous();

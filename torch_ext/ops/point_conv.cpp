@@ -451,6 +451,20 @@ DevicePlan device_plan(const char* op, const at::Tensor& plan_t) {
   return d;
 }
 
+// The composite's plan, after the CPU op's argument checks against it (sizes read through
+// the plan read forward or backwards).
+DevicePlan checked_device_call(const char* op, const at::Tensor& plan_t, const at::Tensor& x,
+                               const at::Tensor& w, bool swap) {
+  check_same_device(plan_t, x, "plan", "features");
+  DevicePlan d = device_plan(op, plan_t);
+  point_conv::Pairs shape;  // the sizes check_conv_args reads
+  shape.num_groups = d.k;
+  shape.num_in = swap ? d.n_out : d.n_in;
+  shape.num_out = swap ? d.n_in : d.n_out;
+  check_conv_args(op, x, w, shape);
+  return d;
+}
+
 // y (+)= sum over offsets k of x[from_k] @ W_k (W_k^T with trans_w), added at rows to_k.
 void composite_pairs(const DevicePlan& d, const at::Tensor& x, const at::Tensor& w,
                      bool trans_w, bool swap, at::Tensor& y) {
@@ -517,13 +531,9 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
                            int64_t num_out, bool swap, int64_t dataflow, bool relu) {
   const char* op = "sparse_conv";
   if (!x_in.is_cpu() || !plan_t.is_cpu() || composite_forced()) {
-    check_same_device(plan_t, x_in, "plan", "features");
-    const DevicePlan d = device_plan(op, plan_t);
-    point_conv::Pairs shape;  // the sizes check_conv_args reads
-    shape.num_groups = d.k;
-    shape.num_in = swap ? d.n_out : d.n_in;
+    const DevicePlan d = checked_device_call(op, plan_t, x_in, w_in, swap);
+    point_conv::Pairs shape;
     shape.num_out = swap ? d.n_in : d.n_out;
-    check_conv_args(op, x_in, w_in, shape);
     SPARSEJIT_CHECK(op, num_out == shape.num_out, "num_out = ", num_out, " but the plan has ",
                     shape.num_out, " output sites");
     check_packed_dataflow(op, dataflow, 3);
@@ -588,13 +598,9 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
     const at::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
   const char* op = "sparse_conv_backward";
   if (!x_in.is_cpu() || !plan_t.is_cpu() || composite_forced()) {
-    check_same_device(plan_t, x_in, "plan", "features");
-    const DevicePlan d = device_plan(op, plan_t);
+    const DevicePlan d = checked_device_call(op, plan_t, x_in, w_in, swap);
     point_conv::Pairs shape;
-    shape.num_groups = d.k;
-    shape.num_in = swap ? d.n_out : d.n_in;
     shape.num_out = swap ? d.n_in : d.n_out;
-    check_conv_args(op, x_in, w_in, shape);
     check_float(dy_in, "grad_out");
     check_same_device(dy_in, x_in, "grad_out", "features");
     SPARSEJIT_CHECK(
