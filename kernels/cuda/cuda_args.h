@@ -61,6 +61,16 @@ struct SoftmaxParams {
 
 
 // ---- Point-cloud convolution (kernels/cuda/point_conv.cuh) -----------------------------------
+// gather: dst[q] = src[index[q]] for q < n; rows: dst[r] = act(bias + sum of src[index[e]]
+// over e in [row_ptr[r], row_ptr[r + 1])) for r < n. index is the spec's index type.
+struct PointConvParams {
+  const void* src;
+  const void* index;
+  const long long* row_ptr;  // rows only
+  const void* bias;          // rows only: [CH] of T, or null
+  void* dst;
+  long long n;
+};
 
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------

@@ -467,6 +467,9 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
+// tests/cpp/cuda_point_conv_checks.h
+inline void check_point_conv(Runner& r, const CudaKernelSpec& s);
+
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
   ASSERT_EQ(s.validate(), "") << s.name();
@@ -482,6 +485,7 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         }
       }
       break;
+    case CudaOp::PointConv: check_point_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {
         check_sddmm<int32_t>(r, s);

@@ -28,6 +28,7 @@
 #include "codegen/cuda_launch.h"
 #include "codegen/nvrtc.h"
 #include "tests/cpp/cuda_kernel_checks.h"
+#include "tests/cpp/cuda_point_conv_checks.h"
 
 namespace sparsejit::codegen {
 namespace {
@@ -104,6 +105,12 @@ std::vector<CudaKernelSpec> specs_under_test() {
       other_spec(CudaOp::EdgeSoftmaxBackward, S::F32, i64, 3),
       other_spec(CudaOp::EdgeSoftmaxBackward, S::F64, i32, 1),
       other_spec(CudaOp::EdgeSoftmaxBackward, S::BF16, i64, 40),
+      plan_cuda_point_conv(S::F32, i32, 64, false, 16),
+      plan_cuda_point_conv(S::F32, i64, 3, true, 16),
+      plan_cuda_point_conv(S::F16, i32, 32, true, 16),
+      plan_cuda_point_conv(S::BF16, i64, 16, false, 8),
+      plan_cuda_point_conv(S::F64, i32, 6, true, 16),
+      plan_cuda_point_conv(S::F64, i64, 1, false, 16),
   };
 }
 
@@ -125,6 +132,7 @@ const char* params_type(CudaOp op) {
   switch (op) {
     case CudaOp::Spmm: return "SpmmParams";
     case CudaOp::Sddmm: return "SddmmParams";
+    case CudaOp::PointConv: return "PointConvParams";
     default: return "SoftmaxParams";
   }
 }
