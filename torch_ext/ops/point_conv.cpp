@@ -29,6 +29,13 @@
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
+#ifdef SPARSEJIT_WITH_CUDA
+#include <list>
+#include <mutex>
+
+#include "codegen/cuda_point_conv.h"
+#include "torch_ext/cuda_common.h"
+#endif
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
@@ -263,12 +270,33 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
 
 // ---- convolution --------------------------------------------------------------------------
 
+struct PlanSizes {
+  int64_t k, m, n_in, n_out;
+};
+
+// The plan tensor's type and shape, and its header words `w` (host memory): magic, version,
+// family and sizes consistent with the tensor's length.
+PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w);
+
 PlanView check_plan(const char* op, const at::Tensor& plan_t) {
+  check_plan_header(op, plan_t, nullptr);  // type and shape before reading words
+  const int64_t* w = ptr<int64_t>(plan_t);
+  const PlanSizes z = check_plan_header(op, plan_t, w);
+  PlanView v = view_words(w, z.k, z.m, z.n_in, z.n_out);
+  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
+  // beyond the int32 arrays.
+  CONV_CHECK(v.group_ptr[z.k] == z.m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[z.k],
+             " but the plan holds ", z.m, " pairs");
+  v.identity = w[plan::kWordParam];
+  return v;
+}
+
+PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w) {
   TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
                    ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
   CONV_CHECK(plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(), op,
              ": plan must be a contiguous 1-D tensor from conv_plan; got shape ", plan_t.sizes());
-  const int64_t* w = ptr<int64_t>(plan_t);
+  if (w == nullptr) return {};
   CONV_CHECK(w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
              op, ": plan is not a sparsejit plan (bad magic or version)");
   const int64_t family = w[plan::kWordOp];
@@ -282,13 +310,7 @@ PlanView check_plan(const char* op, const at::Tensor& plan_t) {
                  n_in <= INT32_MAX && n_out <= INT32_MAX &&
                  plan_t.numel() == plan_words(k, m, n_in, n_out),
              op, ": plan sizes are inconsistent (corrupted plan)");
-  PlanView v = view_words(w, k, m, n_in, n_out);
-  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
-  // beyond the int32 arrays.
-  CONV_CHECK(v.group_ptr[k] == m, op, ": corrupted plan: group_ptr[K] = ", v.group_ptr[k],
-             " but the plan holds ", m, " pairs");
-  v.identity = w[plan::kWordParam];
-  return v;
+  return {k, m, n_in, n_out};
 }
 
 point_conv::Pairs pairs_of(const PlanView& v, bool swap) {
@@ -345,7 +367,7 @@ point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
 }
 
 void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
-                     const point_conv::Pairs& p) {
+                     const point_conv::Pairs& p, bool cpu_only = true) {
   check_float(x, "features");
   check_float(w, "weight");
   CONV_CHECK(x.dim() == 2, op, ": features must be [N, C_in]; got shape ", x.sizes());
@@ -353,7 +375,7 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
                    w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
   check_same_device(w, x, "weight", "features");
-  CONV_CHECK(x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
+  CONV_CHECK(!cpu_only || x.device().is_cpu(), op, ": only CPU tensors are supported; got ", x.device());
   CONV_CHECK(x.size(0) == p.num_in, op, ": features have ", x.size(0), " rows but the plan's "
              "input coordinate set has ", p.num_in, " sites");
   CONV_CHECK(w.size(0) == p.num_groups, op, ": weight has ", w.size(0), " kernel offsets but "
@@ -482,11 +504,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// No CUDA kernels yet: the point-cloud ops run on the CPU through the boxed fallback.
+// torch_ext/ops/point_conv_cuda.inc: the CUDA implementations (same checks, plans on the GPU).
+#include "torch_ext/ops/point_conv_cuda.inc"
+
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("conv_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("sparse_conv", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("sparse_conv_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("conv_plan", &conv_plan_cuda);
+  m.impl("sparse_conv", &sparse_conv_cuda);
+  m.impl("sparse_conv_backward", &sparse_conv_backward_cuda);
 }
 #endif
 
