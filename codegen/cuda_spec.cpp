@@ -163,7 +163,7 @@ std::string CudaKernelSpec::validate() const {
       e << "more than 65535 feature tiles per row (grid.y); use a larger group or vec. ";
     }
   }
-  if (op == CudaOp::PointConv) e << point_conv_validate(*this);
+  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) e << point_conv_validate(*this);
   if (op == CudaOp::Sddmm) {
     if (!is_pow2(split) || split > 8)
       e << "split must be 1, 2, 4 or 8; got " << split << ". ";
@@ -191,7 +191,8 @@ std::string CudaKernelSpec::name() const {
       os << (op == CudaOp::EdgeSoftmax ? "edge_softmax_" : "edge_softmax_bwd_")
          << cuda_scalar_name(dtype) << "_" << index_short(index) << "_h" << heads;
       break;
-    case CudaOp::PointConv: os << point_conv_name(*this); break;    default: detail::bad_enum("op kind", static_cast<int>(op));
+    case CudaOp::PointConv:
+    case CudaOp::PointConvMap: os << point_conv_name(*this); break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
   return os.str();
@@ -200,7 +201,7 @@ std::string CudaKernelSpec::name() const {
 std::vector<std::string> CudaKernelSpec::entry_points() const {
   if (op == CudaOp::Spmm && strategy != CudaStrategy::RowGroup)
     return {name() + "_chunks", name() + "_fixup"};
-  if (op == CudaOp::PointConv) return point_conv_entry_points(*this);
+  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) return point_conv_entry_points(*this);
   return {name()};
 }
 
@@ -216,7 +217,8 @@ std::string CudaKernelSpec::source() const {
   }
   os << "#define SJ_CUDA_AMALGAMATED 1\n"
      << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
-  const char* op_file = op == CudaOp::PointConv ? "kernels/cuda/point_conv.cuh"
+  const char* op_file = op == CudaOp::PointConv || op == CudaOp::PointConvMap
+                            ? "kernels/cuda/point_conv.cuh"
                         : op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
                                               : "kernels/cuda/edge_softmax.cuh";
@@ -277,9 +279,10 @@ std::string CudaKernelSpec::source() const {
       bodies = {"edge_softmax_kernel"};
       break;
     case CudaOp::PointConv:
+    case CudaOp::PointConvMap:
       os << point_conv_config(*this);
-      params = "PointConvParams";
-      bodies = point_conv_bodies();
+      params = point_conv_params_type(*this);
+      bodies = point_conv_bodies(*this);
       break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   os << "};\n}  // namespace sj_generated\n\n";

@@ -18,6 +18,7 @@ unsigned blocks_for(int64_t threads, int block) {
 
 std::string point_conv_validate(const CudaKernelSpec& s) {
   std::ostringstream e;
+  if (s.op == CudaOp::PointConvMap) return "";  // only the index type and block matter
   if (s.features < 1 || s.features > (int64_t(1) << 24))
     e << "channels (features) must be in [1, 2^24]; got " << s.features << ". ";
   if (!is_pow2(s.vec) || s.vec * cuda_scalar_bytes(s.dtype) > 16)
@@ -31,6 +32,7 @@ std::string point_conv_validate(const CudaKernelSpec& s) {
 
 std::string point_conv_name(const CudaKernelSpec& s) {
   std::ostringstream os;
+  if (s.op == CudaOp::PointConvMap) return std::string("pconv_map_") + index_name(s.index);
   os << "pconv_" << cuda_scalar_name(s.dtype) << "_" << index_name(s.index) << "_c" << s.features
      << "_vec" << s.vec;
   if (s.act == Act::Relu) os << "_relu";
@@ -39,18 +41,27 @@ std::string point_conv_name(const CudaKernelSpec& s) {
 
 std::vector<std::string> point_conv_entry_points(const CudaKernelSpec& s) {
   const std::string n = s.name();
+  if (s.op == CudaOp::PointConvMap) return {n};
   return {n + "_gather", n + "_rows"};
 }
 
 std::string point_conv_config(const CudaKernelSpec& s) {
   std::ostringstream os;
+  if (s.op == CudaOp::PointConvMap) return "";
   os << "  static constexpr int CH = " << s.features << ";\n"
      << "  static constexpr int VEC = " << s.vec << ";\n"
      << "  static constexpr int ACT = " << (s.act == Act::Relu ? 1 : 0) << ";\n";
   return os.str();
 }
 
-std::vector<std::string> point_conv_bodies() { return {"pconv_gather", "pconv_rows"}; }
+std::vector<std::string> point_conv_bodies(const CudaKernelSpec& s) {
+  if (s.op == CudaOp::PointConvMap) return {"pconv_map_search"};
+  return {"pconv_gather", "pconv_rows"};
+}
+
+const char* point_conv_params_type(const CudaKernelSpec& s) {
+  return s.op == CudaOp::PointConvMap ? "PointMapParams" : "PointConvParams";
+}
 
 void append_point_conv_variants(std::vector<CudaKernelSpec>* out) {
   const CudaScalar dtypes[] = {CudaScalar::F32, CudaScalar::F16, CudaScalar::BF16,
@@ -69,6 +80,22 @@ void append_point_conv_variants(std::vector<CudaKernelSpec>* out) {
         s.act = (turn++ % 3 == 1) ? Act::Relu : Act::None;
         if (s.validate().empty()) out->push_back(s);
       }
+  for (IndexKind ix : {IndexKind::I32, IndexKind::I64}) out->push_back(plan_cuda_point_map(ix));
+}
+
+CudaKernelSpec plan_cuda_point_map(IndexKind index) {
+  CudaKernelSpec s;
+  s.op = CudaOp::PointConvMap;
+  s.index = index;
+  return s;
+}
+
+CudaLaunch plan_point_map_launch(const CudaKernelSpec& s, int64_t k, int64_t n_query) {
+  CudaLaunch a;
+  a.entry = s.entry_points()[0];
+  a.block.x = static_cast<unsigned>(s.block);
+  a.grid.x = blocks_for(k * n_query, s.block);
+  return a;
 }
 
 CudaKernelSpec plan_cuda_point_conv(CudaScalar dtype, IndexKind index, int64_t channels,

@@ -72,6 +72,17 @@ struct PointConvParams {
   long long n;
 };
 
+// Kernel-map search: found[k * n_query + q] = position of query[q] + delta[k] in keys, or -1
+// (found has the spec's index type).
+struct PointMapParams {
+  const unsigned long long* keys;   // [n_keys] ascending
+  const unsigned long long* query;  // [n_query]
+  const unsigned long long* delta;  // [k]
+  void* found;
+  long long n_keys, n_query, k;
+  long long pad_;
+};
+
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
 

@@ -68,5 +68,28 @@ __device__ __forceinline__ void pconv_rows(const PointConvParams& p) {
   store_vec<T, C::VEC>(static_cast<T*>(p.dst) + r * C::CH + v * C::VEC, out);
 }
 
+// Kernel-map search (OpKind::PointConvMap): for offset k and query q, the position of
+// query[q] + delta[k] (unsigned, wrapping as KeyLayout::offset) in the ascending keys, or -1:
+// found[k * n_query + q]. One thread per (k, q), a binary search each; the caller compacts the
+// hits in (k, q) order, which is the CPU merge's order (csrc/point_conv/kernel_map.cpp).
+template <typename C>
+__device__ __forceinline__ void pconv_map_search(const PointMapParams& p) {
+  typedef typename C::I I;
+  const long long t = (long long)blockIdx.x * C::BLOCK + threadIdx.x;
+  if (t >= p.k * p.n_query) return;
+  const long long k = t / p.n_query, q = t - k * p.n_query;
+  const unsigned long long target = p.query[q] + p.delta[k];
+  long long lo = 0, hi = p.n_keys;  // first key >= target
+  while (lo < hi) {
+    const long long mid = lo + ((hi - lo) >> 1);
+    if (p.keys[mid] < target) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  static_cast<I*>(p.found)[t] = (I)(lo < p.n_keys && p.keys[lo] == target ? lo : -1);
+}
+
 }  // namespace cuda
 }  // namespace sparsejit

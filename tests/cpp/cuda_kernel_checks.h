@@ -485,7 +485,8 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         }
       }
       break;
-    case CudaOp::PointConv: check_point_conv(r, s); break;
+    case CudaOp::PointConv:
+    case CudaOp::PointConvMap: check_point_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {
         check_sddmm<int32_t>(r, s);

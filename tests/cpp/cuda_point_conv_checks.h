@@ -3,7 +3,7 @@
 // the gather against a bitwise copy and the ordered row reduction against a float64 sum in pair
 // order, outputs poisoned with guard bands, on random pair sets: many pairs per source row
 // (duplicates), the last source row, no pairs at all, one pair, and a dense cluster (every pair
-// into one output row).
+// into one output row); and the kernel-map search against std::lower_bound.
 #pragma once
 
 #include "codegen/cuda_point_conv.h"
@@ -112,7 +112,79 @@ void check_point_conv_typed(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
+// Sorted unique keys and queries: random (with the top bit set on some), none, one, and a dense
+// run of consecutive keys; deltas 0, +1, -1 (wrapping), a field-sized step and one past every key.
+struct KeySet {
+  std::string name;
+  std::vector<uint64_t> keys, query;
+};
+
+inline std::vector<KeySet> key_sets() {
+  std::vector<KeySet> v;
+  std::mt19937_64 rng(61);
+  KeySet a{"random", {}, {}};
+  for (int i = 0; i < 50; ++i) a.keys.push_back(i % 7 == 0 ? rng() : rng() % 4096);
+  std::sort(a.keys.begin(), a.keys.end());
+  a.keys.erase(std::unique(a.keys.begin(), a.keys.end()), a.keys.end());
+  for (size_t i = 0; i < a.keys.size(); i += 2) a.query.push_back(a.keys[i]);
+  for (int i = 0; i < 20; ++i) a.query.push_back(rng() % 4096);
+  v.push_back(a);
+  v.push_back({"no_keys", {}, {1, 2, 3}});
+  v.push_back({"one_key", {77}, {77, 76, 78}});
+  KeySet d{"dense_run", {}, {}};
+  for (uint64_t k = 100; k < 164; ++k) d.keys.push_back(k);
+  d.query = d.keys;
+  v.push_back(d);
+  return v;
+}
+
+template <typename I>
+void check_point_map_typed(Runner& r, const CudaKernelSpec& s) {
+  const std::vector<uint64_t> deltas = {0, 1, ~uint64_t{0}, 16, uint64_t{1} << 40, 4095};
+  for (const KeySet& ks : key_sets()) {
+    SCOPED_TRACE(s.name() + " on " + ks.name);
+    r.reset();
+    const int64_t nk = ks.keys.size(), nq = ks.query.size(), k = deltas.size();
+    Typed<uint64_t> keys(nk), query(nq), delta(k);
+    Typed<I> found(k * nq);
+    for (int64_t i = 0; i < nk; ++i) keys.set(i, ks.keys[i]);
+    for (int64_t i = 0; i < nq; ++i) query.set(i, ks.query[i]);
+    for (int64_t i = 0; i < k; ++i) delta.set(i, deltas[i]);
+    keys.upload(r);
+    query.upload(r);
+    delta.upload(r);
+    found.upload(r);
+    cuda::PointMapParams p{static_cast<const unsigned long long*>(keys.dev()),
+                           static_cast<const unsigned long long*>(query.dev()),
+                           static_cast<const unsigned long long*>(delta.dev()), found.dev(), nk,
+                           nq, k, 0};
+    ASSERT_EQ(r.run(s, {plan_point_map_launch(s, k, nq)}, &p), "");
+    found.download(r);
+    int bad = 0;
+    for (int64_t o = 0; o < k; ++o)
+      for (int64_t q = 0; q < nq && bad < 5; ++q) {
+        const uint64_t target = ks.query[q] + deltas[o];
+        auto it = std::lower_bound(ks.keys.begin(), ks.keys.end(), target);
+        const int64_t ref = it != ks.keys.end() && *it == target ? it - ks.keys.begin() : -1;
+        const int64_t got = static_cast<int64_t>(found.get(o * nq + q));
+        if (got != ref) {
+          ADD_FAILURE() << "found[" << o << ", " << q << "] = " << got << ", expected " << ref;
+          ++bad;
+        }
+      }
+    EXPECT_TRUE(found.guards_intact());
+  }
+}
+
 inline void check_point_conv(Runner& r, const CudaKernelSpec& s) {
+  if (s.op == CudaOp::PointConvMap) {
+    if (s.index == IndexKind::I32) {
+      check_point_map_typed<int32_t>(r, s);
+    } else {
+      check_point_map_typed<int64_t>(r, s);
+    }
+    return;
+  }
   if (s.index == IndexKind::I32) {
     check_point_conv_typed<int32_t>(r, s);
   } else {

@@ -111,6 +111,8 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_point_conv(S::BF16, i64, 16, false, 8),
       plan_cuda_point_conv(S::F64, i32, 6, true, 16),
       plan_cuda_point_conv(S::F64, i64, 1, false, 16),
+      plan_cuda_point_map(i32),
+      plan_cuda_point_map(i64),
   };
 }
 
@@ -133,6 +135,7 @@ const char* params_type(CudaOp op) {
     case CudaOp::Spmm: return "SpmmParams";
     case CudaOp::Sddmm: return "SddmmParams";
     case CudaOp::PointConv: return "PointConvParams";
+    case CudaOp::PointConvMap: return "PointMapParams";
     default: return "SoftmaxParams";
   }
 }
