@@ -168,3 +168,26 @@ def test_spconv_modules_on_cuda():
     _close(xg.grad, xc.grad, torch.float64, scale=10)
     for (n, pc), pg in zip(cpu_net.named_parameters(), gpu_net.parameters()):
         _close(pg.grad, pc.grad, torch.float64, scale=10)
+
+
+@pytest.mark.parametrize("shape,kernel,dilation", [([9, 7], 3, 2), ([5, 6, 7, 3], 3, 1),
+                                                    ([12, 12, 12], 1, 1), ([12, 12, 12], 5, 2)])
+def test_submanifold_map_on_gpu_matches_cpu(shape, kernel, dilation):
+    """The GPU-built submanifold map (sorted keys, NVRTC search, compaction) word for word."""
+    for n in (0, 1, 60, 400):
+        coords = random_sites(n, shape, seed=n)
+        coords = coords[torch.randperm(coords.shape[0])]
+        plan, oc = conv_plan(coords, shape, 2, "subm", kernel, 1, 0, dilation)
+        dplan, doc = conv_plan(coords.to(DEV), shape, 2, "subm", kernel, 1, 0, dilation)
+        assert torch.equal(dplan.cpu(), plan) and torch.equal(doc.cpu(), oc)
+
+
+def test_bad_coordinates_on_gpu_get_the_cpu_errors():
+    dup = torch.tensor([[0, 1, 1, 1], [0, 2, 2, 2], [0, 1, 1, 1]], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="rows 0 and 2 are the same site"):
+        conv_plan(dup, [4, 4, 4], 1, "subm", 3)
+    outside = torch.tensor([[0, 1, 1, 4]], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="coords"):
+        conv_plan(outside, [4, 4, 4], 1, "subm", 3)
+    with pytest.raises(TypeError, match="integers"):
+        conv_plan(torch.zeros(2, 4, device=DEV), [4, 4, 4], 1, "subm", 3)

@@ -35,6 +35,7 @@
 
 #include "codegen/cuda_point_conv.h"
 #include "torch_ext/cuda_common.h"
+#include "torch_ext/ops/point_conv_tensor_map.h"
 #endif
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -111,11 +112,19 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
   return {};
 }
 
-std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
-    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
-    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation,
-    const std::optional<at::Tensor>& out_coords) {
+// conv_plan's arguments, checked once for both devices: the map kind, the geometry and the
+// key margin every coordinate set of the call is packed with.
+struct PlanGeometry {
+  Kind kind;
+  point_conv::ConvParams p;
+  std::vector<int64_t> shape;
+  int64_t margin;
+};
+
+PlanGeometry check_plan_args(const at::Tensor& coords, at::IntArrayRef spatial_shape,
+                             int64_t batch_size, c10::string_view kind_name,
+                             at::IntArrayRef kernel, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation) {
   const char* op = "conv_plan";
   const std::string kn(kind_name);
   Kind kind;
@@ -172,6 +181,22 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   for (int64_t d = 0; d < dims; ++d)
     CONV_CHECK(shape[d] >= 1, op, ": spatial_shape[", d, "] must be >= 1; got ", shape[d]);
   const int64_t margin = std::max<int64_t>(4, reach);
+  return {kind, p, shape, margin};
+}
+
+std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
+    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
+    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation,
+    const std::optional<at::Tensor>& out_coords) {
+  const char* op = "conv_plan";
+  const PlanGeometry geo = check_plan_args(coords, spatial_shape, batch_size, kind_name, kernel,
+                                           stride, padding, dilation);
+  const Kind kind = geo.kind;
+  const point_conv::ConvParams& p = geo.p;
+  const std::vector<int64_t>& shape = geo.shape;
+  const int64_t margin = geo.margin;
+  const int64_t dims = static_cast<int64_t>(spatial_shape.size());
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
   point_conv::KernelMap km;
   point_conv::CoordSet out_set;
