@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "codegen/cuda_point_conv.h"
 #include "codegen/embedded_headers.h"
 
 namespace sparsejit::codegen {
@@ -165,6 +166,7 @@ std::string CudaKernelSpec::validate() const {
       e << "more than 65535 feature tiles per row (grid.y); use a larger group or vec. ";
     }
   }
+  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) e << point_conv_validate(*this);
   if (op == CudaOp::Sddmm) {
     if (!is_pow2(split) || split > 8)
       e << "split must be 1, 2, 4 or 8; got " << split << ". ";
@@ -195,6 +197,8 @@ std::string CudaKernelSpec::name() const {
     case CudaOp::Attention:
     case CudaOp::AttentionBackward: os << attention_spec::attention_name(*this); break;
     case CudaOp::FilterConv: os << filter_conv_spec::name(*this); break;
+    case CudaOp::PointConv:
+    case CudaOp::PointConvMap: os << point_conv_name(*this); break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
@@ -206,6 +210,7 @@ std::vector<std::string> CudaKernelSpec::entry_points() const {
     return {name() + "_chunks", name() + "_fixup"};
   if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
     return attention_spec::attention_entry_points(*this);
+  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) return point_conv_entry_points(*this);
   return {name()};
 }
 
@@ -221,7 +226,9 @@ std::string CudaKernelSpec::source() const {
   }
   os << "#define SJ_CUDA_AMALGAMATED 1\n"
      << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
-  const char* op_file = op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
+  const char* op_file = op == CudaOp::PointConv || op == CudaOp::PointConvMap
+                            ? "kernels/cuda/point_conv.cuh"
+                        : op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
                         : (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
                             ? "kernels/cuda/attention.cuh"
@@ -291,6 +298,12 @@ std::string CudaKernelSpec::source() const {
     case CudaOp::FilterConv:
       os << filter_conv_spec::config(*this, &bodies);
       params = "FilterConvParams";
+      break;
+    case CudaOp::PointConv:
+    case CudaOp::PointConvMap:
+      os << point_conv_config(*this);
+      params = point_conv_params_type(*this);
+      bodies = point_conv_bodies(*this);
       break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
@@ -395,6 +408,7 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
   }
   attention_spec::add_attention_variants(&out);
   filter_conv_spec::add_variants(&out);
+  append_point_conv_variants(&out);
   return out;
 }
 

@@ -98,6 +98,27 @@ struct AttentionParams {
 
 
 // ---- Point-cloud convolution (kernels/cuda/point_conv.cuh) -----------------------------------
+// gather: dst[q] = src[index[q]] for q < n; rows: dst[r] = act(bias + sum of src[index[e]]
+// over e in [row_ptr[r], row_ptr[r + 1])) for r < n. index is the spec's index type.
+struct PointConvParams {
+  const void* src;
+  const void* index;
+  const long long* row_ptr;  // rows only
+  const void* bias;          // rows only: [CH] of T, or null
+  void* dst;
+  long long n;
+};
+
+// Kernel-map search: found[k * n_query + q] = position of query[q] + delta[k] in keys, or -1
+// (found has the spec's index type).
+struct PointMapParams {
+  const unsigned long long* keys;   // [n_keys] ascending
+  const unsigned long long* query;  // [n_query]
+  const unsigned long long* delta;  // [k]
+  void* found;
+  long long n_keys, n_query, k;
+  long long pad_;
+};
 
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------

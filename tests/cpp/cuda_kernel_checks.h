@@ -470,6 +470,8 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
 template <typename I>
 void check_attention(Runner& r, const CudaKernelSpec& s);  // cuda_attention_checks.h
 inline void check_filter_conv(Runner& r, const CudaKernelSpec& s);  // cuda_filter_conv_checks.h
+// tests/cpp/cuda_point_conv_checks.h
+inline void check_point_conv(Runner& r, const CudaKernelSpec& s);
 
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
@@ -486,6 +488,8 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         }
       }
       break;
+    case CudaOp::PointConv:
+    case CudaOp::PointConvMap: check_point_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {
         check_sddmm<int32_t>(r, s);

@@ -28,6 +28,7 @@
 #include "codegen/cuda_launch.h"
 #include "codegen/nvrtc.h"
 #include "tests/cpp/cuda_kernel_checks.h"
+#include "tests/cpp/cuda_point_conv_checks.h"
 
 namespace sparsejit::codegen {
 namespace {
@@ -121,6 +122,14 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_filter_conv(1, 1, 1, 1, 0, 0, 1, 1),
       plan_cuda_filter_conv(7, 7, 2, 2, 3, 3, 1, 1),
       plan_cuda_filter_conv(3, 3, 1, 1, 2, 2, 2, 2),
+      plan_cuda_point_conv(S::F32, i32, 64, false, 16),
+      plan_cuda_point_conv(S::F32, i64, 3, true, 16),
+      plan_cuda_point_conv(S::F16, i32, 32, true, 16),
+      plan_cuda_point_conv(S::BF16, i64, 16, false, 8),
+      plan_cuda_point_conv(S::F64, i32, 6, true, 16),
+      plan_cuda_point_conv(S::F64, i64, 1, false, 16),
+      plan_cuda_point_map(i32),
+      plan_cuda_point_map(i64),
   };
 }
 
@@ -145,6 +154,8 @@ const char* params_type(CudaOp op) {
     case CudaOp::Attention:
     case CudaOp::AttentionBackward: return "AttentionParams";
     case CudaOp::FilterConv: return "FilterConvParams";
+    case CudaOp::PointConv: return "PointConvParams";
+    case CudaOp::PointConvMap: return "PointMapParams";
     default: return "SoftmaxParams";
   }
 }

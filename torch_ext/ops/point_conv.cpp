@@ -20,8 +20,6 @@
 // float32, converted back.
 #include <torch/library.h>
 
-#include <cstdlib>
-
 #include <stdexcept>
 #include <string>
 
@@ -31,7 +29,14 @@
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
-#include "torch_ext/validated.h"
+#ifdef SPARSEJIT_WITH_CUDA
+#include <list>
+#include <mutex>
+
+#include "codegen/cuda_point_conv.h"
+#include "torch_ext/cuda_common.h"
+#include "torch_ext/ops/point_conv_tensor_map.h"
+#endif
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
@@ -44,6 +49,7 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 
 namespace sparsejit {
 namespace {
+
 
 using point_conv::kFixedWords;
 using point_conv::kGeneralized;
@@ -107,11 +113,19 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
   return {};
 }
 
-std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
-    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
-    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation,
-    const std::optional<at::Tensor>& out_coords) {
+// conv_plan's arguments, checked once for both devices: the map kind, the geometry and the
+// key margin every coordinate set of the call is packed with.
+struct PlanGeometry {
+  Kind kind;
+  point_conv::ConvParams p;
+  std::vector<int64_t> shape;
+  int64_t margin;
+};
+
+PlanGeometry check_plan_args(const at::Tensor& coords, at::IntArrayRef spatial_shape,
+                             int64_t batch_size, c10::string_view kind_name,
+                             at::IntArrayRef kernel, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation) {
   const char* op = "conv_plan";
   const std::string kn(kind_name);
   Kind kind;
@@ -178,6 +192,22 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
   for (int64_t d = 0; d < dims; ++d)
     SPARSEJIT_CHECK(op, shape[d] >= 1, "spatial_shape[", d, "] must be >= 1; got ", shape[d]);
   const int64_t margin = std::max<int64_t>(4, reach);
+  return {kind, p, shape, margin};
+}
+
+std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
+    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
+    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation,
+    const std::optional<at::Tensor>& out_coords) {
+  const char* op = "conv_plan";
+  const PlanGeometry geo = check_plan_args(coords, spatial_shape, batch_size, kind_name, kernel,
+                                           stride, padding, dilation);
+  const Kind kind = geo.kind;
+  const point_conv::ConvParams& p = geo.p;
+  const std::vector<int64_t>& shape = geo.shape;
+  const int64_t margin = geo.margin;
+  const int64_t dims = static_cast<int64_t>(spatial_shape.size());
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
   point_conv::KernelMap km;
   point_conv::CoordSet out_set;
@@ -277,13 +307,34 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
 
 // ---- convolution --------------------------------------------------------------------------
 
+struct PlanSizes {
+  int64_t k, m, n_in, n_out;
+};
+
+// The plan tensor's type and shape, and its header words `w` (host memory): magic, version,
+// family and sizes consistent with the tensor's length.
+PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w);
+
 PlanView check_plan(const char* op, const at::Tensor& plan_t) {
+  check_plan_header(op, plan_t, nullptr);  // type and shape before reading words
+  const int64_t* w = ptr<int64_t>(plan_t);
+  const PlanSizes z = check_plan_header(op, plan_t, w);
+  PlanView v = view_words(w, z.k, z.m, z.n_in, z.n_out);
+  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
+  // beyond the int32 arrays.
+  SPARSEJIT_CHECK(op, v.group_ptr[z.k] == z.m, "corrupted plan: group_ptr[K] = ", v.group_ptr[z.k],
+                  " but the plan holds ", z.m, " pairs");
+  v.identity = w[plan::kWordParam];
+  return v;
+}
+
+PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w) {
   TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
                    ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
   SPARSEJIT_CHECK(op, plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(),
                   "plan must be a contiguous 1-D tensor from conv_plan; got shape ",
                   plan_t.sizes());
-  const int64_t* w = ptr<int64_t>(plan_t);
+  if (w == nullptr) return {};
   SPARSEJIT_CHECK(
       op, w[plan::kWordMagic] == plan::kPlanMagic && w[plan::kWordVersion] == plan::kPlanVersion,
       "plan is not a sparsejit plan (bad magic or version)");
@@ -301,13 +352,7 @@ PlanView check_plan(const char* op, const at::Tensor& plan_t) {
                       n_in <= INT32_MAX && n_out <= INT32_MAX &&
                       plan_t.numel() == plan_words(k, m, n_in, n_out),
                   "plan sizes are inconsistent (corrupted plan)");
-  PlanView v = view_words(w, k, m, n_in, n_out);
-  // The pairs the kernels read end at group_ptr[K]: past the header's M they would read
-  // beyond the int32 arrays.
-  SPARSEJIT_CHECK(op, v.group_ptr[k] == m, "corrupted plan: group_ptr[K] = ", v.group_ptr[k],
-                  " but the plan holds ", m, " pairs");
-  v.identity = w[plan::kWordParam];
-  return v;
+  return {k, m, n_in, n_out};
 }
 
 point_conv::Pairs pairs_of(const PlanView& v, bool swap) {
@@ -368,7 +413,7 @@ point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
 }
 
 void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
-                     const point_conv::Pairs& p) {
+                     const point_conv::Pairs& p, bool cpu_only = true) {
   check_float(x, "features");
   check_float(w, "weight");
   SPARSEJIT_CHECK(op, x.dim() == 2, "features must be [N, C_in]; got shape ", x.sizes());
@@ -376,6 +421,8 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
                    w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
   check_same_device(w, x, "weight", "features");
+  SPARSEJIT_CHECK(op, !cpu_only || x.device().is_cpu(), "only CPU tensors are supported; got ",
+                  x.device());
   SPARSEJIT_CHECK(op, x.size(0) == p.num_in, "features have ", x.size(0),
                   " rows but the plan's "
                   "input coordinate set has ",
@@ -406,150 +453,10 @@ point_conv::PointConvArgs<float> bf16_args(const at::Tensor& x, const at::Tensor
   return a;
 }
 
-// ---- The device-generic composite (what CUDA tensors run) -------------------------------------
-// Gather-GEMM-scatter per kernel offset from ATen ops: index_select of the offset's input rows,
-// a GEMM with its weight slice (cuBLAS on a GPU), index_add_ into the output rows (an offset's
-// output rows are distinct, and the offsets run in order on the stream, so each output element
-// is summed in offset order: deterministic). The identity offset of a submanifold map is one
-// GEMM. The plan stays on the device; its O(M) checks run once per live plan on a host copy,
-// and its header and group_ptr are read once per live plan (the only host reads).
-// SPARSEJIT_POINT_CONV_COMPOSITE=1 runs it on CPU tensors too (tests, no GPU needed).
-
-bool composite_forced() {
-  const char* v = std::getenv("SPARSEJIT_POINT_CONV_COMPOSITE");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
-// A plan's host-side description and device views of its pair arrays.
-struct DevicePlan {
-  int64_t k = 0, m = 0, n_in = 0, n_out = 0, identity = -1;
-  std::vector<int64_t> group_ptr;  // host
-  at::Tensor in_idx, out_idx;      // int32 [M] views of the plan tensor
-};
-
-DevicePlan device_plan(const char* op, const at::Tensor& plan_t) {
-  TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
-                   ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
-  SPARSEJIT_CHECK(op, plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(),
-                  "plan must be a contiguous 1-D tensor from conv_plan; got shape ",
-                  plan_t.sizes());
-  // Every check of the CPU op (checked_pairs) on a host copy, once per live plan; the header
-  // and group_ptr are kept from that copy.
-  auto made = derived_once("point_conv_device_plan", {plan_t}, 0, [&] {
-    const at::Tensor host = plan_t.is_cpu() ? plan_t : plan_t.cpu();
-    (void)checked_pairs(op, host, false);
-    const PlanView v = check_plan(op, host);
-    auto d = std::make_shared<DevicePlan>();
-    d->k = v.k, d->m = v.m, d->n_in = v.n_in, d->n_out = v.n_out, d->identity = v.identity;
-    d->group_ptr.assign(v.group_ptr, v.group_ptr + v.k + 1);
-    return std::static_pointer_cast<const void>(std::shared_ptr<const DevicePlan>(d));
-  });
-  DevicePlan d = *std::static_pointer_cast<const DevicePlan>(made);
-  const int64_t in_word = kFixedWords + d.k + 1, out_word = in_word + words32(d.m);
-  d.in_idx = plan_t.narrow(0, in_word, words32(d.m)).view(at::kInt).narrow(0, 0, d.m);
-  d.out_idx = plan_t.narrow(0, out_word, words32(d.m)).view(at::kInt).narrow(0, 0, d.m);
-  return d;
-}
-
-// The composite's plan, after the CPU op's argument checks against it (sizes read through
-// the plan read forward or backwards).
-DevicePlan checked_device_call(const char* op, const at::Tensor& plan_t, const at::Tensor& x,
-                               const at::Tensor& w, bool swap) {
-  check_same_device(plan_t, x, "plan", "features");
-  DevicePlan d = device_plan(op, plan_t);
-  point_conv::Pairs shape;  // the sizes check_conv_args reads
-  shape.num_groups = d.k;
-  shape.num_in = swap ? d.n_out : d.n_in;
-  shape.num_out = swap ? d.n_in : d.n_out;
-  check_conv_args(op, x, w, shape);
-  return d;
-}
-
-// y (+)= sum over offsets k of x[from_k] @ W_k (W_k^T with trans_w), added at rows to_k.
-void composite_pairs(const DevicePlan& d, const at::Tensor& x, const at::Tensor& w,
-                     bool trans_w, bool swap, at::Tensor& y) {
-  const at::Tensor& from = swap ? d.out_idx : d.in_idx;
-  const at::Tensor& to = swap ? d.in_idx : d.out_idx;
-  for (int64_t k = 0; k < d.k; ++k) {
-    const int64_t g0 = d.group_ptr[k], n = d.group_ptr[k + 1] - g0;
-    if (n == 0) continue;
-    const at::Tensor wk = trans_w ? w[k].t() : w[k];
-    if (k == d.identity) {  // pairs (r, r) for every row: one GEMM, no gather or scatter
-      y.addmm_(x, wk);
-      continue;
-    }
-    const auto prod = at::mm(x.index_select(0, from.narrow(0, g0, n)), wk);
-    y.index_add_(0, to.narrow(0, g0, n), prod);
-  }
-}
-
-at::Tensor sparse_conv_composite(const DevicePlan& d, const at::Tensor& x, const at::Tensor& w,
-                                 const std::optional<at::Tensor>& bias, int64_t num_out,
-                                 bool swap, bool relu) {
-  // A fresh tensor (never a view of bias: the offsets add into it in place).
-  auto y = at::empty({num_out, w.size(2)}, x.options());
-  if (bias.has_value()) {
-    y.copy_(bias->unsqueeze(0).expand({num_out, w.size(2)}));
-  } else {
-    y.zero_();
-  }
-  composite_pairs(d, x, w, false, swap, y);
-  if (relu) y.relu_();
-  return y;
-}
-
-// dX = the pairs read the other way with W^T; dW_k = x[in_k]^T @ dy[out_k].
-std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_composite(
-    const DevicePlan& d, const at::Tensor& x, const at::Tensor& w, const at::Tensor& dy,
-    bool swap, bool need_x, bool need_w) {
-  at::Tensor dx = at::empty({0}, w.options()), dw = at::empty({0}, w.options());
-  if (need_x) {
-    dx = at::zeros({x.size(0), x.size(1)}, w.options());
-    composite_pairs(d, dy, w, true, !swap, dx);
-  }
-  if (need_w) {
-    dw = at::zeros(w.sizes(), w.options());  // contiguous, as the fake says
-    const at::Tensor& from = swap ? d.out_idx : d.in_idx;
-    const at::Tensor& to = swap ? d.in_idx : d.out_idx;
-    for (int64_t k = 0; k < d.k; ++k) {
-      const int64_t g0 = d.group_ptr[k], n = d.group_ptr[k + 1] - g0;
-      if (n == 0) continue;
-      auto dw_k = dw[k];
-      if (k == d.identity) {
-        at::mm_out(dw_k, x.t(), dy);
-      } else {
-        at::mm_out(dw_k, x.index_select(0, from.narrow(0, g0, n)).t(),
-                   dy.index_select(0, to.narrow(0, g0, n)));
-      }
-    }
-  }
-  return {dx, dw};
-}
-
 at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
                            const std::optional<at::Tensor>& bias_in, const at::Tensor& plan_t,
                            int64_t num_out, bool swap, int64_t dataflow, bool relu) {
   const char* op = "sparse_conv";
-  if (!x_in.is_cpu() || !plan_t.is_cpu() || composite_forced()) {
-    const DevicePlan d = checked_device_call(op, plan_t, x_in, w_in, swap);
-    point_conv::Pairs shape;
-    shape.num_out = swap ? d.n_in : d.n_out;
-    SPARSEJIT_CHECK(op, num_out == shape.num_out, "num_out = ", num_out, " but the plan has ",
-                    shape.num_out, " output sites");
-    check_packed_dataflow(op, dataflow, 3);
-    (void)parse_dataflow(op, dataflow & 3);
-    const auto ct = compute_type(x_in.scalar_type());
-    std::optional<at::Tensor> bias;
-    if (bias_in.has_value()) {
-      check_float(*bias_in, "bias");
-      SPARSEJIT_CHECK(op, bias_in->dim() == 1 && bias_in->size(0) == w_in.size(2),
-                      "bias must be [C_out = ", w_in.size(2), "]; got shape ", bias_in->sizes());
-      check_same_device(*bias_in, x_in, "bias", "features");
-      bias = bias_in->to(ct);
-    }
-    return sparse_conv_composite(d, x_in.to(ct), w_in.to(ct), bias, num_out, swap, relu)
-        .to(x_in.scalar_type());
-  }
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
   SPARSEJIT_CHECK(op, num_out == p.num_out, "num_out = ", num_out, " but the plan has ", p.num_out,
@@ -597,22 +504,6 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
     const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& dy_in,
     const at::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
   const char* op = "sparse_conv_backward";
-  if (!x_in.is_cpu() || !plan_t.is_cpu() || composite_forced()) {
-    const DevicePlan d = checked_device_call(op, plan_t, x_in, w_in, swap);
-    point_conv::Pairs shape;
-    shape.num_out = swap ? d.n_in : d.n_out;
-    check_float(dy_in, "grad_out");
-    check_same_device(dy_in, x_in, "grad_out", "features");
-    SPARSEJIT_CHECK(
-        op, dy_in.dim() == 2 && dy_in.size(0) == shape.num_out && dy_in.size(1) == w_in.size(2),
-        "grad_out must be [", shape.num_out, ", ", w_in.size(2), "]; got shape ", dy_in.sizes());
-    check_packed_dataflow(op, dataflow, 2);
-    (void)parse_dataflow(op, dataflow & 3);
-    const auto ct = compute_type(x_in.scalar_type());
-    auto [dx, dw] = sparse_conv_backward_composite(d, x_in.to(ct), w_in.to(ct), dy_in.to(ct),
-                                                   swap, need_x, need_w);
-    return {dx.to(x_in.scalar_type()), dw.to(x_in.scalar_type())};
-  }
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
   check_float(dy_in, "grad_out");
@@ -668,13 +559,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// sparse_conv / sparse_conv_backward: the composite above (cuBLAS GEMMs per kernel offset,
-// gathers and index_add_ on the device). conv_plan builds the kernel map on the CPU (merged
-// sorted keys, once per coordinate set: the Python modules cache it) and copies it over.
+// torch_ext/ops/point_conv_cuda.inc: the CUDA implementations (same checks, plans on the GPU).
+#include "torch_ext/ops/point_conv_cuda.inc"
+
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("conv_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("sparse_conv", &sparse_conv_cpu);
-  m.impl("sparse_conv_backward", &sparse_conv_backward_cpu);
+  m.impl("conv_plan", &conv_plan_cuda);
+  m.impl("sparse_conv", &sparse_conv_cuda);
+  m.impl("sparse_conv_backward", &sparse_conv_backward_cuda);
 }
 #endif
 

@@ -122,12 +122,15 @@ class SparseConvTensor:
     def plan(self, kind: str, ksize, stride, padding, dilation,
              out_indices: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """The kernel map (plan, out_indices) of one geometry on these sites, built once per
-        coordinate set and geometry."""
-        key = (kind, tuple(ksize), tuple(stride), tuple(padding), tuple(dilation))
+        coordinate set, geometry and device. The plan lives on the features' device (on CUDA
+        the op builds the map from the coordinates there), whatever device the indices are on."""
+        dev = self.features.device
+        key = (kind, tuple(ksize), tuple(stride), tuple(padding), tuple(dilation), str(dev))
         hit = self._plan_cache.plans.get(key) if out_indices is None else None
         if hit is None:
-            hit = conv_plan(self.indices, self.spatial_shape, self.batch_size, kind, ksize,
-                            stride, padding, dilation, out_indices)
+            hit = conv_plan(self.indices.to(dev), self.spatial_shape, self.batch_size, kind,
+                            ksize, stride, padding, dilation,
+                            None if out_indices is None else out_indices.to(dev))
             if out_indices is None:
                 self._plan_cache.plans[key] = hit
         return hit
