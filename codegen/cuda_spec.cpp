@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "codegen/cuda_filter_conv.h"
 #include "codegen/embedded_headers.h"
 
 namespace sparsejit::codegen {
@@ -162,6 +163,7 @@ std::string CudaKernelSpec::validate() const {
       e << "more than 65535 feature tiles per row (grid.y); use a larger group or vec. ";
     }
   }
+  if (op == CudaOp::FilterConv) e << filter_conv_validate(*this);
   if (op == CudaOp::Sddmm) {
     if (!is_pow2(split) || split > 8)
       e << "split must be 1, 2, 4 or 8; got " << split << ". ";
@@ -188,7 +190,8 @@ std::string CudaKernelSpec::name() const {
     case CudaOp::EdgeSoftmaxBackward:
       os << (op == CudaOp::EdgeSoftmax ? "edge_softmax_" : "edge_softmax_bwd_")
          << cuda_scalar_name(dtype) << "_" << index_short(index) << "_h" << heads;
-      break;    default: detail::bad_enum("op kind", static_cast<int>(op));
+      break;
+    case CudaOp::FilterConv: os << filter_conv_name(*this); break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
   return os.str();
@@ -214,6 +217,7 @@ std::string CudaKernelSpec::source() const {
      << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
   const char* op_file = op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
+                        : op == CudaOp::FilterConv ? "kernels/cuda/filter_conv.cuh"
                                               : "kernels/cuda/edge_softmax.cuh";
   os << embedded(op_file);
   os << "\n// ---- configuration ----\n"
@@ -270,6 +274,11 @@ std::string CudaKernelSpec::source() const {
          << (op == CudaOp::EdgeSoftmaxBackward ? "true" : "false") << ";\n";
       params = "SoftmaxParams";
       bodies = {"edge_softmax_kernel"};
+      break;
+    case CudaOp::FilterConv:
+      os << filter_conv_config(*this);
+      params = "FilterConvParams";
+      bodies = {"filter_conv_kernel"};
       break;    default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   os << "};\n}  // namespace sj_generated\n\n";
@@ -371,6 +380,7 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
       }
     }
   }
+  for (const CudaKernelSpec& s : filter_conv_variants()) add(s);
   return out;
 }
 

@@ -41,6 +41,12 @@ struct CudaKernelSpec {
   int32_t split = 1;           // SDDMM: groups per stored entry (1, 2, 4), summed in shared memory
   bool deterministic = false;  // no floating-point atomics (the atomic strategy is refused)
   int32_t block = 256;         // threads per block
+  // Filter conv only (codegen/cuda_filter_conv.h): compiled-in kernel geometry, output
+  // channels per block; the epilogue is `act` (None or Relu) with an optional bias.
+  struct FilterConvShape {
+    int32_t r = 1, s = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+    int32_t channels_per_block = 4;
+  } conv;
 
   // "" when the spec can be generated, else why not.
   std::string validate() const;

@@ -64,6 +64,20 @@ struct SoftmaxParams {
 
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
+// rowptr[c_out + 1], taps[nnz] (int64, t = (c * R + r) * S + s), values[nnz] (float32),
+// x[batch, c_in, h, w], bias[c_out] (float32) or null, out[batch, c_out, out_h, out_w].
+struct FilterConvParams {
+  const void* rowptr;
+  const void* taps;
+  const void* values;
+  const void* x;
+  const void* bias;
+  void* out;
+  long long batch, c_in, h, w;
+  long long c_out, out_h, out_w;
+  long long cin_g, cout_g;  // channels per group: input, output
+  long long pad_;           // keeps the size a multiple of 16 on every compiler
+};
 
 
 }  // namespace cuda

@@ -467,6 +467,12 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
+}  // namespace sparsejit::codegen::checks
+
+#include "tests/cpp/cuda_filter_conv_checks.h"
+
+namespace sparsejit::codegen::checks {
+
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
   ASSERT_EQ(s.validate(), "") << s.name();
@@ -482,6 +488,7 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         }
       }
       break;
+    case CudaOp::FilterConv: check_filter_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {
         check_sddmm<int32_t>(r, s);

@@ -52,6 +52,7 @@ std::vector<CudaKernelSpec> representative(const std::vector<CudaKernelSpec>& al
       feats.push_back("dt" + std::string(cuda_scalar_name(s.dtype)) +
                       cuda_strategy_name(s.strategy) + reduce_name(s.reduce));
     }
+    if (s.op == CudaOp::FilterConv) feats.push_back(s.name().substr(0, s.name().find("_oc")));
     bool fresh = false;
     for (const auto& f : feats) fresh |= seen.insert(f).second;
     if (fresh) out.push_back(s);
@@ -85,6 +86,7 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   EXPECT_GT(per_op[CudaOp::Sddmm], 0);
   EXPECT_GT(per_op[CudaOp::EdgeSoftmax], 0);
   EXPECT_GT(per_op[CudaOp::EdgeSoftmaxBackward], 0);
+  EXPECT_GT(per_op[CudaOp::FilterConv], 0);
 }
 
 TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
