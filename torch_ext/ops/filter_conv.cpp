@@ -21,9 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda_filter_conv.h"
 #include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
+#include "torch_ext/cuda_common.h"
+#include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -155,28 +158,26 @@ int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
   return v.size() == 1 ? v[0] : v[i];
 }
 
-at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
-                           const at::Tensor& taps_t, const at::Tensor& values_t,
-                           const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
-                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
-                           bool relu, int64_t kernel) {
-  check_index(plan_t, "plan");
-  check_index(rowptr_t, "rowptr");
-  check_index(taps_t, "taps");
+// The call's geometry from the plan's words (a host copy) and the arguments, checked as the
+// CPU and CUDA implementations share them: everything but the devices and the weight pattern.
+struct LayerCall {
+  filter_conv::Geometry g;
+  int64_t cin_g = 0, variant = 0;
+};
+
+LayerCall check_call(const int64_t* words, int64_t plan_numel, const at::Tensor& rowptr_t,
+                     const at::Tensor& taps_t, const at::Tensor& values_t, const at::Tensor& x_in,
+                     const std::optional<at::Tensor>& bias_in, c10::IntArrayRef kernel_size,
+                     c10::IntArrayRef stride, c10::IntArrayRef padding,
+                     c10::IntArrayRef dilation, int64_t groups, int64_t kernel) {
   TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
                    "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
-  FC_CHECK(values_t.device().is_cpu(), "values must be on the CPU; got ", values_t.device());
   FC_CHECK(values_t.dim() == 1 && values_t.numel() == taps_t.numel(), "values must have shape "
            "[", taps_t.numel(), "] (one per tap); got ", values_t.sizes());
   check_float(x_in, "x");
   FC_CHECK(x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ", x_in.sizes());
-  FC_CHECK(x_in.device().is_cpu(), "x must be on the CPU (filter_conv has no CUDA kernel); got ",
-           x_in.device());
-  FC_CHECK(plan_t.numel() == plan::kHeaderWords + kGeomWords, "plan must have ",
-           plan::kHeaderWords + kGeomWords, " words; got ", plan_t.numel());
-  const auto plan_c = plan_t.contiguous();
-  const int64_t* words = ptr<int64_t>(plan_c);
+  FC_CHECK(plan_numel == plan::kHeaderWords + kGeomWords, "plan must have ",
+           plan::kHeaderWords + kGeomWords, " words; got ", plan_numel);
   const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
   const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
   FC_CHECK(c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1, "plan holds an invalid weight shape ["
@@ -185,14 +186,15 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            " entries; got ", rowptr_t.numel());
   FC_CHECK(kernel >= -1 && kernel < filter_conv::kNumVariants, "variant must be -1 (the plan's) or in "
            "[0, ", filter_conv::kNumVariants, "); got ", kernel);
-  const int64_t variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
-  FC_CHECK(variant >= 0 && variant < filter_conv::kNumVariants, "plan's variant word ", variant,
-           " is not a variant");
+  LayerCall call;
+  call.variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
+  FC_CHECK(call.variant >= 0 && call.variant < filter_conv::kNumVariants, "plan's variant word ",
+           call.variant, " is not a variant");
 
   FC_CHECK(pair_at(kernel_size, 0, "kernel_size") == r &&
                pair_at(kernel_size, 1, "kernel_size") == s,
            "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
-  filter_conv::Geometry g;
+  filter_conv::Geometry& g = call.g;
   g.batch = x_in.size(0);
   g.c_in = x_in.size(1);
   g.h = x_in.size(2);
@@ -215,15 +217,36 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
            c_out, ", ", cin_g, ", ", r, ", ", s, "]");
   const std::string gerr = filter_conv::check_geometry(g);
   FC_CHECK(gerr.empty(), gerr);
-
-  at::Tensor bias;
   if (bias_in.has_value()) {
     check_float(*bias_in, "bias");
     FC_CHECK(bias_in->dim() == 1 && bias_in->numel() == c_out, "bias must have shape [",
              c_out, "]; got ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "x");
-    bias = bias_in->to(at::kFloat).contiguous();
   }
+  call.cin_g = cin_g;
+  return call;
+}
+
+at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
+                           const at::Tensor& taps_t, const at::Tensor& values_t,
+                           const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
+                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                           bool relu, int64_t kernel) {
+  check_index(plan_t, "plan");
+  check_index(rowptr_t, "rowptr");
+  check_index(taps_t, "taps");
+  FC_CHECK(values_t.device().is_cpu(), "values must be on the CPU; got ", values_t.device());
+  FC_CHECK(x_in.device().is_cpu(), "x must be on the CPU for the CPU kernel; got ", x_in.device());
+  const auto plan_c = plan_t.contiguous();
+  const int64_t* words = ptr<int64_t>(plan_c);
+  const LayerCall call = check_call(words, plan_c.numel(), rowptr_t, taps_t, values_t, x_in,
+                                    bias_in, kernel_size, stride, padding, dilation, groups,
+                                    kernel);
+  const filter_conv::Geometry& g = call.g;
+  const int64_t c_out = g.c_out, variant = call.variant;
+  at::Tensor bias;
+  if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
   const auto rowptr = rowptr_t.contiguous();
   const auto taps = taps_t.contiguous();
   const auto values = values_t.contiguous();
@@ -232,7 +255,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   p.taps = ptr<int64_t>(taps);
   p.values = ptr<float>(values);
   p.c_out = c_out;
-  p.cols = cin_g * r * s;
+  p.cols = call.cin_g * g.r * g.s;
   const auto key = geometry_key(g, variant);
   const bool track = !rowptr_t.is_inference() && !taps_t.is_inference();
   std::optional<PreparedEntry> hit;
@@ -266,11 +289,196 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 
+
+#ifdef SPARSEJIT_WITH_CUDA
+using namespace cuda_ext;
+
+// ---- CUDA ----------------------------------------------------------------------------------
+// A layer's plan arrays on one device, checked once per (plan, rowptr, taps, values) at their
+// versions: the pattern check and the plan's stamp need the arrays on the host, so a miss
+// copies them there (a device sync when they live on the GPU: once per layer, never on a hit)
+// and copies rowptr / taps / values to x's device. The copies are the table's own (never the
+// caller's tensors), so an entry expires with the caller's tensors.
+struct DeviceLayer {
+  TensorState plan, rowptr, taps, values;
+  int device = -1;
+  std::vector<int64_t> words;
+  at::Tensor rowptr_d, taps_d, values_d;
+};
+
+class DeviceLayerTable {
+ public:
+  std::shared_ptr<const DeviceLayer> find(const at::Tensor& plan, const at::Tensor& rowptr,
+                                          const at::Tensor& taps, const at::Tensor& values,
+                                          int device) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& e : entries_) {
+      if (e->device == device && e->plan.matches(plan) && e->rowptr.matches(rowptr) &&
+          e->taps.matches(taps) && e->values.matches(values))
+        return e;
+    }
+    return nullptr;
+  }
+  void add(std::shared_ptr<const DeviceLayer> entry) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<std::shared_ptr<const DeviceLayer>> kept{std::move(entry)};
+    for (auto& old : entries_) {
+      if (kept.size() >= kMaxEntries) break;
+      if (!old->plan.expired() && !old->rowptr.expired() && !old->taps.expired() &&
+          !old->values.expired())
+        kept.push_back(std::move(old));
+    }
+    entries_.swap(kept);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<const DeviceLayer>> entries_;
+};
+
+DeviceLayerTable& device_layer_table() {
+  static DeviceLayerTable t;
+  return t;
+}
+
+void check_index_any_device(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
+                   " must be int64; got ", t.scalar_type());
+  FC_CHECK(t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
+  FC_CHECK(t.device().is_cpu() || t.device() == x.device(), name, " must be on the CPU or on ",
+           "x's device ", x.device(), "; got ", t.device());
+}
+
+// Compression runs on the host (once per layer); the plan arrays go back to the weight's device
+// (values stay float32, whatever the weight's dtype).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cuda(
+    const at::Tensor& weight, double threshold, int64_t kernel) {
+  auto [plan, rowptr, taps, values] = filter_conv_plan_cpu(weight.to(at::kCPU), threshold, kernel);
+  const auto d = weight.device();
+  return {plan.to(d), rowptr.to(d), taps.to(d), values.to(d)};
+}
+
+at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
+                            const at::Tensor& taps_t, const at::Tensor& values_t,
+                            const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
+                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                            bool relu, int64_t kernel) {
+  FC_CHECK(x_in.is_cuda(), "x must be on the GPU when the plan is; got ", x_in.device());
+  check_index_any_device(plan_t, "plan", x_in);
+  check_index_any_device(rowptr_t, "rowptr", x_in);
+  check_index_any_device(taps_t, "taps", x_in);
+  FC_CHECK(values_t.device().is_cpu() || values_t.device() == x_in.device(), "values must be "
+           "on the CPU or on x's device ", x_in.device(), "; got ", values_t.device());
+  c10::cuda::CUDAGuard guard(x_in.device());
+  if (!gpu_kernels_available()) {
+    const auto y = call_on_cpu<at::Tensor>(
+        "sparsejit::filter_conv", plan_t, rowptr_t, taps_t, values_t, x_in, bias_in,
+        kernel_size.vec(), stride.vec(), padding.vec(), dilation.vec(), groups, relu, kernel);
+    return y.to(x_in.scalar_type());  // the fallback returns values' dtype (float32)
+  }
+  const int device = x_in.get_device();
+  const bool track = TensorState::trackable(plan_t) && TensorState::trackable(rowptr_t) &&
+                     TensorState::trackable(taps_t) && TensorState::trackable(values_t);
+  std::shared_ptr<const DeviceLayer> layer;
+  if (track) layer = device_layer_table().find(plan_t, rowptr_t, taps_t, values_t, device);
+  at::Tensor plan_h;
+  if (!layer) plan_h = plan_t.to(at::kCPU).contiguous();  // sync if on the GPU (once per layer)
+  const int64_t* words = layer ? layer->words.data() : ptr<int64_t>(plan_h);
+  const int64_t plan_numel = layer ? int64_t(layer->words.size()) : plan_h.numel();
+  const LayerCall call = check_call(words, plan_numel, rowptr_t, taps_t, values_t, x_in, bias_in,
+                                    kernel_size, stride, padding, dilation, groups, kernel);
+  const filter_conv::Geometry& g = call.g;
+  if (!layer) {
+    auto fresh = std::make_shared<DeviceLayer>();
+    const auto rowptr_h = rowptr_t.to(at::kCPU).contiguous();
+    const auto taps_h = taps_t.to(at::kCPU).contiguous();
+    const auto values_h = values_t.to(at::kCPU).contiguous();
+    filter_conv::Pattern p;
+    p.rowptr = ptr<int64_t>(rowptr_h);
+    p.taps = ptr<int64_t>(taps_h);
+    p.values = ptr<float>(values_h);
+    p.c_out = g.c_out;
+    p.cols = call.cin_g * g.r * g.s;
+    const std::string perr = filter_conv::check_pattern(p, taps_h.numel());
+    FC_CHECK(perr.empty(), "invalid weight pattern: ", perr);
+    const auto stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, g.c_out, p.cols);
+    std::string herr;
+    FC_CHECK(plan::check_header(words, plan_numel, OpKind::FilterConv, stamp, &herr), "plan: ",
+             herr);
+    fresh->device = device;
+    fresh->words.assign(words, words + plan_numel);
+    fresh->rowptr_d = rowptr_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    fresh->taps_d = taps_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    fresh->values_d = values_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    if (track) {
+      fresh->plan = TensorState::of(plan_t);
+      fresh->rowptr = TensorState::of(rowptr_t);
+      fresh->taps = TensorState::of(taps_t);
+      fresh->values = TensorState::of(values_t);
+      device_layer_table().add(fresh);
+    }
+    layer = std::move(fresh);
+  }
+
+  const int64_t oh = g.out_h(), ow = g.out_w(), pixels = g.batch * oh * ow;
+  auto y = new_output({g.batch, g.c_out, oh, ow}, x_in.options().memory_format(
+                                                      at::MemoryFormat::Contiguous));
+  if (pixels > 0 && g.c_out > 0) {
+    codegen::CudaFilterConvProblem prob;
+    prob.dtype = cuda_scalar(x_in.scalar_type());
+    prob.r = static_cast<int32_t>(g.r);
+    prob.s = static_cast<int32_t>(g.s);
+    prob.stride_h = static_cast<int32_t>(g.stride_h);
+    prob.stride_w = static_cast<int32_t>(g.stride_w);
+    prob.pad_h = static_cast<int32_t>(std::min<int64_t>(g.pad_h, INT32_MAX));
+    prob.pad_w = static_cast<int32_t>(std::min<int64_t>(g.pad_w, INT32_MAX));
+    prob.dil_h = static_cast<int32_t>(g.dil_h);
+    prob.dil_w = static_cast<int32_t>(g.dil_w);
+    prob.relu = relu;
+    prob.c_out = g.c_out;
+    prob.pixels = pixels;
+    const CudaKernelSpec spec = codegen::plan_cuda_filter_conv(prob);
+    const std::string invalid = spec.validate();
+    TORCH_CHECK_VALUE(invalid.empty(), "sparsejit.filter_conv (CUDA): no kernel for this layer: ",
+                      invalid);
+    const auto launches = codegen::plan_filter_conv_launch(spec, pixels, g.c_out);
+    FC_CHECK(pixels / spec.block < (int64_t(1) << 31) &&
+                 (g.c_out + spec.conv.channels_per_block - 1) / spec.conv.channels_per_block <=
+                     65535,
+             "layer too large for one launch (", pixels, " output pixels, ", g.c_out,
+             " output channels)");
+    const auto x = x_in.contiguous();
+    at::Tensor bias;
+    if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
+    cuda::FilterConvParams params{layer->rowptr_d.data_ptr(), layer->taps_d.data_ptr(),
+                                  layer->values_d.data_ptr(), x.data_ptr(),
+                                  bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(),
+                                  g.batch, g.c_in, g.h, g.w, g.c_out, oh, ow, call.cin_g,
+                                  g.c_out / g.groups, 0};
+    std::string err;
+    if (!CudaKernels::instance().run(spec, device, c10::cuda::getCurrentCUDAStream().stream(),
+                                     launches, &params, &err))
+      raise_cuda_error("filter_conv", err);
+  }
+  if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
+  return y;
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
   m.impl("filter_conv_plan", &filter_conv_plan_cpu);
   m.impl("filter_conv", &filter_conv_cpu);
 }
+
+#ifdef SPARSEJIT_WITH_CUDA
+TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+  m.impl("filter_conv_plan", &filter_conv_plan_cuda);
+  m.impl("filter_conv", &filter_conv_cuda);
+}
+#endif
 
 }  // namespace sparsejit
