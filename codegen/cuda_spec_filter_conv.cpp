@@ -82,6 +82,20 @@ std::vector<CudaKernelSpec> filter_conv_variants() {
       ++turn;
     }
   }
+  // Rectangular kernels with different strides, padding and dilation per axis.
+  for (CudaScalar dt : dtypes) {
+    CudaKernelSpec s = out[static_cast<size_t>(dt == CudaScalar::F32 ? 1 : 2)];
+    s.dtype = dt;
+    s.conv.r = 3;
+    s.conv.s = 1;
+    s.conv.stride_h = 1;
+    s.conv.stride_w = 2;
+    s.conv.pad_h = 2;
+    s.conv.pad_w = 0;
+    s.conv.dil_h = 2;
+    s.conv.dil_w = 1;
+    if (s.validate().empty()) out.push_back(s);
+  }
   return out;
 }
 

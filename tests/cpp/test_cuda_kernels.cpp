@@ -125,6 +125,14 @@ std::vector<CudaKernelSpec> specs_under_test() {
       filter_conv_spec(S::BF16, 7, 2, 3, 1, A::Relu, 256, 4),
       filter_conv_spec(S::F64, 3, 2, 2, 2, A::None, 64, 8),
       filter_conv_spec(S::F32, 5, 3, 0, 1, A::None, 128, 3),
+      [] {  // rectangular: 3x1 kernel, dilation 2 down, stride 2 across, padding down only
+        CudaKernelSpec s = filter_conv_spec(S::F32, 3, 1, 1, 2, A::Relu, 64, 2);
+        s.conv.s = 1;
+        s.conv.stride_w = 2;
+        s.conv.pad_w = 0;
+        s.conv.dil_w = 1;
+        return s;
+      }(),
   };
 }
 
