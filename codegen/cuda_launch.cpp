@@ -88,16 +88,6 @@ CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz) {
   return a;
 }
 
-CudaLaunch plan_filter_conv_launch(const CudaKernelSpec& spec, int64_t batch, int64_t c_out,
-                                   int64_t out_pixels) {
-  CudaLaunch a;
-  a.entry = spec.entry_points()[0];
-  a.block.x = static_cast<unsigned>(spec.block);
-  a.grid.x = static_cast<unsigned>(std::max<int64_t>(0, batch * c_out));
-  a.grid.y = grid_x(out_pixels, spec.block);
-  return a;
-}
-
 std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
                                               int64_t cols) {
   const std::vector<std::string> entries = spec.entry_points();

@@ -38,10 +38,6 @@ void bind_spmm_workspace(const SpmmLaunchPlan& plan, const CudaSpmmChoice& choic
 
 CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz);
 CudaLaunch plan_edge_softmax_launch(const CudaKernelSpec& spec, int64_t rows);
-// Filter-sparse convolution: blocks of output pixels (grid.y) per (image, output channel)
-// (grid.x).
-CudaLaunch plan_filter_conv_launch(const CudaKernelSpec& spec, int64_t batch, int64_t c_out,
-                                   int64_t out_pixels);
 // Fused attention: the forward, or the backward's rows pass then its columns pass.
 std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
                                               int64_t cols);

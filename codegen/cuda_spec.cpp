@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "codegen/cuda_point_conv.h"
+#include "codegen/cuda_filter_conv.h"
 #include "codegen/embedded_headers.h"
 
 namespace sparsejit::codegen {
@@ -143,7 +144,6 @@ std::string CudaKernelSpec::validate() const {
   if (heads < 1) e << "heads must be >= 1; got " << heads << ". ";
   if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
     e << attention_spec::attention_validate(*this);
-  if (op == CudaOp::FilterConv) e << filter_conv_spec::validate(*this);
   if (op == CudaOp::Spmm || op == CudaOp::Sddmm) {
     if (features < 1) e << "features must be >= 1; got " << features << ". ";
     if (!is_pow2(group) || group > 32)
@@ -167,6 +167,7 @@ std::string CudaKernelSpec::validate() const {
     }
   }
   if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) e << point_conv_validate(*this);
+  if (op == CudaOp::FilterConv) e << filter_conv_validate(*this);
   if (op == CudaOp::Sddmm) {
     if (!is_pow2(split) || split > 8)
       e << "split must be 1, 2, 4 or 8; got " << split << ". ";
@@ -196,7 +197,7 @@ std::string CudaKernelSpec::name() const {
       break;
     case CudaOp::Attention:
     case CudaOp::AttentionBackward: os << attention_spec::attention_name(*this); break;
-    case CudaOp::FilterConv: os << filter_conv_spec::name(*this); break;
+    case CudaOp::FilterConv: os << filter_conv_name(*this); break;
     case CudaOp::PointConv:
     case CudaOp::PointConvMap: os << point_conv_name(*this); break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
@@ -296,8 +297,9 @@ std::string CudaKernelSpec::source() const {
       params = "AttentionParams";
       break;
     case CudaOp::FilterConv:
-      os << filter_conv_spec::config(*this, &bodies);
+      os << filter_conv_config(*this);
       params = "FilterConvParams";
+      bodies = {"filter_conv_kernel"};
       break;
     case CudaOp::PointConv:
     case CudaOp::PointConvMap:
@@ -407,7 +409,7 @@ std::vector<CudaKernelSpec> enumerate_cuda_variants() {
     }
   }
   attention_spec::add_attention_variants(&out);
-  filter_conv_spec::add_variants(&out);
+  for (const CudaKernelSpec& s : filter_conv_variants()) add(s);
   append_point_conv_variants(&out);
   return out;
 }

@@ -45,9 +45,12 @@ struct CudaKernelSpec {
   int32_t att_mode = 0;     // 0 dot product, 1 additive (GAT; D = 1), 2 GATv2
   int64_t v_features = 1;   // Dv
   bool has_bias = false;    // a [nnz, H] score bias
-  // Filter-sparse convolution only (FilterConv): R, S, stride, padding, dilation (h, w).
-  int32_t conv_r = 1, conv_s = 1, conv_sh = 1, conv_sw = 1, conv_ph = 0, conv_pw = 0,
-          conv_dh = 1, conv_dw = 1;
+  // Filter conv only (codegen/cuda_filter_conv.h): compiled-in kernel geometry, output
+  // channels per block; the epilogue is `act` (None or Relu) with an optional bias.
+  struct FilterConvShape {
+    int32_t r = 1, s = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+    int32_t channels_per_block = 4;
+  } conv;
 
   // "" when the spec can be generated, else why not.
   std::string validate() const;
@@ -123,17 +126,6 @@ CudaKernelSpec plan_cuda_edge_softmax(CudaScalar dtype, IndexKind index, int64_t
 
 // Number of chunks for an nnz-balanced launch: max(1, ceil(nnz / chunk)).
 int64_t spmm_num_chunks(int64_t nnz, int64_t chunk);
-
-// ---- Filter-sparse convolution (codegen/cuda_spec_filter_conv.cpp) ---------------------------
-// A thread per output pixel of one (image, output channel), the layer's geometry compiled in.
-CudaKernelSpec plan_cuda_filter_conv(int32_t r, int32_t s, int32_t sh, int32_t sw, int32_t ph,
-                                     int32_t pw, int32_t dh, int32_t dw);
-namespace filter_conv_spec {
-std::string validate(const CudaKernelSpec& s);
-std::string name(const CudaKernelSpec& s);
-std::string config(const CudaKernelSpec& s, std::vector<std::string>* bodies);
-void add_variants(std::vector<CudaKernelSpec>* out);
-}  // namespace filter_conv_spec
 
 // ---- Fused attention (codegen/cuda_spec_attention.cpp) ---------------------------------------
 // A group of lanes per (row, head) sized to the head widths (f32 / f64 compute; float16 and

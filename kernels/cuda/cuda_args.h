@@ -122,19 +122,19 @@ struct PointMapParams {
 
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
-// x [batch, c_in, h, w] and y [batch, c_out, out_h, out_w] NCHW float; the compressed weight of
-// filter_conv_plan: rowptr [c_out + 1], taps [nnz] (column (c * R + r) * S + s of the weight
-// viewed as [c_out, cin_g * R * S]), values [nnz] float; bias [c_out] float or null.
+// rowptr[c_out + 1], taps[nnz] (int64, t = (c * R + r) * S + s), values[nnz] (float32),
+// x[batch, c_in, h, w], bias[c_out] (float32) or null, out[batch, c_out, out_h, out_w].
 struct FilterConvParams {
   const void* rowptr;
   const void* taps;
   const void* values;
   const void* x;
   const void* bias;
-  void* y;
-  long long batch, c_in, h, w, c_out, cin_g, cout_g, out_h, out_w;
-  int relu;
-  int pad_;
+  void* out;
+  long long batch, c_in, h, w;
+  long long c_out, out_h, out_w;
+  long long cin_g, cout_g;  // channels per group: input, output
+  long long pad_;           // keeps the size a multiple of 16 on every compiler
 };
 
 

@@ -1,103 +1,120 @@
-// Kernel-level checks of the filter-sparse convolution's CUDA kernel
-// (kernels/cuda/filter_conv.cuh), included by cuda_kernel_checks.h: random images and pruned
-// weights (several densities, an all-zero output channel, an all-zero weight, groups), the
-// spec's geometry, poisoned outputs with guard bands, and a float64 direct-convolution
-// reference.
+// Kernel-level checks of the CUDA filter-sparse convolution (kernels/cuda/filter_conv.cuh),
+// shared by the host emulation and the GPU run (cuda_kernel_checks.h, check_spec): random
+// pruned weights at several densities (with an all-zero output channel, an all-zero weight,
+// a dense one), groups, batch > 1, images from the smallest the kernel allows to a few tiles,
+// bias and no bias; outputs poisoned with guard bands and compared with a plain float64
+// direct convolution.
 #pragma once
 
-#include <cstdint>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_filter_conv.h"
 
 namespace sparsejit::codegen::checks {
 
-inline void check_filter_conv(Runner& r, const CudaKernelSpec& s) {
-  struct Case {
-    int64_t batch, c_in, h, w, c_out, groups;
-    double density;
-    bool bias, relu;
-  };
-  const Case cases[] = {{2, 6, 9, 11, 5, 1, 0.3, true, false},
-                        {1, 4, 1, 1, 3, 1, 0.8, false, true},    // a 1x1 image
-                        {3, 8, 7, 6, 4, 2, 0.5, true, true},     // groups
-                        {1, 3, 5, 5, 2, 1, 0.0, true, false},    // every weight pruned
-                        {2, 5, 13, 4, 6, 1, 0.05, false, false}};  // very sparse
-  const int64_t R = s.conv_r, S = s.conv_s;
-  int round = 0;
-  for (const Case& k : cases) {
-    SCOPED_TRACE(s.name() + " case " + std::to_string(round));
-    r.reset();
-    const int64_t oh = (k.h + 2 * s.conv_ph - s.conv_dh * (R - 1) - 1) / s.conv_sh + 1;
-    const int64_t ow = (k.w + 2 * s.conv_pw - s.conv_dw * (S - 1) - 1) / s.conv_sw + 1;
-    ++round;
-    if (oh < 1 || ow < 1) continue;  // the geometry does not fit this image
-    const int64_t cin_g = k.c_in / k.groups, cout_g = k.c_out / k.groups, cols = cin_g * R * S;
-    std::mt19937_64 rng(100 + round);
-    std::uniform_real_distribution<double> u(-1, 1), keep(0, 1);
-    std::vector<double> wd(k.c_out * cols, 0.0);
-    for (auto& v : wd)
-      if (keep(rng) < k.density) v = u(rng);
-    for (int64_t t = 0; t < cols; ++t) wd[1 % k.c_out * cols + t] = 0;  // an empty channel
-    Typed<int64_t> rowptr(k.c_out + 1);
-    std::vector<int64_t> taps;
-    std::vector<float> vals;
-    rowptr.set(0, 0);
-    for (int64_t oc = 0; oc < k.c_out; ++oc) {
-      for (int64_t t = 0; t < cols; ++t)
-        if (wd[oc * cols + t] != 0) {
-          taps.push_back(t);
-          vals.push_back(float(wd[oc * cols + t]));
-          wd[oc * cols + t] = double(float(wd[oc * cols + t]));
-        }
-      rowptr.set(oc + 1, int64_t(taps.size()));
+struct FilterConvCase {
+  const char* name;
+  int64_t batch, c_in, c_out, groups, h, w;  // h / w < 0: the smallest image the kernel allows
+  double density;
+  bool bias;
+  int64_t zero_channel;  // an output channel with no taps, or -1
+};
+
+inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const FilterConvCase& fc,
+                                   uint64_t seed) {
+  SCOPED_TRACE(s.name() + " on " + fc.name);
+  r.reset();
+  const auto& k = s.conv;
+  const int64_t min_h = std::max<int64_t>(1, int64_t(k.dil_h) * (k.r - 1) + 1 - 2 * k.pad_h);
+  const int64_t min_w = std::max<int64_t>(1, int64_t(k.dil_w) * (k.s - 1) + 1 - 2 * k.pad_w);
+  const int64_t H = fc.h < 0 ? min_h : std::max(fc.h, min_h);
+  const int64_t W = fc.w < 0 ? min_w : std::max(fc.w, min_w);
+  const int64_t OH = (H + 2 * k.pad_h - int64_t(k.dil_h) * (k.r - 1) - 1) / k.stride_h + 1;
+  const int64_t OW = (W + 2 * k.pad_w - int64_t(k.dil_w) * (k.s - 1) - 1) / k.stride_w + 1;
+  const int64_t cin_g = fc.c_in / fc.groups, cout_g = fc.c_out / fc.groups;
+  const int64_t cols = cin_g * k.r * k.s;
+
+  // The pruned weight, compressed per output channel (taps increasing, as filter_conv_plan).
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1), v(-1, 1);
+  std::vector<int64_t> rowptr{0}, taps;
+  std::vector<float> values;
+  for (int64_t oc = 0; oc < fc.c_out; ++oc) {
+    for (int64_t t = 0; t < cols; ++t) {
+      if (oc == fc.zero_channel || u(rng) >= fc.density) continue;
+      taps.push_back(t);
+      values.push_back(float(v(rng)));
     }
-    const int64_t nnz = int64_t(taps.size());
-    Typed<int64_t> tp(nnz);
-    Buffer vb(CudaScalar::F32, nnz), x(CudaScalar::F32, k.batch * k.c_in * k.h * k.w),
-        bias(CudaScalar::F32, k.c_out), y(CudaScalar::F32, k.batch * k.c_out * oh * ow);
-    for (int64_t e = 0; e < nnz; ++e) {
-      tp.set(e, taps[e]);
-      vb.set(e, vals[e]);
-    }
-    fill_random(&x, 7 + round);
-    fill_random(&bias, 9 + round);
-    for (Bytes* b : std::initializer_list<Bytes*>{&rowptr, &tp, &vb, &x, &bias, &y}) b->upload(r);
-    cuda::FilterConvParams p{};
-    p.rowptr = rowptr.dev();
-    p.taps = tp.dev();
-    p.values = vb.dev();
-    p.x = x.dev();
-    p.bias = k.bias ? bias.dev() : nullptr;
-    p.y = y.dev();
-    p.batch = k.batch, p.c_in = k.c_in, p.h = k.h, p.w = k.w, p.c_out = k.c_out;
-    p.cin_g = cin_g, p.cout_g = cout_g, p.out_h = oh, p.out_w = ow, p.relu = k.relu;
-    ASSERT_EQ(r.run(s, {plan_filter_conv_launch(s, k.batch, k.c_out, oh * ow)}, &p), "");
-    y.download(r);
-    int bad = 0;
-    for (int64_t n = 0; n < k.batch; ++n)
-      for (int64_t oc = 0; oc < k.c_out; ++oc)
-        for (int64_t i = 0; i < oh; ++i)
-          for (int64_t j = 0; j < ow && bad < 5; ++j) {
-            double acc = k.bias ? bias.get(oc) : 0.0;
-            const int64_t g = oc / cout_g;
-            for (int64_t c = 0; c < cin_g; ++c)
-              for (int64_t a = 0; a < R; ++a)
-                for (int64_t b = 0; b < S; ++b) {
-                  const int64_t iy = i * s.conv_sh - s.conv_ph + a * s.conv_dh;
-                  const int64_t ix = j * s.conv_sw - s.conv_pw + b * s.conv_dw;
-                  if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
-                  acc += wd[oc * cols + (c * R + a) * S + b] *
-                         x.get(((n * k.c_in + g * cin_g + c) * k.h + iy) * k.w + ix);
-                }
-            if (k.relu && acc < 0) acc = 0;
-            const double got = y.get(((n * k.c_out + oc) * oh + i) * ow + j);
-            if (!(std::abs(got - acc) <= 1e-4 * (1 + std::abs(acc)))) {
-              ADD_FAILURE() << "y[" << n << ", " << oc << ", " << i << ", " << j << "] = " << got
-                            << ", expected " << acc;
-              ++bad;
-            }
-          }
-    EXPECT_TRUE(y.guards_intact());
+    rowptr.push_back(int64_t(taps.size()));
   }
+  const int64_t nnz = int64_t(taps.size());
+  Typed<int64_t> d_rowptr(fc.c_out + 1), d_taps(nnz);
+  Typed<float> d_values(nnz), d_bias(fc.c_out);
+  for (int64_t i = 0; i <= fc.c_out; ++i) d_rowptr.set(i, rowptr[i]);
+  for (int64_t e = 0; e < nnz; ++e) {
+    d_taps.set(e, taps[e]);
+    d_values.set(e, values[e]);
+  }
+  for (int64_t oc = 0; oc < fc.c_out; ++oc) d_bias.set(oc, float(v(rng)));
+  Buffer x(s.dtype, fc.batch * fc.c_in * H * W), out(s.dtype, fc.batch * fc.c_out * OH * OW);
+  fill_random(&x, seed + 1);
+  d_rowptr.upload(r);
+  d_taps.upload(r);
+  d_values.upload(r);
+  d_bias.upload(r);
+  x.upload(r);
+  out.upload(r);
+  cuda::FilterConvParams p{d_rowptr.dev(), d_taps.dev(), d_values.dev(), x.dev(),
+                           fc.bias ? d_bias.dev() : nullptr, out.dev(),
+                           fc.batch, fc.c_in, H, W, fc.c_out, OH, OW, cin_g, cout_g, 0};
+  const auto launches = plan_filter_conv_launch(s, fc.batch * OH * OW, fc.c_out);
+  ASSERT_EQ(r.run(s, launches, &p), "");
+  out.download(r);
+
+  int bad = 0;
+  for (int64_t n = 0; n < fc.batch; ++n)
+    for (int64_t oc = 0; oc < fc.c_out; ++oc)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW && bad < 5; ++ox) {
+          double ref = fc.bias ? double(d_bias.get(oc)) : 0.0, mag = std::abs(ref);
+          const int64_t g = oc / cout_g;
+          for (int64_t e = rowptr[oc]; e < rowptr[oc + 1]; ++e) {
+            const int64_t c = taps[e] / (k.r * k.s), ky = taps[e] / k.s % k.r, kx = taps[e] % k.s;
+            const int64_t iy = oy * k.stride_h + ky * k.dil_h - k.pad_h;
+            const int64_t ix = ox * k.stride_w + kx * k.dil_w - k.pad_w;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            const double term = double(values[e]) * x.get(((n * fc.c_in + g * cin_g + c) * H + iy) * W + ix);
+            ref += term;
+            mag += std::abs(term);
+          }
+          if (s.act == Act::Relu) ref = std::max(ref, 0.0);
+          const double got = out.get(((n * fc.c_out + oc) * OH + oy) * OW + ox);
+          if (!(std::abs(got - ref) <= tolerance(s.dtype) * (1 + mag))) {
+            ADD_FAILURE() << "y[" << n << ", " << oc << ", " << oy << ", " << ox << "] = " << got
+                          << ", expected " << ref;
+            ++bad;
+          }
+        }
+  EXPECT_TRUE(out.guards_intact());
+}
+
+inline void check_filter_conv(Runner& r, const CudaKernelSpec& s) {
+  const FilterConvCase cases[] = {
+      {"batch 2, 30% dense, a zero channel", 2, 5, 7, 1, 9, 11, 0.3, true, 2},
+      {"groups 2, dense, tiny image", 1, 4, 6, 2, -1, -1, 1.0, false, -1},
+      {"all-zero weight", 3, 3, 3, 1, 6, 5, 0.0, true, -1},
+      {"5% dense, many channels, 1x1 image", 2, 16, 20, 1, 1, 1, 0.05, false, 0},
+      {"depthwise, 60% dense", 2, 6, 6, 6, 8, 7, 0.6, true, -1},
+      {"wide channels, 50% dense (taps in several chunks)", 1, 24, 9, 1, 10, 12, 0.5, true, 4},
+  };
+  uint64_t seed = 71;
+  for (const auto& fc : cases) check_filter_conv_case(r, s, fc, seed += 10);
 }
 
 }  // namespace sparsejit::codegen::checks

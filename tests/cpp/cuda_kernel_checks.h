@@ -469,9 +469,13 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
 
 template <typename I>
 void check_attention(Runner& r, const CudaKernelSpec& s);  // cuda_attention_checks.h
-inline void check_filter_conv(Runner& r, const CudaKernelSpec& s);  // cuda_filter_conv_checks.h
 // tests/cpp/cuda_point_conv_checks.h
 inline void check_point_conv(Runner& r, const CudaKernelSpec& s);
+}  // namespace sparsejit::codegen::checks
+
+#include "tests/cpp/cuda_filter_conv_checks.h"
+
+namespace sparsejit::codegen::checks {
 
 // Runs the check matching the spec (SpMM: with a small and a larger chunk).
 inline void check_spec(Runner& r, const CudaKernelSpec& s) {
@@ -490,6 +494,7 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
       break;
     case CudaOp::PointConv:
     case CudaOp::PointConvMap: check_point_conv(r, s); break;
+    case CudaOp::FilterConv: check_filter_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {
         check_sddmm<int32_t>(r, s);
@@ -497,7 +502,6 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
         check_sddmm<int64_t>(r, s);
       }
       break;
-    case CudaOp::FilterConv: check_filter_conv(r, s); break;
     case CudaOp::Attention:
     case CudaOp::AttentionBackward:
       if (i32) {
@@ -519,4 +523,3 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
 }  // namespace sparsejit::codegen::checks
 
 #include "tests/cpp/cuda_attention_checks.h"
-#include "tests/cpp/cuda_filter_conv_checks.h"

@@ -73,6 +73,22 @@ CudaKernelSpec other_spec(CudaOp op, CudaScalar dt, IndexKind ix, int64_t h, int
   return s;
 }
 
+// Filter conv: a square kernel, stride, padding and dilation, the epilogue and the tile.
+CudaKernelSpec filter_conv_spec(CudaScalar dt, int k, int stride, int pad, int dil,
+                                sparsejit::Act act, int block, int channels) {
+  CudaKernelSpec s;
+  s.op = CudaOp::FilterConv;
+  s.dtype = dt;
+  s.conv.r = s.conv.s = k;
+  s.conv.stride_h = s.conv.stride_w = stride;
+  s.conv.pad_h = s.conv.pad_w = pad;
+  s.conv.dil_h = s.conv.dil_w = dil;
+  s.act = act;
+  s.block = block;
+  s.conv.channels_per_block = channels;
+  return s;
+}
+
 // Every op, strategy, dtype, index type, reduce, value mode, activation, and group sizes,
 // vector widths and shapes from scalar odd widths to multi-tile rows.
 std::vector<CudaKernelSpec> specs_under_test() {
@@ -116,12 +132,6 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_attention(S::F32, i32, 2, 9, 4, 2, false, false),
       plan_cuda_attention(S::F64, i64, 2, 9, 4, 2, true, true),
       plan_cuda_attention(S::F32, i32, 1, 64, 40, 2, false, true),
-      // Filter-sparse convolution: 3x3, 3x3 stride 2, 1x1, 7x7 stride 2, dilated.
-      plan_cuda_filter_conv(3, 3, 1, 1, 1, 1, 1, 1),
-      plan_cuda_filter_conv(3, 3, 2, 2, 1, 1, 1, 1),
-      plan_cuda_filter_conv(1, 1, 1, 1, 0, 0, 1, 1),
-      plan_cuda_filter_conv(7, 7, 2, 2, 3, 3, 1, 1),
-      plan_cuda_filter_conv(3, 3, 1, 1, 2, 2, 2, 2),
       plan_cuda_point_conv(S::F32, i32, 64, false, 16),
       plan_cuda_point_conv(S::F32, i64, 3, true, 16),
       plan_cuda_point_conv(S::F16, i32, 32, true, 16),
@@ -130,6 +140,19 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_point_conv(S::F64, i64, 1, false, 16),
       plan_cuda_point_map(i32),
       plan_cuda_point_map(i64),
+      filter_conv_spec(S::F32, 3, 1, 1, 1, A::Relu, 64, 1),
+      filter_conv_spec(S::F16, 1, 1, 0, 1, A::None, 128, 2),
+      filter_conv_spec(S::BF16, 7, 2, 3, 1, A::Relu, 256, 4),
+      filter_conv_spec(S::F64, 3, 2, 2, 2, A::None, 64, 8),
+      filter_conv_spec(S::F32, 5, 3, 0, 1, A::None, 128, 3),
+      [] {  // rectangular: 3x1 kernel, dilation 2 down, stride 2 across, padding down only
+        CudaKernelSpec s = filter_conv_spec(S::F32, 3, 1, 1, 2, A::Relu, 64, 2);
+        s.conv.s = 1;
+        s.conv.stride_w = 2;
+        s.conv.pad_w = 0;
+        s.conv.dil_w = 1;
+        return s;
+      }(),
   };
 }
 
@@ -179,8 +202,11 @@ EmulatedModule build_emulated(const CudaKernelSpec& spec, const std::string& dir
   }
   const std::string base = dir + "/" + spec.name();
   std::ofstream(base + ".cpp") << src;
+  // Every module defines the same template instances (kernel<sj_generated::Config>) and their
+  // __shared__ (function-static) arrays under the same names: -fno-gnu-unique and -Bsymbolic
+  // keep each module on its own copies instead of the first loaded module's.
   const std::string cmd = host_compiler() + " -std=c++17 -O1 -g -fPIC -shared -pthread " +
-                          "-fno-strict-aliasing -I" + source_root() + " " + base + ".cpp -o " +
+                          "-fno-gnu-unique -Wl,-Bsymbolic -fno-strict-aliasing -I" + source_root() + " " + base + ".cpp -o " +
                           base + ".so > " + base + ".log 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(base + ".log");

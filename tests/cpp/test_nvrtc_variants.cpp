@@ -2,7 +2,7 @@
 // for sm_90 (skipped when libnvrtc cannot be loaded), names are unique, invalid specs are
 // refused, and the planner picks the expected schedule from row statistics.
 //
-// All variants compile in about 20 s on two cores (376 variants, NVRTC 13.0);
+// All variants compile in about 20 s on two cores (530 variants, NVRTC 13.0, warm disk cache);
 // SPARSEJIT_TEST_CUDA_VARIANT_SUBSET=1 compiles a representative subset instead (every op,
 // strategy, dtype, vector width, reduce, value mode, activation and group size at least once;
 // about 80 variants, 5 s). SPARSEJIT_TEST_CUDA_ARCH overrides the target (default sm_90).
@@ -53,6 +53,7 @@ std::vector<CudaKernelSpec> representative(const std::vector<CudaKernelSpec>& al
       feats.push_back("dt" + std::string(cuda_scalar_name(s.dtype)) +
                       cuda_strategy_name(s.strategy) + reduce_name(s.reduce));
     }
+    if (s.op == CudaOp::FilterConv) feats.push_back(s.name().substr(0, s.name().find("_oc")));
     bool fresh = false;
     for (const auto& f : feats) fresh |= seen.insert(f).second;
     if (fresh) out.push_back(s);
@@ -63,7 +64,7 @@ std::vector<CudaKernelSpec> representative(const std::vector<CudaKernelSpec>& al
 TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   const auto all = enumerate_cuda_variants();
   EXPECT_GE(all.size(), 100u);
-  EXPECT_LE(all.size(), 500u);
+  EXPECT_LE(all.size(), 700u);
   std::set<std::string> names;
   std::set<std::string> entry_names;
   std::map<CudaOp, int> per_op;

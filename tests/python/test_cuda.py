@@ -413,47 +413,6 @@ def test_cuda_sparse_conv_modules_match_cpu(dtype):
         torch.testing.assert_close(got, want, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("geom", [dict(kernel_size=3, padding=1), dict(kernel_size=3, stride=2,
-                                  padding=1), dict(kernel_size=1), dict(kernel_size=7, stride=2,
-                                  padding=3), dict(kernel_size=3, padding=2, dilation=2,
-                                  groups=2)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_filter_conv_matches_cpu(geom, dtype):
-    g = torch.Generator().manual_seed(1)
-    conv = torch.nn.Conv2d(16, 24, **geom)
-    with torch.no_grad():
-        conv.weight[torch.rand(conv.weight.shape, generator=g) < 0.85] = 0
-        conv.weight[3] = 0  # an output channel without taps
-    layer = sj.nn.SparseConv2d.from_dense(conv, relu=True)
-    x = torch.randn(2, 16, 21, 19, generator=g).to(dtype)
-    want = layer(x)
-    got = layer.to(DEV)(x.to(DEV))
-    assert got.device.type == "cuda" and got.dtype == dtype
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    torch.testing.assert_close(got.cpu().float(), want.float(), atol=tol, rtol=tol)
-    cl = x.to(DEV).contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(layer(cl).cpu().float(), want.float(), atol=tol, rtol=tol)
-
-
-def test_cuda_sparsify_measures_on_the_gpu():
-    from sparsejit.families.filter_conv import layers as fl
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv2d(64, 64, 3, padding=1)).eval()
-    with torch.no_grad():
-        for m in model:
-            if isinstance(m, torch.nn.Conv2d):
-                m.weight[torch.rand(m.weight.shape) < 0.95] = 0
-    model = model.to(DEV)
-    x = torch.randn(1, 32, 28, 28, device=DEV)
-    want = model(x)
-    out = sj.sparsify(model, x, verbose=False, min_speedup=0.0, cache_dir=None)  # all sparse
-    assert all(r["dense_ms"] is not None and r["sparse_ms"] is not None
-               for r in fl.LAST_REPORT)
-    assert any(isinstance(m, sj.nn.SparseConv2d) for m in out.modules())
-    torch.testing.assert_close(out(x), want, atol=1e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_cuda_autograd_matches_cpu(reduce):
     A = random_graph(60, 50, 4, seed=5)

@@ -21,10 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda_filter_conv.h"
 #include "csrc/filter_conv/filter_conv_run.h"
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"
+#include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
@@ -37,6 +39,7 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 
 namespace sparsejit {
 namespace {
+
 
 constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 
@@ -156,17 +159,29 @@ int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
   return v.size() == 1 ? v[0] : v[i];
 }
 
-// The layer a call describes: the plan's weight shape checked against rowptr, x and the
-// convolution arguments (each failure names the argument); the variant forced or the plan's.
-struct Layer {
+// The call's geometry from the plan's words (a host copy) and the arguments, checked as the
+// CPU and CUDA implementations share them: everything but the devices and the weight pattern.
+struct LayerCall {
   filter_conv::Geometry g;
   int64_t cin_g = 0, variant = 0;
 };
 
-Layer check_layer(const int64_t* words, const at::Tensor& rowptr_t, const at::Tensor& x_in,
-                  c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                  c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
-                  int64_t kernel) {
+LayerCall check_call(const int64_t* words, int64_t plan_numel, const at::Tensor& rowptr_t,
+                     const at::Tensor& taps_t, const at::Tensor& values_t, const at::Tensor& x_in,
+                     const std::optional<at::Tensor>& bias_in, c10::IntArrayRef kernel_size,
+                     c10::IntArrayRef stride, c10::IntArrayRef padding,
+                     c10::IntArrayRef dilation, int64_t groups, int64_t kernel) {
+  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
+                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
+  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
+                  "values must have shape "
+                  "[",
+                  taps_t.numel(), "] (one per tap); got ", values_t.sizes());
+  check_float(x_in, "x");
+  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
+                  x_in.sizes());
+  SPARSEJIT_CHECK("filter_conv", plan_numel == plan::kHeaderWords + kGeomWords, "plan must have ",
+                  plan::kHeaderWords + kGeomWords, " words; got ", plan_numel);
   const int64_t c_out = words[plan::kHeaderWords], cin_g = words[plan::kHeaderWords + 1];
   const int64_t r = words[plan::kHeaderWords + 2], s = words[plan::kHeaderWords + 3];
   SPARSEJIT_CHECK("filter_conv", c_out >= 0 && cin_g >= 1 && r >= 1 && s >= 1,
@@ -178,15 +193,16 @@ Layer check_layer(const int64_t* words, const at::Tensor& rowptr_t, const at::Te
                   "variant must be -1 (the plan's) or in "
                   "[0, ",
                   filter_conv::kNumVariants, "); got ", kernel);
-  const int64_t variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
-  SPARSEJIT_CHECK("filter_conv", variant >= 0 && variant < filter_conv::kNumVariants,
-                  "plan's variant word ", variant, " is not a variant");
+  LayerCall call;
+  call.variant = kernel >= 0 ? kernel : words[plan::kWordKernel];
+  SPARSEJIT_CHECK("filter_conv", call.variant >= 0 && call.variant < filter_conv::kNumVariants,
+                  "plan's variant word ", call.variant, " is not a variant");
 
   SPARSEJIT_CHECK(
       "filter_conv",
       pair_at(kernel_size, 0, "kernel_size") == r && pair_at(kernel_size, 1, "kernel_size") == s,
       "kernel_size ", kernel_size, " does not match the plan's weight (", r, "x", s, ")");
-  filter_conv::Geometry g;
+  filter_conv::Geometry& g = call.g;
   g.batch = x_in.size(0);
   g.c_in = x_in.size(1);
   g.h = x_in.size(2);
@@ -212,9 +228,14 @@ Layer check_layer(const int64_t* words, const at::Tensor& rowptr_t, const at::Te
                   "]");
   const std::string gerr = filter_conv::check_geometry(g);
   SPARSEJIT_CHECK("filter_conv", gerr.empty(), gerr);
-  SPARSEJIT_CHECK("filter_conv", c_out % groups == 0, "C_out = ", c_out,
-                  " is not divisible by groups = ", groups);
-  return {g, cin_g, variant};
+  if (bias_in.has_value()) {
+    check_float(*bias_in, "bias");
+    SPARSEJIT_CHECK("filter_conv", bias_in->dim() == 1 && bias_in->numel() == c_out,
+                    "bias must have shape [", c_out, "]; got ", bias_in->sizes());
+    check_same_device(*bias_in, x_in, "bias", "x");
+  }
+  call.cin_g = cin_g;
+  return call;
 }
 
 at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
@@ -226,37 +247,19 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   check_index(plan_t, "plan");
   check_index(rowptr_t, "rowptr");
   check_index(taps_t, "taps");
-  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
-                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
   SPARSEJIT_CHECK("filter_conv", values_t.device().is_cpu(), "values must be on the CPU; got ",
                   values_t.device());
-  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
-                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
-                  values_t.sizes());
-  check_float(x_in, "x");
-  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
-                  x_in.sizes());
-  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(), "x must be on the CPU or a CUDA "
-                  "device; got ", x_in.device());
-  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
-                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
-                  plan_t.numel());
+  SPARSEJIT_CHECK("filter_conv", x_in.device().is_cpu(),
+                  "x must be on the CPU for the CPU kernel; got ", x_in.device());
   const auto plan_c = plan_t.contiguous();
   const int64_t* words = ptr<int64_t>(plan_c);
-  const Layer layer = check_layer(words, rowptr_t, x_in, kernel_size, stride, padding, dilation,
-                                  groups, kernel);
-  const filter_conv::Geometry g = layer.g;
-  const int64_t c_out = g.c_out, cin_g = layer.cin_g, r = g.r, s = g.s;
-  const int64_t variant = layer.variant;
-
+  const LayerCall call = check_call(words, plan_c.numel(), rowptr_t, taps_t, values_t, x_in,
+                                    bias_in, kernel_size, stride, padding, dilation, groups,
+                                    kernel);
+  const filter_conv::Geometry& g = call.g;
+  const int64_t c_out = g.c_out, variant = call.variant;
   at::Tensor bias;
-  if (bias_in.has_value()) {
-    check_float(*bias_in, "bias");
-    SPARSEJIT_CHECK("filter_conv", bias_in->dim() == 1 && bias_in->numel() == c_out,
-                    "bias must have shape [", c_out, "]; got ", bias_in->sizes());
-    check_same_device(*bias_in, x_in, "bias", "x");
-    bias = bias_in->to(at::kFloat).contiguous();
-  }
+  if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
   const auto rowptr = rowptr_t.contiguous();
   const auto taps = taps_t.contiguous();
   const auto values = values_t.contiguous();
@@ -265,7 +268,7 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   p.taps = ptr<int64_t>(taps);
   p.values = ptr<float>(values);
   p.c_out = c_out;
-  p.cols = cin_g * r * s;
+  p.cols = call.cin_g * g.r * g.s;
   const auto key = geometry_key(g, variant);
   const bool track = !rowptr_t.is_inference() && !taps_t.is_inference();
   std::optional<PreparedEntry> hit;
@@ -299,12 +302,75 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 
+
 #ifdef SPARSEJIT_WITH_CUDA
-// ---- CUDA (kernels/cuda/filter_conv.cuh) -------------------------------------------------------
-// The plan, rowptr, taps and values may live on the CPU or on x's device (a module moved with
-// .to("cuda") carries them there). Host reads: the plan's 14 words per call, and the pattern's
-// O(nnz) check and stamp once per live (rowptr, taps) on a host copy.
 using namespace cuda_ext;
+
+// ---- CUDA ----------------------------------------------------------------------------------
+// A layer's plan arrays on one device, checked once per (plan, rowptr, taps, values) at their
+// versions: the pattern check and the plan's stamp need the arrays on the host, so a miss
+// copies them there (a device sync when they live on the GPU: once per layer, never on a hit)
+// and copies rowptr / taps / values to x's device. The copies are the table's own (never the
+// caller's tensors), so an entry expires with the caller's tensors.
+struct DeviceLayer {
+  TensorState plan, rowptr, taps, values;
+  int device = -1;
+  std::vector<int64_t> words;
+  at::Tensor rowptr_d, taps_d, values_d;
+};
+
+class DeviceLayerTable {
+ public:
+  std::shared_ptr<const DeviceLayer> find(const at::Tensor& plan, const at::Tensor& rowptr,
+                                          const at::Tensor& taps, const at::Tensor& values,
+                                          int device) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& e : entries_) {
+      if (e->device == device && e->plan.matches(plan) && e->rowptr.matches(rowptr) &&
+          e->taps.matches(taps) && e->values.matches(values))
+        return e;
+    }
+    return nullptr;
+  }
+  void add(std::shared_ptr<const DeviceLayer> entry) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<std::shared_ptr<const DeviceLayer>> kept{std::move(entry)};
+    for (auto& old : entries_) {
+      if (kept.size() >= kMaxEntries) break;
+      if (!old->plan.expired() && !old->rowptr.expired() && !old->taps.expired() &&
+          !old->values.expired())
+        kept.push_back(std::move(old));
+    }
+    entries_.swap(kept);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<const DeviceLayer>> entries_;
+};
+
+DeviceLayerTable& device_layer_table() {
+  static DeviceLayerTable t;
+  return t;
+}
+
+void check_index_any_device(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
+                   " must be int64; got ", t.scalar_type());
+  SPARSEJIT_CHECK("filter_conv", t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
+  SPARSEJIT_CHECK("filter_conv", t.device().is_cpu() || t.device() == x.device(), name,
+                  " must be on the CPU or on ", "x's device ", x.device(), "; got ", t.device());
+}
+
+// Compression runs on the host (once per layer); the plan arrays go back to the weight's device
+// (values stay float32, whatever the weight's dtype).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cuda(
+    const at::Tensor& weight, double threshold, int64_t kernel) {
+  auto [plan, rowptr, taps, values] = filter_conv_plan_cpu(weight.to(at::kCPU), threshold, kernel);
+  const auto d = weight.device();
+  return {plan.to(d), rowptr.to(d), taps.to(d), values.to(d)};
+}
 
 at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
                             const at::Tensor& taps_t, const at::Tensor& values_t,
@@ -312,95 +378,110 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
                             c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                             c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
                             bool relu, int64_t kernel) {
-  SPARSEJIT_CHECK("filter_conv", x_in.is_cuda(), "x is on ", x_in.device(),
-                  " but the layer's plan / weights are on a CUDA device; move them together");
+  SPARSEJIT_CHECK("filter_conv", x_in.is_cuda(), "x must be on the GPU when the plan is; got ",
+                  x_in.device());
+  check_index_any_device(plan_t, "plan", x_in);
+  check_index_any_device(rowptr_t, "rowptr", x_in);
+  check_index_any_device(taps_t, "taps", x_in);
+  SPARSEJIT_CHECK("filter_conv", values_t.device().is_cpu() || values_t.device() == x_in.device(),
+                  "values must be "
+                  "on the CPU or on x's device ",
+                  x_in.device(), "; got ", values_t.device());
   c10::cuda::CUDAGuard guard(x_in.device());
-  auto host = [](const at::Tensor& t) { return t.is_cpu() ? t : t.cpu(); };
-  if (!gpu_kernels_available())
-    return call_on_cpu<at::Tensor>("sparsejit::filter_conv", host(plan_t), host(rowptr_t),
-                                   host(taps_t), host(values_t), x_in, bias_in, kernel_size,
-                                   stride, padding, dilation, groups, relu, kernel);
-  for (auto [t, name] : {std::pair{&plan_t, "plan"}, std::pair{&rowptr_t, "rowptr"},
-                         std::pair{&taps_t, "taps"}}) {
-    TORCH_CHECK_TYPE(t->scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
-                     " must be int64; got ", t->scalar_type());
-    SPARSEJIT_CHECK("filter_conv", t->dim() == 1, name, " must be 1-D; got shape ", t->sizes());
+  if (!gpu_kernels_available()) {
+    const auto y = call_on_cpu<at::Tensor>(
+        "sparsejit::filter_conv", plan_t, rowptr_t, taps_t, values_t, x_in, bias_in,
+        kernel_size.vec(), stride.vec(), padding.vec(), dilation.vec(), groups, relu, kernel);
+    return y.to(x_in.scalar_type());  // the fallback returns values' dtype (float32)
   }
-  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
-                   "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
-  SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
-                  "values must have shape [", taps_t.numel(), "] (one per tap); got ",
-                  values_t.sizes());
-  check_float(x_in, "x");
-  SPARSEJIT_CHECK("filter_conv", x_in.dim() == 4, "x must be 4-D [N, C_in, H, W]; got shape ",
-                  x_in.sizes());
-  SPARSEJIT_CHECK("filter_conv", plan_t.numel() == plan::kHeaderWords + kGeomWords,
-                  "plan must have ", plan::kHeaderWords + kGeomWords, " words; got ",
-                  plan_t.numel());
-  const auto plan_c = host(plan_t).contiguous();
-  const int64_t* words = ptr<int64_t>(plan_c);
-  const Layer layer = check_layer(words, rowptr_t, x_in, kernel_size, stride, padding, dilation,
-                                  groups, kernel);
-  const filter_conv::Geometry g = layer.g;
-  const int64_t c_out = g.c_out, cin_g = layer.cin_g, r = g.r, s = g.s;
-  // The pattern's check and stamp, once per live (rowptr, taps).
-  auto made = derived_once("filter_conv_pattern", {rowptr_t, taps_t}, 0, [&] {
-    const auto rp = host(rowptr_t).contiguous(), tp = host(taps_t).contiguous();
+  const int device = x_in.get_device();
+  const bool track = TensorState::trackable(plan_t) && TensorState::trackable(rowptr_t) &&
+                     TensorState::trackable(taps_t) && TensorState::trackable(values_t);
+  std::shared_ptr<const DeviceLayer> layer;
+  if (track) layer = device_layer_table().find(plan_t, rowptr_t, taps_t, values_t, device);
+  at::Tensor plan_h;
+  if (!layer) plan_h = plan_t.to(at::kCPU).contiguous();  // sync if on the GPU (once per layer)
+  const int64_t* words = layer ? layer->words.data() : ptr<int64_t>(plan_h);
+  const int64_t plan_numel = layer ? int64_t(layer->words.size()) : plan_h.numel();
+  const LayerCall call = check_call(words, plan_numel, rowptr_t, taps_t, values_t, x_in, bias_in,
+                                    kernel_size, stride, padding, dilation, groups, kernel);
+  const filter_conv::Geometry& g = call.g;
+  if (!layer) {
+    auto fresh = std::make_shared<DeviceLayer>();
+    const auto rowptr_h = rowptr_t.to(at::kCPU).contiguous();
+    const auto taps_h = taps_t.to(at::kCPU).contiguous();
+    const auto values_h = values_t.to(at::kCPU).contiguous();
     filter_conv::Pattern p;
-    p.rowptr = ptr<int64_t>(rp);
-    p.taps = ptr<int64_t>(tp);
-    p.c_out = c_out;
-    p.cols = cin_g * r * s;
-    const std::string perr = filter_conv::check_pattern(p, tp.numel());
+    p.rowptr = ptr<int64_t>(rowptr_h);
+    p.taps = ptr<int64_t>(taps_h);
+    p.values = ptr<float>(values_h);
+    p.c_out = g.c_out;
+    p.cols = call.cin_g * g.r * g.s;
+    const std::string perr = filter_conv::check_pattern(p, taps_h.numel());
     SPARSEJIT_CHECK("filter_conv", perr.empty(), "invalid weight pattern: ", perr);
-    return std::static_pointer_cast<const void>(std::make_shared<const plan::StructureStamp>(
-        plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols)));
-  });
-  std::string herr;
-  SPARSEJIT_CHECK("filter_conv",
-                  plan::check_header(words, plan_c.numel(), OpKind::FilterConv,
-                                     *std::static_pointer_cast<const plan::StructureStamp>(made),
-                                     &herr),
-                  "plan: ", herr);
-  const auto dev = x_in.device();
-  const auto rowptr = rowptr_t.to(dev).contiguous(), taps = taps_t.to(dev).contiguous();
-  const auto values = values_t.to(dev).contiguous();
-  at::Tensor bias;
-  if (bias_in.has_value()) {
-    check_float(*bias_in, "bias");
-    SPARSEJIT_CHECK("filter_conv", bias_in->dim() == 1 && bias_in->numel() == c_out,
-                    "bias must have shape [", c_out, "]; got ", bias_in->sizes());
-    bias = bias_in->to(dev, at::kFloat).contiguous();
+    const auto stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, g.c_out, p.cols);
+    std::string herr;
+    SPARSEJIT_CHECK("filter_conv",
+                    plan::check_header(words, plan_numel, OpKind::FilterConv, stamp, &herr),
+                    "plan: ", herr);
+    fresh->device = device;
+    fresh->words.assign(words, words + plan_numel);
+    fresh->rowptr_d = rowptr_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    fresh->taps_d = taps_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    fresh->values_d = values_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
+    if (track) {
+      fresh->plan = TensorState::of(plan_t);
+      fresh->rowptr = TensorState::of(rowptr_t);
+      fresh->taps = TensorState::of(taps_t);
+      fresh->values = TensorState::of(values_t);
+      device_layer_table().add(fresh);
+    }
+    layer = std::move(fresh);
   }
-  const auto x = x_in.to(at::kFloat).contiguous();
-  auto y = at::empty({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
-  const int64_t pixels = g.out_h() * g.out_w();
-  if (g.batch > 0 && c_out > 0 && pixels > 0) {
-    const auto spec = codegen::plan_cuda_filter_conv(
-        static_cast<int32_t>(r), static_cast<int32_t>(s), static_cast<int32_t>(g.stride_h),
-        static_cast<int32_t>(g.stride_w), static_cast<int32_t>(g.pad_h),
-        static_cast<int32_t>(g.pad_w), static_cast<int32_t>(g.dil_h),
-        static_cast<int32_t>(g.dil_w));
+
+  const int64_t oh = g.out_h(), ow = g.out_w(), pixels = g.batch * oh * ow;
+  auto y = new_output({g.batch, g.c_out, oh, ow}, x_in.options().memory_format(
+                                                      at::MemoryFormat::Contiguous));
+  if (pixels > 0 && g.c_out > 0) {
+    codegen::CudaFilterConvProblem prob;
+    prob.dtype = cuda_scalar(x_in.scalar_type());
+    prob.r = static_cast<int32_t>(g.r);
+    prob.s = static_cast<int32_t>(g.s);
+    prob.stride_h = static_cast<int32_t>(g.stride_h);
+    prob.stride_w = static_cast<int32_t>(g.stride_w);
+    prob.pad_h = static_cast<int32_t>(std::min<int64_t>(g.pad_h, INT32_MAX));
+    prob.pad_w = static_cast<int32_t>(std::min<int64_t>(g.pad_w, INT32_MAX));
+    prob.dil_h = static_cast<int32_t>(g.dil_h);
+    prob.dil_w = static_cast<int32_t>(g.dil_w);
+    prob.relu = relu;
+    prob.c_out = g.c_out;
+    prob.pixels = pixels;
+    const CudaKernelSpec spec = codegen::plan_cuda_filter_conv(prob);
     const std::string invalid = spec.validate();
-    SPARSEJIT_CHECK("filter_conv", invalid.empty(), "no CUDA kernel for this layer: ", invalid);
-    cuda::FilterConvParams p{};
-    p.rowptr = rowptr.data_ptr();
-    p.taps = taps.data_ptr();
-    p.values = values.data_ptr();
-    p.x = x.data_ptr();
-    p.bias = bias.defined() ? bias.data_ptr() : nullptr;
-    p.y = y.data_ptr();
-    p.batch = g.batch, p.c_in = g.c_in, p.h = g.h, p.w = g.w, p.c_out = c_out;
-    p.cin_g = cin_g, p.cout_g = c_out / groups, p.out_h = g.out_h(), p.out_w = g.out_w();
-    p.relu = relu ? 1 : 0;
+    TORCH_CHECK_VALUE(invalid.empty(), "sparsejit.filter_conv (CUDA): no kernel for this layer: ",
+                      invalid);
+    const auto launches = codegen::plan_filter_conv_launch(spec, pixels, g.c_out);
+    SPARSEJIT_CHECK(
+        "filter_conv",
+        pixels / spec.block < (int64_t(1) << 31) &&
+            (g.c_out + spec.conv.channels_per_block - 1) / spec.conv.channels_per_block <= 65535,
+        "layer too large for one launch (", pixels, " output pixels, ", g.c_out,
+        " output channels)");
+    const auto x = x_in.contiguous();
+    at::Tensor bias;
+    if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
+    cuda::FilterConvParams params{layer->rowptr_d.data_ptr(), layer->taps_d.data_ptr(),
+                                  layer->values_d.data_ptr(), x.data_ptr(),
+                                  bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(),
+                                  g.batch, g.c_in, g.h, g.w, g.c_out, oh, ow, call.cin_g,
+                                  g.c_out / g.groups, 0};
     std::string err;
-    if (!CudaKernels::instance().run(
-            spec, x.get_device(), c10::cuda::getCurrentCUDAStream().stream(),
-            {codegen::plan_filter_conv_launch(spec, g.batch, c_out, pixels)}, &p, &err))
+    if (!CudaKernels::instance().run(spec, device, c10::cuda::getCurrentCUDAStream().stream(),
+                                     launches, &params, &err))
       raise_cuda_error("filter_conv", err);
   }
   if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
-  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+  return y;
 }
 #endif
 
@@ -412,9 +493,8 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-// filter_conv_plan compresses a weight once (on the CPU; the module keeps the result).
 TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("filter_conv_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("filter_conv_plan", &filter_conv_plan_cuda);
   m.impl("filter_conv", &filter_conv_cuda);
 }
 #endif

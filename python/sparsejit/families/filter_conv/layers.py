@@ -33,8 +33,9 @@ class SparseConv2d(nn.Module):
     """A Conv2d whose weight's zeros are skipped: the weight compressed per output channel
     (``sparsejit::filter_conv_plan``), bias and an optional ReLU fused into the output write.
     Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16,
-    float16 and float64 results converted back); returns NCHW. On the CPU, or on a GPU after
-    ``.to("cuda")`` (an NVRTC kernel specialized to the layer's geometry)."""
+    float16 and float64 results converted back); returns NCHW. The compressed weight is built
+    on the host and its buffers placed on `weight`'s device; on a GPU the op runs the CUDA
+    kernel (kernels/cuda/filter_conv.cuh; float32 accumulation, results in x's dtype)."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride=1,
                  padding=0, dilation=1, groups: int = 1, relu: bool = False,
@@ -52,11 +53,12 @@ class SparseConv2d(nn.Module):
         w = weight.detach().cpu()
         plan, rowptr, taps, values = torch.ops.sparsejit.filter_conv_plan(
             w, float(threshold), VARIANTS[kernel])
-        self.register_buffer("plan", plan)
-        self.register_buffer("rowptr", rowptr)
-        self.register_buffer("taps", taps)
-        self.register_buffer("values", values)
-        self.register_buffer("bias", None if bias is None else bias.detach().cpu().float())
+        dev = weight.device
+        self.register_buffer("plan", plan.to(dev))
+        self.register_buffer("rowptr", rowptr.to(dev))
+        self.register_buffer("taps", taps.to(dev))
+        self.register_buffer("values", values.to(dev))
+        self.register_buffer("bias", None if bias is None else bias.detach().to(dev).float())
         self.out_channels = int(weight.shape[0])
         self.in_channels = int(weight.shape[1]) * groups
         self.kernel_size = _pair(tuple(weight.shape[2:]))
@@ -164,15 +166,21 @@ def _default_cache_dir() -> Path:
     return Path(_core.cache_dir()) / "filter_conv"
 
 
-def _decision_key(module: nn.Module, sparse: nn.Module, shape, dtype) -> str:
+def _machine(device: torch.device) -> str:
+    """What a measurement depends on besides the layer: the GPU model, or the CPU model and
+    the thread count."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"{_cpu_model()}|t{torch.get_num_threads()}"
+
+
+def _decision_key(module: nn.Module, sparse: nn.Module, shape, dtype,
+                  device: torch.device = torch.device("cpu")) -> str:
     conv = sparse.conv if isinstance(sparse, SparseLinear) else sparse
     fp = fingerprint(conv.rowptr, conv.taps)
     geo = (type(module).__name__, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
            conv.groups, conv.in_channels, conv.out_channels)
-    dev = conv.rowptr.device
-    where = (f"{_cpu_model()}|t{torch.get_num_threads()}" if dev.type == "cpu"
-             else f"{torch.cuda.get_device_name(dev)}")
-    return f"{fp}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|{where}"
+    return f"{fp}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|{_machine(device)}"
 
 
 def _load_decisions(path: Path) -> Dict[str, dict]:
@@ -186,33 +194,49 @@ def _save_decisions(path: Path, table: Dict[str, dict]) -> None:
 _CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+def _time_cuda(runs, x, repeat: int) -> List[List[float]]:
+    """Per-run device milliseconds (CUDA events on the current stream), the runs alternated as
+    on the CPU; one synchronization at the end, not per run."""
+    events = [[] for _ in runs]
+    for rep in range(repeat):
+        for j in range(len(runs)):
+            i = (rep + j) % len(runs)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            runs[i](x)
+            end.record()
+            events[i].append((start, end))
+    torch.cuda.synchronize(x.device)
+    return [[a.elapsed_time(b) for a, b in ev] for ev in events]
+
+
 def measure(dense: nn.Module, sparse: nn.Module, shape, dtype, repeat: int = 7,
-            clock: str = "wall", variants=()):
+            clock: str = "wall", variants=(), device=None):
     """Median milliseconds of the dense and the sparse module on a random input of `shape`,
     alternated run by run so that both see the same machine load. ``clock="cpu"`` counts this
     process's CPU time instead of elapsed time (robust to other jobs; use with one thread).
     With `variants` (names in ops.filter_conv.VARIANTS), each is run too (``sparse(x,
-    variant=...)``, in the same alternation) and a third result maps name -> median ms."""
-    device = next(iter(dense.parameters())).device
-    cuda = device.type == "cuda"
-    base = _CLOCKS["wall" if cuda else clock]  # a GPU's work is timed to a synchronisation
-
-    def tick():
-        if cuda:
-            torch.cuda.synchronize(device)
-        return base()
-    x = torch.randn(shape, dtype=dtype).to(device)
+    variant=...)``, in the same alternation) and a third result maps name -> median ms.
+    On a CUDA `device` (default: the CPU) both modules run on the GPU (cuDNN against the
+    CUDA filter-conv kernel) and are timed with CUDA events whatever `clock` says."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    x = torch.randn(shape, dtype=dtype, device=device)
     runs = [dense, sparse] + [lambda x, k=VARIANTS[v]: sparse(x, variant=k) for v in variants]
     times: List[List[float]] = [[] for _ in runs]
     with torch.no_grad():
         for f in runs:  # warm-up (first-touch allocations, oneDNN primitives, JIT compiles)
             f(x)
-        for rep in range(repeat):  # order rotated: who runs second finds x in cache
-            for j in range(len(runs)):
-                i = (rep + j) % len(runs)
-                t0 = tick()
-                runs[i](x)
-                times[i].append((tick() - t0) * 1e3)
+        if device.type == "cuda":
+            times = _time_cuda(runs, x, repeat)
+        else:
+            tick = _CLOCKS[clock]
+            for rep in range(repeat):  # order rotated: who runs second finds x in cache
+                for j in range(len(runs)):
+                    i = (rep + j) % len(runs)
+                    t0 = tick()
+                    runs[i](x)
+                    times[i].append((tick() - t0) * 1e3)
     med = [sorted(t)[len(t) // 2] for t in times]
     if not variants:
         return med[0], med[1]
@@ -246,7 +270,7 @@ LAST_JIT_WARMUP_S = 0.0  # wall seconds the last sparsify spent compiling JIT ke
 
 
 def _jit_candidates(sparse: "SparseConv2d", jit: bool, baked_max_nnz: int) -> Tuple[str, ...]:
-    if not jit or not _core.jit_enabled():
+    if not jit or not _core.jit_enabled() or sparse.values.device.type != "cpu":
         return ()
     return JIT_VARIANTS if sparse.nnz <= baked_max_nnz else ("jit",)
 
@@ -262,7 +286,8 @@ def _warm_jit(work: List[tuple]) -> float:
     def run(job):
         sparse, shape, dtype, v = job
         with torch.no_grad():
-            sparse(torch.zeros((1,) + tuple(shape[1:]), dtype=dtype), variant=VARIANTS[v])
+            sparse(torch.zeros((1,) + tuple(shape[1:]), dtype=dtype, device=sparse.values.device),
+                   variant=VARIANTS[v])
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
@@ -290,9 +315,12 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
-    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s. Layers
-    of a model on a GPU are measured there (the sparse CUDA kernel against cuDNN, timed to a
-    device synchronisation) and keyed by the GPU's name."""
+    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s.
+
+    Layers on a GPU are measured there: the CUDA filter-conv kernel against the dense module
+    (cuDNN), both timed with CUDA events on the example input's shape and dtype, and the
+    decision cached under the GPU model (JIT variants are a CPU matter and not tried); the
+    sparse module is created on the layer's device. Layers on other devices stay dense."""
     global LAST_JIT_WARMUP_S
     baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
@@ -336,19 +364,17 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                                              relu=mod is not conv) if ok else None
         else:
             sparse = SparseLinear(mod, threshold=threshold)
-        if sparse is not None:  # on a GPU, measured against cuDNN there
-            sparse = sparse.to(conv.weight.device)
         row = dict(name=name, input_shape=list(shape), weight_shape=list(conv.weight.shape),
                    sparsity=sparse.sparsity if sparse is not None else 0.0, dense_ms=None,
                    sparse_ms=None, choice="dense", kernel=None, cached=False)
         key = None
         if sparse is not None and row["sparsity"] >= min_sparsity:
-            key = _decision_key(mod, sparse, shape, dtype)
+            key = _decision_key(mod, sparse, shape, dtype, conv.weight.device)
         layers.append((name, mod, sparse, row, key))
     # Compile the JIT kernels of the layers to be measured, all at once.
     work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit, baked_max))
             for n, _, s, _, k in layers if k is not None and k not in table
-            and isinstance(s, SparseConv2d) and s.rowptr.device.type == "cpu"]
+            and isinstance(s, SparseConv2d)]
     LAST_JIT_WARMUP_S = _warm_jit(work)
     for i, (name, mod, sparse, row, key) in enumerate(layers):
         shape, dtype = shapes[name]
@@ -356,14 +382,16 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
             hit = table.get(key)
             if hit is None:
                 conv = sparse if isinstance(sparse, SparseConv2d) else sparse.conv
-                kinds = (_jit_candidates(conv, jit, baked_max)  # the CPU JIT's loops
-                         if isinstance(sparse, SparseConv2d) and
-                         conv.rowptr.device.type == "cpu" else ())
-                if isinstance(sparse, SparseConv2d):
+                kinds = (_jit_candidates(conv, jit, baked_max)
+                         if isinstance(sparse, SparseConv2d) else ())
+                device = _conv_of(mod).weight.device
+                on_gpu = device.type == "cuda"
+                if isinstance(sparse, SparseConv2d) and not on_gpu:
                     sparse.set_kernel("generic")  # the precompiled loop, against the JIT's
-                res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds)
+                res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds,
+                              **({"device": device} if on_gpu else {}))
                 d, s = res[0], res[1]
-                kernel_ms = {"generic": s, **(res[2] if kinds else {})}
+                kernel_ms = {"cuda" if on_gpu else "generic": s, **(res[2] if kinds else {})}
                 kernel = min(kernel_ms, key=kernel_ms.get)
                 hit = dict(dense_ms=d, sparse_ms=kernel_ms[kernel], kernel=kernel,
                            kernel_ms=kernel_ms, sparse=d >= kernel_ms[kernel] * min_speedup)
@@ -375,7 +403,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                        kernel=hit.get("kernel", "auto"))
             if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
                 row["choice"] = "sparse"
-                if isinstance(sparse, SparseConv2d):
+                if isinstance(sparse, SparseConv2d) and row["kernel"] in VARIANTS:
                     sparse.set_kernel(row["kernel"])
                 set_module(model, name, sparse)
         rows.append(row)
