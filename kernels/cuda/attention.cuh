@@ -26,17 +26,6 @@ namespace sparsejit {
 namespace cuda {
 
 template <typename A>
-__device__ __forceinline__ A acc_log(A v);
-template <>
-__device__ __forceinline__ float acc_log<float>(float v) {
-  return logf(v);
-}
-template <>
-__device__ __forceinline__ double acc_log<double>(double v) {
-  return log(v);
-}
-
-template <typename A>
 __device__ __forceinline__ A leaky(A u, A slope) {
   return u * (u < A(0) ? slope : A(1));
 }

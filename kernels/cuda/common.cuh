@@ -127,6 +127,17 @@ __device__ __forceinline__ double acc_exp<double>(double v) {
 }
 
 template <typename A>
+__device__ __forceinline__ A acc_log(A v);
+template <>
+__device__ __forceinline__ float acc_log<float>(float v) {
+  return logf(v);
+}
+template <>
+__device__ __forceinline__ double acc_log<double>(double v) {
+  return log(v);
+}
+
+template <typename A>
 __device__ __forceinline__ A acc_expm1(A v);
 template <>
 __device__ __forceinline__ float acc_expm1<float>(float v) {

@@ -11,6 +11,7 @@ import torch
 import sparsejit.spconv as spconv
 from sparsejit.families.point_conv.plan import _FIXED
 from sparsejit.ops.sparse_conv import conv_plan, sparse_conv
+from test_sparse_conv import random_sites as _random_sites
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -23,20 +24,12 @@ GEOMETRIES = [  # kind, kernel, stride, padding
 
 
 def random_sites(n, shape, batch_size=2, seed=0, cluster=False):
-    g = torch.Generator().manual_seed(seed)
     if cluster:  # a dense block: every site has every neighbour
         s = int(round(n ** (1 / len(shape))))
         grid = torch.stack(torch.meshgrid(*[torch.arange(s)] * len(shape), indexing="ij"), -1)
         cols = grid.reshape(-1, len(shape))
         return torch.cat([torch.zeros(len(cols), 1, dtype=torch.long), cols], 1).int()
-    total = batch_size * torch.Size(shape).numel()
-    flat = torch.randperm(total, generator=g)[:n]
-    cols = []
-    for s in reversed(shape):
-        cols.append(flat % s)
-        flat = flat // s
-    cols.append(flat)
-    return torch.stack(cols[::-1], 1).int()
+    return _random_sites(n, shape, batch_size, seed)
 
 
 def _close(got, ref, dtype, scale=1.0):
