@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -148,9 +149,19 @@ def main():
     model = train(args.model, args.steps, mine, everyone)
     if args.out:
         torch.save(model.state_dict(), args.out.replace("{rank}", str(rank)))
+    # Every rank done with its collectives before any tears the group down: rank 0 hosts the
+    # store, and a peer still talking to it when it closes aborts in gloo's teardown
+    # ("terminate called without an active exception", about one run in three here).
+    dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     main()
+    # torch 2.13's gloo backend can still abort in its static teardown after the group is
+    # destroyed (also with the sparsejit build of the previous session, so not sparsejit's
+    # code): everything is written and the group is gone, so leave without that teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
