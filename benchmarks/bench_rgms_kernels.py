@@ -57,10 +57,10 @@ def main(argv=None):
             w = torch.randn(r, f, f, generator=gen) * 0.1
             dy = torch.randn(n, f, generator=gen)
             passes = {
-                "forward": lambda gm: ops.rgms(*plan, x, w, None, "mean", n, gm, 0, 0),
-                "grad X": lambda gm: ops.rgms_backward(*plan, x, w, None, dy, "mean", True,
+                "forward": lambda gm: ops.rgms(plan, x, w, None, "mean", n, gm, 0, 0),
+                "grad X": lambda gm: ops.rgms_backward(plan, x, w, None, dy, "mean", True,
                                                        False, False, gm, 0, 0),
-                "grad W": lambda gm: ops.rgms_backward(*plan, x, w, None, dy, "mean", False,
+                "grad W": lambda gm: ops.rgms_backward(plan, x, w, None, dy, "mean", False,
                                                        True, False, gm, 0, 0),
             }
             for pname, run in passes.items():

@@ -174,17 +174,10 @@ TypedCsr TypedCsr::from_edge_index(const at::Tensor& edge_index, const at::Tenso
                         : 1;
   }
   static auto plan = op("sparsejit::rgms_plan")
-                         .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                                           at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                       int64_t, int64_t, int64_t)>();
-  auto [rel_ptr, grp_ptr, grp_dst, src, perm] =
-      plan.call(edge_index, edge_type, num_nodes, num_nodes, num_relations);
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t,
+                                           int64_t, int64_t)>();
   TypedCsr t;
-  t.rel_ptr = rel_ptr;
-  t.grp_ptr = grp_ptr;
-  t.grp_dst = grp_dst;
-  t.src = src;
-  t.perm = perm;
+  t.plan = plan.call(edge_index, edge_type, num_nodes, num_nodes, num_relations);
   t.num_src = t.num_dst = num_nodes;
   t.num_relations = num_relations;
   return t;
@@ -198,12 +191,10 @@ at::Tensor rgms(const TypedCsr& a, const at::Tensor& x, const at::Tensor& w,
   using Opt = const std::optional<at::Tensor>&;
   static auto h = op("sparsejit::rgms")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const at::Tensor&, Opt, c10::string_view, int64_t,
-                                        int64_t, int64_t, int64_t, Opt, Opt, Opt)>();
+                                        Opt, c10::string_view, int64_t, int64_t, int64_t,
+                                        int64_t, Opt, Opt, Opt)>();
   // gemm, tile, strategy = 0: the cost model's choices; the root term reads X.
-  return h.call(a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm, x, w, values, reduce, a.num_dst,
-                0, 0, 0, root, bias, std::nullopt);
+  return h.call(a.plan, x, w, values, reduce, a.num_dst, 0, 0, 0, root, bias, std::nullopt);
 }
 
 at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::Tensor& w) {

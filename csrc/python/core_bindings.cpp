@@ -17,6 +17,7 @@
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
 #include "csrc/point_conv/plan_layout.h"
+#include "csrc/rgms/plan_layout.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
 
@@ -232,6 +233,12 @@ py::dict plan_layout() {
   for (const auto& a : sparsejit::point_conv::kArrays) arrays.append(a.name);
   pc["arrays"] = arrays;
   d["point_conv"] = pc;
+  py::dict rg;  // the RGMS plan (csrc/rgms/plan_layout.h)
+  rg["fixed_words"] = static_cast<int>(sparsejit::rgms::kFixedWords);
+  py::list rg_arrays;
+  for (const auto& a : sparsejit::rgms::kArrays) rg_arrays.append(a.name);
+  rg["arrays"] = rg_arrays;
+  d["rgms"] = rg;
   d["words"] = words;
   d["ops"] = ops;
   d["spmm_kernels"] = kernels;
@@ -251,6 +258,19 @@ py::dict point_conv_plan_view(int64_t k, int64_t m, int64_t n_in, int64_t n_out)
     word += array_words(a, k, m, n_in, n_out);
   }
   d["total_words"] = word;
+  return d;
+}
+
+// Where each array of an RGMS plan for R relations and E entries lies: {name: (first word,
+// length)} and "total_words" (csrc/rgms/plan_layout.h, the code the ops use).
+py::dict rgms_plan_view(int64_t r, int64_t e) {
+  using namespace sparsejit::rgms;
+  if (r < 1 || e < 0) throw py::value_error("rgms_plan_view: needs R >= 1 and E >= 0");
+  py::dict d;
+  int64_t at[kNumArrays];
+  array_offsets(r, e, at);
+  for (int i = 0; i < kNumArrays; ++i) d[kArrays[i].name] = py::make_tuple(at[i], kArrays[i].length(r, e));
+  d["total_words"] = plan_words(r, e);
   return d;
 }
 
@@ -322,6 +342,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("point_conv_plan_view", &point_conv_plan_view, py::arg("kernel_volume"),
         py::arg("pairs"), py::arg("num_in"), py::arg("num_out"),
         "Word offset, dtype and length of each array of a point-cloud plan of these sizes");
+  m.def("rgms_plan_view", &rgms_plan_view, py::arg("num_relations"), py::arg("entries"),
+        "Word offset and length of each array of an RGMS plan of these sizes");
   m.def("plan_layout", &plan_layout, "The plan header's layout (csrc/plan/plan_header.h)");
   m.def("rgms_default_tile", &sparsejit::rgms::default_tile, py::arg("f_in"), py::arg("f_out"),
         "Groups per GEMM tile of the RGMS kernels for these widths (csrc/rgms/rgms_run.h)");

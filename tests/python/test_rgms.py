@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import sparsejit as sj
+from sparsejit.families.rgms.ops import plan_arrays
 from sparsejit.nn import RGCNConv
 
 # ---- inputs and references ---------------------------------------------------------------
@@ -120,6 +121,94 @@ def test_plan_groups_by_relation_then_target():
         assert stats["targets"][rel] == ei[1][m].unique().numel()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_plan_is_one_tensor_with_the_common_header(kind):
+    """The plan is one int64 tensor: the common plan header (magic, version, op = rgms,
+    R in the param word, the stamp: targets, entries, sources, a fingerprint), then the arrays
+    at the positions _core.rgms_plan_view gives; the arrays hold the grouping the ops rely on,
+    checked here against the edges themselves."""
+    from sparsejit import _core
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=7)
+    e = ei.shape[1]
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    layout = _core.plan_layout()
+    w = layout["words"]
+    plan = A.plan
+    assert plan.dtype == torch.int64 and plan.dim() == 1
+    assert plan.numel() == _core.rgms_plan_view(r, e)["total_words"]
+    assert plan[w["magic"]] == layout["magic"] and plan[w["version"]] == layout["version"]
+    assert plan[w["op"]] == layout["ops"]["rgms"] == _core.enums()["op"]["rgms"]
+    assert (plan[w["param"]], plan[w["rows"]], plan[w["nnz"]], plan[w["cols"]]) == \
+        (r, n_dst, e, n_src)
+    assert A.num_relations == r and A.nnz == e
+    arrays = plan_arrays(plan)  # R read from the header
+    assert list(arrays) == layout["rgms"]["arrays"]
+    rel_ptr, grp_ptr, grp_dst, src, perm = (arrays[k] for k in layout["rgms"]["arrays"])
+    groups = int(rel_ptr[-1])
+    # perm is a permutation of the edges, sorted by (relation, target), stable within a group.
+    assert sorted(perm.tolist()) == list(range(e))
+    key = [(int(et[i]), int(ei[1, i]), int(i)) for i in perm]
+    assert key == sorted(key)
+    assert torch.equal(src, ei[0][perm])
+    for g in range(groups):  # one group per distinct (relation, target)
+        members = perm[grp_ptr[g]:grp_ptr[g + 1]]
+        assert members.numel() > 0
+        assert (ei[1][members] == grp_dst[g]).all() and (et[members] == et[members[0]]).all()
+    assert groups == len({(int(et[i]), int(ei[1, i])) for i in range(e)})
+    for rel in range(r):
+        assert all(int(et[perm[grp_ptr[g]]]) == rel
+                   for g in range(int(rel_ptr[rel]), int(rel_ptr[rel + 1])))
+
+
+def test_plan_header_rejects_foreign_or_changed_plans():
+    ei, et, n, _, r = typed_graph("uniform", seed=3)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    X, W = torch.randn(n, 4), torch.randn(r, 4, 3)
+    ref = torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n)
+    w = sj._core.plan_layout()["words"]
+    # Another family's plan: named in the error.
+    other = A.plan.clone()
+    other[w["op"]] = sj._core.plan_layout()["ops"]["spmm"]
+    with pytest.raises(ValueError, match="not an RGMS plan.*'spmm'"):
+        torch.ops.sparsejit.rgms(other, X, W, None, "sum", n)
+    # A still-valid edit of the arrays (two sources swapped within a group's range of
+    # sources) no longer matches the stamp rgms_plan wrote.
+    changed = A.plan.clone()
+    src = plan_arrays(changed, r)["src"]
+    i = int((src != src[0]).nonzero()[0])
+    src[0], src[i] = int(src[i]), int(src[0])
+    with pytest.raises(ValueError, match="plan built for another structure"):
+        torch.ops.sparsejit.rgms(changed, X, W, None, "sum", n)
+    # More target rows, or more rows of X, than the structure was built for.
+    with pytest.raises(ValueError, match="plan built for another structure"):
+        torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n + 1)
+    with pytest.raises(ValueError, match="plan built for another structure"):
+        torch.ops.sparsejit.rgms(A.plan, torch.randn(n + 2, 4), W, None, "sum", n)
+    # A plan cut short, or too short to hold a header.
+    with pytest.raises(ValueError, match="words but its header describes"):
+        torch.ops.sparsejit.rgms(A.plan[:-4].clone(), X, W, None, "sum", n)
+    with pytest.raises(ValueError, match="fewer than the plan header"):
+        torch.ops.sparsejit.rgms(A.plan[:3].clone(), X, W, None, "sum", n)
+    with pytest.raises(TypeError, match="plan must be the int64 tensor"):
+        sj.TypedSparseMatrix((A.plan,), (n, n))
+    # The untouched plan still runs, with the same result.
+    torch.testing.assert_close(torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n), ref)
+
+
+def test_typed_fingerprint_is_the_header_stamp():
+    """Stored schedules are keyed by the stamp: equal structures share it, another differs."""
+    from sparsejit.families.rgms import schedules
+    ei, et, n, _, r = typed_graph("uniform", seed=3)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    B = sj.TypedSparseMatrix.from_edge_index(ei.clone(), n, edge_type=et.clone(),
+                                             num_relations=r)
+    et2 = et.clone()
+    et2[0] = (et2[0] + 1) % r
+    C = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et2, num_relations=r)
+    assert schedules.typed_fingerprint(A) == schedules.typed_fingerprint(B)
+    assert schedules.typed_fingerprint(A) != schedules.typed_fingerprint(C)
+
+
 # ---- segment_matmul ------------------------------------------------------------------------
 
 
@@ -193,17 +282,16 @@ def test_bad_dense_operands():
         sj.rgms(A, X, torch.randn(r, 8, 4), reduce="max")
     # The raw op checks the same things itself.
     with pytest.raises(ValueError, match=f"W has {r + 1} relations"):
-        torch.ops.sparsejit.rgms(*A.plan, X, torch.randn(r + 1, 8, 4), None, "sum", n)
+        torch.ops.sparsejit.rgms(A.plan, X, torch.randn(r + 1, 8, 4), None, "sum", n)
     with pytest.raises(ValueError, match="W has F_in = 9"):
-        torch.ops.sparsejit.rgms(*A.plan, X, torch.randn(r, 9, 4), None, "sum", n)
+        torch.ops.sparsejit.rgms(A.plan, X, torch.randn(r, 9, 4), None, "sum", n)
     with pytest.raises(ValueError, match="out of range for 5 rows of x"):
-        torch.ops.sparsejit.rgms(*A.plan, torch.randn(5, 8), torch.randn(r, 8, 4), None,
+        torch.ops.sparsejit.rgms(A.plan, torch.randn(5, 8), torch.randn(r, 8, 4), None,
                                  "sum", n)
-    bad = list(A.plan)
-    bad[3] = bad[3].clone()
-    bad[3][0] = 10**6
+    bad = A.plan.clone()
+    plan_arrays(bad, r)["src"][0] = 10**6
     with pytest.raises(ValueError, match="invalid typed structure"):
-        torch.ops.sparsejit.rgms(*bad, X, torch.randn(r, 8, 4), None, "sum", n)
+        torch.ops.sparsejit.rgms(bad, X, torch.randn(r, 8, 4), None, "sum", n)
 
 
 @pytest.mark.parametrize("ptr,match", [
@@ -302,11 +390,11 @@ def test_opcheck_rgms_ops():
     ops = torch.ops.sparsejit
     torch.library.opcheck(ops.rgms_plan, (ei, et, n, n, r))
     for reduce in ("sum", "mean"):
-        torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, reduce, n))
-        torch.library.opcheck(ops.rgms, (*A.plan, X, W, v, reduce, n))
+        torch.library.opcheck(ops.rgms, (A.plan, X, W, None, reduce, n))
+        torch.library.opcheck(ops.rgms, (A.plan, X, W, v, reduce, n))
         dy = torch.randn(n, 3, dtype=torch.float64)
         torch.library.opcheck(ops.rgms_backward,
-                              (*A.plan, X.detach(), W.detach(), v.detach(), dy, reduce, True,
+                              (A.plan, X.detach(), W.detach(), v.detach(), dy, reduce, True,
                                True, True))
 
 
@@ -478,8 +566,8 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
     try:
         for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
             x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-            Y = torch.ops.sparsejit.rgms(*A.plan, x, w, v, reduce, n, 0, tile, strategy)
-            dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, reduce,
+            Y = torch.ops.sparsejit.rgms(A.plan, x, w, v, reduce, n, 0, tile, strategy)
+            dx, dw, dv = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, reduce,
                                                            True, True, True, 0, tile, strategy)
             ref = _grads_reference(ei, et, n, X, W, values, reduce, dY)
             for got, want in zip((Y, dx, dw, dv), ref):
@@ -502,8 +590,8 @@ def test_rgms_each_gemm_kernel(gemm, strategy):
     W = torch.randn(r, 33, 17, generator=g)
     dY = torch.randn(n, 17, generator=g)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    Y = torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, strategy)
-    dx, dw, _ = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+    Y = torch.ops.sparsejit.rgms(A.plan, X, W, None, "mean", n, gemm, 0, strategy)
+    dx, dw, _ = torch.ops.sparsejit.rgms_backward(A.plan, X, W, None, dY, "mean", True, True,
                                                   False, gemm, 0, strategy)
     ref = _grads_reference(ei, et, n, X.double(), W.double(), torch.ones(ei.shape[1]), "mean",
                            dY.double())
@@ -524,8 +612,8 @@ def test_rgms_results_do_not_depend_on_threads():
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
 
     def run(gemm):
-        return (torch.ops.sparsejit.rgms(*A.plan, X, W, None, "mean", n, gemm, 0, 0),
-                *torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, dY, "mean", True, True,
+        return (torch.ops.sparsejit.rgms(A.plan, X, W, None, "mean", n, gemm, 0, 0),
+                *torch.ops.sparsejit.rgms_backward(A.plan, X, W, None, dY, "mean", True, True,
                                                    False, gemm, 0))
 
     old, outs = torch.get_num_threads(), {}
@@ -547,23 +635,24 @@ def test_rgms_bad_gemm_and_tile_arguments():
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
     X, W = torch.randn(n, 4), torch.randn(r, 4, 3)
     with pytest.raises(ValueError, match="gemm must be"):
-        torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 7, 0)
+        torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n, 7, 0)
     with pytest.raises(ValueError, match="tile must be"):
-        torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 0, -1)
+        torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n, 0, -1)
 
 
 def test_rgms_plan_validated_once_but_rechecked_after_in_place_change():
     ei, et, n, _, r = typed_graph("uniform")
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    plan = [t.clone() for t in A.plan]
+    plan = A.plan.clone()
+    src = plan_arrays(plan, r)["src"]                       # a view: writes change the plan
     X, W = torch.randn(n, 4), torch.randn(r, 4, 3)
-    torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)   # validated and remembered
-    plan[3][0] = 10 ** 6                                    # src out of range, version bumped
+    torch.ops.sparsejit.rgms(plan, X, W, None, "sum", n)    # validated and remembered
+    src[0] = 10 ** 6                                        # src out of range, version bumped
     with pytest.raises(ValueError, match=r"src\[0\] = 1000000 is out of range"):
-        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", n)
-    plan[3][0] = 0
+        torch.ops.sparsejit.rgms(plan, X, W, None, "sum", n)
+    src[0] = 0
     with pytest.raises(ValueError, match="grp_dst"):       # fewer rows than the plan's targets
-        torch.ops.sparsejit.rgms(*plan, X, W, None, "sum", 1)
+        torch.ops.sparsejit.rgms(plan, X, W, None, "sum", 1)
 
 
 def test_rgms_explain_and_cost_model():
@@ -576,7 +665,7 @@ def test_rgms_explain_and_cost_model():
     ei = torch.cat([torch.stack([hubs, spread]), torch.stack([spread, hubs])], dim=1)
     et = torch.cat([torch.zeros(e, dtype=torch.long), torch.ones(e, dtype=torch.long)])
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=3)
-    t = torch.ops.sparsejit.rgms_explain(*A.plan, n, n, 16, 16)
+    t = torch.ops.sparsejit.rgms_explain(A.plan, n, n, 16, 16)
     assert t[:, 0].tolist() == [e, e, 0]
     assert t[0, 2] == 5 and t[0, 3] == 2        # few sources: transform first
     assert t[1, 1] == 5 and t[1, 3] == 1        # few targets: aggregate first
@@ -671,7 +760,7 @@ def _fan_graph(seed=0):
 def test_rgms_backward_sides_match_reference(threads, strategy, poison_empty):
     ei, et, n, r = _fan_graph()
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    plan = torch.ops.sparsejit.rgms_explain(*A.plan, n, n, 24, 24)
+    plan = torch.ops.sparsejit.rgms_explain(A.plan, n, n, 24, 24)
     assert plan[:2, 3].tolist() == [2, 2] and plan[2:4, 3].tolist() == [1, 1]
     g = torch.Generator().manual_seed(2)
     X = torch.randn(n, 24, generator=g, dtype=torch.float64)
@@ -684,15 +773,15 @@ def test_rgms_backward_sides_match_reference(threads, strategy, poison_empty):
     try:
         for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
             x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-            got = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", True, True,
+            got = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", True, True,
                                                     True, 0, 0, strategy)
             for a, b in zip(got, ref[1:]):
                 torch.testing.assert_close(a.double(), b, atol=tol * max(1, b.abs().max()),
                                            rtol=tol)
             # only dW, only dX: each pass alone writes all of its output
-            dw_only = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", False,
+            dw_only = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", False,
                                                         True, False, 0, 0, strategy)[1]
-            dx_only = torch.ops.sparsejit.rgms_backward(*A.plan, x, w, v, dy, "mean", True,
+            dx_only = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", True,
                                                         False, False, 0, 0, strategy)[0]
             assert torch.equal(dw_only, got[1]) and torch.equal(dx_only, got[0])
     finally:
@@ -750,12 +839,12 @@ def test_rgms_root_gradcheck_and_opcheck():
     assert torch.autograd.gradcheck(
         lambda X, W, xr, root4: sj.rgms(A, X, W, root=root4, x_root=xr), (X, W, xr, root4))
     ops = torch.ops.sparsejit
-    torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, "mean", n),
+    torch.library.opcheck(ops.rgms, (A.plan, X, W, None, "mean", n),
                           {"root": root, "bias": bias})
-    torch.library.opcheck(ops.rgms, (*A.plan, X, W, None, "sum", n),
+    torch.library.opcheck(ops.rgms, (A.plan, X, W, None, "sum", n),
                           {"root": root4, "x_root": xr})
     dy = torch.randn(n, 2, dtype=torch.float64)
-    torch.library.opcheck(ops.rgms_backward, (*A.plan, X.detach(), W.detach(), None, dy, "sum",
+    torch.library.opcheck(ops.rgms_backward, (A.plan, X.detach(), W.detach(), None, dy, "sum",
                                               True, True, False, 0, 0, 2, root.detach()))
 
 
@@ -774,7 +863,7 @@ def test_rgms_root_bad_arguments():
     with pytest.raises(TypeError, match="root"):
         sj.rgms(A, X, W, root=torch.randn(6, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="strategy"):
-        torch.ops.sparsejit.rgms_backward(*A.plan, X, W, None, torch.randn(n, 5), "sum", True,
+        torch.ops.sparsejit.rgms_backward(A.plan, X, W, None, torch.randn(n, 5), "sum", True,
                                           True, False, 0, 0, 3)
     B = sj.TypedSparseMatrix.from_edge_index(ei[:, ei[1] < 30], (n, 30),
                                              edge_type=et[ei[1] < 30], num_relations=r)
@@ -787,8 +876,8 @@ def _all_strategies(A, X, W, v, dY, n, gemm, need_values):
     kernel choice: [Y, dX, dW(, dv)] per strategy."""
     outs = []
     for strategy in (0, 1, 2):
-        outs.append(torch.ops.sparsejit.rgms(*A.plan, X, W, v, "mean", n, gemm, 0, strategy))
-        grads = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "mean", True, True,
+        outs.append(torch.ops.sparsejit.rgms(A.plan, X, W, v, "mean", n, gemm, 0, strategy))
+        grads = torch.ops.sparsejit.rgms_backward(A.plan, X, W, v, dY, "mean", True, True,
                                                   need_values, gemm, 0, strategy)
         outs.extend(grads if need_values else grads[:2])
     return outs
@@ -904,8 +993,8 @@ def test_rgms_fused_rows_edge_cases(kind, poison_empty):
     dY = torch.randn(n_dst, 8, generator=g, dtype=torch.float64)
     v = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
     A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
-    Y = torch.ops.sparsejit.rgms(*A.plan, X, W, v, "sum", n_dst, 3, 0, 0)
-    dx, dw, dv = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, v, dY, "sum", True, True,
+    Y = torch.ops.sparsejit.rgms(A.plan, X, W, v, "sum", n_dst, 3, 0, 0)
+    dx, dw, dv = torch.ops.sparsejit.rgms_backward(A.plan, X, W, v, dY, "sum", True, True,
                                                    True, 3, 0, 0)
     ref = _grads_reference(ei, et, n_dst, X, W, v, "sum", dY)
     for got, want in zip((Y, dx, dw, dv), ref):
@@ -934,8 +1023,8 @@ def test_composite_matches_the_cpu_kernels(monkeypatch, kind, reduce, with_value
     ops = torch.ops.sparsejit
 
     def run():
-        y = ops.rgms(*A.plan, X, W, v, reduce, n_dst, 0, 0, 0, root, bias)
-        grads = ops.rgms_backward(*A.plan, X, W, v, dY, reduce, True, True, v is not None, 0,
+        y = ops.rgms(A.plan, X, W, v, reduce, n_dst, 0, 0, 0, root, bias)
+        grads = ops.rgms_backward(A.plan, X, W, v, dY, reduce, True, True, v is not None, 0,
                                   0, 0, root)
         return [y, *grads]
 
@@ -959,6 +1048,6 @@ def test_composite_rejects_what_the_cpu_op_rejects(monkeypatch):
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
     X, W = torch.randn(n, 4), torch.randn(r, 4, 2)
     with pytest.raises(ValueError, match="gemm must be"):
-        torch.ops.sparsejit.rgms(*A.plan, X, W, None, "sum", n, 7)
+        torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n, 7)
     with pytest.raises(ValueError, match="reduce must be 'sum' or 'mean'"):
-        torch.ops.sparsejit.rgms(*A.plan, X, W, None, "max", n)
+        torch.ops.sparsejit.rgms(A.plan, X, W, None, "max", n)

@@ -1,13 +1,14 @@
 // RGMS: relational gather-matmul-scatter, Y[i] = sum_{p in row i} a_p * X[src_p] @ W[type_p],
 // and pyg-lib's segment_matmul.
 //
-// rgms_plan(edge_index, edge_type, num_src, num_dst, num_relations)
-//     -> (rel_ptr, grp_ptr, grp_dst, src, perm): the typed structure grouped by relation and
-//   target (csrc/rgms/rgms_plan.h), built and validated once.
-// rgms(plan..., x, w, values, reduce, num_rows, gemm, tile, strategy) -> y [num_rows, F_out]:
+// rgms_plan(edge_index, edge_type, num_src, num_dst, num_relations) -> plan: the typed
+//   structure grouped by relation and target (csrc/rgms/rgms_plan.h), built and validated
+//   once, as one int64 plan tensor: the common plan header, then the arrays
+//   (csrc/rgms/plan_layout.h).
+// rgms(plan, x, w, values, reduce, num_rows, gemm, tile, strategy) -> y [num_rows, F_out]:
 //   csrc/rgms/rgms_run.h (one parallel region; per relation aggregate-then-transform or
 //   transform-then-aggregate over tiles of groups, each tile one GEMM). Never a per-edge tensor.
-// rgms_backward(plan..., x, w, values, grad_y, reduce, need_x, need_w, need_values)
+// rgms_backward(plan, x, w, values, grad_y, reduce, need_x, need_w, need_values)
 //   -> (dx, dw, dvalues), each empty when not needed.
 // segment_matmul(x, ptr, w) -> rows ptr[k]:ptr[k+1] of x times w[k];
 // segment_matmul_backward_w(x, ptr, grad_y) -> dw[k] = x_k^T grad_y_k.
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "csrc/dense/gemm.h"
+#include "csrc/rgms/plan_layout.h"
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/rgms_run.h"
 #include "torch_ext/common.h"
@@ -31,15 +33,14 @@
 
 TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   m.def("rgms_plan(Tensor edge_index, Tensor edge_type, SymInt num_src, SymInt num_dst, "
-        "int num_relations) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
-  m.def("rgms(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, Tensor perm, "
-        "Tensor x, Tensor w, Tensor? values, str reduce, SymInt num_rows, int gemm=0, "
+        "int num_relations) -> Tensor");
+  m.def("rgms(Tensor plan, Tensor x, Tensor w, Tensor? values, str reduce, SymInt num_rows, "
+        "int gemm=0, "
         "int tile=0, int strategy=0, Tensor? root=None, Tensor? bias=None, "
         "Tensor? x_root=None) -> Tensor");
-  m.def("rgms_explain(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
-        "Tensor perm, int num_rows, int num_src, int f_in, int f_out) -> Tensor");
-  m.def("rgms_backward(Tensor rel_ptr, Tensor grp_ptr, Tensor grp_dst, Tensor src, "
-        "Tensor perm, Tensor x, Tensor w, Tensor? values, Tensor grad_y, str reduce, "
+  m.def("rgms_explain(Tensor plan, int num_rows, int num_src, int f_in, int f_out) -> Tensor");
+  m.def("rgms_backward(Tensor plan, Tensor x, Tensor w, Tensor? values, Tensor grad_y, "
+        "str reduce, "
         "bool need_x, bool need_w, bool need_values, int gemm=0, int tile=0, "
         "int strategy=0, Tensor? root=None) -> (Tensor, Tensor, Tensor)");
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
@@ -57,7 +58,7 @@ void check_index_1d(const at::Tensor& t, const char* op, const char* name) {
 
 // ---- plan -----------------------------------------------------------------------------
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgms_plan_cpu(
+at::Tensor rgms_plan_cpu(
     const at::Tensor& edge_index, const at::Tensor& edge_type, int64_t num_src, int64_t num_dst,
     int64_t num_relations) {
   const char* op = "rgms_plan";
@@ -89,36 +90,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rgms_plan
   const auto ok = rgms::check_typed_edges(s, d, ptr<int64_t>(et), e, num_src, num_dst,
                                           num_relations);
   SPARSEJIT_CHECK(op, ok.ok, ok.message);
-  auto opt = ei.options();
-  auto rel_ptr = at::empty({num_relations + 1}, opt);
-  auto grp_ptr = at::empty({e + 1}, opt);
-  auto grp_dst = at::empty({e}, opt);
-  auto src = at::empty({e}, opt);
-  auto perm = at::empty({e}, opt);
-  rgms::build_plan(s, d, ptr<int64_t>(et), e, num_dst, num_relations, ptr<int64_t>(rel_ptr),
-                   ptr<int64_t>(grp_ptr), ptr<int64_t>(grp_dst), ptr<int64_t>(src),
-                   ptr<int64_t>(perm));
-  return {rel_ptr, grp_ptr, grp_dst, src, perm};
+  auto plan = at::empty({rgms::plan_words(num_relations, e)}, ei.options());
+  int64_t* words = ptr<int64_t>(plan);
+  const auto v = rgms::view_words(words, num_relations, e);
+  rgms::build_plan(s, d, ptr<int64_t>(et), e, num_dst, num_relations, v.rel_ptr, v.grp_ptr,
+                   v.grp_dst, v.src, v.perm);
+  plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0,
+                     /*param=*/num_relations,
+                     rgms::stamp_plan(words, num_relations, e, num_dst, num_src));
+  return plan;
 }
 
 // ---- rgms -----------------------------------------------------------------------------
 
+// A checked call's plan: the plan tensor and views of its arrays (csrc/rgms/plan_layout.h).
 struct PlanArgs {
+  at::Tensor plan;
   at::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;
   int64_t r, e;
   bool mean;
 };
 
-PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
-                         const at::Tensor& grp_dst, const at::Tensor& src,
-                         const at::Tensor& perm, const at::Tensor& x, const at::Tensor& w,
-                         const std::optional<at::Tensor>& values, c10::string_view reduce,
-                         int64_t num_rows) {
-  check_index_1d(rel_ptr, op, "rel_ptr");
-  check_index_1d(grp_ptr, op, "grp_ptr");
-  check_index_1d(grp_dst, op, "grp_dst");
-  check_index_1d(src, op, "src");
-  check_index_1d(perm, op, "perm");
+PlanArgs check_rgms_args(const char* op, const at::Tensor& plan, const at::Tensor& x,
+                         const at::Tensor& w, const std::optional<at::Tensor>& values,
+                         c10::string_view reduce, int64_t num_rows) {
+  check_index_1d(plan, op, "plan");
   check_float(x, "X");
   check_float(w, "W");
   SPARSEJIT_CHECK(op, x.dim() == 2, "X must be [num_nodes, F_in]; got shape ", x.sizes());
@@ -126,21 +122,38 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
                   w.sizes());
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": W dtype (",
                    w.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
+  // The header's words, read on the host once per live plan (a device plan's only sync
+  // after its first validation), name the family, R and E on every call.
+  SPARSEJIT_CHECK(op, plan.numel() >= rgms::kFixedWords, "plan has ", plan.numel(),
+                  " words, fewer than the plan header's ", rgms::kFixedWords,
+                  ": not a plan from rgms_plan");
+  const auto header = std::static_pointer_cast<const std::vector<int64_t>>(
+      derived_once("rgms_header", {plan}, 0, [&] {
+        const auto h = plan.narrow(0, 0, rgms::kFixedWords).cpu().contiguous();
+        return std::static_pointer_cast<const void>(std::make_shared<std::vector<int64_t>>(
+            ptr<int64_t>(h), ptr<int64_t>(h) + rgms::kFixedWords));
+      }));
+  const std::vector<int64_t>& hw = *header;
+  SPARSEJIT_CHECK(op,
+                  hw[plan::kWordMagic] == plan::kPlanMagic &&
+                      hw[plan::kWordVersion] == plan::kPlanVersion &&
+                      hw[plan::kWordOp] == static_cast<int64_t>(OpKind::Rgms),
+                  "plan is not an RGMS plan from rgms_plan (its header names op '",
+                  plan::plan_op_name(hw[plan::kWordOp]), "', version ", hw[plan::kWordVersion],
+                  ")");
   PlanArgs a;
-  a.r = rel_ptr.numel() - 1;
-  a.e = src.numel();
-  SPARSEJIT_CHECK(op, a.r >= 1, "rel_ptr must have num_relations + 1 >= 2 entries");
-  SPARSEJIT_CHECK(op, w.size(0) == a.r, "W has ", w.size(0),
-                  " relations but the typed structure "
-                  "has ",
-                  a.r);
+  a.r = w.size(0);
+  SPARSEJIT_CHECK(op, a.r == hw[plan::kWordParam], "W has ", a.r,
+                  " relations but the typed structure has ", hw[plan::kWordParam]);
+  a.e = rgms::entries_of(plan.numel(), a.r);
+  SPARSEJIT_CHECK(op, a.e >= 0 && a.e == hw[plan::kWordNnz], "plan has ", plan.numel(),
+                  " words but its header describes ", hw[plan::kWordParam], " relations and ",
+                  hw[plan::kWordNnz], " entries (", rgms::plan_words(a.r, hw[plan::kWordNnz]),
+                  " words)");
   SPARSEJIT_CHECK(op, w.size(1) == x.size(1), "W has F_in = ", w.size(1), " but X has ", x.size(1),
                   " features");
-  SPARSEJIT_CHECK(op, grp_ptr.numel() == a.e + 1 && grp_dst.numel() == a.e && perm.numel() == a.e,
-                  "plan arrays have inconsistent sizes (grp_ptr ", grp_ptr.numel(), ", grp_dst ",
-                  grp_dst.numel(), ", src ", a.e, ", perm ", perm.numel(), ")");
   SPARSEJIT_CHECK(op, num_rows >= 0, "num_rows must be >= 0; got ", num_rows);
-  for (const auto* t : {&rel_ptr, &grp_ptr, &grp_dst, &src, &perm, &w}) {
+  for (const auto* t : {&plan, &w}) {
     check_same_device(*t, x, "the typed structure / W", "X");
   }
   if (values.has_value()) {
@@ -154,25 +167,38 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& rel_ptr, const at::Te
   SPARSEJIT_CHECK(op, reduce == "sum" || reduce == "mean", "reduce must be 'sum' or 'mean'; got '",
                   std::string(reduce), "'");
   a.mean = reduce == "mean";
-  a.rel_ptr = rel_ptr.contiguous();
-  a.grp_ptr = grp_ptr.contiguous();
-  a.grp_dst = grp_dst.contiguous();
-  a.src = src.contiguous();
-  a.perm = perm.contiguous();
+  a.plan = plan.contiguous();
+  {
+    int64_t at[rgms::kNumArrays];
+    rgms::array_offsets(a.r, a.e, at);
+    a.rel_ptr = a.plan.narrow(0, at[0], a.r + 1);
+    a.grp_ptr = a.plan.narrow(0, at[1], a.e + 1);
+    a.grp_dst = a.plan.narrow(0, at[2], a.e);
+    a.src = a.plan.narrow(0, at[3], a.e);
+    a.perm = a.plan.narrow(0, at[4], a.e);
+  }
   // O(R + G + E): once per live plan (same tensors, versions, row and source counts).
   const int64_t num_src = x.size(0);
   // The key packs both counts exactly (sizes past 2^31 use a key no call can repeat).
   const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
   static std::atomic<int64_t> unique_key{-1};
   const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
-  validated_once("rgms", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key, [&] {
+  validated_once("rgms", {a.plan}, key, [&] {
     // A device plan is checked on a host copy (once per live plan: the sync is here).
-    const auto h = [](const at::Tensor& t) { return t.is_cpu() ? t : t.cpu(); };
-    const at::Tensor rp = h(a.rel_ptr), gp = h(a.grp_ptr), gd = h(a.grp_dst), sr = h(a.src),
-                     pm = h(a.perm);
-    const auto ok = rgms::check_plan(ptr<int64_t>(rp), a.r, ptr<int64_t>(gp), ptr<int64_t>(gd),
-                                     ptr<int64_t>(sr), ptr<int64_t>(pm), a.e, num_rows, num_src);
+    const at::Tensor host = a.plan.is_cpu() ? a.plan : a.plan.cpu();
+    const int64_t* words = ptr<int64_t>(host);
+    const auto v = rgms::view_words(words, a.r, a.e);
+    const auto ok = rgms::check_plan(v.rel_ptr, a.r, v.grp_ptr, v.grp_dst, v.src, v.perm, a.e,
+                                     num_rows, num_src);
     SPARSEJIT_CHECK(op, ok.ok, "invalid typed structure: ", ok.message);
+    // The header: an RGMS plan, for this many relations and entries, for num_rows targets and
+    // X's sources, and its arrays unchanged since rgms_plan stamped them.
+    std::string error;
+    const bool header_ok = plan::check_header(
+        words, host.numel(), OpKind::Rgms,
+        rgms::stamp_plan(words, a.r, a.e, num_rows, num_src), &error);
+    SPARSEJIT_CHECK(op, header_ok, error,
+                    " (an RGMS plan is checked against num_rows, X's rows and its own arrays)");
   });
   return a;
 }
@@ -206,7 +232,7 @@ rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src,
 // passes read it. The returned pointer keeps it alive for the call.
 std::shared_ptr<const rgms::SourceIndex> attach_sources(const PlanArgs& a, rgms::Problem& p) {
   if (p.strategy == rgms::Strategy::kAggregateFirst || a.e == 0) return nullptr;
-  auto made = derived_once("rgms_sources", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm},
+  auto made = derived_once("rgms_sources", {a.plan},
                            p.num_src, [&] {
                              return std::static_pointer_cast<const void>(
                                  std::make_shared<rgms::SourceIndex>(rgms::index_sources(p)));
@@ -251,7 +277,7 @@ std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_row
   const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
   static std::atomic<int64_t> unique_key{-1};
   const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
-  auto made = derived_once("rgms_composite", {a.rel_ptr, a.grp_ptr, a.grp_dst, a.src, a.perm}, key,
+  auto made = derived_once("rgms_composite", {a.plan}, key,
                            [&] {
     auto c = std::make_shared<Composite>();
     const at::Tensor rel = a.rel_ptr.cpu();
@@ -385,9 +411,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_composite(
   return {dx, dw, dv};
 }
 
-at::Tensor rgms_impl(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
-                    const at::Tensor& grp_dst, const at::Tensor& src, const at::Tensor& perm,
-                    const at::Tensor& x_in, const at::Tensor& w_in,
+at::Tensor rgms_impl(const at::Tensor& plan, const at::Tensor& x_in, const at::Tensor& w_in,
                     const std::optional<at::Tensor>& values_in, c10::string_view reduce,
                     int64_t num_rows, int64_t gemm, int64_t tile, int64_t strategy,
                     const std::optional<at::Tensor>& root_in,
@@ -397,8 +421,7 @@ at::Tensor rgms_impl(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
                   "strategy must be 0 (auto), 1 (aggregate "
                   "first) or 2 (transform first); got ",
                   strategy);
-  const auto a = check_rgms_args("rgms", rel_ptr, grp_ptr, grp_dst, src, perm, x_in, w_in,
-                                 values_in, reduce, num_rows);
+  const auto a = check_rgms_args("rgms", plan, x_in, w_in, values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
@@ -457,9 +480,7 @@ at::Tensor rgms_impl(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
-    const at::Tensor& rel_ptr, const at::Tensor& grp_ptr, const at::Tensor& grp_dst,
-    const at::Tensor& src, const at::Tensor& perm, const at::Tensor& x_in,
-    const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
+    const at::Tensor& plan, const at::Tensor& x_in, const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
     const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
     bool need_values, int64_t gemm, int64_t tile, int64_t strategy,
     const std::optional<at::Tensor>& root_in) {
@@ -468,8 +489,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
                   "(target side) or 2 (source side); got ",
                   strategy);
   const int64_t num_rows = grad_y_in.dim() >= 1 ? grad_y_in.size(0) : 0;
-  const auto a = check_rgms_args("rgms_backward", rel_ptr, grp_ptr, grp_dst, src, perm, x_in,
-                                 w_in, values_in, reduce, num_rows);
+  const auto a = check_rgms_args("rgms_backward", plan, x_in, w_in, values_in, reduce, num_rows);
   SPARSEJIT_CHECK("rgms_backward", grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2),
                   "grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
   TORCH_CHECK_TYPE(grad_y_in.scalar_type() == x_in.scalar_type(),
@@ -524,16 +544,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
 
 // [R, 4]: entries, distinct targets, distinct sources, the forward's choice per relation
 // (1 aggregate first, 2 transform first) for these widths (csrc/rgms/rgms_run.h).
-at::Tensor rgms_explain_cpu(const at::Tensor& rel_ptr, const at::Tensor& grp_ptr,
-                            const at::Tensor& grp_dst, const at::Tensor& src,
-                            const at::Tensor& perm, int64_t num_rows, int64_t num_src,
+at::Tensor rgms_explain_cpu(const at::Tensor& plan, int64_t num_rows, int64_t num_src,
                             int64_t f_in, int64_t f_out) {
   SPARSEJIT_CHECK("rgms_explain", f_in >= 0 && f_out >= 0, "widths must be >= 0");
   SPARSEJIT_CHECK("rgms_explain", num_src >= 0, "num_src must be >= 0; got ", num_src);
-  const auto x = at::empty({num_src, f_in});
-  const auto w = at::empty({std::max<int64_t>(rel_ptr.numel() - 1, 0), f_in, f_out});
-  const auto a = check_rgms_args("rgms_explain", rel_ptr, grp_ptr, grp_dst, src, perm, x, w,
-                                 std::nullopt, "sum", num_rows);
+  check_index_1d(plan, "rgms_explain", "plan");
+  SPARSEJIT_CHECK("rgms_explain", plan.numel() > plan::kWordParam,
+                  "plan has ", plan.numel(), " words: not a plan from rgms_plan");
+  // R from the header (the plan is on the CPU); check_rgms_args checks the rest.
+  const int64_t r = plan.contiguous().data_ptr<int64_t>()[plan::kWordParam];
+  SPARSEJIT_CHECK("rgms_explain", r >= 1 && r <= plan.numel(),
+                  "the plan's header names ", r, " relations: not a plan from rgms_plan");
+  // Shapes only (the explain reads no feature): expanded, so a wide layer allocates nothing.
+  const auto x = at::empty({1}).expand({num_src, f_in});
+  const auto w = at::empty({1}).expand({r, f_in, f_out});
+  const auto a = check_rgms_args("rgms_explain", plan, x, w, std::nullopt, "sum", num_rows);
   const auto p = make_problem(a, num_rows, num_src, f_in, f_out, 0, 0);
   const auto rp = rgms::relation_plan(p);
   auto out = at::empty({a.r, 4}, at::kLong);

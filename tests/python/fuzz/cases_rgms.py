@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from sparsejit import _core
+from sparsejit.families.rgms.ops import plan_arrays
+
 from .refs import Case, Rand
 
 RGMS_FLOATS = [torch.float32, torch.float64, torch.bfloat16]
@@ -77,7 +80,7 @@ def rgms_valid(r: Rand) -> Case:
     plan = torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel)
     ref = _ref_rgms(ei, et, n_dst, x, w, reduce, values, root, bias, x_root)
     return Case("valid", lambda: torch.ops.sparsejit.rgms(
-        *plan, x, w, values, reduce, n_dst, gemm, tile, strategy, root, bias, x_root),
+        plan, x, w, values, reduce, n_dst, gemm, tile, strategy, root, bias, x_root),
         _check_close(ref, dtype), "valid rgms",
         dict(e=ei.shape[1], rel=rel, f=(f_in, f_out), dtype=str(dtype), strategy=strategy,
              root=root is not None, bias=bias is not None))
@@ -88,35 +91,46 @@ def rgms_bad_plan_or_operands(r: Rand) -> Case:
     ei, et, n_src, n_dst, rel = _typed(r, e=r.randint(1, 30))
     x = r.data((n_src, 4), torch.float32)
     w = r.data((rel, 4, 3), torch.float32)
-    plan = list(torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel))
+    plan = torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel)
+    arrays = plan_arrays(plan, rel)  # views: writes change the plan
     kw = dict(values=None, reduce="sum", num_rows=n_dst, gemm=0, tile=0, strategy=0, root=None,
               bias=None, x_root=None)
     kind = r.choice(["rel_ptr_decreasing", "grp_ptr_past_end", "src_out_of_range",
                      "perm_out_of_range", "grp_dst_out_of_range", "plan_truncated",
-                     "plan_float", "x_fewer_rows", "w_wrong_r", "w_wrong_f", "values_short",
+                     "plan_float", "plan_2d", "plan_header_only", "header_op", "header_magic",
+                     "header_relations", "src_swapped", "x_fewer_rows", "w_wrong_r", "w_wrong_f", "values_short",
                      "values_dtype", "reduce", "num_rows_negative", "gemm", "tile", "strategy",
                      "root_shape", "bias_shape", "x_root_rows", "x_root_alone", "w_meta"])
+    words = _core.plan_layout()["words"]
     if kind == "rel_ptr_decreasing":
-        plan[0] = plan[0].clone()
-        plan[0][-1] = -1
+        arrays["rel_ptr"][-1] = -1
     elif kind == "grp_ptr_past_end":
-        plan[1] = plan[1].clone()  # the end of the last group (entries past it are padding)
-        plan[1][int(plan[0][-1])] += r.choice([1, 1000])
+        # the end of the last group (entries past it are padding)
+        arrays["grp_ptr"][int(arrays["rel_ptr"][-1])] += r.choice([1, 1000])
     elif kind == "src_out_of_range":
-        plan[3] = plan[3].clone()
-        plan[3][r.randint(0, plan[3].numel() - 1)] = r.choice([-1, n_src, 10**9])
+        src = arrays["src"]
+        src[r.randint(0, src.numel() - 1)] = r.choice([-1, n_src, 10**9])
     elif kind == "perm_out_of_range":
-        plan[4] = plan[4].clone()
-        plan[4][0] = r.choice([-5, plan[4].numel()])
+        arrays["perm"][0] = r.choice([-5, arrays["perm"].numel()])
     elif kind == "grp_dst_out_of_range":
-        plan[2] = plan[2].clone()
-        plan[2][0] = r.choice([-1, n_dst + 3])
+        arrays["grp_dst"][0] = r.choice([-1, n_dst + 3])
     elif kind == "plan_truncated":
-        k = r.randint(1, 4)
-        plan[k] = plan[k][:-1]
+        plan = plan[:-r.randint(1, 4)]
     elif kind == "plan_float":
-        k = r.randint(0, 4)
-        plan[k] = plan[k].double()
+        plan = plan.double()
+    elif kind == "plan_2d":
+        plan = plan.view(1, -1)
+    elif kind == "plan_header_only":
+        plan = plan[: r.randint(0, words["param"] + 1)]
+    elif kind == "header_op":
+        plan[words["op"]] = r.choice([-1, 1, 4, 99])
+    elif kind == "header_magic":
+        plan[words["magic"]] = r.choice([0, -1])
+    elif kind == "header_relations":
+        plan[words["param"]] = r.choice([0, rel + 1, 10**9])
+    elif kind == "src_swapped":  # still in range: only the stamp tells
+        src = arrays["src"]
+        src[0] = (int(src[0]) + 1) % n_src if n_src > 1 else 10**9
     elif kind == "x_fewer_rows":
         x = x[: n_src - 1]
     elif kind == "w_wrong_r":
@@ -149,7 +163,7 @@ def rgms_bad_plan_or_operands(r: Rand) -> Case:
         kw["x_root"] = r.data((n_dst, 2), torch.float32)
     elif kind == "w_meta":
         w = w.to("meta")
-    call = lambda: torch.ops.sparsejit.rgms(*plan, x, w, **kw)  # noqa: E731
+    call = lambda: torch.ops.sparsejit.rgms(plan, x, w, **kw)  # noqa: E731
     if kind == "x_fewer_rows" and not bool((ei[0] >= n_src - 1).any()):
         # the dropped row is nobody's source: a result is fine, and must be right
         ref = _ref_rgms(ei, et, n_dst, x, w, "sum")
@@ -199,7 +213,7 @@ def rgms_backward_draws(r: Rand) -> Case:
         dy = r.data(r.choice([(n_dst, f_out + 1), (int(ei[1].max()), f_out)]), torch.float64) \
             if r.coin() else r.data((n_dst, f_out), torch.float32)
         return Case("invalid", lambda: torch.ops.sparsejit.rgms_backward(
-            *plan, x, w, None, dy, reduce, True, True, False, 0, 0, strategy), None,
+            plan, x, w, None, dy, reduce, True, True, False, 0, 0, strategy), None,
             "rgms_backward with a bad grad_y", dict(dy=tuple(dy.shape), dtype=str(dy.dtype)))
     dy = r.data((n_dst, f_out), torch.float64)
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -213,7 +227,7 @@ def rgms_backward_draws(r: Rand) -> Case:
                 return f"{name} wrong: shape {tuple(got.shape)}"
         return None
     return Case("valid", lambda: torch.ops.sparsejit.rgms_backward(
-        *plan, x, w, None, dy, reduce, True, True, False, 0, 0, strategy), check,
+        plan, x, w, None, dy, reduce, True, True, False, 0, 0, strategy), check,
         "valid rgms_backward", dict(e=ei.shape[1], strategy=strategy))
 
 

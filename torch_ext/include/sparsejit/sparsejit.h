@@ -69,7 +69,7 @@ at::Tensor gatv2_attention(const CsrMatrix& a, const at::Tensor& x_dst, const at
 // A typed structure: every edge carries a relation id in [0, num_relations); grouped by
 // relation, then target, once (the rgms_plan op; errors name the bad position and value).
 struct TypedCsr {
-  at::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;  // the plan (csrc/rgms/rgms_plan.h)
+  at::Tensor plan;  // one int64 plan tensor: header and arrays (csrc/rgms/plan_layout.h)
   int64_t num_src = 0, num_dst = 0, num_relations = 0;
 
   // edge_index [2, E] (row 0 sources, row 1 targets), edge_type [E]. num_nodes < 0:

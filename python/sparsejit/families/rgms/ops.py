@@ -7,12 +7,13 @@ of the ops in torch_ext/ops/rgms.cpp.
     Y = sj.segment_matmul(X, ptr, W)         # rows ptr[k]:ptr[k+1] of X times W[k]
 
 A typed structure's plan (entries grouped by relation, then by target) is built once, by the
-``rgms_plan`` op, and held as tensors, so it crosses torch.compile, torch.save and ``.to()``.
+``rgms_plan`` op, and held as one int64 tensor (the common plan header, then the arrays;
+``_core.plan_layout()["rgms"]``), so it crosses torch.compile, torch.save and ``.to()``.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 
@@ -23,6 +24,33 @@ from sparsejit.runtime.caches import LruCache, content_key
 
 _REDUCES = ("sum", "mean")
 _STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
+_LAYOUT = _core.plan_layout()
+_WORDS = _LAYOUT["words"]
+
+
+def plan_words(num_relations, entries):
+    """Length of an RGMS plan for R relations and E entries (E may be symbolic: the arrays'
+    lengths are affine in E, csrc/rgms/plan_layout.h)."""
+    base = _core.rgms_plan_view(num_relations, 0)["total_words"]
+    per_entry = _core.rgms_plan_view(num_relations, 1)["total_words"] - base
+    return base + per_entry * entries
+
+
+def plan_entries(plan: torch.Tensor, num_relations: int) -> int:
+    """E, the stored entries, of an RGMS plan for `num_relations` relations."""
+    base = plan_words(num_relations, 0)
+    return (plan.shape[0] - base) // (plan_words(num_relations, 1) - base)
+
+
+def plan_arrays(plan: torch.Tensor, num_relations: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """Views of an RGMS plan's arrays (``rel_ptr``, ``grp_ptr``, ``grp_dst``, ``src``, ``perm``;
+    csrc/rgms/rgms_plan.h). Writing through a view changes the plan (and bumps its version, so
+    the ops validate it again)."""
+    if num_relations is None:
+        num_relations = int(plan[_WORDS["param"]])
+    view = _core.rgms_plan_view(num_relations, plan_entries(plan, num_relations))
+    return {name: plan.narrow(0, view[name][0], view[name][1])
+            for name in _LAYOUT["rgms"]["arrays"]}
 
 
 class TypedSparseMatrix:
@@ -33,11 +61,17 @@ class TypedSparseMatrix:
     coefficients in the order of `edge_index`.
     """
 
-    def __init__(self, plan: Tuple[torch.Tensor, ...], shape: Tuple[int, int],
-                 values: Optional[torch.Tensor] = None):
-        self.plan = tuple(plan)
+    def __init__(self, plan: torch.Tensor, shape: Tuple[int, int],
+                 values: Optional[torch.Tensor] = None, num_relations: Optional[int] = None):
+        if not isinstance(plan, torch.Tensor):
+            raise TypeError("TypedSparseMatrix: plan must be the int64 tensor rgms_plan returns "
+                            f"(one tensor since the plans carry the common header); got "
+                            f"{type(plan).__name__}")
+        self.plan = plan
         self.shape = (shape[0], shape[1])
         self.values = values
+        # R is known where the plan is built; otherwise read once from the header.
+        self._num_relations = num_relations
 
     @classmethod
     def from_edge_index(
@@ -75,30 +109,37 @@ class TypedSparseMatrix:
                              f"{tuple(values.shape)}")
         plan = torch.ops.sparsejit.rgms_plan(edge_index, edge_type, num_src, num_dst,
                                              num_relations)
-        return cls(plan, (num_dst, num_src), values)
+        return cls(plan, (num_dst, num_src), values, num_relations)
 
     @property
     def num_relations(self) -> int:
-        return self.plan[0].shape[0] - 1
+        if self._num_relations is None:
+            self._num_relations = int(self.plan[_WORDS["param"]])
+        return self._num_relations
 
     @property
     def nnz(self) -> int:
-        return self.plan[3].shape[0]
+        return plan_entries(self.plan, self.num_relations)
 
     @property
     def device(self) -> torch.device:
-        return self.plan[0].device
+        return self.plan.device
+
+    def arrays(self) -> Dict[str, torch.Tensor]:
+        """Views of the plan's arrays by name (see ``plan_arrays``)."""
+        return plan_arrays(self.plan, self.num_relations)
 
     def with_values(self, values: Optional[torch.Tensor]) -> "TypedSparseMatrix":
-        return TypedSparseMatrix(self.plan, self.shape, values)
+        return TypedSparseMatrix(self.plan, self.shape, values, self._num_relations)
 
     def to(self, device) -> "TypedSparseMatrix":
         values = self.values.to(device) if self.values is not None else None
-        return TypedSparseMatrix(tuple(t.to(device) for t in self.plan), self.shape, values)
+        return TypedSparseMatrix(self.plan.to(device), self.shape, values, self._num_relations)
 
     def relation_stats(self) -> dict:
         """Per relation: stored entries and distinct targets (the planner's inputs)."""
-        rel_ptr, grp_ptr = self.plan[0], self.plan[1]
+        arrays = self.arrays()
+        rel_ptr, grp_ptr = arrays["rel_ptr"], arrays["grp_ptr"]
         groups = rel_ptr[1:] - rel_ptr[:-1]
         entries = grp_ptr[rel_ptr[1:]] - grp_ptr[rel_ptr[:-1]]
         return {"entries": entries.tolist(), "targets": groups.tolist()}
@@ -107,8 +148,8 @@ class TypedSparseMatrix:
         """Per relation: stored entries, distinct targets and sources, and the strategy the
         forward's cost model picks for these widths (aggregate-then-transform or transform-
         then-aggregate; csrc/rgms/rgms_run.h). The backward always aggregates first."""
-        t = torch.ops.sparsejit.rgms_explain(*[p.cpu() for p in self.plan], self.shape[0],
-                                             self.shape[1], f_in, f_out)
+        t = torch.ops.sparsejit.rgms_explain(self.plan.cpu(), self.shape[0], self.shape[1],
+                                             f_in, f_out)
         names = {1: "aggregate-then-transform", 2: "transform-then-aggregate"}
         lines = [f"{self!r}, F_in={f_in}, F_out={f_out}, tile="
                  f"{_core.rgms_default_tile(f_in, f_out)} groups per GEMM",
@@ -246,7 +287,7 @@ A, X.shape[1], W.shape[2], X.dtype, reduce)
         return _RgmsFunction.apply(X, W, values, root, bias, x_root, A.plan, reduce,
                                    A.shape[0], tile, sid, gemm)
     with without_autograd(*tensors):
-        return torch.ops.sparsejit.rgms(*A.plan, X, W, values, reduce, A.shape[0], gemm, tile,
+        return torch.ops.sparsejit.rgms(A.plan, X, W, values, reduce, A.shape[0], gemm, tile,
                                         sid, root, bias, x_root)
 
 
@@ -258,7 +299,7 @@ def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, stra
     need_v = bool(need_v) and values is not None
     fused_root = root if (root is not None and x_root is None and need_x) else None
     dx, dw, dv = torch.ops.sparsejit.rgms_backward(
-        *plan, x, w, values, grad, reduce, bool(need_x), bool(need_w), need_v, gemm, tile,
+        plan, x, w, values, grad, reduce, bool(need_x), bool(need_w), need_v, gemm, tile,
         strategy, fused_root)
     d_root = (x if x_root is None else x_root).t() @ grad if need_root else None
     d_bias = grad.sum(0) if need_bias else None
@@ -272,15 +313,15 @@ class _RgmsFunction(torch.autograd.Function):
     def forward(ctx, X, W, values, root, bias, x_root, plan, reduce, num_rows, tile, strategy,
                 gemm):
         with torch._C._AutoDispatchBelowAutograd():
-            y = torch.ops.sparsejit.rgms(*plan, X, W, values, reduce, num_rows, gemm, tile,
+            y = torch.ops.sparsejit.rgms(plan, X, W, values, reduce, num_rows, gemm, tile,
                                          strategy, root, bias, x_root)
-        ctx.save_for_backward(X, W, values, root, x_root, *plan)
+        ctx.save_for_backward(X, W, values, root, x_root, plan)
         ctx.reduce, ctx.tile, ctx.strategy, ctx.gemm = reduce, tile, strategy, gemm
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        X, W, values, root, x_root, *plan = ctx.saved_tensors
+        X, W, values, root, x_root, plan = ctx.saved_tensors
         with torch._C._AutoDispatchBelowAutograd():
             grads = _rgms_grads(plan, X, W, values, root, x_root, grad, ctx.reduce, ctx.gemm,
                                 ctx.tile, ctx.strategy, ctx.needs_input_grad[:6])
@@ -326,21 +367,19 @@ def gather_matmul(x: torch.Tensor, index: torch.Tensor, w: torch.Tensor) -> torc
 
 @torch.library.register_fake("sparsejit::rgms_plan")
 def _rgms_plan_fake(edge_index, edge_type, num_src, num_dst, num_relations):
-    e = edge_index.shape[1]
-    opt = dict(dtype=torch.long, device=edge_index.device)
-    return (edge_index.new_empty(num_relations + 1, **opt), edge_index.new_empty(e + 1, **opt),
-            edge_index.new_empty(e, **opt), edge_index.new_empty(e, **opt),
-            edge_index.new_empty(e, **opt))
+    return edge_index.new_empty(plan_words(num_relations, edge_index.shape[1]),
+                                dtype=torch.long)
 
 
 def _check_fake(op, x, w, values, plan):
-    devices = {t.device for t in (x, w, *plan) if t is not None}
+    devices = {t.device for t in (x, w, plan) if t is not None}
     if values is not None:
         devices.add(values.device)
     if len(devices) > 1:
         raise ValueError(f"sparsejit.{op}: all tensor arguments must be on one device")
-    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1] or \
-            w.shape[0] != plan[0].shape[0] - 1:
+    if plan.dim() != 1 or plan.dtype != torch.long:
+        raise TypeError(f"sparsejit.{op}: plan must be a 1-D int64 tensor from rgms_plan")
+    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
         raise ValueError(f"sparsejit.{op}: X [N, F_in] and W [R, F_in, F_out] do not agree "
                          f"with each other or the structure: {tuple(x.shape)}, {tuple(w.shape)}")
     if w.dtype != x.dtype or (values is not None and values.dtype != x.dtype):
@@ -348,9 +387,9 @@ def _check_fake(op, x, w, values, plan):
 
 
 @torch.library.register_fake("sparsejit::rgms")
-def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows, gemm=0,
-               tile=0, strategy=0, root=None, bias=None, x_root=None):
-    _check_fake("rgms", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
+def _rgms_fake(plan, x, w, values, reduce, num_rows, gemm=0, tile=0, strategy=0, root=None,
+               bias=None, x_root=None):
+    _check_fake("rgms", x, w, values, plan)
     if root is not None:
         xr = x if x_root is None else x_root
         if root.dim() != 2 or xr.dim() != 2 or xr.shape[0] != num_rows or \
@@ -363,17 +402,18 @@ def _rgms_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_r
 
 
 @torch.library.register_fake("sparsejit::rgms_explain")
-def _rgms_explain_fake(rel_ptr, grp_ptr, grp_dst, src, perm, num_rows, num_src, f_in, f_out):
-    return rel_ptr.new_empty(rel_ptr.shape[0] - 1, 4)
+def _rgms_explain_fake(plan, num_rows, num_src, f_in, f_out):
+    # One row per relation: R is in the plan's header, a data-dependent size here.
+    return plan.new_empty(torch.library.get_ctx().new_dynamic_size(), 4)
 
 
 @torch.library.register_fake("sparsejit::rgms_backward")
-def _rgms_backward_fake(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, grad_y, reduce,
-                        need_x, need_w, need_values, gemm=0, tile=0, strategy=0, root=None):
-    _check_fake("rgms_backward", x, w, values, (rel_ptr, grp_ptr, grp_dst, src, perm))
+def _rgms_backward_fake(plan, x, w, values, grad_y, reduce, need_x, need_w, need_values, gemm=0,
+                        tile=0, strategy=0, root=None):
+    _check_fake("rgms_backward", x, w, values, plan)
     dx = x.new_empty(x.shape) if need_x else x.new_empty(0)
     dw = w.new_empty(w.shape) if need_w else x.new_empty(0)
-    dv = x.new_empty(src.shape[0]) if need_values and values is not None else x.new_empty(0)
+    dv = x.new_empty(values.shape[0]) if need_values and values is not None else x.new_empty(0)
     return dx, dw, dv
 
 
@@ -392,23 +432,21 @@ def _segment_matmul_backward_w_fake(x, ptr, grad_y):
 # ---- autograd -----------------------------------------------------------------------------
 
 def _rgms_setup(ctx, inputs, output):
-    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, reduce, num_rows = inputs[:10]
-    extra = list(inputs[10:]) + [None] * (6 - len(inputs[10:]))
+    plan, x, w, values, reduce, num_rows = inputs[:6]
+    extra = list(inputs[6:]) + [None] * (6 - len(inputs[6:]))
     gemm, tile, strategy, root, _bias, x_root = extra
-    ctx.save_for_backward(rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, root, x_root)
+    ctx.save_for_backward(plan, x, w, values, root, x_root)
     ctx.reduce = reduce
     ctx.gemm, ctx.tile, ctx.strategy = gemm or 0, tile or 0, strategy or 0
 
 
 def _rgms_backward(ctx, grad):
-    rel_ptr, grp_ptr, grp_dst, src, perm, x, w, values, root, x_root = ctx.saved_tensors
-    need = tuple(ctx.needs_input_grad) + (False,) * 16
-    grads = _rgms_grads((rel_ptr, grp_ptr, grp_dst, src, perm), x, w, values, root, x_root,
-                        grad, ctx.reduce, ctx.gemm, ctx.tile, ctx.strategy,
-                        (need[5], need[6], need[7], need[13], need[14], need[15]))
+    plan, x, w, values, root, x_root = ctx.saved_tensors
+    need = tuple(ctx.needs_input_grad) + (False,) * 12
+    grads = _rgms_grads(plan, x, w, values, root, x_root, grad, ctx.reduce, ctx.gemm, ctx.tile,
+                        ctx.strategy, (need[1], need[2], need[3], need[9], need[10], need[11]))
     dx, dw, dv, d_root, d_bias, d_xr = grads
-    return (None, None, None, None, None, dx, dw, dv, None, None, None, None, None, d_root,
-            d_bias, d_xr)
+    return (None, dx, dw, dv, None, None, None, None, None, d_root, d_bias, d_xr)
 
 
 torch.library.register_autograd("sparsejit::rgms", _rgms_backward, setup_context=_rgms_setup)

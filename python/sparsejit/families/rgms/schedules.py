@@ -9,21 +9,26 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from sparsejit import _core
 from sparsejit.runtime import caches
 from sparsejit.runtime.cpu import cpu_model
-from sparsejit.runtime.store import JsonStore, fingerprint
+from sparsejit.runtime.store import JsonStore
 
 STORE = JsonStore("rgms-", what="the RGMS schedule")
 _MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}
 
 
 def typed_fingerprint(A) -> str:
-    """Fingerprint of a typed structure (relation groups, targets, sources) and its shape."""
+    """Fingerprint of a typed structure (relation groups, targets, sources) and its shape: the
+    stamp rgms_plan wrote in the plan's header (a fingerprint of every array word; the ops
+    check it against the arrays when they first validate a plan), so O(1) here."""
     fp = getattr(A, "_fingerprint", None)
     if fp is None:
-        rel_ptr, grp_ptr, grp_dst, src, _ = (t.cpu() for t in A.plan)
-        key = torch.cat([rel_ptr, grp_ptr, grp_dst, torch.tensor([A.shape[0], A.shape[1]])])
-        fp = fingerprint(key, src, A.shape[1])
+        w = _core.plan_layout()["words"]
+        header = A.plan[: _core.plan_layout()["header_words"]].tolist()
+        fp = "rgms-{:016x}-{}x{}-{}-r{}".format(header[w["stamp"]], header[w["rows"]],
+                                               header[w["cols"]], header[w["nnz"]],
+                                               header[w["param"]])
         A._fingerprint = fp
     return fp
 

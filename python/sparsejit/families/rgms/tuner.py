@@ -58,8 +58,8 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
         sid, gemm = _STRATEGIES[s], _KERNELS[kernel]
 
         def step():
-            y = torch.ops.sparsejit.rgms(*A.plan, X, W, vals, reduce, n_dst, gemm, t, sid)
-            g = torch.ops.sparsejit.rgms_backward(*A.plan, X, W, vals, dY, reduce, True, True,
+            y = torch.ops.sparsejit.rgms(A.plan, X, W, vals, reduce, n_dst, gemm, t, sid)
+            g = torch.ops.sparsejit.rgms_backward(A.plan, X, W, vals, dY, reduce, True, True,
                                                   False, gemm, t, sid)
             return y, g
 
