@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "csrc/core/first_error.h"
+#include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/row_tiles.h"
 #include "csrc/dense/gemm.h"
 #include "kernels/cpu/rgms_kernel.h"
@@ -91,16 +92,16 @@ std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, in
 }
 
 // Whether a pass runs its products fused, row by row (Gemm::kFused; kAuto: the forward and
-// grad-X passes up to kFusedMaxForward / kFusedMaxGradX columns each side, see rgms_run.h).
-enum class Pass { kForward, kGradX, kGradW };
+// grad-X (the forward on the transposed structure) up to kFusedMaxForward columns each side;
+// never for grad W, see rgms_run.h).
+enum class Pass { kForward, kGradW };
 bool use_fused(const Problem& p, Pass pass) {
   if (p.f_in <= 0 || p.f_out <= 0 || p.f_in > cpu::rgms_detail::kFusedMaxWidth ||
       p.f_out > cpu::rgms_detail::kFusedMaxWidth)
     return false;
   return p.gemm == Gemm::kFused ||
          (p.gemm == Gemm::kAuto && pass != Pass::kGradW &&
-          std::max(p.f_in, p.f_out) <=
-              (pass == Pass::kForward ? kFusedMaxForward : kFusedMaxGradX));
+          std::max(p.f_in, p.f_out) <= kFusedMaxForward);
 }
 
 // One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/rgms_kernel.h).
@@ -133,14 +134,6 @@ void gather_reduce(TileFn fn, const Problem& p, const T* values, const T* x, int
   fn(&l);
 }
 
-// dx[src_q, c0:c0 + w] += coef_q * d[g - g0, 0:w] for the entries of groups [g0, g1).
-template <typename T>
-void scatter_rows(TileFn fn, const Problem& p, const T* values, const T* d, int64_t c0,
-                  int64_t w, int64_t g0, int64_t g1, T* dx, int64_t ld_dx) {
-  auto l = tile_launch(p, 1, values, d, dx, c0, w, g0, g1);
-  l.ld_out = ld_dx;
-  fn(&l);
-}
 
 // out[t, :] = dy[grp_dst[g0 + t], :].
 template <typename T>
@@ -255,6 +248,35 @@ const SourceIndex& sources_of(const Problem& p, SourceIndex& own) {
   return own;
 }
 }  // namespace
+
+TransposedPlan transpose_plan(const Problem& p) {
+  const PlanView& pv = p.plan;
+  const int64_t e = pv.e, r = pv.r;
+  // The entries as edges (original target -> original source), in plan order.
+  std::vector<int64_t> t_src(static_cast<size_t>(e)), t_dst(static_cast<size_t>(e)),
+      t_rel(static_cast<size_t>(e));
+  for (int64_t rel = 0; rel < r; ++rel)
+    for (int64_t g = pv.rel_ptr[rel]; g < pv.rel_ptr[rel + 1]; ++g)
+      for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
+        t_src[size_t(q)] = pv.grp_dst[g];
+        t_dst[size_t(q)] = pv.src[q];
+        t_rel[size_t(q)] = rel;
+      }
+  TransposedPlan t;
+  t.rel_ptr.resize(size_t(r + 1));
+  t.grp_ptr.resize(size_t(e + 1));
+  t.grp_dst.resize(size_t(e));
+  t.src.resize(size_t(e));
+  t.perm.resize(size_t(e));
+  build_plan(t_src.data(), t_dst.data(), t_rel.data(), e, p.num_src, r, t.rel_ptr.data(),
+             t.grp_ptr.data(), t.grp_dst.data(), t.src.data(), t.perm.data());
+  Problem q = p;
+  q.plan = t.view(r, e);
+  q.num_rows = p.num_src;
+  q.num_src = p.num_rows;
+  t.sources = index_sources(q);
+  return t;
+}
 
 RelationPlan relation_plan(const Problem& p) {
   SourceIndex own;
@@ -376,30 +398,25 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 
 namespace {
 
-// Relations differentiated on their source side (see rgms_run.h): side[r] == 2, the U_r rows
-// (S_r x F_in each, at u_off[r]) and the relations' distinct-source lists.
-template <typename T>
+// Relations whose dW is taken on their source side (see rgms_run.h): side[r] == 2, and the
+// relations' distinct-source lists.
 struct SourceSide {
   std::vector<int8_t> side;
   SourceIndex own;                      // built here when the caller has no cached index
   const SourceIndex* cached = nullptr;  // the caller's
   const SourceIndex& si() const { return cached ? *cached : own; }
-  std::vector<int64_t> u_off;
-  std::vector<T> u;
   bool any = false;
 };
 
 // Chooses the source-side relations (the forward's transform-first ones) and computes their
-// dW[r] (into dw, when given) and U_r (when need_u), one relation per task.
+// dW[r], one relation per task.
 template <typename T>
-SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* values,
-                          const T* dy, bool need_u, T* dw) {
+SourceSide source_side(const Problem& p, const T* x, const T* values, const T* dy, T* dw) {
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out;
-  SourceSide<T> ss;
+  SourceSide ss;
   ss.side.assign(size_t(pv.r), 1);
-  if (p.strategy == Strategy::kAggregateFirst || pv.e == 0 || fi == 0 || fo == 0 ||
-      (!need_u && !dw))
+  if (p.strategy == Strategy::kAggregateFirst || pv.e == 0 || fi == 0 || fo == 0 || !dw)
     return ss;
   if (p.sources) {
     ss.cached = p.sources;
@@ -408,19 +425,16 @@ SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* val
   }
   ss.side = plan_from_sources(p, ss.si()).choice;
   std::vector<int64_t> rels;
-  ss.u_off.assign(size_t(pv.r + 1), 0);
-  for (int64_t r = 0; r < pv.r; ++r) {
-    const int64_t s_r = ss.si().src_ptr[r + 1] - ss.si().src_ptr[r];
-    const bool two = ss.side[r] == 2 && s_r > 0;
-    if (two) rels.push_back(r);
-    ss.u_off[r + 1] = ss.u_off[r] + (two && need_u ? s_r : 0);
-  }
+  for (int64_t r = 0; r < pv.r; ++r)
+    if (ss.side[r] == 2 && ss.si().src_ptr[r + 1] > ss.si().src_ptr[r]) rels.push_back(r);
   ss.any = !rels.empty();
   if (!ss.any) return ss;
-  if (need_u) ss.u.assign(size_t(ss.u_off[pv.r] * fi), T(0));
   const int64_t n_rels = int64_t(rels.size());
   FirstError fe;
-#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_rels > 1 && pv.e * fo > 4096)
+  // Parallel even for one relation: a GEMM called outside an active parallel region lets
+  // oneDNN thread it, and its threaded sgemm for this shape (F_in x F_out, K = S_r in the
+  // thousands) took 3x the serial time on 2 threads (2026-11, EPYC, 20k nodes, F = 16).
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fo > 4096)
   {
     std::vector<T> t_r, xs;
 #pragma omp for schedule(dynamic, 1)
@@ -437,86 +451,65 @@ SourceSide<T> source_side(const Problem& p, const T* x, const T* w, const T* val
           for (int64_t j = 0; j < fo; ++j) o[j] += c * d[j];
         }
       }
-      if (dw) {  // dW[r] = X[sources]^T T_r
-        xs.resize(size_t(s_r * fi));
-        for (int64_t i = 0; i < s_r; ++i)
-          std::memcpy(xs.data() + i * fi, x + ss.si().src_list[size_t(s0 + i)] * fi, sizeof(T) * fi);
-        gemm(fe, p.gemm, true, false, fi, fo, s_r, xs.data(), fi, t_r.data(), fo, T(0),
-             dw + r * fi * fo, fo);
-      }
-      if (need_u)  // U_r = T_r W[r]^T
-        gemm(fe, p.gemm, false, true, s_r, fi, fo, t_r.data(), fo, w + r * fi * fo, fo, T(0),
-             ss.u.data() + ss.u_off[r] * fi, fi);
+      // dW[r] = X[sources]^T T_r
+      xs.resize(size_t(s_r * fi));
+      for (int64_t i = 0; i < s_r; ++i)
+        std::memcpy(xs.data() + i * fi, x + ss.si().src_list[size_t(s0 + i)] * fi, sizeof(T) * fi);
+      gemm(fe, p.gemm, true, false, fi, fo, s_r, xs.data(), fi, t_r.data(), fo, T(0),
+           dw + r * fi * fo, fo);
     }
   }
   fe.rethrow();
   return ss;
 }
 
-// dX: thread t owns columns [i0, i1) of dX; dagg[:, i0:i1] = dYg @ W[r][i0:i1, :]^T.
+// dX = RGMS(A^T, dY, W^T) (+ dY @ root^T): the forward on the transposed structure, with
+// each entry's coefficient (values, 1/|group| for the mean) in a vector by plan position.
 template <typename T>
-void backward_x(const Problem& p, const T* w, const T* values, const T* dy, T* dx,
-                const SourceSide<T>& ss, const T* root) {
+void backward_x_transposed(const Problem& p, const T* w, const T* values, const T* dy, T* dx,
+                           const T* root) {
   const PlanView& pv = p.plan;
-  const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
-  const bool par = p.num_src * fi > 4096 && fi >= 16;
-  const bool fused = use_fused(p, Pass::kGradX);
-  const auto fns = share_fns<T>(p, fi, 8, pv.e * fi, fused ? fo : 0);
-  std::vector<T> wt;  // fused: W[r]^T [F_out, F_in] per relation, rows of a thread's columns
-  if (fused) {
-    wt.resize(size_t(pv.r * fi * fo));
-    for (int64_t r = 0; r < pv.r; ++r)
-      for (int64_t i = 0; i < fi; ++i)
-        for (int64_t j = 0; j < fo; ++j) wt[size_t((r * fo + j) * fi + i)] = w[(r * fi + i) * fo + j];
+  const int64_t fi = p.f_in, fo = p.f_out;
+  TransposedPlan own;
+  const TransposedPlan* tp = p.transposed;
+  if (!tp) {
+    own = transpose_plan(p);
+    tp = &own;
   }
-  FirstError fe;
-#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (par)
-  {
-    const int64_t nt = thread_count(), t = thread_id();
-    const auto [i0, i1] = column_share(fi, t, nt, 8);  // whole 8-column blocks per thread
-    const int64_t wd = i1 - i0;
-    const TileFn fn = nt == int64_t(fns.size()) ? fns[size_t(t)] : rows::generic_fn<T>();
-    if (wd > 0 && root && fo > 0 && p.num_src > 0) {  // dX = dY @ root^T, the root term's share
-      gemm(fe, p.gemm, false, true, p.num_src, wd, fo, dy, fo, root + i0 * fo, fo, T(0), dx + i0,
-           fi);
-    } else {
-      for (int64_t s = 0; s < p.num_src && wd > 0; ++s) std::memset(dx + s * fi + i0, 0, sizeof(T) * wd);
-    }
-    std::vector<T> dyg(size_t(tile * std::max<int64_t>(fo, 1))), dagg(size_t(tile * std::max<int64_t>(wd, 1)));
-    for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
-      if (ss.side[r] == 2) {  // U_r rows into their sources' rows
-        const int64_t s0 = ss.si().src_ptr[r], s_r = ss.si().src_ptr[r + 1] - s0;
-        const T* u = ss.u.data() + ss.u_off[r] * fi + i0;
-        for (int64_t i = 0; i < s_r; ++i) {
-          T* out = dx + ss.si().src_list[size_t(s0 + i)] * fi + i0;
-          const T* in = u + i * fi;
-          for (int64_t j = 0; j < wd; ++j) out[j] += in[j];
-        }
-        continue;
-      }
-      if (fused) {  // per group: u = dY[target] @ W[r]^T (own columns), scattered to sources
-        if (pv.rel_ptr[r + 1] <= pv.rel_ptr[r]) continue;
-        auto l = tile_launch(p, 3, values, dy, dx, i0, wd, pv.rel_ptr[r], pv.rel_ptr[r + 1]);
-        l.ld_out = fi;
-        l.grp_dst = pv.grp_dst;
-        l.w = wt.data() + r * fo * fi;
-        l.ld_w = fi;
-        l.aux = dy;
-        l.width2 = fo;
-        fn(&l);
-        continue;
-      }
-      const T* w_r = w + r * fi * fo + i0 * fo;
-      for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1]; g0 += tile) {
-        const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
-        gather_targets(pv, dy, fo, g0, g1, dyg.data());
-        gemm(fe, p.gemm, false, true, m, wd, fo, dyg.data(), std::max<int64_t>(fo, 1), w_r,
-             std::max<int64_t>(fo, 1), T(0), dagg.data(), wd);
-        scatter_rows(fn, p, values, dagg.data(), i0, wd, g0, g1, dx, fi);
-      }
-    }
+  Problem q = p;
+  q.plan = tp->view(pv.r, pv.e);
+  q.num_rows = p.num_src;
+  q.num_src = p.num_rows;
+  q.f_in = fo;
+  q.f_out = fi;
+  q.mean = false;
+  q.sources = &tp->sources;
+  q.transposed = nullptr;
+  q.strategy = p.strategy == Strategy::kAggregateFirst  ? Strategy::kTransformFirst
+               : p.strategy == Strategy::kTransformFirst ? Strategy::kAggregateFirst
+                                                          : Strategy::kAuto;
+  q.f_root = root ? fo : 0;
+  std::vector<T> c;
+  if (values || p.mean) {
+    c.resize(size_t(pv.e));
+    for (int64_t g = 0; g < pv.rel_ptr[pv.r]; ++g)
+      for (int64_t k = pv.grp_ptr[g]; k < pv.grp_ptr[g + 1]; ++k)
+        c[size_t(k)] = coef(pv, values, p.mean, g, k);
   }
-  fe.rethrow();
+  std::vector<T> wt(size_t(pv.r * fi * fo));  // W[r]^T: [F_out, F_in] per relation
+  for (int64_t r = 0; r < pv.r; ++r)
+    for (int64_t i = 0; i < fi; ++i)
+      for (int64_t j = 0; j < fo; ++j) wt[size_t((r * fo + j) * fi + i)] = w[(r * fi + i) * fo + j];
+  std::vector<T> root_t;
+  RootTerm<T> rt;
+  if (root) {
+    root_t.resize(size_t(fi * fo));
+    for (int64_t i = 0; i < fi; ++i)
+      for (int64_t j = 0; j < fo; ++j) root_t[size_t(j * fi + i)] = root[i * fo + j];
+    rt.x_root = dy;
+    rt.root = root_t.data();
+  }
+  forward<T>(q, dy, wt.data(), c.empty() ? nullptr : c.data(), dx, rt);
 }
 
 // dW[r][i0:i1, :] = sum over tiles of agg[:, i0:i1]^T @ dYg; thread t owns rows [i0, i1).
@@ -608,12 +601,12 @@ template <typename T>
 void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
               T* dw, T* dvalues, const T* root) {
   const bool want_w = dw && p.f_in > 0 && p.f_out > 0;
-  const auto ss = source_side(p, x, w, values, dy, dx != nullptr, want_w ? dw : nullptr);
+  const auto ss = source_side(p, x, values, dy, want_w ? dw : nullptr);
   if (dx) {
     if (p.f_out == 0 || (p.plan.e == 0 && !root)) {
       std::memset(dx, 0, sizeof(T) * p.num_src * p.f_in);
     } else {
-      backward_x(p, w, values, dy, dx, ss, root);
+      backward_x_transposed(p, w, values, dy, dx, root);
     }
   }
   if (want_w) backward_w(p, x, values, dy, dw, ss.side);

@@ -6,16 +6,17 @@
 //   forward     rows of Y split into chunks (dynamic schedule); per chunk and relation, tiles
 //               of groups: gather-reduce X rows (aggregate-then-transform), one small GEMM
 //               with W[r], add into the chunk's own rows of Y (no races, deterministic).
-//   grad X      columns of dX split between threads: per relation tile, gather dY rows, GEMM
-//               with the thread's rows of W[r] (transposed), scatter into its columns.
+//   grad X      the forward above on the transposed structure (TransposedPlan: the entries
+//               grouped by (relation, source)): dX = RGMS(A^T, dY, W^T), so rows of dX are
+//               split into chunks like Y's, with the forward's cost model per relation.
+//               (Until 2026-11 the columns of dX were split between threads, each walking
+//               every entry: at 16-32 columns two threads ran 2-3x slower than one.)
 //   grad W      rows of every dW[r] split between threads (F_in): gather-reduce the thread's
 //               columns of X, GEMM (transposed) with the gathered dY rows, accumulate.
-//   source side relations the forward computes transform-first (few distinct sources) are
-//               differentiated on their sources instead, before the two passes above: per
-//               relation (dynamic schedule), reduce coef * dY rows onto the distinct sources
-//               (T_r, S_r rows), dW[r] = X[sources]^T T_r and U_r = T_r W[r]^T, whose rows
-//               the grad-X pass adds into the sources' rows of dX: S_r GEMM rows instead of
-//               one per distinct target.
+//   source side relations the forward computes transform-first (few distinct sources) get
+//               dW on their sources instead, before the pass above: per relation (dynamic
+//               schedule), reduce coef * dY rows onto the distinct sources (T_r, S_r rows),
+//               dW[r] = X[sources]^T T_r: S_r GEMM rows instead of one per distinct target.
 //   grad values one dot product per entry, tiles of groups spread dynamically.
 // coef_p = values[perm_p] (1 without values), divided by the group's size for reduce = mean
 // (R-GCN's c_{i,r}). Dense products go through csrc/dense/gemm.h (oneDNN or built-in).
@@ -38,21 +39,20 @@ struct PlanView {
 // Per relation: aggregate-then-transform (reduce the entries onto the relation's distinct
 // targets, then GEMM the reduced rows with W[r]) or transform-then-aggregate (GEMM the
 // relation's distinct sources with W[r] once, then reduce the transformed rows). kAuto: the
-// cost model (relation_plan). The backward always uses aggregate-then-transform.
+// cost model (relation_plan). dX runs the forward on the transposed structure (backward).
 enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 };
 
 // Where the small dense products run (tests force each; kAuto = the planner's choice):
 // per tile of groups on oneDNN or the built-in GEMM kernel, or kFused: no GEMM call, each
-// group's row multiplied while it is in registers (kernels/cpu/rgms_kernel.h kinds 2-4,
-// JIT-compiled for the two widths). kAuto takes kFused for the forward up to
-// kFusedMaxForward columns each side and for the grad-X pass up to kFusedMaxGradX, oneDNN
+// group's row multiplied while it is in registers (kernels/cpu/rgms_kernel.h kinds 2 and 4,
+// JIT-compiled for the two widths). kAuto takes kFused for the forward (and so for grad X,
+// the forward on the transposed structure) up to kFusedMaxForward columns each side, oneDNN
 // tiles otherwise (benchmarks/bench_rgms_kernels.py, 2 threads, quiet machine, AIFB and an
 // AIFB-sized random graph: fused forward 1.95-2.31x at 16 columns, 1.12-1.43x at 32, 0.83-0.99x
-// at 64; grad X 1.20-1.60x at 16, 0.64-1.37x at 32; grad W 0.95-1.27x at 16, behind from 64;
-// docs/RGMS.md). sj.tune measures both per structure.
+// at 64; grad W 0.95-1.27x at 16, behind from 64; docs/RGMS.md). sj.tune measures both per
+// structure.
 enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2, kFused = 3 };
 constexpr int64_t kFusedMaxForward = 32;
-constexpr int64_t kFusedMaxGradX = 16;
 
 // Distinct sources per relation (structure only, so computed once per typed structure and
 // cached by the caller): src_ptr [R + 1], src_list [sum S_r] (first-seen order), and each
@@ -60,6 +60,8 @@ constexpr int64_t kFusedMaxGradX = 16;
 struct SourceIndex {
   std::vector<int64_t> src_ptr, src_list, slot;
 };
+
+struct TransposedPlan;
 
 struct Problem {
   PlanView plan;
@@ -75,7 +77,26 @@ struct Problem {
   // The structure's source index (index_sources), when the caller caches it; else built on
   // each call that needs it.
   const SourceIndex* sources = nullptr;
+  // The transposed structure (transpose_plan), when the caller caches it; else the backward
+  // builds it on each call that computes dX.
+  const TransposedPlan* transposed = nullptr;
 };
+
+// The transposed typed structure: the same entries grouped by (relation, source), so its
+// targets are the original sources. dX = RGMS(A^T, dY, W^T): the backward runs the forward's
+// passes on it (row chunks owned by threads, no column split, no write sharing). perm maps
+// each transposed entry to the original entry's position (not the edge id), so a vector of
+// per-entry coefficients in plan order carries values and the mean's 1/|group| over.
+struct TransposedPlan {
+  std::vector<int64_t> rel_ptr, grp_ptr, grp_dst, src, perm;
+  SourceIndex sources;  // of the transposed structure (its sources: the original targets)
+  PlanView view(int64_t r, int64_t e) const {
+    return {rel_ptr.data(), grp_ptr.data(), grp_dst.data(), src.data(), perm.data(), r, e};
+  }
+};
+
+// O(E + num_src + R) (two counting sorts, csrc/rgms/rgms_plan.h) plus the source index.
+TransposedPlan transpose_plan(const Problem& p);
 
 // Builds the source index of p's structure (O(E), parallel over relations).
 SourceIndex index_sources(const Problem& p);
@@ -107,7 +128,9 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 
 // Each output may be null (not needed). Each non-null one is fully written. root (may be
 // null; needs num_src == num_rows and f_root == f_in): dX also gets dY @ root^T, the root
-// term's gradient when x_root is X itself.
+// term's gradient when x_root is X itself. dX is the forward on the transposed structure
+// (p.transposed, or built here): p.strategy 1 (target side) is its transform-first, 2
+// (source side) its aggregate-first, 0 its cost model.
 template <typename T>
 void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
               T* dw, T* dvalues, const T* root = nullptr);

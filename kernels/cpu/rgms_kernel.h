@@ -18,20 +18,19 @@ namespace sparsejit::cpu {
 // One tile of (relation, target) groups [g0, g1).
 //   kind 0, gather-reduce: out[t, 0:width] = sum over group g0 + t's entries q of
 //           coef_q * in[src[q] * ld_in + c0 + 0:width]                      (out row stride width)
-//   kind 1, scatter:       out[src[q] * ld_out + c0 + 0:width] += coef_q * in[(g - g0) * width + 0:width]
 //   kind 2, fused forward (one relation's groups, w = W[r] [width, width2] row-major):
 //           out[grp_dst[g] * ld_out + 0:width2] += (sum_q coef_q * in[src[q] * ld_in + 0:width]) @ w
-//   kind 3, fused grad X (w = W[r]^T [width2, ld_w] row-major, aux = dY [*, width2]):
-//           u = aux[grp_dst[g], :] @ w[:, c0:c0 + width];  out[src[q] * ld_out + c0 + :] += coef_q * u
 //   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
 //           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
 //   kind 5, gather rows (the point-cloud convolution's gather, csrc/point_conv): for t in [g0, g1)
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
-// Kinds 2-4 replace gather -> small GEMM -> scatter by one pass over the groups with the
-// product done row by row while the row is in registers (no tile buffers, no GEMM call per
-// tile): what wins for narrow rows (csrc/rgms/rgms_run.cpp picks them up to 64 columns).
+// (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
+// dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
+// small GEMM -> scatter by one pass over the groups with the product done row by row while the
+// row is in registers (no tile buffers, no GEMM call per tile): what wins for narrow rows
+// (csrc/rgms/rgms_run.cpp picks them up to 64 columns).
 // coef_q = values[perm[q]] (1 without values), divided by the group's size when mean.
 struct RgmsTileLaunch {
   int32_t kind = 0;
@@ -77,24 +76,6 @@ inline void gather_reduce(const RgmsTileLaunch& l) {
       const T c = (values ? values[l.perm[q]] : T(1)) * inv;
       const T* row = x + l.src[q] * l.ld_in + l.c0;
       for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
-    }
-  }
-}
-
-template <typename T, int W>
-inline void scatter(const RgmsTileLaunch& l) {
-  const int64_t w = W > 0 ? W : l.width;
-  const T* d_all = static_cast<const T*>(l.in);
-  const T* values = static_cast<const T*>(l.values);
-  T* dx = static_cast<T*>(l.out);
-  for (int64_t g = l.g0; g < l.g1; ++g) {
-    const T* d = d_all + (g - l.g0) * w;
-    const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
-    for (int64_t q = p0; q < p1; ++q) {
-      T c = values ? values[l.perm[q]] : T(1);
-      if (l.mean) c /= T(p1 - p0);
-      T* o = dx + l.src[q] * l.ld_out + l.c0;
-      for (int64_t j = 0; j < w; ++j) o[j] += c * d[j];
     }
   }
 }
@@ -236,41 +217,6 @@ inline void fused_forward(const RgmsTileLaunch& l) {
 }
 
 template <typename T, int W, int W2>
-inline void fused_grad_x(const RgmsTileLaunch& l) {
-  const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
-  const T* dy = static_cast<const T*>(l.aux);
-  const T* values = static_cast<const T*>(l.values);
-  const T* wt = static_cast<const T*>(l.w) + l.c0;
-  T* dx = static_cast<T*>(l.out);
-  constexpr bool kVec = W2 > 0 && in_registers<T, W>();
-  T u[kVec ? kFusedBlock * W : kFusedMaxWidth];
-  for (int64_t g0 = l.g0; g0 < l.g1; g0 += kVec ? kFusedBlock : 1) {
-    const int64_t n = kVec ? std::min<int64_t>(kFusedBlock, l.g1 - g0) : 1;
-    if constexpr (kVec) {  // u rows of several groups against each loaded row of W[r]^T
-      const T* a[kFusedBlock];
-      T* o[kFusedBlock];
-      for (int64_t t = 0; t < n; ++t) {
-        a[t] = dy + l.grp_dst[g0 + t] * W2;
-        o[t] = u + t * W;
-      }
-      rows_product<T, W / Lanes<T>::n>(a, n, W2, wt, l.ld_w, o, true);
-    } else {
-      const T* d = dy + l.grp_dst[g0] * w2;
-      for (int64_t c = 0; c < w; ++c) u[c] = T(0);
-      for (int64_t j = 0; j < w2; ++j) axpy<T, W>(u, d[j], wt + j * l.ld_w, w);
-    }
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t g = g0 + t, p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
-      for (int64_t q = p0; q < p1; ++q) {
-        T c = values ? values[l.perm[q]] : T(1);
-        if (l.mean) c /= T(p1 - p0);
-        axpy<T, W>(dx + l.src[q] * l.ld_out + l.c0, c, u + t * w, w);
-      }
-    }
-  }
-}
-
-template <typename T, int W, int W2>
 inline void fused_grad_w(const RgmsTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
   const T* x = static_cast<const T*>(l.in);
@@ -349,9 +295,7 @@ template <typename T, int W, int W2 = 0>
 inline void run(const RgmsTileLaunch& l) {
   switch (l.kind) {
     case 0: gather_reduce<T, W>(l); break;
-    case 1: scatter<T, W>(l); break;
     case 2: fused_forward<T, W, W2>(l); break;
-    case 3: fused_grad_x<T, W, W2>(l); break;
     case 4: fused_grad_w<T, W, W2>(l); break;
     case 5: gather_rows<T, W>(l); break;
     default: scatter_add_rows<T, W>(l); break;

@@ -242,6 +242,23 @@ std::shared_ptr<const rgms::SourceIndex> attach_sources(const PlanArgs& a, rgms:
   return sources;
 }
 
+// The transposed structure the backward's dX runs on (csrc/rgms/rgms_run.h), built once per
+// live plan and (rows, sources) pair, as the source index is.
+std::shared_ptr<const rgms::TransposedPlan> attach_transposed(const PlanArgs& a,
+                                                              rgms::Problem& p) {
+  if (a.e == 0) return nullptr;
+  const bool packable = p.num_rows < (int64_t(1) << 31) && p.num_src < (int64_t(1) << 31);
+  static std::atomic<int64_t> unique_key{-1};
+  const int64_t key = packable ? (p.num_rows << 31) | p.num_src : unique_key.fetch_sub(1);
+  auto made = derived_once("rgms_transposed", {a.plan}, key, [&] {
+    return std::static_pointer_cast<const void>(
+        std::make_shared<rgms::TransposedPlan>(rgms::transpose_plan(p)));
+  });
+  auto t = std::static_pointer_cast<const rgms::TransposedPlan>(made);
+  p.transposed = t.get();
+  return t;
+}
+
 template <typename T>
 const T* opt_ptr(const std::optional<at::Tensor>& t) {
   return t.has_value() ? ptr<T>(*t) : nullptr;
@@ -533,6 +550,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
   const auto sources = attach_sources(a, p);
+  const auto transposed = need_x ? attach_transposed(a, p) : nullptr;
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
     rgms::backward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
                              ptr<scalar_t>(dy), need_x ? ptr<scalar_t>(dx) : nullptr,
