@@ -68,6 +68,102 @@ def test_max_gradient_goes_to_first_of_ties():
     assert torch.equal(X.grad, torch.tensor([[1.0, 1, 1], [0, 0, 0]]))
 
 
+def _arg_backward_reference(col, arg, g, values, cols):
+    """float64 loop: each output element's gradient to its winner's column."""
+    out = torch.zeros(cols, g.shape[1], dtype=torch.float64)
+    for i in range(arg.shape[0]):
+        for f in range(arg.shape[1]):
+            p = int(arg[i, f])
+            if p >= 0:
+                out[int(col[p]), f] += (1.0 if values is None else float(values[p])) * \
+                    float(g[i, f])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["uniform", "hub", "empty_rows", "one", "empty"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spmm_arg_backward_matches_loop(kind, dtype, index_dtype, threads, poison_empty):
+    """The native gradient of max / min (threads add into private copies of dX) against a
+    float64 loop, on positions drawn at random inside each row (-1 for empty rows), with
+    and without values; large enough for the threaded path on the uniform kind."""
+    g = torch.Generator().manual_seed(len(kind) * 7 + threads)
+    if kind == "uniform":
+        A = random_graph(3000, 2000, 8, seed=3)
+    elif kind == "hub":  # every row's entries point at a few columns: heavy collisions
+        n = 1500
+        src = torch.randint(0, 3, (n * 6,), generator=g)
+        dst = torch.randint(0, n, (n * 6,), generator=g)
+        A = sj.SparseMatrix.from_edge_index(torch.stack([src, dst]), n)
+    elif kind == "empty_rows":
+        A = random_graph(80, 40, 3, seed=2, empty_frac=0.5)
+    elif kind == "one":
+        A = sj.SparseMatrix.from_edge_index(torch.tensor([[0], [0]]), 1)
+    else:
+        A = random_graph(5, 4, 0, seed=1)
+    A = A.to(index_dtype=index_dtype)
+    rows, cols, f = A.shape[0], A.shape[1], 24
+    deg = (A.indptr[1:] - A.indptr[:-1]).long()
+    pick = (torch.rand(rows, f, generator=g) * deg.clamp(min=1)[:, None]).long()
+    arg = torch.where(deg[:, None] > 0, A.indptr[:-1].long()[:, None] + pick,
+                      torch.full_like(pick, -1))
+    grad = torch.randn(rows, f, generator=g).to(dtype)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for values in (None, torch.rand(A.nnz, generator=g).to(dtype)):
+            got = torch.ops.sparsejit.spmm_arg_backward(A.indptr, A.indices, arg, grad, values,
+                                                        cols)
+            assert got.shape == (cols, f) and got.dtype == dtype
+            ref = _arg_backward_reference(A.indices, arg, grad, values, cols)
+            tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}[dtype]
+            torch.testing.assert_close(got.double(), ref, atol=tol * max(1.0, ref.abs().max()),
+                                       rtol=tol)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_spmm_arg_backward_bad_arguments():
+    A = random_graph(20, 10, 3, seed=4)
+    arg = torch.zeros(20, 4, dtype=torch.long)
+    g = torch.randn(20, 4)
+    op = torch.ops.sparsejit.spmm_arg_backward
+    with pytest.raises(ValueError,
+                       match=rf"arg holds positions in .* outside \[-1, nnz = {A.nnz}\)"):
+        op(A.indptr, A.indices, arg + A.nnz, g, None, 10)
+    with pytest.raises(ValueError, match=r"outside \[-1"):
+        op(A.indptr, A.indices, arg - 2, g, None, 10)
+    with pytest.raises(TypeError, match="arg must be int64"):
+        op(A.indptr, A.indices, arg.int(), g, None, 10)
+    with pytest.raises(ValueError, match="arg must have grad_out's shape"):
+        op(A.indptr, A.indices, arg[:, :3], g, None, 10)
+    with pytest.raises(ValueError, match="grad_out must be"):
+        op(A.indptr, A.indices, arg[:5], g[:5], None, 10)
+    with pytest.raises(ValueError, match="values must have shape"):
+        op(A.indptr, A.indices, arg, g, torch.rand(A.nnz + 1), 10)
+    with pytest.raises(ValueError):  # a column past num_cols: the structure check names it
+        op(A.indptr, A.indices, arg, g, None, 3)
+
+
+def test_max_gradient_through_the_native_op_matches_scatter():
+    """sj.spmm max/min backward (2-D X: the native op) equals the ATen scatter it replaced,
+    with values, on a graph with ties and empty rows."""
+    A = random_graph(300, 200, 6, power_law=True, seed=9, empty_frac=0.1)
+    A = A.with_values(torch.rand(A.nnz, dtype=torch.float64))
+    X = torch.randint(-3, 4, (200, 16)).double().requires_grad_()  # many ties
+    for reduce in ("max", "min"):
+        out, arg = torch.ops.sparsejit.spmm(A.indptr, A.indices, A.values, X.detach(), reduce)
+        dy = torch.randn_like(out)
+        got, = torch.autograd.grad(sj.spmm(A, X, reduce), X, dy)
+        valid = arg >= 0
+        pos = arg.clamp(min=0)
+        src = A.indices.long()[pos]
+        ref = torch.zeros_like(X).scatter_add_(0, src, torch.where(valid, dy, 0.0) *
+                                               A.values[pos])
+        torch.testing.assert_close(got, ref)
+
+
 def test_max_without_positions_refuses_backward():
     """need_arg=False skips the position pass; a backward through it must not guess."""
     A = _graph()
@@ -114,10 +210,12 @@ def _opcheck_cases():
         ("spmm_plan", (ip, ix, 20, 4, torch.float32)),
         ("csr_from_edge_index", (torch.randint(0, 20, (2, 50)), 20)),
         ("gcn_adjacency", (torch.randint(0, 20, (2, 50)), 20, torch.float32)),
+        ("spmm_arg_backward", (ip, ix, torch.randint(-1, A.nnz, (25, 4)), torch.randn(25, 4),
+                               v.detach(), 20)),
     ]
 
 
-@pytest.mark.parametrize("case", range(15))
+@pytest.mark.parametrize("case", range(16))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.sparsejit, name).default, args)

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "csrc/spmm/spmm_arg_backward.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "csrc/spmm/spmm_run.h"
 #include "kernels/cpu/kernels.h"
@@ -32,6 +33,10 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
   // A bucketed plan: rows regrouped by length (csrc/spmm/spmm_plan.h), as one tensor.
   m.def("spmm_bucketed_plan(Tensor rowptr, Tensor col, int num_cols, int max_log2=3, "
         "int prefetch=0) -> Tensor");
+  // The gradient of max / min with respect to X: grad_out [rows, F] routed through arg (the
+  // forward's positions) to the winning entries' columns (csrc/spmm/spmm_arg_backward.h).
+  m.def("spmm_arg_backward(Tensor rowptr, Tensor col, Tensor arg, Tensor grad_out, "
+        "Tensor? values, SymInt num_cols) -> Tensor");
 }
 
 namespace sparsejit {
@@ -241,9 +246,64 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
 #endif
 
+at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+                                 const at::Tensor& arg, const at::Tensor& grad_out,
+                                 const std::optional<at::Tensor>& values_in, int64_t num_cols) {
+  const char* op = "spmm_arg_backward";
+  check_index_pair(rowptr, col);
+  SPARSEJIT_CHECK(op, num_cols >= 0, "num_cols must be >= 0; got ", num_cols);
+  checked_structure(rowptr, col, num_cols, op);  // once per live structure
+  const int64_t rows = rowptr.numel() - 1, nnz = col.numel();
+  check_float(grad_out, "grad_out");
+  TORCH_CHECK_TYPE(arg.scalar_type() == at::kLong, "sparsejit.", op,
+                   ": arg must be int64 (the forward's positions); got ", arg.scalar_type());
+  SPARSEJIT_CHECK(op, grad_out.dim() == 2 && grad_out.size(0) == rows,
+                  "grad_out must be [rows = ", rows, ", F]; got ", grad_out.sizes());
+  SPARSEJIT_CHECK(op, arg.sizes() == grad_out.sizes(), "arg must have grad_out's shape ",
+                  grad_out.sizes(), "; got ", arg.sizes());
+  for (const auto* t : {&col, &arg, &grad_out})
+    check_same_device(*t, rowptr, "arg / grad_out / col", "rowptr");
+  const auto ct = compute_type(grad_out.scalar_type());
+  std::optional<at::Tensor> values;
+  if (values_in.has_value()) {
+    TORCH_CHECK_TYPE(values_in->scalar_type() == grad_out.scalar_type(), "sparsejit.", op,
+                     ": values dtype (", values_in->scalar_type(), ") must match grad_out's (",
+                     grad_out.scalar_type(), ")");
+    SPARSEJIT_CHECK(op, values_in->dim() == 1 && values_in->numel() == nnz,
+                    "values must have shape [nnz = ", nnz, "]; got ", values_in->sizes());
+    check_same_device(*values_in, rowptr, "values", "rowptr");
+    values = values_in->to(ct).contiguous();
+  }
+  const auto a = arg.contiguous();
+  if (a.numel() > 0) {  // positions index col and values: every one must be -1 or an entry
+    const auto [lo, hi] = at::aminmax(a);
+    const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
+    SPARSEJIT_CHECK(op, l >= -1 && h < nnz, "arg holds positions in [", l, ", ", h,
+                    "], outside [-1, nnz = ", nnz, ")");
+  }
+  const auto g = grad_out.to(ct).contiguous();
+  const int64_t f = g.size(1);
+  auto dx = new_output({num_cols, f}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.spmm_arg_backward", [&] {
+    const scalar_t* v = values.has_value() ? ptr<scalar_t>(*values) : nullptr;
+    const auto c = col.contiguous();
+    if (c.scalar_type() == at::kInt) {
+      spmm::arg_backward_x<scalar_t, int32_t>(ptr<int64_t>(a), ptr<scalar_t>(g), rows, f,
+                                              ptr<int32_t>(c), v, num_cols, ptr<scalar_t>(dx),
+                                              at::get_num_threads());
+    } else {
+      spmm::arg_backward_x<scalar_t, int64_t>(ptr<int64_t>(a), ptr<scalar_t>(g), rows, f,
+                                              ptr<int64_t>(c), v, num_cols, ptr<scalar_t>(dx),
+                                              at::get_num_threads());
+    }
+  });
+  return dx.to(grad_out.scalar_type());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
+  m.impl("spmm_arg_backward", &spmm_arg_backward_cpu);
   m.impl("spmm", &spmm_cpu);
   m.impl("spmm_plan", &plan_header_cpu);
   m.impl("spmm_bucketed_plan", &spmm_bucketed_plan_cpu);
@@ -255,6 +315,9 @@ TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
   // Plans describe CPU schedules (CUDA calls choose theirs per call): built on the CPU.
   m.impl("spmm_plan", SPARSEJIT_CUDA_FALLBACK);
   m.impl("spmm_bucketed_plan", SPARSEJIT_CUDA_FALLBACK);
+  // A CUDA build runs max / min's gradient through the Python scatter path (see
+  // families/spmm/spmm.py); a direct call is answered on the CPU.
+  m.impl("spmm_arg_backward", SPARSEJIT_CUDA_FALLBACK);
 }
 #endif
 

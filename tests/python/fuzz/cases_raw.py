@@ -569,7 +569,63 @@ def raw_gcn_adjacency(r: Rand) -> Case:
     return Case("valid", call, check, "gcn_adjacency", params)
 
 
+def raw_spmm_arg_backward(r: Rand) -> Case:
+    """max / min's gradient op: positions drawn inside their rows (valid, checked against a
+    loop), or one argument broken (positions past nnz or below -1, int32 positions, shapes,
+    values, a structure past num_cols)."""
+    s = r.csr(max_deg=6, empty_frac=0.2)
+    f = r.randint(0, 9)
+    dtype = r.choice([torch.float32, torch.float64, torch.bfloat16])
+    deg = (s.indptr[1:] - s.indptr[:-1]).long()
+    pick = torch.randint(0, 1 << 30, (s.rows, f), generator=r.g) % deg.clamp(min=1)[:, None]
+    arg = torch.where(deg[:, None] > 0, s.indptr[:-1].long()[:, None] + pick,
+                      torch.full_like(pick, -1))
+    grad = r.data((s.rows, f), dtype)
+    values = r.data((s.nnz,), dtype) if r.coin() else None
+    kw = dict(rowptr=s.indptr, col=s.indices, arg=arg, grad_out=grad, values=values,
+              num_cols=s.cols)
+    kind = r.choice(["valid", "valid", "past_nnz", "below", "int32", "shape", "values_len",
+                     "values_dtype", "num_cols"])
+    params = dict(kind=kind, rows=s.rows, nnz=s.nnz, f=f, dtype=str(dtype))
+    if kind == "valid":
+        def check(out):
+            want = torch.zeros(s.cols, f, dtype=torch.float64)
+            for i in range(s.rows):
+                for k in range(f):
+                    p = int(arg[i, k])
+                    if p >= 0:
+                        c = 1.0 if values is None else float(values[p])
+                        want[int(s.indices[p]), k] += c * float(grad[i, k])
+            if tuple(out.shape) != (s.cols, f) or out.dtype != dtype:
+                return f"shape {tuple(out.shape)} / dtype {out.dtype}"
+            tol = 3e-2 if dtype == torch.bfloat16 else 1e-5
+            err = (out.double() - want).abs().max().item() if want.numel() else 0.0
+            return None if err <= tol * max(1.0, want.abs().max().item() if want.numel() else 0.0) \
+                else f"off by {err}"
+        return Case("valid", lambda: call_raw("spmm_arg_backward", **kw), check,
+                    "spmm_arg_backward", params)
+    if kind == "past_nnz" and arg.numel():
+        kw["arg"] = arg.clone().view(-1).index_fill_(0, torch.tensor([0]), s.nnz + r.randint(0, 3)).view(arg.shape)
+    elif kind == "below" and arg.numel():
+        kw["arg"] = arg.clone().view(-1).index_fill_(0, torch.tensor([0]), -2 - r.randint(0, 5)).view(arg.shape)
+    elif kind == "int32":
+        kw["arg"] = arg.int()
+    elif kind == "shape":
+        kw["arg"] = arg[:, : max(f - 1, 0)] if f else arg.new_zeros(s.rows, 1)
+    elif kind == "values_len":
+        kw["values"] = r.data((s.nnz + 1,), dtype)
+    elif kind == "values_dtype":
+        kw["values"] = r.data((s.nnz,), torch.float64 if dtype != torch.float64 else torch.float32)
+    elif kind == "num_cols" and s.nnz:
+        kw["num_cols"] = int(s.indices.max())  # one short of a stored column
+    else:  # nothing to break on an empty draw: a valid call with no check
+        return Case("either", lambda: call_raw("spmm_arg_backward", **kw), None,
+                    "spmm_arg_backward (nothing to break)", params)
+    return Case("invalid", lambda: call_raw("spmm_arg_backward", **kw), None,
+                f"spmm_arg_backward {kind}", params)
+
+
 RAW_CASES = [raw_gcn_adjacency, raw_spmm_valid, raw_spmm_argmax, raw_spmm_x_fewer_rows, raw_spmm_bad_structure,
              raw_spmm_num_cols, raw_spmm_plans, raw_spmm_plans, raw_spmm_strings_and_bias,
              raw_sddmm, raw_edge_softmax, raw_transpose_validate, raw_plan_builders,
-             raw_mixed_devices]
+             raw_mixed_devices, raw_spmm_arg_backward]

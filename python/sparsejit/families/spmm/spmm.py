@@ -116,6 +116,13 @@ def _spmm_fake(rowptr, col, values, x, reduce, num_cols=-1, t_rowptr=None, t_col
     return out, arg
 
 
+@torch.library.register_fake("sparsejit::spmm_arg_backward")
+def _spmm_arg_backward_fake(rowptr, col, arg, grad_out, values, num_cols):
+    if grad_out.dim() != 2 or arg.shape != grad_out.shape:
+        raise ValueError("sparsejit.spmm_arg_backward: arg and grad_out must be [rows, F]")
+    return grad_out.new_empty(num_cols, grad_out.shape[1])
+
+
 @torch.library.register_fake("sparsejit::spmm_plan")
 def _spmm_plan_fake(rowptr, col, num_cols, row_width, dtype):
     return rowptr.new_empty((_PLAN["header_words"],), dtype=torch.long)
@@ -194,7 +201,7 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
                 "called with no input requiring grad, or under torch.no_grad())"
             )
         grad_values, grad_x = _spmm_arg_backward(
-            col, values, x, arg, grad_out, need_values, need_x
+            rowptr, col, values, x, arg, grad_out, need_values, need_x
         )
         return (None, None, grad_values, grad_x, None, None, None, None, None, None,
                 grad_bias, None, None, None, None)
@@ -227,17 +234,29 @@ def _spmm_backward(ctx, grad_out, _grad_arg):
             None, None, None, None)
 
 
-def _spmm_arg_backward(col, values, x, arg, grad_out, need_values, need_x):
+def _spmm_arg_backward(rowptr, col, values, x, arg, grad_out, need_values, need_x):
     """Gradient of max / min: each output element routes to the entry that won it.
 
     `arg` holds the winning CSR position per output element (-1 for empty rows). Ties go to
-    the first stored entry of the row, so exactly one entry receives each gradient."""
+    the first stored entry of the row, so exactly one entry receives each gradient. dX of a
+    2-D X on the CPU runs the spmm_arg_backward op (O(rows x F), threads add into private
+    copies); multi-head X, CUDA tensors and dvalues take the ATen scatter below."""
+    native_x = need_x and x.dim() == 2 and x.device.type == "cpu" and \
+        (values is None or values.dim() == 1) and not torch.is_grad_enabled()
+    grad_x = None
+    if native_x:
+        grad_x = ops.spmm_arg_backward(rowptr, col, arg, grad_out.to(x.dtype).contiguous(),
+                                       values if values is None else values.to(x.dtype),
+                                       x.shape[0])
+        need_x = False
+        if not need_values:
+            return None, grad_x
     valid = arg >= 0
     pos = arg.clamp(min=0)
     g = torch.where(valid, grad_out, torch.zeros((), dtype=grad_out.dtype))
     src = col.to(torch.long).index_select(0, pos.reshape(-1)).view(pos.shape)
     heads = x.shape[1] if x.dim() == 3 else 1
-    grad_x = grad_values = None
+    grad_values = None
     if values is not None:
         if values.dim() == 2:
             head_idx = torch.arange(heads, device=pos.device).view(1, heads, 1)
