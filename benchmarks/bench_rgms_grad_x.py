@@ -8,9 +8,7 @@ one tensor or (older) five, so two builds compare under the A/B rule:
     PYTHONPATH=<build B>/python python3 benchmarks/bench_rgms_grad_x.py > b.json
 """
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -20,19 +18,9 @@ import bench_rgms as b  # noqa: E402
 from ab_sparsejit import _powerlaw_edges  # noqa: E402
 
 import sparsejit as sj  # noqa: E402
+from sparsejit.runtime.timing import median_ms  # noqa: E402
 
 ops = torch.ops.sparsejit
-
-
-def med(fn, rep):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(rep):
-        t = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
 
 
 def main():
@@ -57,8 +45,8 @@ def main():
                 w = torch.randn(r, f, f, generator=g) / f ** 0.5
                 dy = torch.randn(n, f, generator=g)
                 rep = 5 if n > 50000 else 15
-                res[f"{name}|{threads}|{f}"] = med(lambda: ops.rgms_backward(
-                    *plan, x, w, None, dy, "mean", True, False, False, 0, 0, 0), rep)
+                res[f"{name}|{threads}|{f}"] = median_ms(lambda: ops.rgms_backward(
+                    *plan, x, w, None, dy, "mean", True, False, False, 0, 0, 0), rep, warmup=3)
     print(json.dumps(res))
 
 

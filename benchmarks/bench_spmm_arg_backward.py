@@ -4,26 +4,13 @@ by side in one process on the same positions; medians, 1 and 2 threads.
 
     SPARSEJIT_DATA=../shared/data python3 benchmarks/bench_spmm_arg_backward.py
 """
-import statistics
-import time
-
 import torch
 
 import sparsejit as sj
+from sparsejit.runtime.timing import median_ms
 from sparsejit.tools import data
 
 GRAPHS = ["pubmed", "powerlaw:n=200000,avg=12,alpha=2.1,seed=1"]
-
-
-def median_ms(fn, repeat=9):
-    for _ in range(2):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
 
 
 def aten_path(col, arg, grad, x_rows):
@@ -56,8 +43,9 @@ def main():
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 t_native = median_ms(lambda: ops.spmm_arg_backward(
-                    A.indptr, A.indices, arg, grad, None, A.shape[1]))
-                t_aten = median_ms(lambda: aten_path(A.indices, arg, grad, A.shape[1]))
+                    A.indptr, A.indices, arg, grad, None, A.shape[1]), 9, warmup=2)
+                t_aten = median_ms(lambda: aten_path(A.indices, arg, grad, A.shape[1]), 9,
+                                   warmup=2)
                 print(f"| {spec} | {f} | {threads} | {t_native:.2f} | {t_aten:.2f} | "
                       f"{t_aten / t_native:.2f}x |", flush=True)
 
