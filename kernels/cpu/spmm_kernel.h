@@ -56,7 +56,27 @@ inline void find_positions(int64_t lo, int64_t hi, const I* __restrict col,
       const A* __restrict ah = acc + h * F;
       const T* __restrict xh = xr + h * F;
       int32_t* __restrict rh = r32 + h * F;
-      for (int64_t f = 0; f < F; ++f) rh[f] = a * A(xh[f]) == ah[f] ? offset : rh[f];
+      int64_t f = 0;
+      if constexpr (std::is_same_v<A, float>) {
+        // The same select on whole vectors (GCC left the scalar form as a compare and a
+        // conditional move per element): a float compare gives an int32 lane mask.
+        using V = typename VecOf<float>::type;
+        using VI = Vec<int32_t, kVecBytes>;
+        constexpr int64_t L = VecOf<float>::kLanes;
+        const V av = V{} + a;
+        const VI offv = VI{} + offset;
+        for (; f + L <= F; f += L) {
+          const V v = av * load_vec<T, float>(xh + f);
+          V accv;
+          VI r;
+          __builtin_memcpy(&accv, ah + f, sizeof(V));
+          __builtin_memcpy(&r, rh + f, sizeof(VI));
+          const VI m = v == accv;
+          r = (m & offv) | (~m & r);
+          __builtin_memcpy(rh + f, &r, sizeof(VI));
+        }
+      }
+      for (; f < F; ++f) rh[f] = a * A(xh[f]) == ah[f] ? offset : rh[f];
     }
   }
   for (int64_t f = 0; f < HF; ++f) argacc[f] = r32[f] < 0 ? int64_t(-1) : lo + r32[f];
