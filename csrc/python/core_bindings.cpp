@@ -269,7 +269,8 @@ py::dict rgms_plan_view(int64_t r, int64_t e) {
   py::dict d;
   int64_t at[kNumArrays];
   array_offsets(r, e, at);
-  for (int i = 0; i < kNumArrays; ++i) d[kArrays[i].name] = py::make_tuple(at[i], kArrays[i].length(r, e));
+  for (int i = 0; i < kNumArrays; ++i)
+    d[kArrays[i].name] = py::make_tuple(at[i], kArrays[i].length(r, e));
   d["total_words"] = plan_words(r, e);
   return d;
 }

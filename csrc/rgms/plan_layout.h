@@ -46,7 +46,8 @@ inline int64_t plan_words(int64_t r, int64_t e) {
 // E for a plan of `words` words and R relations, or -1 when no E gives that length.
 inline int64_t entries_of(int64_t words, int64_t r) {
   const int64_t rest = words - plan_words(r, 0);
-  return rest >= 0 && rest % 4 == 0 ? rest / 4 : -1;
+  const int64_t per_entry = plan_words(r, 1) - plan_words(r, 0);
+  return rest >= 0 && rest % per_entry == 0 ? rest / per_entry : -1;
 }
 
 // First word of each array.

@@ -103,6 +103,15 @@ at::Tensor rgms_plan_cpu(
 
 // ---- rgms -----------------------------------------------------------------------------
 
+// The key the once-per-plan tables (validated_once, derived_once) use for a (rows, sources)
+// pair: both counts packed exactly; sizes past 2^31 get a key no other call can repeat.
+int64_t rows_sources_key(int64_t num_rows, int64_t num_src) {
+  if (num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31))
+    return (num_rows << 31) | num_src;
+  static std::atomic<int64_t> unique_key{-1};
+  return unique_key.fetch_sub(1);
+}
+
 // A checked call's plan: the plan tensor and views of its arrays (csrc/rgms/plan_layout.h).
 struct PlanArgs {
   at::Tensor plan;
@@ -179,10 +188,7 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& plan, const at::Tenso
   }
   // O(R + G + E): once per live plan (same tensors, versions, row and source counts).
   const int64_t num_src = x.size(0);
-  // The key packs both counts exactly (sizes past 2^31 use a key no call can repeat).
-  const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
-  static std::atomic<int64_t> unique_key{-1};
-  const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
+  const int64_t key = rows_sources_key(num_rows, num_src);
   validated_once("rgms", {a.plan}, key, [&] {
     // A device plan is checked on a host copy (once per live plan: the sync is here).
     const at::Tensor host = a.plan.is_cpu() ? a.plan : a.plan.cpu();
@@ -247,9 +253,7 @@ std::shared_ptr<const rgms::SourceIndex> attach_sources(const PlanArgs& a, rgms:
 std::shared_ptr<const rgms::TransposedPlan> attach_transposed(const PlanArgs& a,
                                                               rgms::Problem& p) {
   if (a.e == 0) return nullptr;
-  const bool packable = p.num_rows < (int64_t(1) << 31) && p.num_src < (int64_t(1) << 31);
-  static std::atomic<int64_t> unique_key{-1};
-  const int64_t key = packable ? (p.num_rows << 31) | p.num_src : unique_key.fetch_sub(1);
+  const int64_t key = rows_sources_key(p.num_rows, p.num_src);
   auto made = derived_once("rgms_transposed", {a.plan}, key, [&] {
     return std::static_pointer_cast<const void>(
         std::make_shared<rgms::TransposedPlan>(rgms::transpose_plan(p)));
@@ -291,9 +295,7 @@ struct Composite {
 
 std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_rows,
                                               int64_t num_src) {
-  const bool packable = num_rows < (int64_t(1) << 31) && num_src < (int64_t(1) << 31);
-  static std::atomic<int64_t> unique_key{-1};
-  const int64_t key = packable ? (num_rows << 31) | num_src : unique_key.fetch_sub(1);
+  const int64_t key = rows_sources_key(num_rows, num_src);
   auto made = derived_once("rgms_composite", {a.plan}, key,
                            [&] {
     auto c = std::make_shared<Composite>();
