@@ -28,18 +28,23 @@ _LAYOUT = _core.plan_layout()
 _WORDS = _LAYOUT["words"]
 
 
-def plan_words(num_relations, entries):
-    """Length of an RGMS plan for R relations and E entries (E may be symbolic: the arrays'
-    lengths are affine in E, csrc/rgms/plan_layout.h)."""
+def _plan_affine(num_relations: int) -> Tuple[int, int]:
+    """(words of a plan with no entries, words per entry) for R relations: a plan's length is
+    affine in E (csrc/rgms/plan_layout.h)."""
     base = _core.rgms_plan_view(num_relations, 0)["total_words"]
-    per_entry = _core.rgms_plan_view(num_relations, 1)["total_words"] - base
+    return base, _core.rgms_plan_view(num_relations, 1)["total_words"] - base
+
+
+def plan_words(num_relations, entries):
+    """Length of an RGMS plan for R relations and E entries (E may be symbolic)."""
+    base, per_entry = _plan_affine(num_relations)
     return base + per_entry * entries
 
 
 def plan_entries(plan: torch.Tensor, num_relations: int) -> int:
     """E, the stored entries, of an RGMS plan for `num_relations` relations."""
-    base = plan_words(num_relations, 0)
-    return (plan.shape[0] - base) // (plan_words(num_relations, 1) - base)
+    base, per_entry = _plan_affine(num_relations)
+    return (plan.shape[0] - base) // per_entry
 
 
 def plan_arrays(plan: torch.Tensor, num_relations: Optional[int] = None) -> Dict[str, torch.Tensor]:

@@ -24,8 +24,9 @@ def typed_fingerprint(A) -> str:
     check it against the arrays when they first validate a plan), so O(1) here."""
     fp = getattr(A, "_fingerprint", None)
     if fp is None:
-        w = _core.plan_layout()["words"]
-        header = A.plan[: _core.plan_layout()["header_words"]].tolist()
+        layout = _core.plan_layout()
+        w = layout["words"]
+        header = A.plan[: layout["header_words"]].tolist()
         fp = "rgms-{:016x}-{}x{}-{}-r{}".format(header[w["stamp"]], header[w["rows"]],
                                                header[w["cols"]], header[w["nnz"]],
                                                header[w["param"]])
