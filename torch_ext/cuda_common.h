@@ -27,13 +27,13 @@ using codegen::CudaKernelSpec;
 using codegen::CudaScalar;
 using ::sparsejit::IndexKind;
 
-inline CudaScalar cuda_scalar(at::ScalarType t) {
+inline CudaScalar cuda_scalar(tx::ScalarType t) {
   switch (t) {
-    case at::kFloat: return CudaScalar::F32;
-    case at::kHalf: return CudaScalar::F16;
-    case at::kBFloat16: return CudaScalar::BF16;
-    case at::kDouble: return CudaScalar::F64;
-    default: TORCH_CHECK_TYPE(false, "sparsejit (CUDA): unsupported dtype ", t);
+    case tx::kFloat: return CudaScalar::F32;
+    case tx::kHalf: return CudaScalar::F16;
+    case tx::kBFloat16: return CudaScalar::BF16;
+    case tx::kDouble: return CudaScalar::F64;
+    default: SJ_CHECK_TYPE(false, "sparsejit (CUDA): unsupported dtype ", t);
   }
 }
 
@@ -49,7 +49,7 @@ inline int32_t aligned_bytes(std::initializer_list<const void*> ptrs) {
 }
 
 inline bool deterministic() {
-  if (at::globalContext().deterministicAlgorithms()) return true;
+  if (tx::globalContext().deterministicAlgorithms()) return true;
   const char* v = std::getenv("SPARSEJIT_DETERMINISTIC");
   return v && *v && std::string(v) != "0";
 }
@@ -68,7 +68,7 @@ inline bool gpu_kernels_available() {
 }
 
 [[noreturn]] inline void raise_cuda_error(const std::string& op, const std::string& err) {
-  TORCH_CHECK(false, "sparsejit.", op, " (CUDA): ", err);
+  SJ_CHECK_RUNTIME(false, "sparsejit.", op, " (CUDA): ", err);
 }
 
 // ---- Row statistics (one device sync per structure, cached) ---------------------------------
@@ -82,7 +82,7 @@ struct StatsKey {
   }
 };
 
-inline codegen::CudaRowStats row_stats(const at::Tensor& rowptr, int64_t nnz) {
+inline codegen::CudaRowStats row_stats(const tx::Tensor& rowptr, int64_t nnz) {
   codegen::CudaRowStats st;
   st.rows = rowptr.numel() - 1;
   st.nnz = nnz;

@@ -1,11 +1,11 @@
 // The sparsejit op namespace. Each op family declares its schemas in its own file under
-// torch_ext/ops/ (TORCH_LIBRARY_FRAGMENT) next to its CPU and CUDA implementations; fake
-// (meta) implementations and autograd formulas live in python/sparsejit/ops/<op>.py.
-#include <torch/library.h>
+// torch_ext/ops/ (SJ_LIBRARY_FRAGMENT, torch_ext/tensor_api.h) next to its CPU and CUDA
+// implementations; fake (meta) implementations and autograd formulas live in python/sparsejit/ops/<op>.py.
+#include "torch_ext/tensor_api.h"
 
 #include "codegen/disk_cache.h"
 
-TORCH_LIBRARY(sparsejit, m) {}
+SJ_LIBRARY(m) {}
 
 namespace sparsejit {
 // JIT warnings (unwritable cache, failed compile) reach Python as UserWarning.

@@ -28,7 +28,7 @@ constexpr size_t kMaxEntries = 64;
 
 class Table {
  public:
-  bool find(const at::Tensor& a, const at::Tensor* b, int64_t param, plan::StructureStamp* out) {
+  bool find(const tx::Tensor& a, const tx::Tensor* b, int64_t param, plan::StructureStamp* out) {
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < entries_.size(); ++i) {
       Entry& e = entries_[i];
@@ -40,7 +40,7 @@ class Table {
     }
     return false;
   }
-  void add(const at::Tensor& a, const at::Tensor* b, int64_t param,
+  void add(const tx::Tensor& a, const tx::Tensor* b, int64_t param,
            const plan::StructureStamp& stamp) {
     std::lock_guard<std::mutex> g(mu_);
     std::vector<Entry> kept;
@@ -71,7 +71,7 @@ Table& bucketed_plans() {
 // Entries of several tensors each (validated_once), most recent first.
 class MultiTable {
  public:
-  bool find(const std::vector<at::Tensor>& ts, int64_t param,
+  bool find(const std::vector<tx::Tensor>& ts, int64_t param,
             std::shared_ptr<const void>* payload = nullptr) {
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < entries_.size(); ++i) {
@@ -87,7 +87,7 @@ class MultiTable {
     }
     return false;
   }
-  void add(const std::vector<at::Tensor>& ts, int64_t param,
+  void add(const std::vector<tx::Tensor>& ts, int64_t param,
            std::shared_ptr<const void> payload = nullptr) {
     std::lock_guard<std::mutex> g(mu_);
     MultiEntry e;
@@ -127,7 +127,7 @@ MultiTable& multi_table(const std::string& family) {
 }  // namespace
 
 std::shared_ptr<const void> derived_once(
-    const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+    const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
     const std::function<std::shared_ptr<const void>()>& build) {
   MultiTable& table = multi_table(std::string("derived:") + family);
   bool track = true;
@@ -139,7 +139,7 @@ std::shared_ptr<const void> derived_once(
   return made;
 }
 
-void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+void validated_once(const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
                     const std::function<void()>& validate) {
   MultiTable* table = &multi_table(family);
   bool track = true;
@@ -149,14 +149,14 @@ void validated_once(const char* family, const std::vector<at::Tensor>& tensors, 
   if (track) table->add(tensors, param);
 }
 
-plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tensor& col,
+plan::StructureStamp checked_structure(const tx::Tensor& rowptr, const tx::Tensor& col,
                                        int64_t num_cols, const char* op) {
-  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit.", op, ": num_cols must be >= 0; got ", num_cols);
+  SJ_CHECK_VALUE(num_cols >= 0, "sparsejit.", op, ": num_cols must be >= 0; got ", num_cols);
   const bool track = TensorState::trackable(rowptr) && TensorState::trackable(col);
   plan::StructureStamp stamp;
   if (track && structures().find(rowptr, &col, num_cols, &stamp)) return stamp;
-  const at::Tensor rp = rowptr.to(at::kCPU).contiguous();
-  const at::Tensor cl = col.to(at::kCPU).contiguous();
+  const tx::Tensor rp = rowptr.to(tx::kCPU).contiguous();
+  const tx::Tensor cl = col.to(tx::kCPU).contiguous();
   const int64_t rows = rp.numel() - 1;
   const IndexKind index = index_kind(rp);
   ValidationResult r;
@@ -167,22 +167,22 @@ plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tenso
     r = validate_csr<int64_t>(ptr<int64_t>(rp), rp.numel(), ptr<int64_t>(cl), cl.numel(),
                               num_cols);
   }
-  TORCH_CHECK_VALUE(r.ok, "sparsejit.", op, ": invalid CSR structure: ", r.message);
+  SJ_CHECK_VALUE(r.ok, "sparsejit.", op, ": invalid CSR structure: ", r.message);
   stamp = plan::stamp_of(index, rp.data_ptr(), cl.data_ptr(), rows, num_cols);
   if (track) structures().add(rowptr, &col, num_cols, stamp);
   return stamp;
 }
 
-void checked_bucketed_plan(const at::Tensor& plan_tensor, const at::Tensor& words,
+void checked_bucketed_plan(const tx::Tensor& plan_tensor, const tx::Tensor& words,
                            const plan::StructureStamp& stamp) {
   const bool track = TensorState::trackable(plan_tensor);
   if (track && bucketed_plans().find(plan_tensor, nullptr, stamp.hash, nullptr)) return;
   plan::SpmmPlan p;
   std::string err;
-  TORCH_CHECK_VALUE(plan::decode(words.data_ptr<int64_t>(), words.numel(), stamp, &p, &err),
+  SJ_CHECK_VALUE(plan::decode(words.data_ptr<int64_t>(), words.numel(), stamp, &p, &err),
                     "sparsejit.spmm: plan: ", err);
   if (p.kernel != plan::Kernel::Bucketed) return;
-  TORCH_CHECK_VALUE(plan::validate_bucketed_arrays(p, stamp, &err), "sparsejit.spmm: plan: ",
+  SJ_CHECK_VALUE(plan::validate_bucketed_arrays(p, stamp, &err), "sparsejit.spmm: plan: ",
                     err);
   if (track) bucketed_plans().add(plan_tensor, nullptr, stamp.hash, stamp);
 }

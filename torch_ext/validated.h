@@ -11,7 +11,7 @@
 // tensors have no version counter: they are validated on every call.
 #pragma once
 
-#include <ATen/ATen.h>
+#include "torch_ext/tensor_api.h"
 
 #include <functional>
 #include <memory>
@@ -32,8 +32,8 @@ struct TensorState {  // shared by the validation tables here and filter_conv's 
   int64_t numel = -1;
   uint32_t version = 0;
 
-  static bool trackable(const at::Tensor& t) { return !t.is_inference(); }
-  static TensorState of(const at::Tensor& t) {
+  static bool trackable(const tx::Tensor& t) { return !t.is_inference(); }
+  static TensorState of(const tx::Tensor& t) {
     TensorState s;
     s.impl.emplace(t.getIntrusivePtr());
     s.data = t.data_ptr();
@@ -41,7 +41,7 @@ struct TensorState {  // shared by the validation tables here and filter_conv's 
     s.version = t._version();
     return s;
   }
-  bool matches(const at::Tensor& t) const {
+  bool matches(const tx::Tensor& t) const {
     if (!impl) return false;
     const auto live = impl->lock();
     return live.get() == t.unsafeGetTensorImpl() && data == t.data_ptr() &&
@@ -53,19 +53,19 @@ struct TensorState {  // shared by the validation tables here and filter_conv's 
 
 // Validates (rowptr, col) against num_cols (once per live tensor version) and returns the
 // structure's stamp. Raises ValueError naming `op` and the first bad position.
-plan::StructureStamp checked_structure(const at::Tensor& rowptr, const at::Tensor& col,
+plan::StructureStamp checked_structure(const tx::Tensor& rowptr, const tx::Tensor& col,
                                        int64_t num_cols, const char* op);
 
 // Validates the arrays of a bucketed plan tensor for `stamp` once per live tensor version
 // (O(rows + nnz)). `words` is the plan's CPU, contiguous copy (the same tensor when the plan
 // already was one).
-void checked_bucketed_plan(const at::Tensor& plan, const at::Tensor& words,
+void checked_bucketed_plan(const tx::Tensor& plan, const tx::Tensor& words,
                            const plan::StructureStamp& stamp);
 
 // Runs `validate` (which throws on bad input) unless the same live tensors, at the same
 // versions, already passed it with the same `param`: the once-per-structure check for op
 // families whose plans are several tensors (RGMS). A table of its own per `family`.
-void validated_once(const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+void validated_once(const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
                     const std::function<void()>& validate);
 
 // Structure-derived data computed once per live tensors (same rule as validated_once): the
@@ -73,7 +73,7 @@ void validated_once(const char* family, const std::vector<at::Tensor>& tensors, 
 // kept while the tensors live (a small most-recent-first table per `family`). For derived
 // indexes that only a raw op needs and that are cheap enough to rebuild after torch.save.
 std::shared_ptr<const void> derived_once(
-    const char* family, const std::vector<at::Tensor>& tensors, int64_t param,
+    const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
     const std::function<std::shared_ptr<const void>()>& build);
 
 }  // namespace sparsejit

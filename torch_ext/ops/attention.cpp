@@ -7,8 +7,7 @@
 // This file is the Torch adapter: schemas, argument checks, tensors to launch structs. The
 // driver that picks the JIT-specialized or generic kernel and runs the passes is
 // csrc/attention/attention_run.h.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include <tuple>
 
@@ -18,7 +17,7 @@
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   // mode: 0 = dot (q, k: [N, H, D]), 1 = additive (q, k: [N, H, 1], LeakyReLU after the sum),
   // 2 = GATv2 (q, k: [N, H, D], score att . LeakyReLU(q_i + k_j), att: [H, D]).
   // bias: [nnz, H] added to the pre-activation score. Returns (out [rows, H, Dv], lse [rows, H]).
@@ -36,11 +35,11 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
-                            const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& bias, int64_t mode, double scale,
+attention::Shape check_args(const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q,
+                            const tx::Tensor& k, const tx::Tensor& v,
+                            const std::optional<tx::Tensor>& bias, int64_t mode, double scale,
                             double negative_slope, double dropout, int64_t seed,
-                            const std::optional<at::Tensor>& att) {
+                            const std::optional<tx::Tensor>& att) {
   check_index_pair(rowptr, col);
   SPARSEJIT_CHECK("sparse_attention", mode >= 0 && mode <= 2,
                   "mode must be 0 (dot), 1 (additive) or 2 (GATv2); got ", mode);
@@ -93,17 +92,17 @@ attention::Shape check_args(const at::Tensor& rowptr, const at::Tensor& col, con
                   "only CPU tensors are supported; got ", rowptr.device());
   return attention::Shape{rows, cols, heads, q.size(2), v.size(2),
                           static_cast<attention::Mode>(mode), scale, negative_slope, dropout,
-                          uint64_t(seed), int(at::get_num_threads())};
+                          uint64_t(seed), int(tx::get_num_threads())};
 }
 
 // The backward's own arguments (beside check_args'): the transpose and the saved tensors.
-void check_backward_tensors(const attention::Shape& s, const at::Tensor& rowptr,
-                            const at::Tensor& col, const at::Tensor& t_rowptr,
-                            const at::Tensor& t_col, const at::Tensor& t_perm,
-                            const at::Tensor& out_in, const at::Tensor& lse_in,
-                            const at::Tensor& grad_in) {
+void check_backward_tensors(const attention::Shape& s, const tx::Tensor& rowptr,
+                            const tx::Tensor& col, const tx::Tensor& t_rowptr,
+                            const tx::Tensor& t_col, const tx::Tensor& t_perm,
+                            const tx::Tensor& out_in, const tx::Tensor& lse_in,
+                            const tx::Tensor& grad_in) {
   // Before check_transpose_args, whose messages call every index array "indptr" / "indices".
-  TORCH_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
+  SJ_CHECK_TYPE(t_rowptr.scalar_type() == rowptr.scalar_type() &&
                        t_col.scalar_type() == rowptr.scalar_type() &&
                        t_perm.scalar_type() == rowptr.scalar_type(),
                    "sparsejit.sparse_attention_backward: the transpose arrays t_rowptr, t_col "
@@ -123,35 +122,35 @@ void check_backward_tensors(const attention::Shape& s, const at::Tensor& rowptr,
   const std::vector<int64_t> out_sizes{s.rows, s.heads, s.v_width};
   SPARSEJIT_CHECK(
       "sparse_attention",
-      out_in.sizes() == at::IntArrayRef(out_sizes) && grad_in.sizes() == at::IntArrayRef(out_sizes),
-      "out and grad_out must be [rows, H, Dv] = ", at::IntArrayRef(out_sizes), "; got ",
+      out_in.sizes() == tx::IntArrayRef(out_sizes) && grad_in.sizes() == tx::IntArrayRef(out_sizes),
+      "out and grad_out must be [rows, H, Dv] = ", tx::IntArrayRef(out_sizes), "; got ",
       out_in.sizes(), " and ", grad_in.sizes());
   SPARSEJIT_CHECK("sparse_attention",
                   lse_in.dim() == 2 && lse_in.size(0) == s.rows && lse_in.size(1) == s.heads,
                   "lse must be [rows, H]; got ", lse_in.sizes());
 }
 
-at::Tensor prep(const at::Tensor& t, at::ScalarType ct) { return t.to(ct).contiguous(); }
+tx::Tensor prep(const tx::Tensor& t, tx::ScalarType ct) { return t.to(ct).contiguous(); }
 
-std::optional<at::Tensor> prep(const std::optional<at::Tensor>& t, at::ScalarType ct) {
+std::optional<tx::Tensor> prep(const std::optional<tx::Tensor>& t, tx::ScalarType ct) {
   if (!t.has_value()) return std::nullopt;
   return prep(*t, ct);
 }
 
-ScalarKind scalar_kind(at::ScalarType t) {
-  return t == at::kDouble ? ScalarKind::F64 : t == at::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
+ScalarKind scalar_kind(tx::ScalarType t) {
+  return t == tx::kDouble ? ScalarKind::F64 : t == tx::kBFloat16 ? ScalarKind::BF16 : ScalarKind::F32;
 }
 
-IndexKind index_kind(const at::Tensor& rowptr) {
-  return rowptr.scalar_type() == at::kInt ? IndexKind::I32 : IndexKind::I64;
+IndexKind index_kind(const tx::Tensor& rowptr) {
+  return rowptr.scalar_type() == tx::kInt ? IndexKind::I32 : IndexKind::I64;
 }
 
-std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
-    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q_in,
-    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+std::tuple<tx::Tensor, tx::Tensor> sparse_attention_cpu(
+    const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q_in,
+    const tx::Tensor& k_in, const tx::Tensor& v_in, const std::optional<tx::Tensor>& bias_in,
     int64_t mode, double scale, double negative_slope, double dropout, int64_t seed,
-    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&, const std::optional<at::Tensor>& att_in) {
+    const std::optional<tx::Tensor>&, const std::optional<tx::Tensor>&,
+    const std::optional<tx::Tensor>&, const std::optional<tx::Tensor>& att_in) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
   const auto ct = compute_type(q_in.scalar_type());
@@ -161,14 +160,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   if (att.has_value()) s.att = att->data_ptr();
   // bfloat16 q, k, v: read and written in bfloat16 by the JIT's forward-only kernel (float32
   // accumulation; the same bits as the float32 kernel on the widened inputs, rounded once).
-  const codegen::EntryFn bf16_fn = q_in.scalar_type() == at::kBFloat16
+  const codegen::EntryFn bf16_fn = q_in.scalar_type() == tx::kBFloat16
                                        ? attention::jit_entry(ScalarKind::BF16, index_kind(rp), s,
                                                               col.numel())
                                        : nullptr;
-  const auto st = bf16_fn ? at::kBFloat16 : ct;  // storage of q, k, v and out
+  const auto st = bf16_fn ? tx::kBFloat16 : ct;  // storage of q, k, v and out
   auto q = prep(q_in, st), k = prep(k_in, st), v = prep(v_in, st);
   auto out = new_output({s.rows, s.heads, s.v_width}, q.options());
-  auto lse = at::empty({s.rows, s.heads}, q.options().dtype(ct));
+  auto lse = tx::empty({s.rows, s.heads}, q.options().dtype(ct));
   attention::AttentionLaunch l;
   l.shape = s;
   l.phase = attention::Phase::Forward;
@@ -190,14 +189,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cpu(
   return {out.to(q_in.scalar_type()), lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor>
 sparse_attention_backward_cpu(
-    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& t_rowptr,
-    const at::Tensor& t_col, const at::Tensor& t_perm, const at::Tensor& q_in,
-    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
-    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& grad_in, int64_t mode,
+    const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& t_rowptr,
+    const tx::Tensor& t_col, const tx::Tensor& t_perm, const tx::Tensor& q_in,
+    const tx::Tensor& k_in, const tx::Tensor& v_in, const std::optional<tx::Tensor>& bias_in,
+    const tx::Tensor& out_in, const tx::Tensor& lse_in, const tx::Tensor& grad_in, int64_t mode,
     double scale, double negative_slope, double dropout, int64_t seed, bool need_q, bool need_k,
-    bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
+    bool need_v, bool need_bias, const std::optional<tx::Tensor>& att_in, bool need_att) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
   check_backward_tensors(s, rowptr, col, t_rowptr, t_col, t_perm, out_in, lse_in, grad_in);
@@ -209,15 +208,15 @@ sparse_attention_backward_cpu(
   auto att = prep(att_in, ct);
   if (att.has_value()) s.att = att->data_ptr();
   const bool want_att = need_att && att.has_value();
-  auto datt = want_att ? at::empty_like(*att) : at::Tensor();
+  auto datt = want_att ? tx::empty_like(*att) : tx::Tensor();
   auto out = prep(out_in, ct), lse = prep(lse_in, ct), g = prep(grad_in, ct);
-  auto delta = at::empty({s.rows, s.heads}, q.options());
-  auto dq = need_q ? new_output_like(q) : at::Tensor();
-  auto dk = need_k ? new_output_like(k) : at::Tensor();
-  auto dv = need_v ? new_output_like(v) : at::Tensor();
+  auto delta = tx::empty({s.rows, s.heads}, q.options());
+  auto dq = need_q ? new_output_like(q) : tx::Tensor();
+  auto dk = need_k ? new_output_like(k) : tx::Tensor();
+  auto dv = need_v ? new_output_like(v) : tx::Tensor();
   const bool want_bias = need_bias && bias.has_value();
-  auto db = want_bias ? at::empty({col.numel(), s.heads}, q.options()) : at::Tensor();
-  auto p_or_null = [](const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
+  auto db = want_bias ? tx::empty({col.numel(), s.heads}, q.options()) : tx::Tensor();
+  auto p_or_null = [](const tx::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
   attention::AttentionLaunch base;
   base.shape = s;
   base.rowptr = rp.data_ptr();
@@ -248,10 +247,10 @@ sparse_attention_backward_cpu(
   // The pass over targets keeps every entry's dz and probability ([nnz, H] each; dz is dbias
   // itself when asked for) for the pass over sources, which then skips score, exp and
   // <dout, v>: the backward computes each entry's softmax terms once.
-  at::Tensor dz_keep, pk_keep;
+  tx::Tensor dz_keep, pk_keep;
   if (run_cols) {
-    dz_keep = want_bias ? db : at::empty({col.numel(), s.heads}, q.options());
-    pk_keep = at::empty({col.numel(), s.heads}, q.options());
+    dz_keep = want_bias ? db : tx::empty({col.numel(), s.heads}, q.options());
+    pk_keep = tx::empty({col.numel(), s.heads}, q.options());
     rows.dz = cols.dz = dz_keep.data_ptr();
     rows.pk = cols.pk = pk_keep.data_ptr();
   }
@@ -262,13 +261,13 @@ sparse_attention_backward_cpu(
   const bool bad_perm = cols.bad_perm;
   // t_perm is checked where it is read (no separate O(nnz) pass per call).
   SPARSEJIT_CHECK("sparse_attention", !bad_perm, "t_perm holds positions outside [0, nnz)");
-  auto back = [&](const at::Tensor& t, const at::Tensor& like) {
+  auto back = [&](const tx::Tensor& t, const tx::Tensor& like) {
     // Gradients not asked for come back empty (an op cannot return undefined tensors).
-    return t.defined() ? t.to(like.scalar_type()) : at::empty({0}, like.options());
+    return t.defined() ? t.to(like.scalar_type()) : tx::empty({0}, like.options());
   };
   return {back(dq, q_in), back(dk, k_in), back(dv, v_in),
-          want_bias ? db.to(bias_in->scalar_type()) : at::empty({0}, q_in.options()),
-          want_att ? datt.to(att_in->scalar_type()) : at::empty({0}, q_in.options())};
+          want_bias ? db.to(bias_in->scalar_type()) : tx::empty({0}, q_in.options()),
+          want_att ? datt.to(att_in->scalar_type()) : tx::empty({0}, q_in.options())};
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
@@ -279,17 +278,17 @@ sparse_attention_backward_cpu(
 // (a head wider than 1024) run on the CPU through the fallback.
 using namespace cuda_ext;
 
-codegen::CudaKernelSpec cuda_attention_spec(const attention::Shape& s, at::ScalarType ct,
-                                            const at::Tensor& rp, bool bias, bool backward) {
+codegen::CudaKernelSpec cuda_attention_spec(const attention::Shape& s, tx::ScalarType ct,
+                                            const tx::Tensor& rp, bool bias, bool backward) {
   return codegen::plan_cuda_attention(cuda_scalar(ct), index_kind(rp), s.heads, s.qk_width,
                                       s.v_width, static_cast<int32_t>(s.mode), bias, backward);
 }
 
-cuda::AttentionParams cuda_attention_params(const attention::Shape& s, const at::Tensor& rp,
-                                            const at::Tensor& cl, const at::Tensor& q,
-                                            const at::Tensor& k, const at::Tensor& v,
-                                            const std::optional<at::Tensor>& bias,
-                                            const std::optional<at::Tensor>& att) {
+cuda::AttentionParams cuda_attention_params(const attention::Shape& s, const tx::Tensor& rp,
+                                            const tx::Tensor& cl, const tx::Tensor& q,
+                                            const tx::Tensor& k, const tx::Tensor& v,
+                                            const std::optional<tx::Tensor>& bias,
+                                            const std::optional<tx::Tensor>& att) {
   cuda::AttentionParams p{};
   p.rowptr = rp.data_ptr();
   p.col = cl.data_ptr();
@@ -308,12 +307,12 @@ cuda::AttentionParams cuda_attention_params(const attention::Shape& s, const at:
   return p;
 }
 
-std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
-    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q_in,
-    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
+std::tuple<tx::Tensor, tx::Tensor> sparse_attention_cuda(
+    const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q_in,
+    const tx::Tensor& k_in, const tx::Tensor& v_in, const std::optional<tx::Tensor>& bias_in,
     int64_t mode, double scale, double negative_slope, double dropout, int64_t seed,
-    const std::optional<at::Tensor>& t_rowptr, const std::optional<at::Tensor>& t_col,
-    const std::optional<at::Tensor>& t_perm, const std::optional<at::Tensor>& att_in) {
+    const std::optional<tx::Tensor>& t_rowptr, const std::optional<tx::Tensor>& t_col,
+    const std::optional<tx::Tensor>& t_perm, const std::optional<tx::Tensor>& att_in) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
   c10::cuda::CUDAGuard guard(q_in.device());
@@ -321,13 +320,13 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   const auto spec = cuda_attention_spec(s, ct, rp, bias_in.has_value(), false);
   if (!gpu_kernels_available() || !spec.validate().empty())
-    return call_on_cpu<std::tuple<at::Tensor, at::Tensor>>(
+    return call_on_cpu<std::tuple<tx::Tensor, tx::Tensor>>(
         "sparsejit::sparse_attention", rowptr, col, q_in, k_in, v_in, bias_in, mode, scale,
         negative_slope, dropout, seed, t_rowptr, t_col, t_perm, att_in);
   auto q = prep(q_in, ct), k = prep(k_in, ct), v = prep(v_in, ct);
   auto bias = prep(bias_in, ct), att = prep(att_in, ct);
-  auto out = at::empty({s.rows, s.heads, s.v_width}, q.options());
-  auto lse = at::empty({s.rows, s.heads}, q.options());
+  auto out = tx::empty({s.rows, s.heads, s.v_width}, q.options());
+  auto lse = tx::empty({s.rows, s.heads}, q.options());
   if (s.rows > 0 && s.heads > 0) {
     cuda::AttentionParams p = cuda_attention_params(s, rp, cl, q, k, v, bias, att);
     p.out = out.data_ptr();
@@ -342,15 +341,15 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
   return {out.to(q_in.scalar_type()), lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor>
 sparse_attention_backward_cuda(
-    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& t_rowptr,
-    const at::Tensor& t_col, const at::Tensor& t_perm, const at::Tensor& q_in,
-    const at::Tensor& k_in, const at::Tensor& v_in, const std::optional<at::Tensor>& bias_in,
-    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& grad_in, int64_t mode,
+    const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& t_rowptr,
+    const tx::Tensor& t_col, const tx::Tensor& t_perm, const tx::Tensor& q_in,
+    const tx::Tensor& k_in, const tx::Tensor& v_in, const std::optional<tx::Tensor>& bias_in,
+    const tx::Tensor& out_in, const tx::Tensor& lse_in, const tx::Tensor& grad_in, int64_t mode,
     double scale, double negative_slope, double dropout, int64_t seed, bool need_q, bool need_k,
-    bool need_v, bool need_bias, const std::optional<at::Tensor>& att_in, bool need_att) {
-  using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+    bool need_v, bool need_bias, const std::optional<tx::Tensor>& att_in, bool need_att) {
+  using Grads = std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor>;
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
   c10::cuda::CUDAGuard guard(q_in.device());
@@ -370,10 +369,10 @@ sparse_attention_backward_cuda(
   const int64_t nnz = cl.numel();
   const bool want_bias = need_bias && bias.has_value(), want_att = need_att && att.has_value();
   auto delta = (out * g).sum(-1);  // <out, dout> per (row, head)
-  auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
-  auto dz = at::empty({nnz, s.heads}, q.options()), pk = at::empty({nnz, s.heads}, q.options());
-  auto datt_rows = want_att ? at::empty_like(q) : at::Tensor();
-  auto bad = at::zeros({1}, q.options().dtype(at::kInt));
+  auto dq = tx::zeros_like(q), dk = tx::zeros_like(k), dv = tx::zeros_like(v);
+  auto dz = tx::empty({nnz, s.heads}, q.options()), pk = tx::empty({nnz, s.heads}, q.options());
+  auto datt_rows = want_att ? tx::empty_like(q) : tx::Tensor();
+  auto bad = tx::zeros({1}, q.options().dtype(tx::kInt));
   if (s.heads > 0 && (s.rows > 0 || s.cols > 0)) {
     cuda::AttentionParams p = cuda_attention_params(s, rp, cl, q, k, v, bias, att);
     p.t_rowptr = trp.data_ptr();
@@ -400,27 +399,27 @@ sparse_attention_backward_cuda(
     SPARSEJIT_CHECK("sparse_attention", bad.item<int>() == 0,
                     "t_perm holds positions outside [0, nnz)");
   }
-  auto back = [&](bool want, const at::Tensor& t, const at::Tensor& like) {
-    return want ? t.to(like.scalar_type()) : at::empty({0}, like.options());
+  auto back = [&](bool want, const tx::Tensor& t, const tx::Tensor& like) {
+    return want ? t.to(like.scalar_type()) : tx::empty({0}, like.options());
   };
   return {back(need_q, dq, q_in), back(need_k, dk, k_in), back(need_v, dv, v_in),
-          want_bias ? dz.to(bias_in->scalar_type()) : at::empty({0}, q_in.options()),
+          want_bias ? dz.to(bias_in->scalar_type()) : tx::empty({0}, q_in.options()),
           want_att ? datt_rows.sum(0).to(att_in->scalar_type())
-                   : at::empty({0}, q_in.options())};
+                   : tx::empty({0}, q_in.options())};
 }
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("sparse_attention", &sparse_attention_cpu);
-  m.impl("sparse_attention_backward", &sparse_attention_backward_cpu);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("sparse_attention", SJ_KERNEL(&sparse_attention_cpu));
+  m.impl("sparse_attention_backward", SJ_KERNEL(&sparse_attention_backward_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("sparse_attention", &sparse_attention_cuda);
-  m.impl("sparse_attention_backward", &sparse_attention_backward_cuda);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("sparse_attention", SJ_KERNEL(&sparse_attention_cuda));
+  m.impl("sparse_attention_backward", SJ_KERNEL(&sparse_attention_backward_cuda));
 }
 #endif
 

@@ -11,7 +11,7 @@
 // ops (a stable sort, searchsorted, index_add), no copy to the host; they also run on CPU
 // tensors when SPARSEJIT_STRUCTURE_ATEN=1, which is how tests check them against the counting
 // sorts on a machine without a GPU.
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +20,7 @@
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def("validate_csr(Tensor rowptr, Tensor col, SymInt num_cols) -> ()");
   m.def("csr_transpose(Tensor rowptr, Tensor col, SymInt num_cols) -> (Tensor, Tensor, Tensor)");
   m.def("csr_from_edge_index(Tensor edge_index, SymInt num_nodes) -> (Tensor, Tensor, Tensor)");
@@ -34,7 +34,7 @@ namespace sparsejit {
 namespace {
 
 template <typename F>
-void dispatch_index(const at::Tensor& t, F&& f) {
+void dispatch_index(const tx::Tensor& t, F&& f) {
   if (index_kind(t) == IndexKind::I32) {
     f(int32_t{});
   } else {
@@ -42,20 +42,20 @@ void dispatch_index(const at::Tensor& t, F&& f) {
   }
 }
 
-void validate_csr_cpu(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+void validate_csr_cpu(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols) {
   check_index_pair(rowptr, col);
-  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
+  SJ_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   dispatch_index(rp, [&](auto I) {
     using IT = decltype(I);
     auto r = validate_csr<IT>(ptr<IT>(rp), rp.numel(), ptr<IT>(cl), cl.numel(), num_cols);
-    TORCH_CHECK_VALUE(r.ok, "sparsejit: invalid CSR structure: ", r.message);
+    SJ_CHECK_VALUE(r.ok, "sparsejit: invalid CSR structure: ", r.message);
   });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tensor& rowptr,
-                                                                 const at::Tensor& col,
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_cpu(const tx::Tensor& rowptr,
+                                                                 const tx::Tensor& col,
                                                                  int64_t num_cols) {
   // The transpose scatters by column: a full validation (O(rows + nnz), like the transpose
   // itself) keeps a bad column from writing out of bounds.
@@ -63,9 +63,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tenso
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   const int64_t rows = rp.numel() - 1;
-  auto t_rowptr = at::empty({num_cols + 1}, rp.options());
-  auto t_col = at::empty({cl.numel()}, rp.options());
-  auto t_perm = at::empty({cl.numel()}, rp.options());
+  auto t_rowptr = tx::empty({num_cols + 1}, rp.options());
+  auto t_col = tx::empty({cl.numel()}, rp.options());
+  auto t_perm = tx::empty({cl.numel()}, rp.options());
   dispatch_index(rp, [&](auto I) {
     using IT = decltype(I);
     csr_transpose<IT>(ptr<IT>(rp), ptr<IT>(cl), rows, num_cols, ptr<IT>(t_rowptr), ptr<IT>(t_col),
@@ -75,33 +75,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cpu(const at::Tenso
 }
 
 // The checks both edge_index builders share; returns it as contiguous int64.
-at::Tensor checked_edge_index(const at::Tensor& edge_index, int64_t num_nodes, const char* op) {
-  TORCH_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2, "sparsejit.", op,
+tx::Tensor checked_edge_index(const tx::Tensor& edge_index, int64_t num_nodes, const char* op) {
+  SJ_CHECK_VALUE(edge_index.dim() == 2 && edge_index.size(0) == 2, "sparsejit.", op,
                     ": edge_index must have shape [2, E]; got ", edge_index.sizes());
   const auto d = edge_index.scalar_type();
-  TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt || d == at::kShort, "sparsejit.", op,
+  SJ_CHECK_TYPE(d == tx::kLong || d == tx::kInt || d == tx::kShort, "sparsejit.", op,
                    ": edge_index must hold integers (int16, int32 or int64); got ", d);
-  TORCH_CHECK_VALUE(num_nodes >= 0, "sparsejit.", op, ": num_nodes must be >= 0; got ",
+  SJ_CHECK_VALUE(num_nodes >= 0, "sparsejit.", op, ": num_nodes must be >= 0; got ",
                     num_nodes);
-  return edge_index.to(at::kLong).contiguous();
+  return edge_index.to(tx::kLong).contiguous();
 }
 
 // `bad`: -1, or the first edge of `ei` (contiguous int64 [2, E]) with an endpoint outside
 // [0, num_nodes), as the builders in csrc/core/csr.h return it.
-void check_edges_in_range(const at::Tensor& ei, int64_t bad, int64_t num_nodes, const char* op) {
+void check_edges_in_range(const tx::Tensor& ei, int64_t bad, int64_t num_nodes, const char* op) {
   if (bad < 0) return;
   const int64_t* src = ptr<int64_t>(ei);
-  TORCH_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", bad, "] = [", src[bad], ", ",
+  SJ_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", bad, "] = [", src[bad], ", ",
                     src[ei.size(1) + bad], "] is out of range for num_nodes = ", num_nodes);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
-    const at::Tensor& edge_index, int64_t num_nodes) {
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_from_edge_index_cpu(
+    const tx::Tensor& edge_index, int64_t num_nodes) {
   const auto ei = checked_edge_index(edge_index, num_nodes, "csr_from_edge_index");
   const int64_t e = ei.size(1);
-  auto rowptr = at::empty({num_nodes + 1}, ei.options());
-  auto col = at::empty({e}, ei.options());
-  auto perm = at::empty({e}, ei.options());
+  auto rowptr = tx::empty({num_nodes + 1}, ei.options());
+  auto col = tx::empty({e}, ei.options());
+  auto perm = tx::empty({e}, ei.options());
   const int64_t* src = ptr<int64_t>(ei);
   check_edges_in_range(ei,
                        csr_from_edges(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
@@ -110,16 +110,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_cpu(
   return {rowptr, col, perm};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_cpu(
-    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
-  TORCH_CHECK_TYPE(at::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_cpu(
+    const tx::Tensor& edge_index, int64_t num_nodes, tx::ScalarType dtype) {
+  SJ_CHECK_TYPE(tx::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
                    "floating type; got ", dtype);
   const auto ei = checked_edge_index(edge_index, num_nodes, "gcn_adjacency");
   const int64_t e = ei.size(1), m = e + num_nodes;
-  auto rowptr = at::empty({num_nodes + 1}, ei.options());
-  auto col = at::empty({m}, ei.options());
-  auto perm = at::empty({m}, ei.options());
-  auto values = at::empty({m}, ei.options().dtype(at::kDouble));
+  auto rowptr = tx::empty({num_nodes + 1}, ei.options());
+  auto col = tx::empty({m}, ei.options());
+  auto perm = tx::empty({m}, ei.options());
+  auto values = tx::empty({m}, ei.options().dtype(tx::kDouble));
   const int64_t* src = ptr<int64_t>(ei);
   check_edges_in_range(ei,
                        gcn_adjacency(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
@@ -140,129 +140,129 @@ bool aten_builders_forced() {
 // The CSR of the edge list (src[k] -> dst[k]) with rows = dst, in (target, source, edge) order,
 // as csr_from_edges: one stable sort of the key dst * n + src (two stable sorts when n * n
 // does not fit), rowptr by searching the sorted targets. src, dst: int64 [m], in range.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_csr(const at::Tensor& src,
-                                                        const at::Tensor& dst, int64_t n) {
-  at::Tensor perm;
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> aten_csr(const tx::Tensor& src,
+                                                        const tx::Tensor& dst, int64_t n) {
+  tx::Tensor perm;
   if (n <= 3037000499LL) {  // n * n + n < 2^63
-    perm = std::get<1>(at::sort(dst * n + src, /*stable=*/true, 0, false));
+    perm = std::get<1>(tx::sort(dst * n + src, /*stable=*/true, 0, false));
   } else {
-    const auto by_src = std::get<1>(at::sort(src, /*stable=*/true, 0, false));
+    const auto by_src = std::get<1>(tx::sort(src, /*stable=*/true, 0, false));
     perm = by_src.index_select(
-        0, std::get<1>(at::sort(dst.index_select(0, by_src), /*stable=*/true, 0, false)));
+        0, std::get<1>(tx::sort(dst.index_select(0, by_src), /*stable=*/true, 0, false)));
   }
   const auto rows_sorted = dst.index_select(0, perm);
-  const auto rowptr = at::searchsorted(rows_sorted, at::arange(n + 1, dst.options()));
+  const auto rowptr = tx::searchsorted(rows_sorted, tx::arange(n + 1, dst.options()));
   return {rowptr, src.index_select(0, perm), perm};
 }
 
 // csr_from_edge_index's range check on the device: raises naming the first bad edge.
-void aten_check_edges(const at::Tensor& ei, int64_t num_nodes, const char* op) {
+void aten_check_edges(const tx::Tensor& ei, int64_t num_nodes, const char* op) {
   if (ei.size(1) == 0) return;
-  const auto bad = at::logical_or(ei < 0, ei >= num_nodes).any(0);
+  const auto bad = tx::logical_or(ei < 0, ei >= num_nodes).any(0);
   if (!bad.any().item<bool>()) return;  // the sync
   const int64_t k = bad.nonzero().select(1, 0)[0].item<int64_t>();
   const auto e = ei.select(1, k).cpu();
-  TORCH_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", k, "] = [",
+  SJ_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", k, "] = [",
                     e[0].item<int64_t>(), ", ", e[1].item<int64_t>(),
                     "] is out of range for num_nodes = ", num_nodes);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_aten(
-    const at::Tensor& edge_index, int64_t num_nodes) {
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_from_edge_index_aten(
+    const tx::Tensor& edge_index, int64_t num_nodes) {
   const auto ei = checked_edge_index(edge_index, num_nodes, "csr_from_edge_index");
   aten_check_edges(ei, num_nodes, "csr_from_edge_index");
   return aten_csr(ei[0], ei[1], num_nodes);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_aten(
-    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
-  TORCH_CHECK_TYPE(at::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_aten(
+    const tx::Tensor& edge_index, int64_t num_nodes, tx::ScalarType dtype) {
+  SJ_CHECK_TYPE(tx::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
                    "floating type; got ", dtype);
   const auto ei = checked_edge_index(edge_index, num_nodes, "gcn_adjacency");
   aten_check_edges(ei, num_nodes, "gcn_adjacency");
   const int64_t e = ei.size(1);
-  const auto loops = at::arange(num_nodes, ei.options());
-  const auto src = at::cat({ei[0], loops}), dst = at::cat({ei[1], loops});
+  const auto loops = tx::arange(num_nodes, ei.options());
+  const auto src = tx::cat({ei[0], loops}), dst = tx::cat({ei[1], loops});
   auto [rowptr, col, perm] = aten_csr(src, dst, num_nodes);
   // d_v = 1 + incoming edges that are not self-loops: sums of 0s and 1s, exact in any order.
-  const auto deg = at::ones({num_nodes}, ei.options().dtype(at::kDouble))
-                       .index_add_(0, ei[1], ei[0].ne(ei[1]).to(at::kDouble));
+  const auto deg = tx::ones({num_nodes}, ei.options().dtype(tx::kDouble))
+                       .index_add_(0, ei[1], ei[0].ne(ei[1]).to(tx::kDouble));
   const auto dinv = deg.sqrt().reciprocal();  // 1 / sqrt(d), rounded as the CPU's
   const auto row = dst.index_select(0, perm);
   auto values = dinv.index_select(0, row) * dinv.index_select(0, col);
-  values.masked_fill_(at::logical_and(perm < e, col == row), 0.0);  // an old self-loop
+  values.masked_fill_(tx::logical_and(perm < e, col == row), 0.0);  // an old self-loop
   return {rowptr, col, perm, values.to(dtype)};
 }
 
 // validate_csr's invariants as device reductions; on failure, the CPU validator names it.
-void validate_csr_aten(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+void validate_csr_aten(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols) {
   check_index_pair(rowptr, col);
-  TORCH_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
+  SJ_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
   const int64_t rows = rowptr.numel() - 1;
   bool ok = rows >= 0;
   if (ok) {
     auto bad = rowptr[0].ne(0).logical_or(rowptr[rows].ne(col.numel()));
     if (rows > 0)
       bad = bad.logical_or((rowptr.narrow(0, 1, rows) < rowptr.narrow(0, 0, rows)).any());
-    if (col.numel() > 0) bad = bad.logical_or(at::logical_or(col < 0, col >= num_cols).any());
+    if (col.numel() > 0) bad = bad.logical_or(tx::logical_or(col < 0, col >= num_cols).any());
     ok = !bad.item<bool>();  // the sync
   }
   if (!ok) validate_csr_cpu(rowptr.cpu(), col.cpu(), num_cols);  // raises, naming the problem
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_aten(const at::Tensor& rowptr,
-                                                                  const at::Tensor& col,
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_aten(const tx::Tensor& rowptr,
+                                                                  const tx::Tensor& col,
                                                                   int64_t num_cols) {
   validate_csr_aten(rowptr, col, num_cols);
   const int64_t rows = rowptr.numel() - 1, nnz = col.numel();
-  const auto counts = (rowptr.narrow(0, 1, rows) - rowptr.narrow(0, 0, rows)).to(at::kLong);
-  const auto row = at::repeat_interleave(at::arange(rows, rowptr.options()), counts, 0, nnz);
+  const auto counts = (rowptr.narrow(0, 1, rows) - rowptr.narrow(0, 0, rows)).to(tx::kLong);
+  const auto row = tx::repeat_interleave(tx::arange(rows, rowptr.options()), counts, 0, nnz);
   // Entries are in row order, so a stable sort by column leaves each column's rows ascending.
-  auto [col_sorted, t_perm] = at::sort(col, /*stable=*/true, 0, false);
-  const auto t_rowptr = at::searchsorted(col_sorted, at::arange(num_cols + 1, col.options()));
+  auto [col_sorted, t_perm] = tx::sort(col, /*stable=*/true, 0, false);
+  const auto t_rowptr = tx::searchsorted(col_sorted, tx::arange(num_cols + 1, col.options()));
   return {t_rowptr.to(rowptr.scalar_type()), row.index_select(0, t_perm),
           t_perm.to(rowptr.scalar_type())};
 }
 
 // The CPU ops: the counting sorts, or the ATen builders when SPARSEJIT_STRUCTURE_ATEN is set.
-void validate_csr_op(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols) {
+void validate_csr_op(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols) {
   aten_builders_forced() ? validate_csr_aten(rowptr, col, num_cols)
                          : validate_csr_cpu(rowptr, col, num_cols);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_op(const at::Tensor& rowptr,
-                                                                const at::Tensor& col,
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_op(const tx::Tensor& rowptr,
+                                                                const tx::Tensor& col,
                                                                 int64_t num_cols) {
   return aten_builders_forced() ? csr_transpose_aten(rowptr, col, num_cols)
                                 : csr_transpose_cpu(rowptr, col, num_cols);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_edge_index_op(
-    const at::Tensor& edge_index, int64_t num_nodes) {
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_from_edge_index_op(
+    const tx::Tensor& edge_index, int64_t num_nodes) {
   return aten_builders_forced() ? csr_from_edge_index_aten(edge_index, num_nodes)
                                 : csr_from_edge_index_cpu(edge_index, num_nodes);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gcn_adjacency_op(
-    const at::Tensor& edge_index, int64_t num_nodes, at::ScalarType dtype) {
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_op(
+    const tx::Tensor& edge_index, int64_t num_nodes, tx::ScalarType dtype) {
   return aten_builders_forced() ? gcn_adjacency_aten(edge_index, num_nodes, dtype)
                                 : gcn_adjacency_cpu(edge_index, num_nodes, dtype);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("gcn_adjacency", &gcn_adjacency_op);
-  m.impl("validate_csr", &validate_csr_op);
-  m.impl("csr_transpose", &csr_transpose_op);
-  m.impl("csr_from_edge_index", &csr_from_edge_index_op);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("gcn_adjacency", SJ_KERNEL(&gcn_adjacency_op));
+  m.impl("validate_csr", SJ_KERNEL(&validate_csr_op));
+  m.impl("csr_transpose", SJ_KERNEL(&csr_transpose_op));
+  m.impl("csr_from_edge_index", SJ_KERNEL(&csr_from_edge_index_op));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
 // Built on the device by ATen's sort / searchsorted (no copy to the host; one flag read per
 // call to raise a bad input).
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("validate_csr", &validate_csr_aten);
-  m.impl("csr_transpose", &csr_transpose_aten);
-  m.impl("csr_from_edge_index", &csr_from_edge_index_aten);
-  m.impl("gcn_adjacency", &gcn_adjacency_aten);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("validate_csr", SJ_KERNEL(&validate_csr_aten));
+  m.impl("csr_transpose", SJ_KERNEL(&csr_transpose_aten));
+  m.impl("csr_from_edge_index", SJ_KERNEL(&csr_from_edge_index_aten));
+  m.impl("gcn_adjacency", SJ_KERNEL(&gcn_adjacency_aten));
 }
 #endif
 

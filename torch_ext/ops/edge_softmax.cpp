@@ -1,7 +1,6 @@
 // Edge softmax: softmax of the scores over each row's stored entries, per head, and its
 // backward (grad_s = y * (g - sum_row(g * y))). Scores are [nnz] or [nnz, H].
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
@@ -9,7 +8,7 @@
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def("edge_softmax(Tensor rowptr, Tensor s) -> Tensor");
   m.def("edge_softmax_backward(Tensor rowptr, Tensor y, Tensor grad) -> Tensor");
 }
@@ -19,7 +18,7 @@ namespace {
 
 // Calls f(T{}, I{}) with the kernel scalar and index types of (values, rowptr).
 template <typename F>
-void dispatch_types(const at::Tensor& values, const at::Tensor& rowptr, F&& f) {
+void dispatch_types(const tx::Tensor& values, const tx::Tensor& rowptr, F&& f) {
   auto with_index = [&](auto V) {
     if (index_kind(rowptr) == IndexKind::I32) {
       f(V, int32_t{});
@@ -32,10 +31,10 @@ void dispatch_types(const at::Tensor& values, const at::Tensor& rowptr, F&& f) {
     case ScalarKind::F64: with_index(double{}); return;
     case ScalarKind::BF16: with_index(bf16{}); return;
   }
-  TORCH_CHECK_TYPE(false, "sparsejit.edge_softmax: unsupported dtype ", values.scalar_type());
+  SJ_CHECK_TYPE(false, "sparsejit.edge_softmax: unsupported dtype ", values.scalar_type());
 }
 
-at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const at::Tensor& scores) {
+tx::Tensor edge_softmax_cpu(const tx::Tensor& rowptr, const tx::Tensor& scores) {
   const int64_t heads = check_edge_scores(rowptr, scores, "scores");
   auto rp = rowptr.contiguous();
   auto sc = half_as_float(scores).contiguous();
@@ -44,15 +43,15 @@ at::Tensor edge_softmax_cpu(const at::Tensor& rowptr, const at::Tensor& scores) 
     using T = decltype(V);
     using IT = decltype(I);
     cpu::edge_softmax<T, IT>(rp.numel() - 1, heads, ptr<IT>(rp), ptr<T>(sc), ptr<T>(out),
-                             at::get_num_threads());
+                             tx::get_num_threads());
   });
-  return scores.scalar_type() == at::kHalf ? out.to(at::kHalf) : out;
+  return scores.scalar_type() == tx::kHalf ? out.to(tx::kHalf) : out;
 }
 
-at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr, const at::Tensor& y,
-                                     const at::Tensor& grad) {
+tx::Tensor edge_softmax_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& y,
+                                     const tx::Tensor& grad) {
   const int64_t heads = check_edge_scores(rowptr, y, "y");
-  TORCH_CHECK_VALUE(grad.sizes() == y.sizes(), "sparsejit.edge_softmax_backward: grad has shape ",
+  SJ_CHECK_VALUE(grad.sizes() == y.sizes(), "sparsejit.edge_softmax_backward: grad has shape ",
                     grad.sizes(), " but the softmax output has shape ", y.sizes());
   check_float(grad, "grad");
   check_same_device(grad, y, "grad", "y");
@@ -64,25 +63,25 @@ at::Tensor edge_softmax_backward_cpu(const at::Tensor& rowptr, const at::Tensor&
     using T = decltype(V);
     using IT = decltype(I);
     cpu::edge_softmax_backward<T, IT>(rp.numel() - 1, heads, ptr<IT>(rp), ptr<T>(yc),
-                                      ptr<T>(gc), ptr<T>(out), at::get_num_threads());
+                                      ptr<T>(gc), ptr<T>(out), tx::get_num_threads());
   });
-  return y.scalar_type() == at::kHalf ? out.to(at::kHalf) : out;
+  return y.scalar_type() == tx::kHalf ? out.to(tx::kHalf) : out;
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
 using namespace cuda_ext;
 
-at::Tensor softmax_common(const at::Tensor& rowptr, const at::Tensor& y, const at::Tensor* grad,
+tx::Tensor softmax_common(const tx::Tensor& rowptr, const tx::Tensor& y, const tx::Tensor* grad,
                           const char* op_name) {
   const int64_t heads = check_edge_scores(rowptr, y, grad ? "y" : "scores");
   c10::cuda::CUDAGuard guard(y.device());
   auto rp = rowptr.contiguous();
   auto yc = y.contiguous();
-  at::Tensor gc;
+  tx::Tensor gc;
   if (grad) gc = grad->to(y.scalar_type()).contiguous();
   if (!gpu_kernels_available()) {
-    if (grad) return call_on_cpu<at::Tensor>("sparsejit::edge_softmax_backward", rp, yc, gc);
-    return call_on_cpu<at::Tensor>("sparsejit::edge_softmax", rp, yc);
+    if (grad) return call_on_cpu<tx::Tensor>("sparsejit::edge_softmax_backward", rp, yc, gc);
+    return call_on_cpu<tx::Tensor>("sparsejit::edge_softmax", rp, yc);
   }
   auto out = new_output_like(yc);
   const int64_t rows = rp.numel() - 1;
@@ -98,13 +97,13 @@ at::Tensor softmax_common(const at::Tensor& rowptr, const at::Tensor& y, const a
   return out;
 }
 
-at::Tensor edge_softmax_cuda(const at::Tensor& rowptr, const at::Tensor& scores) {
+tx::Tensor edge_softmax_cuda(const tx::Tensor& rowptr, const tx::Tensor& scores) {
   return softmax_common(rowptr, scores, nullptr, "edge_softmax");
 }
 
-at::Tensor edge_softmax_backward_cuda(const at::Tensor& rowptr, const at::Tensor& y,
-                                      const at::Tensor& grad) {
-  TORCH_CHECK_VALUE(grad.sizes() == y.sizes(), "sparsejit.edge_softmax_backward: grad has shape ",
+tx::Tensor edge_softmax_backward_cuda(const tx::Tensor& rowptr, const tx::Tensor& y,
+                                      const tx::Tensor& grad) {
+  SJ_CHECK_VALUE(grad.sizes() == y.sizes(), "sparsejit.edge_softmax_backward: grad has shape ",
                     grad.sizes(), " but the softmax output has shape ", y.sizes());
   check_same_device(grad, y, "grad", "y");
   return softmax_common(rowptr, y, &grad, "edge_softmax_backward");
@@ -114,15 +113,15 @@ at::Tensor edge_softmax_backward_cuda(const at::Tensor& rowptr, const at::Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("edge_softmax", &edge_softmax_cpu);
-  m.impl("edge_softmax_backward", &edge_softmax_backward_cpu);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("edge_softmax", SJ_KERNEL(&edge_softmax_cpu));
+  m.impl("edge_softmax_backward", SJ_KERNEL(&edge_softmax_backward_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("edge_softmax", &edge_softmax_cuda);
-  m.impl("edge_softmax_backward", &edge_softmax_backward_cuda);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("edge_softmax", SJ_KERNEL(&edge_softmax_cuda));
+  m.impl("edge_softmax_backward", SJ_KERNEL(&edge_softmax_backward_cuda));
 }
 #endif
 

@@ -13,7 +13,7 @@
 // Inference only (no autograd). float32 natively; bfloat16 / float16 / float64 inputs are
 // computed in float32 and the result converted back to the input's dtype. channels_last
 // inputs are read through a contiguous NCHW copy and give a channels_last output.
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include <memory>
 #include <mutex>
@@ -29,7 +29,7 @@
 #include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def("filter_conv_plan(Tensor weight, float threshold=0.0, int variant=0) "
         "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def("filter_conv(Tensor plan, Tensor rowptr, Tensor taps, Tensor values, Tensor x, "
@@ -44,33 +44,33 @@ namespace {
 constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
 
 void check_kernel_id(int64_t kernel, const char* op) {
-  TORCH_CHECK_VALUE(kernel >= 0 && kernel < filter_conv::kNumVariants, "sparsejit.", op,
+  SJ_CHECK_VALUE(kernel >= 0 && kernel < filter_conv::kNumVariants, "sparsejit.", op,
                     ": variant must be in [0, ", filter_conv::kNumVariants, ") (0 = auto, 1 = scalar, "
                     "2..5 = vec8x1, vec8x2, vec8x4, vec8x8, 6 = jit, 7 = jit_baked, 8 = generic); got ", kernel);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cpu(
-    const at::Tensor& weight, double threshold, int64_t kernel) {
-  TORCH_CHECK_VALUE(weight.dim() == 4, "sparsejit.filter_conv_plan: weight must be 4-D "
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> filter_conv_plan_cpu(
+    const tx::Tensor& weight, double threshold, int64_t kernel) {
+  SJ_CHECK_VALUE(weight.dim() == 4, "sparsejit.filter_conv_plan: weight must be 4-D "
                     "[C_out, C_in/groups, R, S]; got shape ", weight.sizes());
   check_float(weight, "weight");
-  TORCH_CHECK_VALUE(threshold >= 0, "sparsejit.filter_conv_plan: threshold must be >= 0; got ",
+  SJ_CHECK_VALUE(threshold >= 0, "sparsejit.filter_conv_plan: threshold must be >= 0; got ",
                     threshold);
   check_kernel_id(kernel, "filter_conv_plan");
-  TORCH_CHECK_VALUE(weight.size(1) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
+  SJ_CHECK_VALUE(weight.size(1) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
                     "sparsejit.filter_conv_plan: weight must have C_in/groups, R, S >= 1; got "
                     "shape ", weight.sizes());
-  const auto w = weight.to(at::kFloat).contiguous();
+  const auto w = weight.to(tx::kFloat).contiguous();
   const int64_t rows = w.size(0), cols = w.size(1) * w.size(2) * w.size(3);
   const float thr = static_cast<float>(threshold);
   const int64_t nnz = filter_conv::count_kept(ptr<float>(w), rows, cols, thr);
-  auto opt = w.options().dtype(at::kLong);
-  auto rowptr = at::empty({rows + 1}, opt);
-  auto taps = at::empty({nnz}, opt);
-  auto values = at::empty({nnz}, w.options());
+  auto opt = w.options().dtype(tx::kLong);
+  auto rowptr = tx::empty({rows + 1}, opt);
+  auto taps = tx::empty({nnz}, opt);
+  auto values = tx::empty({nnz}, w.options());
   filter_conv::compress(ptr<float>(w), rows, cols, thr, ptr<int64_t>(rowptr), ptr<int64_t>(taps),
                    ptr<float>(values));
-  auto plan = at::empty({plan::kHeaderWords + kGeomWords}, opt);
+  auto plan = tx::empty({plan::kHeaderWords + kGeomWords}, opt);
   int64_t* words = ptr<int64_t>(plan);
   const auto stamp =
       plan::stamp_structure<int64_t>(ptr<int64_t>(rowptr), ptr<int64_t>(taps), rows, cols);
@@ -106,7 +106,7 @@ struct PreparedEntry {
 
 class PreparedTable {
  public:
-  std::optional<PreparedEntry> find(const at::Tensor& rowptr, const at::Tensor& taps,
+  std::optional<PreparedEntry> find(const tx::Tensor& rowptr, const tx::Tensor& taps,
                                     const std::vector<int64_t>& key) {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& e : entries_) {
@@ -136,8 +136,8 @@ PreparedTable& prepared_table() {
   return t;
 }
 
-void check_index(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
+void check_index(const tx::Tensor& t, const char* name) {
+  SJ_CHECK_TYPE(t.scalar_type() == tx::kLong, "sparsejit.filter_conv: ", name,
                    " must be int64; got ", t.scalar_type());
   SPARSEJIT_CHECK("filter_conv", t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
   SPARSEJIT_CHECK("filter_conv", t.device().is_cpu(), name, " must be on the CPU; got ",
@@ -148,12 +148,12 @@ void check_index(const at::Tensor& t, const char* name) {
 // size is 1 the two layouts differ only in strides that Inductor may choose differently from
 // the example it traced (SparseLinear's [1, C, M, 1] views), so those stay NCHW. The fake
 // (python/sparsejit/ops/filter_conv.py) applies the same rule.
-bool channels_last_input(const at::Tensor& x) {
+bool channels_last_input(const tx::Tensor& x) {
   return x.dim() == 4 && x.size(1) > 1 && x.size(2) > 1 && x.size(3) > 1 && !x.is_contiguous() &&
-         x.is_contiguous(at::MemoryFormat::ChannelsLast);
+         x.is_contiguous(tx::MemoryFormat::ChannelsLast);
 }
 
-int64_t pair_at(c10::IntArrayRef v, int i, const char* name) {
+int64_t pair_at(tx::IntArrayRef v, int i, const char* name) {
   SPARSEJIT_CHECK("filter_conv", v.size() == 2 || v.size() == 1, name, " must have 2 entries; got ",
                   v.size());
   return v.size() == 1 ? v[0] : v[i];
@@ -166,12 +166,12 @@ struct LayerCall {
   int64_t cin_g = 0, variant = 0;
 };
 
-LayerCall check_call(const int64_t* words, int64_t plan_numel, const at::Tensor& rowptr_t,
-                     const at::Tensor& taps_t, const at::Tensor& values_t, const at::Tensor& x_in,
-                     const std::optional<at::Tensor>& bias_in, c10::IntArrayRef kernel_size,
-                     c10::IntArrayRef stride, c10::IntArrayRef padding,
-                     c10::IntArrayRef dilation, int64_t groups, int64_t kernel) {
-  TORCH_CHECK_TYPE(values_t.scalar_type() == at::kFloat, "sparsejit.filter_conv: values must "
+LayerCall check_call(const int64_t* words, int64_t plan_numel, const tx::Tensor& rowptr_t,
+                     const tx::Tensor& taps_t, const tx::Tensor& values_t, const tx::Tensor& x_in,
+                     const std::optional<tx::Tensor>& bias_in, tx::IntArrayRef kernel_size,
+                     tx::IntArrayRef stride, tx::IntArrayRef padding,
+                     tx::IntArrayRef dilation, int64_t groups, int64_t kernel) {
+  SJ_CHECK_TYPE(values_t.scalar_type() == tx::kFloat, "sparsejit.filter_conv: values must "
                    "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
   SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
                   "values must have shape "
@@ -238,11 +238,11 @@ LayerCall check_call(const int64_t* words, int64_t plan_numel, const at::Tensor&
   return call;
 }
 
-at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
-                           const at::Tensor& taps_t, const at::Tensor& values_t,
-                           const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
-                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
+                           const tx::Tensor& taps_t, const tx::Tensor& values_t,
+                           const tx::Tensor& x_in, const std::optional<tx::Tensor>& bias_in,
+                           tx::IntArrayRef kernel_size, tx::IntArrayRef stride,
+                           tx::IntArrayRef padding, tx::IntArrayRef dilation, int64_t groups,
                            bool relu, int64_t kernel) {
   check_index(plan_t, "plan");
   check_index(rowptr_t, "rowptr");
@@ -258,8 +258,8 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
                                     kernel);
   const filter_conv::Geometry& g = call.g;
   const int64_t c_out = g.c_out, variant = call.variant;
-  at::Tensor bias;
-  if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
+  tx::Tensor bias;
+  if (bias_in.has_value()) bias = bias_in->to(tx::kFloat).contiguous();
   const auto rowptr = rowptr_t.contiguous();
   const auto taps = taps_t.contiguous();
   const auto values = values_t.contiguous();
@@ -292,14 +292,14 @@ at::Tensor filter_conv_cpu(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
                   plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp, &herr),
                   "plan: ", herr);
 
-  const auto x = x_in.to(at::kFloat).contiguous();
+  const auto x = x_in.to(tx::kFloat).contiguous();
   auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
   filter_conv::forward(*hit->prepared, g, p, ptr<float>(x),
                   bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y));
   // channels_last in, channels_last out (one transposing copy of the output: the kernel
   // writes whole output-channel rows).
-  if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
-  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+  if (channels_last_input(x_in)) y = y.contiguous(tx::MemoryFormat::ChannelsLast);
+  return x_in.scalar_type() == tx::kFloat ? y : y.to(x_in.scalar_type());
 }
 
 
@@ -316,13 +316,13 @@ struct DeviceLayer {
   TensorState plan, rowptr, taps, values;
   int device = -1;
   std::vector<int64_t> words;
-  at::Tensor rowptr_d, taps_d, values_d;
+  tx::Tensor rowptr_d, taps_d, values_d;
 };
 
 class DeviceLayerTable {
  public:
-  std::shared_ptr<const DeviceLayer> find(const at::Tensor& plan, const at::Tensor& rowptr,
-                                          const at::Tensor& taps, const at::Tensor& values,
+  std::shared_ptr<const DeviceLayer> find(const tx::Tensor& plan, const tx::Tensor& rowptr,
+                                          const tx::Tensor& taps, const tx::Tensor& values,
                                           int device) {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& e : entries_) {
@@ -355,8 +355,8 @@ DeviceLayerTable& device_layer_table() {
   return t;
 }
 
-void check_index_any_device(const at::Tensor& t, const char* name, const at::Tensor& x) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.filter_conv: ", name,
+void check_index_any_device(const tx::Tensor& t, const char* name, const tx::Tensor& x) {
+  SJ_CHECK_TYPE(t.scalar_type() == tx::kLong, "sparsejit.filter_conv: ", name,
                    " must be int64; got ", t.scalar_type());
   SPARSEJIT_CHECK("filter_conv", t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
   SPARSEJIT_CHECK("filter_conv", t.device().is_cpu() || t.device() == x.device(), name,
@@ -365,18 +365,18 @@ void check_index_any_device(const at::Tensor& t, const char* name, const at::Ten
 
 // Compression runs on the host (once per layer); the plan arrays go back to the weight's device
 // (values stay float32, whatever the weight's dtype).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> filter_conv_plan_cuda(
-    const at::Tensor& weight, double threshold, int64_t kernel) {
-  auto [plan, rowptr, taps, values] = filter_conv_plan_cpu(weight.to(at::kCPU), threshold, kernel);
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> filter_conv_plan_cuda(
+    const tx::Tensor& weight, double threshold, int64_t kernel) {
+  auto [plan, rowptr, taps, values] = filter_conv_plan_cpu(weight.to(tx::kCPU), threshold, kernel);
   const auto d = weight.device();
   return {plan.to(d), rowptr.to(d), taps.to(d), values.to(d)};
 }
 
-at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t,
-                            const at::Tensor& taps_t, const at::Tensor& values_t,
-                            const at::Tensor& x_in, const std::optional<at::Tensor>& bias_in,
-                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
+                            const tx::Tensor& taps_t, const tx::Tensor& values_t,
+                            const tx::Tensor& x_in, const std::optional<tx::Tensor>& bias_in,
+                            tx::IntArrayRef kernel_size, tx::IntArrayRef stride,
+                            tx::IntArrayRef padding, tx::IntArrayRef dilation, int64_t groups,
                             bool relu, int64_t kernel) {
   SPARSEJIT_CHECK("filter_conv", x_in.is_cuda(), "x must be on the GPU when the plan is; got ",
                   x_in.device());
@@ -389,7 +389,7 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
                   x_in.device(), "; got ", values_t.device());
   c10::cuda::CUDAGuard guard(x_in.device());
   if (!gpu_kernels_available()) {
-    const auto y = call_on_cpu<at::Tensor>(
+    const auto y = call_on_cpu<tx::Tensor>(
         "sparsejit::filter_conv", plan_t, rowptr_t, taps_t, values_t, x_in, bias_in,
         kernel_size.vec(), stride.vec(), padding.vec(), dilation.vec(), groups, relu, kernel);
     return y.to(x_in.scalar_type());  // the fallback returns values' dtype (float32)
@@ -399,8 +399,8 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
                      TensorState::trackable(taps_t) && TensorState::trackable(values_t);
   std::shared_ptr<const DeviceLayer> layer;
   if (track) layer = device_layer_table().find(plan_t, rowptr_t, taps_t, values_t, device);
-  at::Tensor plan_h;
-  if (!layer) plan_h = plan_t.to(at::kCPU).contiguous();  // sync if on the GPU (once per layer)
+  tx::Tensor plan_h;
+  if (!layer) plan_h = plan_t.to(tx::kCPU).contiguous();  // sync if on the GPU (once per layer)
   const int64_t* words = layer ? layer->words.data() : ptr<int64_t>(plan_h);
   const int64_t plan_numel = layer ? int64_t(layer->words.size()) : plan_h.numel();
   const LayerCall call = check_call(words, plan_numel, rowptr_t, taps_t, values_t, x_in, bias_in,
@@ -408,9 +408,9 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
   const filter_conv::Geometry& g = call.g;
   if (!layer) {
     auto fresh = std::make_shared<DeviceLayer>();
-    const auto rowptr_h = rowptr_t.to(at::kCPU).contiguous();
-    const auto taps_h = taps_t.to(at::kCPU).contiguous();
-    const auto values_h = values_t.to(at::kCPU).contiguous();
+    const auto rowptr_h = rowptr_t.to(tx::kCPU).contiguous();
+    const auto taps_h = taps_t.to(tx::kCPU).contiguous();
+    const auto values_h = values_t.to(tx::kCPU).contiguous();
     filter_conv::Pattern p;
     p.rowptr = ptr<int64_t>(rowptr_h);
     p.taps = ptr<int64_t>(taps_h);
@@ -441,7 +441,7 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
 
   const int64_t oh = g.out_h(), ow = g.out_w(), pixels = g.batch * oh * ow;
   auto y = new_output({g.batch, g.c_out, oh, ow}, x_in.options().memory_format(
-                                                      at::MemoryFormat::Contiguous));
+                                                      tx::MemoryFormat::Contiguous));
   if (pixels > 0 && g.c_out > 0) {
     codegen::CudaFilterConvProblem prob;
     prob.dtype = cuda_scalar(x_in.scalar_type());
@@ -458,7 +458,7 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
     prob.pixels = pixels;
     const CudaKernelSpec spec = codegen::plan_cuda_filter_conv(prob);
     const std::string invalid = spec.validate();
-    TORCH_CHECK_VALUE(invalid.empty(), "sparsejit.filter_conv (CUDA): no kernel for this layer: ",
+    SJ_CHECK_VALUE(invalid.empty(), "sparsejit.filter_conv (CUDA): no kernel for this layer: ",
                       invalid);
     const auto launches = codegen::plan_filter_conv_launch(spec, pixels, g.c_out);
     SPARSEJIT_CHECK(
@@ -468,8 +468,8 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
         "layer too large for one launch (", pixels, " output pixels, ", g.c_out,
         " output channels)");
     const auto x = x_in.contiguous();
-    at::Tensor bias;
-    if (bias_in.has_value()) bias = bias_in->to(at::kFloat).contiguous();
+    tx::Tensor bias;
+    if (bias_in.has_value()) bias = bias_in->to(tx::kFloat).contiguous();
     cuda::FilterConvParams params{layer->rowptr_d.data_ptr(), layer->taps_d.data_ptr(),
                                   layer->values_d.data_ptr(), x.data_ptr(),
                                   bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(),
@@ -480,22 +480,22 @@ at::Tensor filter_conv_cuda(const at::Tensor& plan_t, const at::Tensor& rowptr_t
                                      launches, &params, &err))
       raise_cuda_error("filter_conv", err);
   }
-  if (channels_last_input(x_in)) y = y.contiguous(at::MemoryFormat::ChannelsLast);
+  if (channels_last_input(x_in)) y = y.contiguous(tx::MemoryFormat::ChannelsLast);
   return y;
 }
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("filter_conv_plan", &filter_conv_plan_cpu);
-  m.impl("filter_conv", &filter_conv_cpu);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("filter_conv_plan", SJ_KERNEL(&filter_conv_plan_cpu));
+  m.impl("filter_conv", SJ_KERNEL(&filter_conv_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("filter_conv_plan", &filter_conv_plan_cuda);
-  m.impl("filter_conv", &filter_conv_cuda);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("filter_conv_plan", SJ_KERNEL(&filter_conv_plan_cuda));
+  m.impl("filter_conv", SJ_KERNEL(&filter_conv_cuda));
 }
 #endif
 

@@ -18,7 +18,7 @@
 // float32 / float64 run natively; bfloat16 natively in the output-stationary rows the JIT
 // compiles (features and output in bfloat16, float32 accumulation), else like float16 in
 // float32, converted back.
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include <stdexcept>
 #include <string>
@@ -38,7 +38,7 @@
 #include "torch_ext/ops/point_conv_tensor_map.h"
 #endif
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
         "int[] stride, int[] padding, int[] dilation, Tensor? out_coords) -> (Tensor, Tensor)");
   m.def("sparse_conv(Tensor features, Tensor weight, Tensor? bias, Tensor plan, SymInt num_out, "
@@ -73,12 +73,12 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 // ---- plan ---------------------------------------------------------------------------------
 
-point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
+point_conv::CoordSet coord_set(const tx::Tensor& coords_in, const char* name,
                          const std::vector<int64_t>& shape, int64_t batch_size, int64_t margin) {
   const char* op = "conv_plan";
-  TORCH_CHECK_TYPE(!at::isFloatingType(coords_in.scalar_type()) &&
-                       !at::isComplexType(coords_in.scalar_type()) &&
-                       coords_in.scalar_type() != at::kBool,
+  SJ_CHECK_TYPE(!tx::isFloatingType(coords_in.scalar_type()) &&
+                       !tx::isComplexType(coords_in.scalar_type()) &&
+                       coords_in.scalar_type() != tx::kBool,
                    "sparsejit.conv_plan: ", name, " must hold integers; got ",
                    coords_in.scalar_type());
   SPARSEJIT_CHECK(op, coords_in.dim() == 2, name,
@@ -87,14 +87,14 @@ point_conv::CoordSet coord_set(const at::Tensor& coords_in, const char* name,
                   coords_in.sizes());
   SPARSEJIT_CHECK(op, coords_in.device().is_cpu(), name, " must be on the CPU; got ",
                   coords_in.device());
-  at::Tensor c = coords_in.contiguous();
-  if (c.scalar_type() != at::kInt) {
+  tx::Tensor c = coords_in.contiguous();
+  if (c.scalar_type() != tx::kInt) {
     if (c.numel() > 0) {
       const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
       SPARSEJIT_CHECK(op, lo >= INT32_MIN && hi <= INT32_MAX, name,
                       " holds values outside int32 (min ", lo, ", max ", hi, ")");
     }
-    c = c.to(at::kInt);
+    c = c.to(tx::kInt);
   }
   point_conv::CoordSetOptions opt;
   opt.spatial_shape = shape;
@@ -122,10 +122,10 @@ struct PlanGeometry {
   int64_t margin;
 };
 
-PlanGeometry check_plan_args(const at::Tensor& coords, at::IntArrayRef spatial_shape,
-                             int64_t batch_size, c10::string_view kind_name,
-                             at::IntArrayRef kernel, at::IntArrayRef stride,
-                             at::IntArrayRef padding, at::IntArrayRef dilation) {
+PlanGeometry check_plan_args(const tx::Tensor& coords, tx::IntArrayRef spatial_shape,
+                             int64_t batch_size, tx::Str kind_name,
+                             tx::IntArrayRef kernel, tx::IntArrayRef stride,
+                             tx::IntArrayRef padding, tx::IntArrayRef dilation) {
   const char* op = "conv_plan";
   const std::string kn(kind_name);
   Kind kind;
@@ -195,11 +195,11 @@ PlanGeometry check_plan_args(const at::Tensor& coords, at::IntArrayRef spatial_s
   return {kind, p, shape, margin};
 }
 
-std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
-    const at::Tensor& coords, at::IntArrayRef spatial_shape, int64_t batch_size,
-    c10::string_view kind_name, at::IntArrayRef kernel, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation,
-    const std::optional<at::Tensor>& out_coords) {
+std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
+    const tx::Tensor& coords, tx::IntArrayRef spatial_shape, int64_t batch_size,
+    tx::Str kind_name, tx::IntArrayRef kernel, tx::IntArrayRef stride,
+    tx::IntArrayRef padding, tx::IntArrayRef dilation,
+    const std::optional<tx::Tensor>& out_coords) {
   const char* op = "conv_plan";
   const PlanGeometry geo = check_plan_args(coords, spatial_shape, batch_size, kind_name, kernel,
                                            stride, padding, dilation);
@@ -267,7 +267,7 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     }
   }
   // Every word is written below; only the header and the int32 arrays' padding need zeros.
-  auto plan_t = at::empty({plan_words(k, m, n_in, n_out)}, coords.options().dtype(at::kLong));
+  auto plan_t = tx::empty({plan_words(k, m, n_in, n_out)}, coords.options().dtype(tx::kLong));
   int64_t* w = ptr<int64_t>(plan_t);
   std::fill(w, w + kFixedWords, int64_t{0});
   uint64_t h = mix(0, static_cast<uint64_t>(n_in));
@@ -294,10 +294,10 @@ std::tuple<at::Tensor, at::Tensor> conv_plan_cpu(
     point_conv::index_by_row(v.group_ptr, k, v.in_idx, n_in, mut64(v.in_row_ptr),
                       mut32(v.in_row_pair), nullptr);
   }
-  auto oc = at::empty({n_out, dims + 1}, coords.options().dtype(at::kInt));
+  auto oc = tx::empty({n_out, dims + 1}, coords.options().dtype(tx::kInt));
   if (kind == kSubm || kind == kGeneralized) {
     // Output rows keep the caller's order (site id = row).
-    const auto src = (kind == kSubm ? coords : *out_coords).to(at::kInt).contiguous();
+    const auto src = (kind == kSubm ? coords : *out_coords).to(tx::kInt).contiguous();
     oc.copy_(src);
   } else {
     std::copy(out->coords.begin(), out->coords.end(), ptr<int32_t>(oc));
@@ -313,9 +313,9 @@ struct PlanSizes {
 
 // The plan tensor's type and shape, and its header words `w` (host memory): magic, version,
 // family and sizes consistent with the tensor's length.
-PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w);
+PlanSizes check_plan_header(const char* op, const tx::Tensor& plan_t, const int64_t* w);
 
-PlanView check_plan(const char* op, const at::Tensor& plan_t) {
+PlanView check_plan(const char* op, const tx::Tensor& plan_t) {
   check_plan_header(op, plan_t, nullptr);  // type and shape before reading words
   const int64_t* w = ptr<int64_t>(plan_t);
   const PlanSizes z = check_plan_header(op, plan_t, w);
@@ -328,8 +328,8 @@ PlanView check_plan(const char* op, const at::Tensor& plan_t) {
   return v;
 }
 
-PlanSizes check_plan_header(const char* op, const at::Tensor& plan_t, const int64_t* w) {
-  TORCH_CHECK_TYPE(plan_t.scalar_type() == at::kLong, "sparsejit.", op,
+PlanSizes check_plan_header(const char* op, const tx::Tensor& plan_t, const int64_t* w) {
+  SJ_CHECK_TYPE(plan_t.scalar_type() == tx::kLong, "sparsejit.", op,
                    ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
   SPARSEJIT_CHECK(op, plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(),
                   "plan must be a contiguous 1-D tensor from conv_plan; got shape ",
@@ -372,7 +372,7 @@ point_conv::Pairs pairs_of(const PlanView& v, bool swap) {
 
 // The plan's pairs read forward or backwards (swap), after the O(M) range checks of both
 // directions (the backward pass reads the other one), so a corrupted plan is an error.
-point_conv::Pairs checked_pairs(const char* op, const at::Tensor& plan_t, bool swap) {
+point_conv::Pairs checked_pairs(const char* op, const tx::Tensor& plan_t, bool swap) {
   const PlanView v = check_plan(op, plan_t);
   for (bool s : {false, true}) {
     const std::string err = point_conv::check_pairs(pairs_of(v, s), /*full=*/false);
@@ -412,13 +412,13 @@ point_conv::Dataflow parse_dataflow(const char* op, int64_t d) {
   return static_cast<point_conv::Dataflow>(d);
 }
 
-void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
+void check_conv_args(const char* op, const tx::Tensor& x, const tx::Tensor& w,
                      const point_conv::Pairs& p, bool cpu_only = true) {
   check_float(x, "features");
   check_float(w, "weight");
   SPARSEJIT_CHECK(op, x.dim() == 2, "features must be [N, C_in]; got shape ", x.sizes());
   SPARSEJIT_CHECK(op, w.dim() == 3, "weight must be [K, C_in, C_out]; got shape ", w.sizes());
-  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
+  SJ_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": weight dtype (",
                    w.scalar_type(), ") must match features dtype (", x.scalar_type(), ")");
   check_same_device(w, x, "weight", "features");
   SPARSEJIT_CHECK(op, !cpu_only || x.device().is_cpu(), "only CPU tensors are supported; got ",
@@ -438,8 +438,8 @@ void check_conv_args(const char* op, const at::Tensor& x, const at::Tensor& w,
 }
 
 // Arguments of point_conv::output_stationary_bf16: x and y are bfloat16 tensors passed as bits.
-point_conv::PointConvArgs<float> bf16_args(const at::Tensor& x, const at::Tensor& w,
-                              const std::optional<at::Tensor>& bias, at::Tensor& y,
+point_conv::PointConvArgs<float> bf16_args(const tx::Tensor& x, const tx::Tensor& w,
+                              const std::optional<tx::Tensor>& bias, tx::Tensor& y,
                               bool trans_w, bool relu) {
   point_conv::PointConvArgs<float> a;
   a.x = static_cast<const float*>(x.const_data_ptr());
@@ -453,8 +453,8 @@ point_conv::PointConvArgs<float> bf16_args(const at::Tensor& x, const at::Tensor
   return a;
 }
 
-at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
-                           const std::optional<at::Tensor>& bias_in, const at::Tensor& plan_t,
+tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
+                           const std::optional<tx::Tensor>& bias_in, const tx::Tensor& plan_t,
                            int64_t num_out, bool swap, int64_t dataflow, bool relu) {
   const char* op = "sparse_conv";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
@@ -463,7 +463,7 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
                   " output sites");
   const auto ct = compute_type(x_in.scalar_type());
   const auto w = w_in.to(ct).contiguous();
-  std::optional<at::Tensor> bias;
+  std::optional<tx::Tensor> bias;
   if (bias_in.has_value()) {
     check_float(*bias_in, "bias");
     SPARSEJIT_CHECK(op, bias_in->dim() == 1 && bias_in->size(0) == w.size(2),
@@ -477,7 +477,7 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
   check_packed_dataflow(op, dataflow, 3);
   const auto d = parse_dataflow(op, dataflow & 3);
-  if (x_in.scalar_type() == at::kBFloat16) {
+  if (x_in.scalar_type() == tx::kBFloat16) {
     // bfloat16 features in, bfloat16 out, float32 accumulation, no float32 copies of X or Y
     // (when the output-stationary rows take the pass; else the float32 path below).
     const auto xb = x_in.contiguous();
@@ -500,9 +500,9 @@ at::Tensor sparse_conv_cpu(const at::Tensor& x_in, const at::Tensor& w_in,
   return y.to(x_in.scalar_type());
 }
 
-std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
-    const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& dy_in,
-    const at::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
+std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
+    const tx::Tensor& x_in, const tx::Tensor& w_in, const tx::Tensor& dy_in,
+    const tx::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
   const char* op = "sparse_conv_backward";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
@@ -518,19 +518,19 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
   const auto wpath = static_cast<point_conv::WgradPath>(dataflow >> 2);
   // dX = the same pairs read backwards with W^T (in rows are distinct within an offset too).
   const point_conv::Pairs back = pairs_of(check_plan(op, plan_t), !swap);
-  at::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
-  if (need_x && x_in.scalar_type() == at::kBFloat16 && dy_in.scalar_type() == at::kBFloat16) {
+  tx::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
+  if (need_x && x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16) {
     const auto dyb = dy_in.contiguous();
     auto dxb = new_output({x_in.size(0), x_in.size(1)}, dyb.options());
     if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false), d))
       dx_native = dxb;
   }
   const bool fp_x = need_x && !dx_native.defined();
-  const auto x = need_w ? x_in.to(ct).contiguous() : at::empty({0, x_in.size(1)}, w.options());
-  const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : at::empty({0}, w.options());
+  const auto x = need_w ? x_in.to(ct).contiguous() : tx::empty({0, x_in.size(1)}, w.options());
+  const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : tx::empty({0}, w.options());
   auto dx = fp_x ? new_output({x_in.size(0), x_in.size(1)}, w.options())
-                 : at::empty({0}, w.options());
-  auto dw = need_w ? at::empty_like(w) : at::empty({0}, w.options());
+                 : tx::empty({0}, w.options());
+  auto dw = need_w ? tx::empty_like(w) : tx::empty({0}, w.options());
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
     if (fp_x) {
       point_conv::PointConvArgs<scalar_t> a;
@@ -552,20 +552,20 @@ std::tuple<at::Tensor, at::Tensor> sparse_conv_backward_cpu(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("conv_plan", &conv_plan_cpu);
-  m.impl("sparse_conv", &sparse_conv_cpu);
-  m.impl("sparse_conv_backward", &sparse_conv_backward_cpu);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("conv_plan", SJ_KERNEL(&conv_plan_cpu));
+  m.impl("sparse_conv", SJ_KERNEL(&sparse_conv_cpu));
+  m.impl("sparse_conv_backward", SJ_KERNEL(&sparse_conv_backward_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
 // torch_ext/ops/point_conv_cuda.inc: the CUDA implementations (same checks, plans on the GPU).
 #include "torch_ext/ops/point_conv_cuda.inc"
 
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("conv_plan", &conv_plan_cuda);
-  m.impl("sparse_conv", &sparse_conv_cuda);
-  m.impl("sparse_conv_backward", &sparse_conv_backward_cuda);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("conv_plan", SJ_KERNEL(&conv_plan_cuda));
+  m.impl("sparse_conv", SJ_KERNEL(&sparse_conv_cuda));
+  m.impl("sparse_conv_backward", SJ_KERNEL(&sparse_conv_backward_cuda));
 }
 #endif
 

@@ -15,7 +15,7 @@
 // sorted keys (the plan's fingerprint is a serial hash over them, computed on the host).
 #pragma once
 
-#include <ATen/ATen.h>
+#include "torch_ext/tensor_api.h"
 
 #include <cstdint>
 #include <functional>
@@ -34,7 +34,7 @@ namespace sparsejit::point_conv_tensor {
 // keys [n] int64 ascending, delta [k] int64 (uint64 bits) -> int32 [k, n]: the position of
 // keys[q] + delta[o] (unsigned, wrapping) in keys, or -1.
 using KeySearch =
-    std::function<at::Tensor(const at::Tensor& keys, const at::Tensor& delta, int64_t k)>;
+    std::function<tx::Tensor(const tx::Tensor& keys, const tx::Tensor& delta, int64_t k)>;
 
 inline uint64_t mix(uint64_t h, uint64_t v) {  // as conv_plan_cpu's fingerprint
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -43,18 +43,18 @@ inline uint64_t mix(uint64_t h, uint64_t v) {  // as conv_plan_cpu's fingerprint
 
 // Row index of `rows` (int32 [M], values in [0, num_rows)): row_ptr int64 [num_rows + 1] and
 // row_pair int32 [M], pair ids ascending within each row (index_by_row's counting sort).
-inline std::pair<at::Tensor, at::Tensor> row_index(const at::Tensor& rows, int64_t num_rows) {
-  const at::Tensor order = std::get<1>(at::sort(rows, /*stable=*/true, 0, false));
-  const at::Tensor counts = at::bincount(rows, {}, num_rows);
-  const at::Tensor ptr = at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
-  return {ptr, order.to(at::kInt)};
+inline std::pair<tx::Tensor, tx::Tensor> row_index(const tx::Tensor& rows, int64_t num_rows) {
+  const tx::Tensor order = std::get<1>(tx::sort(rows, /*stable=*/true, 0, false));
+  const tx::Tensor counts = tx::bincount(rows, {}, num_rows);
+  const tx::Tensor ptr = tx::cat({tx::zeros({1}, counts.options()), counts.cumsum(0)});
+  return {ptr, order.to(tx::kInt)};
 }
 
 // The plan (int64 words) and output coordinates of a submanifold conv, or nullopt when the
 // input must take the CPU path: coordinates outside the grid or batch, duplicate sites
 // (the CPU core's error names the rows), or keys needing all 64 bits (signed sort order).
-inline std::optional<std::tuple<at::Tensor, at::Tensor>> subm_plan(
-    const at::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
+inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
+    const tx::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
     const point_conv::ConvParams& p, int64_t margin, const KeySearch& search) {
   const int dims = p.dims;
   const int64_t n = coords.size(0);
@@ -71,19 +71,19 @@ inline std::optional<std::tuple<at::Tensor, at::Tensor>> subm_plan(
     return std::nullopt;
   }
   if (lay.total_bits() > 63) return std::nullopt;
-  const at::Tensor c = coords.to(at::kLong);
-  const at::Tensor b = c.select(1, 0);
-  at::Tensor bad = (b < 0) | (b >= batch_size);
-  at::Tensor keys = lay.batch_bits > 0 ? b * (int64_t{1} << lay.batch_shift) : at::zeros_like(b);
+  const tx::Tensor c = coords.to(tx::kLong);
+  const tx::Tensor b = c.select(1, 0);
+  tx::Tensor bad = (b < 0) | (b >= batch_size);
+  tx::Tensor keys = lay.batch_bits > 0 ? b * (int64_t{1} << lay.batch_shift) : tx::zeros_like(b);
   for (int d = 0; d < dims; ++d) {
-    const at::Tensor x = c.select(1, 1 + d);
+    const tx::Tensor x = c.select(1, 1 + d);
     bad = bad | (x < 0) | (x >= shape[d]);
     keys = keys + (x - lay.lo[d]) * (int64_t{1} << lay.shift[d]);
   }
-  auto [sorted, perm] = at::sort(keys, /*stable=*/true, 0, false);
-  const at::Tensor dup = n > 1 ? (sorted.narrow(0, 1, n - 1) == sorted.narrow(0, 0, n - 1)).any()
-                               : at::zeros({}, bad.options());
-  const at::Tensor flags = at::stack({n > 0 ? bad.any() : at::zeros({}, bad.options()), dup});
+  auto [sorted, perm] = tx::sort(keys, /*stable=*/true, 0, false);
+  const tx::Tensor dup = n > 1 ? (sorted.narrow(0, 1, n - 1) == sorted.narrow(0, 0, n - 1)).any()
+                               : tx::zeros({}, bad.options());
+  const tx::Tensor flags = tx::stack({n > 0 ? bad.any() : tx::zeros({}, bad.options()), dup});
   if (flags.any().item<bool>()) return std::nullopt;  // sync: invalid input -> CPU errors
 
   const int64_t K = p.volume(), center = (K - 1) / 2;
@@ -98,22 +98,22 @@ inline std::optional<std::tuple<at::Tensor, at::Tensor>> subm_plan(
       e[d] = e[d] * p.dilation[d] - p.dilation[d] * (p.kernel[d] - 1) / 2;
     delta[k] = static_cast<int64_t>(lay.offset(e));
   }
-  const auto i32 = c.options().dtype(at::kInt);
-  const auto i64 = c.options().dtype(at::kLong);
-  at::Tensor in_lo = at::empty({0}, i32), out_lo = at::empty({0}, i32);
-  at::Tensor counts_lo = at::zeros({center}, i64);
+  const auto i32 = c.options().dtype(tx::kInt);
+  const auto i64 = c.options().dtype(tx::kLong);
+  tx::Tensor in_lo = tx::empty({0}, i32), out_lo = tx::empty({0}, i32);
+  tx::Tensor counts_lo = tx::zeros({center}, i64);
   if (center > 0 && n > 0) {
-    const at::Tensor delta_t = at::tensor(delta, at::kLong).to(c.device());
-    const at::Tensor found = search(sorted, delta_t, center);  // [center, n]
-    const at::Tensor hits = at::nonzero(found >= 0);           // sync: the pair count
-    const at::Tensor ks = hits.select(1, 0), qs = hits.select(1, 1);
-    const at::Tensor js = found.reshape({-1}).index_select(0, ks * n + qs).to(at::kLong);
-    out_lo = perm.index_select(0, qs).to(at::kInt);
-    in_lo = perm.index_select(0, js).to(at::kInt);
-    counts_lo = at::bincount(ks, {}, center);
+    const tx::Tensor delta_t = tx::tensor(delta, tx::kLong).to(c.device());
+    const tx::Tensor found = search(sorted, delta_t, center);  // [center, n]
+    const tx::Tensor hits = tx::nonzero(found >= 0);           // sync: the pair count
+    const tx::Tensor ks = hits.select(1, 0), qs = hits.select(1, 1);
+    const tx::Tensor js = found.reshape({-1}).index_select(0, ks * n + qs).to(tx::kLong);
+    out_lo = perm.index_select(0, qs).to(tx::kInt);
+    in_lo = perm.index_select(0, js).to(tx::kInt);
+    counts_lo = tx::bincount(ks, {}, center);
   }
   // sync: the per-offset counts and the sorted keys (the fingerprint).
-  const at::Tensor host = at::cat({counts_lo, sorted}).cpu();
+  const tx::Tensor host = tx::cat({counts_lo, sorted}).cpu();
   const int64_t* hw = host.const_data_ptr<int64_t>();
   std::vector<int64_t> count(K), group_ptr(K + 1, 0);
   for (int64_t k = 0; k < center; ++k) count[k] = count[K - 1 - k] = hw[k];
@@ -123,8 +123,8 @@ inline std::optional<std::tuple<at::Tensor, at::Tensor>> subm_plan(
   uint64_t h = mix(0, static_cast<uint64_t>(n));
   for (int64_t q = 0; q < n; ++q) h = mix(h, static_cast<uint64_t>(hw[center + q]));
 
-  std::vector<at::Tensor> ins{in_lo}, outs{out_lo};
-  const at::Tensor ar = at::arange(n, i32);
+  std::vector<tx::Tensor> ins{in_lo}, outs{out_lo};
+  const tx::Tensor ar = tx::arange(n, i32);
   ins.push_back(ar);
   outs.push_back(ar);
   for (int64_t k = center + 1; k < K; ++k) {  // map(-delta) = map(delta) swapped
@@ -132,31 +132,31 @@ inline std::optional<std::tuple<at::Tensor, at::Tensor>> subm_plan(
     ins.push_back(out_lo.narrow(0, group_ptr[src], count[src]));
     outs.push_back(in_lo.narrow(0, group_ptr[src], count[src]));
   }
-  const at::Tensor in_idx = at::cat(ins), out_idx = at::cat(outs);
+  const tx::Tensor in_idx = tx::cat(ins), out_idx = tx::cat(outs);
   auto [out_ptr, out_pair] = row_index(out_idx, n);
   auto [in_ptr, in_pair] = row_index(in_idx, n);
-  const at::Tensor gp = at::tensor(group_ptr, at::kLong).to(c.device());
-  const at::Tensor pair_group =
-      at::searchsorted(gp.narrow(0, 1, K), at::arange(m, i64), /*out_int32=*/true, /*right=*/true);
+  const tx::Tensor gp = tx::tensor(group_ptr, tx::kLong).to(c.device());
+  const tx::Tensor pair_group =
+      tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
 
   using point_conv::kArrays;
-  at::Tensor plan = at::zeros({point_conv::plan_words(K, m, n, n)}, i64);
+  tx::Tensor plan = tx::zeros({point_conv::plan_words(K, m, n, n)}, i64);
   std::vector<int64_t> head(point_conv::kFixedWords, 0);
   plan::StructureStamp stamp{n, m, n, static_cast<int64_t>(h >> 1)};
   plan::write_header(head.data(), OpKind::PointConv, point_conv::kSubm, 0, center, stamp);
   head[point_conv::kWordKernelVolume] = K;
-  plan.narrow(0, 0, point_conv::kFixedWords).copy_(at::tensor(head, at::kLong));
-  const at::Tensor src[] = {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group};
+  plan.narrow(0, 0, point_conv::kFixedWords).copy_(tx::tensor(head, tx::kLong));
+  const tx::Tensor src[] = {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group};
   int64_t word = point_conv::kFixedWords;
   for (size_t a = 0; a < sizeof(kArrays) / sizeof(kArrays[0]); ++a) {
     const int64_t len = kArrays[a].length(K, m, n, n);
     const int64_t words = point_conv::array_words(kArrays[a], K, m, n, n);
-    at::Tensor dst = plan.narrow(0, word, words);
-    if (kArrays[a].int32) dst = dst.view(at::kInt).narrow(0, 0, len);
+    tx::Tensor dst = plan.narrow(0, word, words);
+    if (kArrays[a].int32) dst = dst.view(tx::kInt).narrow(0, 0, len);
     dst.copy_(src[a]);
     word += words;
   }
-  return std::make_tuple(plan, coords.to(at::kInt).clone());
+  return std::make_tuple(plan, coords.to(tx::kInt).clone());
 }
 
 }  // namespace sparsejit::point_conv_tensor

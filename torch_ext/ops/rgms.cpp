@@ -14,9 +14,8 @@
 // segment_matmul_backward_w(x, ptr, grad_y) -> dw[k] = x_k^T grad_y_k.
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
-#include <ATen/Parallel.h>
+#include "torch_ext/tensor_api.h"
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 #include <cstdlib>
 
@@ -31,7 +30,7 @@
 #include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def("rgms_plan(Tensor edge_index, Tensor edge_type, SymInt num_src, SymInt num_dst, "
         "int num_relations) -> Tensor");
   m.def("rgms(Tensor plan, Tensor x, Tensor w, Tensor? values, str reduce, SymInt num_rows, "
@@ -50,28 +49,28 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-void check_index_1d(const at::Tensor& t, const char* op, const char* name) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "sparsejit.", op, ": ", name,
+void check_index_1d(const tx::Tensor& t, const char* op, const char* name) {
+  SJ_CHECK_TYPE(t.scalar_type() == tx::kLong, "sparsejit.", op, ": ", name,
                    " must be int64; got ", t.scalar_type());
   SPARSEJIT_CHECK(op, t.dim() == 1, name, " must be 1-D; got shape ", t.sizes());
 }
 
 // ---- plan -----------------------------------------------------------------------------
 
-at::Tensor rgms_plan_cpu(
-    const at::Tensor& edge_index, const at::Tensor& edge_type, int64_t num_src, int64_t num_dst,
+tx::Tensor rgms_plan_cpu(
+    const tx::Tensor& edge_index, const tx::Tensor& edge_type, int64_t num_src, int64_t num_dst,
     int64_t num_relations) {
   const char* op = "rgms_plan";
   SPARSEJIT_CHECK(op, edge_index.dim() == 2 && edge_index.size(0) == 2,
                   "edge_index must have shape [2, E]; got ", edge_index.sizes());
-  TORCH_CHECK_TYPE(!at::isFloatingType(edge_index.scalar_type()) &&
-                       !at::isComplexType(edge_index.scalar_type()) &&
-                       edge_index.scalar_type() != at::kBool,
+  SJ_CHECK_TYPE(!tx::isFloatingType(edge_index.scalar_type()) &&
+                       !tx::isComplexType(edge_index.scalar_type()) &&
+                       edge_index.scalar_type() != tx::kBool,
                    "sparsejit.rgms_plan: edge_index must hold integers; got ",
                    edge_index.scalar_type());
-  TORCH_CHECK_TYPE(!at::isFloatingType(edge_type.scalar_type()) &&
-                       !at::isComplexType(edge_type.scalar_type()) &&
-                       edge_type.scalar_type() != at::kBool,
+  SJ_CHECK_TYPE(!tx::isFloatingType(edge_type.scalar_type()) &&
+                       !tx::isComplexType(edge_type.scalar_type()) &&
+                       edge_type.scalar_type() != tx::kBool,
                    "sparsejit.rgms_plan: edge_type must hold integers; got ",
                    edge_type.scalar_type());
   const int64_t e = edge_index.size(1);
@@ -83,14 +82,14 @@ at::Tensor rgms_plan_cpu(
                   " sources and ", num_dst, " targets");
   SPARSEJIT_CHECK(op, edge_type.device() == edge_index.device(), "edge_type is on ",
                   edge_type.device(), " but edge_index is on ", edge_index.device());
-  auto ei = edge_index.to(at::kLong).contiguous();
-  auto et = edge_type.to(at::kLong).contiguous();
+  auto ei = edge_index.to(tx::kLong).contiguous();
+  auto et = edge_type.to(tx::kLong).contiguous();
   const int64_t* s = ptr<int64_t>(ei);
   const int64_t* d = s + e;
   const auto ok = rgms::check_typed_edges(s, d, ptr<int64_t>(et), e, num_src, num_dst,
                                           num_relations);
   SPARSEJIT_CHECK(op, ok.ok, ok.message);
-  auto plan = at::empty({rgms::plan_words(num_relations, e)}, ei.options());
+  auto plan = tx::empty({rgms::plan_words(num_relations, e)}, ei.options());
   int64_t* words = ptr<int64_t>(plan);
   const auto v = rgms::view_words(words, num_relations, e);
   rgms::build_plan(s, d, ptr<int64_t>(et), e, num_dst, num_relations, v.rel_ptr, v.grp_ptr,
@@ -114,22 +113,22 @@ int64_t rows_sources_key(int64_t num_rows, int64_t num_src) {
 
 // A checked call's plan: the plan tensor and views of its arrays (csrc/rgms/plan_layout.h).
 struct PlanArgs {
-  at::Tensor plan;
-  at::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;
+  tx::Tensor plan;
+  tx::Tensor rel_ptr, grp_ptr, grp_dst, src, perm;
   int64_t r, e;
   bool mean;
 };
 
-PlanArgs check_rgms_args(const char* op, const at::Tensor& plan, const at::Tensor& x,
-                         const at::Tensor& w, const std::optional<at::Tensor>& values,
-                         c10::string_view reduce, int64_t num_rows) {
+PlanArgs check_rgms_args(const char* op, const tx::Tensor& plan, const tx::Tensor& x,
+                         const tx::Tensor& w, const std::optional<tx::Tensor>& values,
+                         tx::Str reduce, int64_t num_rows) {
   check_index_1d(plan, op, "plan");
   check_float(x, "X");
   check_float(w, "W");
   SPARSEJIT_CHECK(op, x.dim() == 2, "X must be [num_nodes, F_in]; got shape ", x.sizes());
   SPARSEJIT_CHECK(op, w.dim() == 3, "W must be [num_relations, F_in, F_out]; got shape ",
                   w.sizes());
-  TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": W dtype (",
+  SJ_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "sparsejit.", op, ": W dtype (",
                    w.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
   // The header's words, read on the host once per live plan (a device plan's only sync
   // after its first validation), name the family, R and E on every call.
@@ -167,7 +166,7 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& plan, const at::Tenso
   }
   if (values.has_value()) {
     const auto& v = *values;
-    TORCH_CHECK_TYPE(v.scalar_type() == x.scalar_type(), "sparsejit.", op, ": values dtype (",
+    SJ_CHECK_TYPE(v.scalar_type() == x.scalar_type(), "sparsejit.", op, ": values dtype (",
                      v.scalar_type(), ") must match X dtype (", x.scalar_type(), ")");
     SPARSEJIT_CHECK(op, v.dim() == 1 && v.numel() == a.e, "values must have shape [", a.e,
                     "]; got ", v.sizes());
@@ -191,7 +190,7 @@ PlanArgs check_rgms_args(const char* op, const at::Tensor& plan, const at::Tenso
   const int64_t key = rows_sources_key(num_rows, num_src);
   validated_once("rgms", {a.plan}, key, [&] {
     // A device plan is checked on a host copy (once per live plan: the sync is here).
-    const at::Tensor host = a.plan.is_cpu() ? a.plan : a.plan.cpu();
+    const tx::Tensor host = a.plan.is_cpu() ? a.plan : a.plan.cpu();
     const int64_t* words = ptr<int64_t>(host);
     const auto v = rgms::view_words(words, a.r, a.e);
     const auto ok = rgms::check_plan(v.rel_ptr, a.r, v.grp_ptr, v.grp_dst, v.src, v.perm, a.e,
@@ -229,7 +228,7 @@ rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src,
   p.mean = a.mean;
   p.gemm = static_cast<rgms::Gemm>(gemm);
   p.tile = tile;
-  p.num_threads = at::get_num_threads();
+  p.num_threads = tx::get_num_threads();
   return p;
 }
 
@@ -264,14 +263,14 @@ std::shared_ptr<const rgms::TransposedPlan> attach_transposed(const PlanArgs& a,
 }
 
 template <typename T>
-const T* opt_ptr(const std::optional<at::Tensor>& t) {
+const T* opt_ptr(const std::optional<tx::Tensor>& t) {
   return t.has_value() ? ptr<T>(*t) : nullptr;
 }
 
 // ---- The device-generic composite (what CUDA tensors run) -------------------------------------
 // The aggregate-first dataflow from ATen ops and sparsejit's own SpMM / SDDMM ops, so on a GPU:
 // each (relation, target) group's reduce of its sources' rows is an SpMM over the groups
-// (NVRTC kernels), the per-relation GEMMs are cuBLAS (at::mm on each relation's slice of
+// (NVRTC kernels), the per-relation GEMMs are cuBLAS (tx::mm on each relation's slice of
 // groups), the scatter of the groups' products to their targets is a second SpMM over a
 // target -> group CSR (no atomics). Backward: dW on cuBLAS per relation, dX an SpMM over a
 // source -> entry CSR, dvalues an SDDMM. Host reads: rel_ptr (R + 1 sizes) once per plan, and
@@ -287,10 +286,10 @@ bool composite_forced() {
 struct Composite {
   std::vector<int64_t> rel;  // rel_ptr on the host: group ranges of the relations
   int64_t groups = 0;        // G
-  at::Tensor grp_rowptr;     // grp_ptr[0 : G + 1]: groups -> entries (col = src)
-  at::Tensor tg_rowptr, tg_col;  // targets -> groups
-  at::Tensor sg_rowptr, sg_col, sg_pos;  // sources -> (group, entry position) of their entries
-  at::Tensor inv_size;       // [E]: 1 / the size of each entry's group (mean)
+  tx::Tensor grp_rowptr;     // grp_ptr[0 : G + 1]: groups -> entries (col = src)
+  tx::Tensor tg_rowptr, tg_col;  // targets -> groups
+  tx::Tensor sg_rowptr, sg_col, sg_pos;  // sources -> (group, entry position) of their entries
+  tx::Tensor inv_size;       // [E]: 1 / the size of each entry's group (mean)
 };
 
 std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_rows,
@@ -299,24 +298,24 @@ std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_row
   auto made = derived_once("rgms_composite", {a.plan}, key,
                            [&] {
     auto c = std::make_shared<Composite>();
-    const at::Tensor rel = a.rel_ptr.cpu();
+    const tx::Tensor rel = a.rel_ptr.cpu();
     c->rel.assign(ptr<int64_t>(rel), ptr<int64_t>(rel) + rel.numel());
     c->groups = c->rel.back();
     const auto opt = a.grp_ptr.options();
     c->grp_rowptr = a.grp_ptr.narrow(0, 0, c->groups + 1).contiguous();
     // Targets -> groups: a stable sort of the groups by target.
     const auto dst = a.grp_dst.narrow(0, 0, c->groups);
-    auto [dst_sorted, by_dst] = at::sort(dst, /*stable=*/true, 0, false);
-    c->tg_rowptr = at::searchsorted(dst_sorted, at::arange(num_rows + 1, opt));
+    auto [dst_sorted, by_dst] = tx::sort(dst, /*stable=*/true, 0, false);
+    c->tg_rowptr = tx::searchsorted(dst_sorted, tx::arange(num_rows + 1, opt));
     c->tg_col = by_dst;
     // Each entry's group, and the sources -> entries CSR.
     const auto sizes = c->grp_rowptr.narrow(0, 1, c->groups) - c->grp_rowptr.narrow(0, 0, c->groups);
     const auto entry_group =
-        at::repeat_interleave(at::arange(c->groups, opt), sizes, 0, a.e);
-    c->inv_size = at::ones({a.e}, opt.dtype(at::kDouble))
-                      .div_(sizes.index_select(0, entry_group).to(at::kDouble));
-    auto [src_sorted, by_src] = at::sort(a.src, /*stable=*/true, 0, false);
-    c->sg_rowptr = at::searchsorted(src_sorted, at::arange(num_src + 1, opt));
+        tx::repeat_interleave(tx::arange(c->groups, opt), sizes, 0, a.e);
+    c->inv_size = tx::ones({a.e}, opt.dtype(tx::kDouble))
+                      .div_(sizes.index_select(0, entry_group).to(tx::kDouble));
+    auto [src_sorted, by_src] = tx::sort(a.src, /*stable=*/true, 0, false);
+    c->sg_rowptr = tx::searchsorted(src_sorted, tx::arange(num_src + 1, opt));
     c->sg_col = entry_group.index_select(0, by_src);
     c->sg_pos = by_src;
     return std::static_pointer_cast<const void>(std::shared_ptr<const Composite>(c));
@@ -324,57 +323,57 @@ std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_row
   return std::static_pointer_cast<const Composite>(made);
 }
 
-at::Tensor call_spmm(const at::Tensor& rowptr, const at::Tensor& col,
-                     const std::optional<at::Tensor>& values, const at::Tensor& x,
-                     c10::string_view reduce, int64_t num_cols) {
+tx::Tensor call_spmm(const tx::Tensor& rowptr, const tx::Tensor& col,
+                     const std::optional<tx::Tensor>& values, const tx::Tensor& x,
+                     tx::Str reduce, int64_t num_cols) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("sparsejit::spmm", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-              const at::Tensor&, c10::string_view, c10::SymInt, const std::optional<at::Tensor>&,
-              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-              c10::string_view, double, double, bool)>();
+          .typed<std::tuple<tx::Tensor, tx::Tensor>(
+              const tx::Tensor&, const tx::Tensor&, const std::optional<tx::Tensor>&,
+              const tx::Tensor&, tx::Str, c10::SymInt, const std::optional<tx::Tensor>&,
+              const std::optional<tx::Tensor>&, const std::optional<tx::Tensor>&,
+              const std::optional<tx::Tensor>&, const std::optional<tx::Tensor>&,
+              tx::Str, double, double, bool)>();
   return std::get<0>(op.call(rowptr, col, values, x, reduce, c10::SymInt(num_cols), std::nullopt,
                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, "none",
                              0.01, 1.0, false));
 }
 
-at::Tensor call_sddmm(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
-                      const at::Tensor& k) {
+tx::Tensor call_sddmm(const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q,
+                      const tx::Tensor& k) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("sparsejit::sddmm", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, c10::SymInt, const std::optional<at::Tensor>&,
-                            const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>();
+          .typed<tx::Tensor(const tx::Tensor&, const tx::Tensor&, const tx::Tensor&,
+                            const tx::Tensor&, c10::SymInt, const std::optional<tx::Tensor>&,
+                            const std::optional<tx::Tensor>&, const std::optional<tx::Tensor>&)>();
   return op.call(rowptr, col, q, k, c10::SymInt(k.size(0)), std::nullopt, std::nullopt,
                  std::nullopt);
 }
 
 // Z [G, F_in]: each group's reduce (sum or mean) of a_e X[src[e]].
-at::Tensor composite_groups(const PlanArgs& a, const Composite& c, const at::Tensor& x,
-                            const std::optional<at::Tensor>& values) {
-  std::optional<at::Tensor> v;
+tx::Tensor composite_groups(const PlanArgs& a, const Composite& c, const tx::Tensor& x,
+                            const std::optional<tx::Tensor>& values) {
+  std::optional<tx::Tensor> v;
   if (values.has_value()) v = values->index_select(0, a.perm);
   return call_spmm(c.grp_rowptr, a.src, v, x, a.mean ? "mean" : "sum", x.size(0));
 }
 
-at::Tensor rgms_composite(const PlanArgs& a, const at::Tensor& x, const at::Tensor& w,
-                          const std::optional<at::Tensor>& values, int64_t num_rows,
-                          const std::optional<at::Tensor>& root,
-                          const std::optional<at::Tensor>& x_root,
-                          const std::optional<at::Tensor>& bias) {
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
+tx::Tensor rgms_composite(const PlanArgs& a, const tx::Tensor& x, const tx::Tensor& w,
+                          const std::optional<tx::Tensor>& values, int64_t num_rows,
+                          const std::optional<tx::Tensor>& root,
+                          const std::optional<tx::Tensor>& x_root,
+                          const std::optional<tx::Tensor>& bias) {
+  tx::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto c = composite_of(a, num_rows, x.size(0));
   const auto z = composite_groups(a, *c, x, values);
-  auto zw = at::empty({c->groups, w.size(2)}, x.options());
+  auto zw = tx::empty({c->groups, w.size(2)}, x.options());
   for (int64_t r = 0; r < a.r; ++r) {
     const int64_t g0 = c->rel[r], n = c->rel[r + 1] - g0;
     if (n == 0) continue;
     auto out_r = zw.narrow(0, g0, n);
-    at::mm_out(out_r, z.narrow(0, g0, n), w[r]);
+    tx::mm_out(out_r, z.narrow(0, g0, n), w[r]);
   }
   auto y = call_spmm(c->tg_rowptr, c->tg_col, std::nullopt, zw, "sum", c->groups);
   if (root.has_value()) y.addmm_(*x_root, *root);
@@ -382,60 +381,60 @@ at::Tensor rgms_composite(const PlanArgs& a, const at::Tensor& x, const at::Tens
   return y;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_composite(
-    const PlanArgs& a, const at::Tensor& x, const at::Tensor& w,
-    const std::optional<at::Tensor>& values, const at::Tensor& dy, bool need_x, bool need_w,
-    bool need_values, const std::optional<at::Tensor>& root) {
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> rgms_backward_composite(
+    const PlanArgs& a, const tx::Tensor& x, const tx::Tensor& w,
+    const std::optional<tx::Tensor>& values, const tx::Tensor& dy, bool need_x, bool need_w,
+    bool need_values, const std::optional<tx::Tensor>& root) {
+  tx::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t num_rows = dy.size(0);
   const auto c = composite_of(a, num_rows, x.size(0));
   const auto dzw = dy.index_select(0, a.grp_dst.narrow(0, 0, c->groups));  // [G, F_out]
-  at::Tensor z;
+  tx::Tensor z;
   if (need_w) z = composite_groups(a, *c, x, values);
-  auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
-  auto dz = (need_x || need_values) ? at::empty({c->groups, x.size(1)}, x.options())
-                                    : at::Tensor();
+  auto dw = need_w ? tx::zeros_like(w) : tx::empty({0}, x.options());
+  auto dz = (need_x || need_values) ? tx::empty({c->groups, x.size(1)}, x.options())
+                                    : tx::Tensor();
   for (int64_t r = 0; r < a.r; ++r) {
     const int64_t g0 = c->rel[r], n = c->rel[r + 1] - g0;
     if (n == 0) continue;
     if (need_w) {
       auto dw_r = dw[r];
-      at::mm_out(dw_r, z.narrow(0, g0, n).t(), dzw.narrow(0, g0, n));
+      tx::mm_out(dw_r, z.narrow(0, g0, n).t(), dzw.narrow(0, g0, n));
     }
     if (dz.defined()) {
       auto dz_r = dz.narrow(0, g0, n);
-      at::mm_out(dz_r, dzw.narrow(0, g0, n), w[r].t());
+      tx::mm_out(dz_r, dzw.narrow(0, g0, n), w[r].t());
     }
   }
   // Each entry's factor: its value, divided by its group's size for the mean.
-  std::optional<at::Tensor> factor;
+  std::optional<tx::Tensor> factor;
   if (values.has_value()) factor = values->index_select(0, a.perm);
   if (a.mean) {
     const auto inv = c->inv_size.to(x.scalar_type());
     factor = factor.has_value() ? *factor * inv : inv;
   }
-  at::Tensor dx = at::empty({0}, x.options());
+  tx::Tensor dx = tx::empty({0}, x.options());
   if (need_x) {
-    std::optional<at::Tensor> f_src;
+    std::optional<tx::Tensor> f_src;
     if (factor.has_value()) f_src = factor->index_select(0, c->sg_pos);
     dx = call_spmm(c->sg_rowptr, c->sg_col, f_src, dz, "sum", c->groups);
     if (root.has_value()) dx.addmm_(dy, root->t());
   }
-  at::Tensor dv = at::empty({0}, x.options());
+  tx::Tensor dv = tx::empty({0}, x.options());
   if (need_values) {
     auto dots = call_sddmm(c->grp_rowptr, a.src, dz, x);  // <dZ[g], X[src[e]]> per entry
     if (a.mean) dots = dots * c->inv_size.to(x.scalar_type());
-    dv = at::empty({a.e}, x.options()).index_put_({a.perm}, dots);
+    dv = tx::empty({a.e}, x.options()).index_put_({a.perm}, dots);
   }
   return {dx, dw, dv};
 }
 
-at::Tensor rgms_impl(const at::Tensor& plan, const at::Tensor& x_in, const at::Tensor& w_in,
-                    const std::optional<at::Tensor>& values_in, c10::string_view reduce,
+tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::Tensor& w_in,
+                    const std::optional<tx::Tensor>& values_in, tx::Str reduce,
                     int64_t num_rows, int64_t gemm, int64_t tile, int64_t strategy,
-                    const std::optional<at::Tensor>& root_in,
-                    const std::optional<at::Tensor>& bias_in,
-                    const std::optional<at::Tensor>& x_root_in) {
+                    const std::optional<tx::Tensor>& root_in,
+                    const std::optional<tx::Tensor>& bias_in,
+                    const std::optional<tx::Tensor>& x_root_in) {
   SPARSEJIT_CHECK("rgms", strategy >= 0 && strategy <= 2,
                   "strategy must be 0 (auto), 1 (aggregate "
                   "first) or 2 (transform first); got ",
@@ -444,15 +443,15 @@ at::Tensor rgms_impl(const at::Tensor& plan, const at::Tensor& x_in, const at::T
   const auto ct = compute_type(x_in.scalar_type());
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
-  std::optional<at::Tensor> values;
+  std::optional<tx::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   const int64_t f_in = x.size(1), f_out = w.size(2);
   // The fused root term (x_root @ root; x_root defaults to X) and bias.
-  std::optional<at::Tensor> root, bias, x_root;
+  std::optional<tx::Tensor> root, bias, x_root;
   if (root_in.has_value()) {
     const auto& xr_in = x_root_in.has_value() ? *x_root_in : x_in;
     const char* xr_name = x_root_in.has_value() ? "x_root" : "X (as x_root)";
-    TORCH_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type() &&
+    SJ_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type() &&
                          xr_in.scalar_type() == x_in.scalar_type(),
                      "sparsejit.rgms: root and x_root must have X's dtype (", x_in.scalar_type(),
                      "); got ", root_in->scalar_type(), " and ", xr_in.scalar_type());
@@ -471,7 +470,7 @@ at::Tensor rgms_impl(const at::Tensor& plan, const at::Tensor& x_in, const at::T
     SPARSEJIT_CHECK("rgms", !x_root_in.has_value(), "x_root given without root");
   }
   if (bias_in.has_value()) {
-    TORCH_CHECK_TYPE(bias_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms: bias must ",
+    SJ_CHECK_TYPE(bias_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms: bias must ",
                      "have X's dtype (", x_in.scalar_type(), "); got ", bias_in->scalar_type());
     check_same_device(*bias_in, x_in, "bias", "X");
     SPARSEJIT_CHECK("rgms", bias_in->dim() == 1 && bias_in->size(0) == f_out,
@@ -498,11 +497,11 @@ at::Tensor rgms_impl(const at::Tensor& plan, const at::Tensor& x_in, const at::T
   return y.to(x_in.scalar_type());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
-    const at::Tensor& plan, const at::Tensor& x_in, const at::Tensor& w_in, const std::optional<at::Tensor>& values_in,
-    const at::Tensor& grad_y_in, c10::string_view reduce, bool need_x, bool need_w,
+std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> rgms_backward_impl(
+    const tx::Tensor& plan, const tx::Tensor& x_in, const tx::Tensor& w_in, const std::optional<tx::Tensor>& values_in,
+    const tx::Tensor& grad_y_in, tx::Str reduce, bool need_x, bool need_w,
     bool need_values, int64_t gemm, int64_t tile, int64_t strategy,
-    const std::optional<at::Tensor>& root_in) {
+    const std::optional<tx::Tensor>& root_in) {
   SPARSEJIT_CHECK("rgms_backward", strategy >= 0 && strategy <= 2,
                   "strategy must be 0 (auto), 1 "
                   "(target side) or 2 (source side); got ",
@@ -511,7 +510,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
   const auto a = check_rgms_args("rgms_backward", plan, x_in, w_in, values_in, reduce, num_rows);
   SPARSEJIT_CHECK("rgms_backward", grad_y_in.dim() == 2 && grad_y_in.size(1) == w_in.size(2),
                   "grad_y must be [num_rows, F_out = ", w_in.size(2), "]; got ", grad_y_in.sizes());
-  TORCH_CHECK_TYPE(grad_y_in.scalar_type() == x_in.scalar_type(),
+  SJ_CHECK_TYPE(grad_y_in.scalar_type() == x_in.scalar_type(),
                    "sparsejit.rgms_backward: grad_y dtype (", grad_y_in.scalar_type(),
                    ") must match X dtype (", x_in.scalar_type(), ")");
   check_same_device(grad_y_in, x_in, "grad_y", "X");
@@ -519,14 +518,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
   const auto x = x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   const auto dy = grad_y_in.to(ct).contiguous();
-  std::optional<at::Tensor> values;
+  std::optional<tx::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
   need_values = need_values && values.has_value();
   const int64_t f_in = x.size(1), f_out = w.size(2);
   // root: dX also gets dY @ root^T (the root term's gradient when x_root is X).
-  std::optional<at::Tensor> root;
+  std::optional<tx::Tensor> root;
   if (root_in.has_value()) {
-    TORCH_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms_backward: ",
+    SJ_CHECK_TYPE(root_in->scalar_type() == x_in.scalar_type(), "sparsejit.rgms_backward: ",
                      "root must have X's dtype (", x_in.scalar_type(), "); got ",
                      root_in->scalar_type());
     check_same_device(*root_in, x_in, "root", "X");
@@ -546,9 +545,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
         rgms_backward_composite(a, x, w, values, dy, need_x, need_w, need_values, root);
     return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
   }
-  auto dx = need_x ? at::empty_like(x) : at::empty({0}, x.options());
-  auto dw = need_w ? at::zeros_like(w) : at::empty({0}, x.options());
-  auto dv = need_values ? at::empty({a.e}, x.options()) : at::empty({0}, x.options());
+  auto dx = need_x ? tx::empty_like(x) : tx::empty({0}, x.options());
+  auto dw = need_w ? tx::zeros_like(w) : tx::empty({0}, x.options());
+  auto dv = need_values ? tx::empty({a.e}, x.options()) : tx::empty({0}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
   const auto sources = attach_sources(a, p);
@@ -564,7 +563,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rgms_backward_impl(
 
 // [R, 4]: entries, distinct targets, distinct sources, the forward's choice per relation
 // (1 aggregate first, 2 transform first) for these widths (csrc/rgms/rgms_run.h).
-at::Tensor rgms_explain_cpu(const at::Tensor& plan, int64_t num_rows, int64_t num_src,
+tx::Tensor rgms_explain_cpu(const tx::Tensor& plan, int64_t num_rows, int64_t num_src,
                             int64_t f_in, int64_t f_out) {
   SPARSEJIT_CHECK("rgms_explain", f_in >= 0 && f_out >= 0, "widths must be >= 0");
   SPARSEJIT_CHECK("rgms_explain", num_src >= 0, "num_src must be >= 0; got ", num_src);
@@ -576,12 +575,12 @@ at::Tensor rgms_explain_cpu(const at::Tensor& plan, int64_t num_rows, int64_t nu
   SPARSEJIT_CHECK("rgms_explain", r >= 1 && r <= plan.numel(),
                   "the plan's header names ", r, " relations: not a plan from rgms_plan");
   // Shapes only (the explain reads no feature): expanded, so a wide layer allocates nothing.
-  const auto x = at::empty({1}).expand({num_src, f_in});
-  const auto w = at::empty({1}).expand({r, f_in, f_out});
+  const auto x = tx::empty({1}).expand({num_src, f_in});
+  const auto w = tx::empty({1}).expand({r, f_in, f_out});
   const auto a = check_rgms_args("rgms_explain", plan, x, w, std::nullopt, "sum", num_rows);
   const auto p = make_problem(a, num_rows, num_src, f_in, f_out, 0, 0);
   const auto rp = rgms::relation_plan(p);
-  auto out = at::empty({a.r, 4}, at::kLong);
+  auto out = tx::empty({a.r, 4}, tx::kLong);
   int64_t* o = out.data_ptr<int64_t>();
   for (int64_t r = 0; r < a.r; ++r) {
     o[4 * r] = rp.entries[r];
@@ -595,15 +594,15 @@ at::Tensor rgms_explain_cpu(const at::Tensor& plan, int64_t num_rows, int64_t nu
 // ---- segment_matmul -------------------------------------------------------------------
 
 // ptr: 1-D integer, starts at 0, never decreases, ends at x.size(0), num_segments + 1 long.
-at::Tensor checked_ptr(const char* op, const at::Tensor& p, int64_t rows, int64_t segments,
+tx::Tensor checked_ptr(const char* op, const tx::Tensor& p, int64_t rows, int64_t segments,
                        const char* seg_source) {
   const auto d = p.scalar_type();
-  TORCH_CHECK_TYPE(d == at::kLong || d == at::kInt, "sparsejit.", op,
+  SJ_CHECK_TYPE(d == tx::kLong || d == tx::kInt, "sparsejit.", op,
                    ": ptr must be int32 or int64; got ", d);
   SPARSEJIT_CHECK(op, p.dim() == 1, "ptr must be 1-D; got shape ", p.sizes());
   SPARSEJIT_CHECK(op, p.numel() == segments + 1, "ptr must have ", seg_source,
                   " + 1 = ", segments + 1, " entries; got ", p.numel());
-  auto pc = p.to(at::kLong).contiguous().cpu();
+  auto pc = p.to(tx::kLong).contiguous().cpu();
   const int64_t* v = ptr<int64_t>(pc);
   SPARSEJIT_CHECK(op, v[0] == 0, "ptr[0] must be 0; got ", v[0]);
   for (int64_t k = 0; k < segments; ++k) {
@@ -615,14 +614,14 @@ at::Tensor checked_ptr(const char* op, const at::Tensor& p, int64_t rows, int64_
   return pc;
 }
 
-at::Tensor segment_matmul_impl(const at::Tensor& x_in, const at::Tensor& p, const at::Tensor& w_in) {
+tx::Tensor segment_matmul_impl(const tx::Tensor& x_in, const tx::Tensor& p, const tx::Tensor& w_in) {
   check_float(x_in, "x");
   check_float(w_in, "w");
   SPARSEJIT_CHECK("segment_matmul", x_in.dim() == 2, "x must be [N, F_in]; got shape ",
                   x_in.sizes());
   SPARSEJIT_CHECK("segment_matmul", w_in.dim() == 3, "w must be [K, F_in, F_out]; got shape ",
                   w_in.sizes());
-  TORCH_CHECK_TYPE(w_in.scalar_type() == x_in.scalar_type(), "sparsejit.segment_matmul: w dtype (",
+  SJ_CHECK_TYPE(w_in.scalar_type() == x_in.scalar_type(), "sparsejit.segment_matmul: w dtype (",
                    w_in.scalar_type(), ") must match x dtype (", x_in.scalar_type(), ")");
   SPARSEJIT_CHECK("segment_matmul", w_in.size(1) == x_in.size(1), "w has F_in = ", w_in.size(1),
                   " but x has ", x_in.size(1), " features");
@@ -634,21 +633,21 @@ at::Tensor segment_matmul_impl(const at::Tensor& x_in, const at::Tensor& p, cons
   const auto w = w_in.to(ct).contiguous();
   auto y = new_output({x.size(0), w.size(2)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);  // on the host (checked_ptr; a sync for device ptr)
-  if (ct == at::kFloat && x.is_cpu()) {  // one parallel region over (segment, row block) tiles
+  if (ct == tx::kFloat && x.is_cpu()) {  // one parallel region over (segment, row block) tiles
     dense::segment_sgemm(v, w.size(0), ptr<float>(x), x.size(1), ptr<float>(w), w.size(2),
-                         ptr<float>(y), at::get_num_threads());
+                         ptr<float>(y), tx::get_num_threads());
     return y.to(x_in.scalar_type());
   }
   for (int64_t k = 0; k < w.size(0); ++k) {
     if (v[k + 1] == v[k]) continue;
     auto y_k = y.narrow(0, v[k], v[k + 1] - v[k]);
-    at::mm_out(y_k, x.narrow(0, v[k], v[k + 1] - v[k]), w[k]);
+    tx::mm_out(y_k, x.narrow(0, v[k], v[k + 1] - v[k]), w[k]);
   }
   return y.to(x_in.scalar_type());
 }
 
-at::Tensor segment_matmul_backward_w_impl(const at::Tensor& x_in, const at::Tensor& p,
-                                         const at::Tensor& dy_in) {
+tx::Tensor segment_matmul_backward_w_impl(const tx::Tensor& x_in, const tx::Tensor& p,
+                                         const tx::Tensor& dy_in) {
   check_float(x_in, "x");
   check_float(dy_in, "grad_y");
   SPARSEJIT_CHECK("segment_matmul_backward_w",
@@ -656,7 +655,7 @@ at::Tensor segment_matmul_backward_w_impl(const at::Tensor& x_in, const at::Tens
                   "x [N, F_in] and grad_y [N, F_out] must agree in N; "
                   "got ",
                   x_in.sizes(), " and ", dy_in.sizes());
-  TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(),
+  SJ_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(),
                    "sparsejit.segment_matmul_backward_w: grad_y dtype must match x dtype");
   const auto pc = checked_ptr("segment_matmul_backward_w", p, x_in.size(0), p.numel() - 1,
                               "the number of segments");
@@ -664,16 +663,16 @@ at::Tensor segment_matmul_backward_w_impl(const at::Tensor& x_in, const at::Tens
   const auto x = x_in.to(ct).contiguous();
   const auto dy = dy_in.to(ct).contiguous();
   const int64_t k_n = pc.numel() - 1;
-  auto dw = at::empty({k_n, x.size(1), dy.size(1)}, x.options());
+  auto dw = tx::empty({k_n, x.size(1), dy.size(1)}, x.options());
   const int64_t* v = ptr<int64_t>(pc);
-  if (ct == at::kFloat && x.is_cpu()) {
+  if (ct == tx::kFloat && x.is_cpu()) {
     dense::segment_sgemm_grad_w(v, k_n, ptr<float>(x), x.size(1), ptr<float>(dy), dy.size(1),
-                                ptr<float>(dw), at::get_num_threads());
+                                ptr<float>(dw), tx::get_num_threads());
     return dw.to(x_in.scalar_type());
   }
   for (int64_t k = 0; k < k_n; ++k) {
     auto dw_k = dw[k];
-    at::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
+    tx::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
                dy.narrow(0, v[k], v[k + 1] - v[k]));
   }
   return dw.to(x_in.scalar_type());
@@ -681,13 +680,13 @@ at::Tensor segment_matmul_backward_w_impl(const at::Tensor& x_in, const at::Tens
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("rgms_plan", &rgms_plan_cpu);
-  m.impl("rgms", &rgms_impl);
-  m.impl("rgms_backward", &rgms_backward_impl);
-  m.impl("rgms_explain", &rgms_explain_cpu);
-  m.impl("segment_matmul", &segment_matmul_impl);
-  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_impl);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("rgms_plan", SJ_KERNEL(&rgms_plan_cpu));
+  m.impl("rgms", SJ_KERNEL(&rgms_impl));
+  m.impl("rgms_backward", SJ_KERNEL(&rgms_backward_impl));
+  m.impl("rgms_explain", SJ_KERNEL(&rgms_explain_cpu));
+  m.impl("segment_matmul", SJ_KERNEL(&segment_matmul_impl));
+  m.impl("segment_matmul_backward_w", SJ_KERNEL(&segment_matmul_backward_w_impl));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
@@ -695,13 +694,13 @@ TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
 // segment_matmul: cuBLAS per segment (ptr read on the host). The plan is built on the CPU
 // (a counting sort, once per structure: the Python layers cache it) and copied to the device;
 // rgms_explain is a CPU cost-model report.
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
+SJ_LIBRARY_IMPL(CUDA, m) {
   m.impl("rgms_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("rgms", &rgms_impl);
-  m.impl("rgms_backward", &rgms_backward_impl);
+  m.impl("rgms", SJ_KERNEL(&rgms_impl));
+  m.impl("rgms_backward", SJ_KERNEL(&rgms_backward_impl));
   m.impl("rgms_explain", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("segment_matmul", &segment_matmul_impl);
-  m.impl("segment_matmul_backward_w", &segment_matmul_backward_w_impl);
+  m.impl("segment_matmul", SJ_KERNEL(&segment_matmul_impl));
+  m.impl("segment_matmul_backward_w", SJ_KERNEL(&segment_matmul_backward_w_impl));
 }
 #endif
 

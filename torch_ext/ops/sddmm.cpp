@@ -3,8 +3,7 @@
 // Q is [rows, F] or [rows, H, F], K [num_cols, F] or [num_cols, H, F]; S is [nnz] or
 // [nnz, H]. num_cols = -1 derives the column count from col (one pass). The t_* arguments
 // carry a cached transpose for the backward pass (dK); forward never reads them.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include "csrc/spmm/spmm_run.h"
 #include "kernels/cpu/kernels.h"
@@ -14,7 +13,7 @@
 #include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def(
       "sddmm(Tensor rowptr, Tensor col, Tensor q, Tensor k, SymInt num_cols=-1, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None) -> Tensor");
@@ -23,11 +22,11 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q_in,
-                     const at::Tensor& k_in, int64_t num_cols,
-                     const std::optional<at::Tensor>& t_rowptr,
-                     const std::optional<at::Tensor>& t_col,
-                     const std::optional<at::Tensor>& t_perm) {
+tx::Tensor sddmm_cpu(const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q_in,
+                     const tx::Tensor& k_in, int64_t num_cols,
+                     const std::optional<tx::Tensor>& t_rowptr,
+                     const std::optional<tx::Tensor>& t_col,
+                     const std::optional<tx::Tensor>& t_perm) {
   const SddmmShape s =
       check_sddmm_call(rowptr, col, q_in, k_in, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
@@ -48,26 +47,26 @@ at::Tensor sddmm_cpu(const at::Tensor& rowptr, const at::Tensor& col, const at::
   p.args.rows = s.rows;
   p.args.heads = s.heads;
   p.args.features = s.features;
-  p.args.num_threads = at::get_num_threads();
+  p.args.num_threads = tx::get_num_threads();
   p.args.min_parallel_work = cpu::min_parallel_work();
   plan::run_sddmm(p);
-  return q_in.scalar_type() == at::kHalf ? out.to(at::kHalf) : out;
+  return q_in.scalar_type() == tx::kHalf ? out.to(tx::kHalf) : out;
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
 using namespace cuda_ext;
 
-at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& q,
-                      const at::Tensor& k, int64_t num_cols,
-                      const std::optional<at::Tensor>& t_rowptr,
-                      const std::optional<at::Tensor>& t_col,
-                      const std::optional<at::Tensor>& t_perm) {
+tx::Tensor sddmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q,
+                      const tx::Tensor& k, int64_t num_cols,
+                      const std::optional<tx::Tensor>& t_rowptr,
+                      const std::optional<tx::Tensor>& t_col,
+                      const std::optional<tx::Tensor>& t_perm) {
   const SddmmShape s =
       check_sddmm_call(rowptr, col, q, k, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
   c10::cuda::CUDAGuard guard(q.device());
   if (!gpu_kernels_available())
-    return call_on_cpu<at::Tensor>("sparsejit::sddmm", rowptr, col, q, k, num_cols, t_rowptr,
+    return call_on_cpu<tx::Tensor>("sparsejit::sddmm", rowptr, col, q, k, num_cols, t_rowptr,
                                    t_col, t_perm);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
@@ -81,7 +80,7 @@ at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at:
       codegen::plan_cuda_sddmm(cuda_scalar(q.scalar_type()), index_kind(rp), s.heads, s.features,
                                aligned_bytes({qc.data_ptr(), kc.data_ptr()}));
   const std::string invalid = spec.validate();
-  TORCH_CHECK_VALUE(invalid.empty(),
+  SJ_CHECK_VALUE(invalid.empty(),
                     "sparsejit.sddmm (CUDA): no kernel for this problem: ", invalid);
   cuda::SddmmParams p{
       rp.data_ptr(), cl.data_ptr(), qc.data_ptr(), kc.data_ptr(), out.data_ptr(), s.rows, nnz};
@@ -96,10 +95,10 @@ at::Tensor sddmm_cuda(const at::Tensor& rowptr, const at::Tensor& col, const at:
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) { m.impl("sddmm", &sddmm_cpu); }
+SJ_LIBRARY_IMPL(CPU, m) { m.impl("sddmm", SJ_KERNEL(&sddmm_cpu)); }
 
 #ifdef SPARSEJIT_WITH_CUDA
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) { m.impl("sddmm", &sddmm_cuda); }
+SJ_LIBRARY_IMPL(CUDA, m) { m.impl("sddmm", SJ_KERNEL(&sddmm_cuda)); }
 #endif
 
 }  // namespace sparsejit

@@ -8,8 +8,7 @@
 // was built for; without one the cost model picks the kernel. For max / min the second
 // output holds the CSR position of each extremum when need_arg is true (the gradient's
 // routing), and is empty otherwise. float16 runs through the float32 kernels.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "torch_ext/tensor_api.h"
 
 #include "csrc/spmm/spmm_arg_backward.h"
 #include "csrc/spmm/spmm_plan.h"
@@ -21,7 +20,7 @@
 #include "torch_ext/cuda_fallback.h"
 #include "torch_ext/validated.h"
 
-TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
+SJ_LIBRARY_FRAGMENT(m) {
   m.def(
       "spmm(Tensor rowptr, Tensor col, Tensor? values, Tensor x, str reduce, SymInt num_cols=-1, "
       "Tensor? t_rowptr=None, Tensor? t_col=None, Tensor? t_perm=None, Tensor? plan=None, "
@@ -42,38 +41,38 @@ TORCH_LIBRARY_FRAGMENT(sparsejit, m) {
 namespace sparsejit {
 namespace {
 
-using SpmmResult = std::tuple<at::Tensor, at::Tensor>;
+using SpmmResult = std::tuple<tx::Tensor, tx::Tensor>;
 
-at::Tensor plan_header_cpu(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_cols,
-                           int64_t row_width, at::ScalarType dtype) {
+tx::Tensor plan_header_cpu(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols,
+                           int64_t row_width, tx::ScalarType dtype) {
   check_index_pair(rowptr, col);
-  TORCH_CHECK_VALUE(num_cols >= 0 && row_width >= 0, "sparsejit.spmm_plan: num_cols and "
+  SJ_CHECK_VALUE(num_cols >= 0 && row_width >= 0, "sparsejit.spmm_plan: num_cols and "
                     "row_width must be >= 0; got ", num_cols, " and ", row_width);
   const plan::StructureStamp stamp = checked_structure(rowptr, col, num_cols, "spmm_plan");
-  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 ||
-                       dtype == at::kHalf,
+  SJ_CHECK_TYPE(dtype == tx::kFloat || dtype == tx::kDouble || dtype == tx::kBFloat16 ||
+                       dtype == tx::kHalf,
                    "sparsejit.spmm_plan: dtype must be float32, float64, bfloat16 or float16; "
                    "got ", dtype);
-  auto header = at::empty({plan::kHeaderWords}, rowptr.options().dtype(at::kLong));
+  auto header = tx::empty({plan::kHeaderWords}, rowptr.options().dtype(tx::kLong));
   plan::cost_model_plan(stamp, row_width,
-                        c10::elementSize(dtype == at::kHalf ? at::kFloat : dtype),
+                        c10::elementSize(dtype == tx::kHalf ? tx::kFloat : dtype),
                         header.data_ptr<int64_t>());
   return header;
 }
 
-at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& col,
+tx::Tensor spmm_bucketed_plan_cpu(const tx::Tensor& rowptr, const tx::Tensor& col,
                                   int64_t num_cols, int64_t max_log2, int64_t prefetch) {
   check_index_pair(rowptr, col);
   checked_structure(rowptr, col, num_cols, "spmm_bucketed_plan");
-  TORCH_CHECK_VALUE(max_log2 >= 0 && max_log2 <= 20,
+  SJ_CHECK_VALUE(max_log2 >= 0 && max_log2 <= 20,
                     "sparsejit.spmm_bucketed_plan: max_log2 must be in [0, 20]; got ", max_log2);
-  TORCH_CHECK_VALUE(prefetch >= 0 && prefetch <= 64,
+  SJ_CHECK_VALUE(prefetch >= 0 && prefetch <= 64,
                     "sparsejit.spmm_bucketed_plan: prefetch must be in [0, 64]; got ", prefetch);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   const int64_t rows = rp.numel() - 1;
-  auto words = at::empty({plan::bucketed_plan_words(rows, cl.numel())},
-                         rp.options().dtype(at::kLong));
+  auto words = tx::empty({plan::bucketed_plan_words(rows, cl.numel())},
+                         rp.options().dtype(tx::kLong));
   auto build = [&](auto I) {
     using IT = decltype(I);
     plan::build_bucketed_plan<IT>(ptr<IT>(rp), ptr<IT>(cl), rows, num_cols,
@@ -88,32 +87,32 @@ at::Tensor spmm_bucketed_plan_cpu(const at::Tensor& rowptr, const at::Tensor& co
   return words;
 }
 
-SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
-                    const std::optional<at::Tensor>& values_in, const at::Tensor& x_in,
-                    c10::string_view reduce, int64_t num_cols,
-                    const std::optional<at::Tensor>& t_rowptr,
-                    const std::optional<at::Tensor>& t_col,
-                    const std::optional<at::Tensor>& t_perm,
-                    const std::optional<at::Tensor>& plan_tensor,
-                    const std::optional<at::Tensor>& bias, c10::string_view activation,
+SpmmResult spmm_cpu(const tx::Tensor& rowptr, const tx::Tensor& col,
+                    const std::optional<tx::Tensor>& values_in, const tx::Tensor& x_in,
+                    tx::Str reduce, int64_t num_cols,
+                    const std::optional<tx::Tensor>& t_rowptr,
+                    const std::optional<tx::Tensor>& t_col,
+                    const std::optional<tx::Tensor>& t_perm,
+                    const std::optional<tx::Tensor>& plan_tensor,
+                    const std::optional<tx::Tensor>& bias, tx::Str activation,
                     double act_param, double scale, bool need_arg) {
   const SpmmShape s =
       check_spmm_call(rowptr, col, values_in, x_in, reduce, num_cols, t_rowptr, t_col, t_perm);
   const plan::StructureStamp& stamp = s.stamp;
-  const at::Tensor x = half_as_float(x_in);
-  const std::optional<at::Tensor> values = half_as_float(values_in);
+  const tx::Tensor x = half_as_float(x_in);
+  const std::optional<tx::Tensor> values = half_as_float(values_in);
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   auto xc = x.contiguous();
-  at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
+  tx::Tensor vc = values.has_value() ? values->contiguous() : tx::Tensor();
   auto out = new_output(s.out_sizes, x.options());
   const bool with_arg = need_arg && (s.reduce == Reduce::Max || s.reduce == Reduce::Min);
-  auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
-                      : at::empty({0}, x.options().dtype(at::kLong));
+  auto arg = with_arg ? tx::empty(s.out_sizes, x.options().dtype(tx::kLong))
+                      : tx::empty({0}, x.options().dtype(tx::kLong));
   const int64_t row_width = s.heads * s.features;
-  at::Tensor bc;
+  tx::Tensor bc;
   if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
+    SJ_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
                       " elements but each output row has ", row_width);
     check_float(*bias, "bias");
     check_same_device(*bias, x, "bias", "X");
@@ -136,50 +135,50 @@ SpmmResult spmm_cpu(const at::Tensor& rowptr, const at::Tensor& col,
   a.features = s.features;
   a.value_heads = s.value_heads;
   a.reduce = s.reduce;
-  a.num_threads = at::get_num_threads();
+  a.num_threads = tx::get_num_threads();
   a.min_parallel_work = cpu::min_parallel_work();
   a.act = parse_activation(activation);
   a.act_param = static_cast<float>(act_param);
   a.scale = static_cast<float>(scale);
   a.bias = bc.defined() ? bc.data_ptr() : nullptr;
-  at::Tensor h;
+  tx::Tensor h;
   if (plan_tensor.has_value()) {
-    TORCH_CHECK_TYPE(plan_tensor->scalar_type() == at::kLong && plan_tensor->dim() == 1,
+    SJ_CHECK_TYPE(plan_tensor->scalar_type() == tx::kLong && plan_tensor->dim() == 1,
                      "sparsejit.spmm: plan must be a 1-D int64 tensor (from spmm_plan or "
                      "spmm_bucketed_plan); got ", plan_tensor->scalar_type(), " of shape ",
                      plan_tensor->sizes());
-    h = plan_tensor->to(at::kCPU).contiguous();
+    h = plan_tensor->to(tx::kCPU).contiguous();
     if (h.numel() > 0) checked_bucketed_plan(*plan_tensor, h, stamp);
   }
   // An empty plan tensor is a plan (and rejected), not "no plan": never pass null for it.
   static const int64_t kNoWords[1] = {0};
   const int64_t* words = !h.defined() ? nullptr : h.numel() ? h.data_ptr<int64_t>() : kNoWords;
   const std::string err = plan::run_spmm(p, words, h.defined() ? h.numel() : 0);
-  TORCH_CHECK_VALUE(err.empty(), "sparsejit.spmm: plan: ", err);
-  if (x_in.scalar_type() == at::kHalf) out = out.to(at::kHalf);
+  SJ_CHECK_VALUE(err.empty(), "sparsejit.spmm: plan: ", err);
+  if (x_in.scalar_type() == tx::kHalf) out = out.to(tx::kHalf);
   return {out, arg};
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
 using namespace cuda_ext;
 
-SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
-                     const std::optional<at::Tensor>& values, const at::Tensor& x,
-                     c10::string_view reduce, int64_t num_cols,
-                     const std::optional<at::Tensor>& t_rowptr,
-                     const std::optional<at::Tensor>& t_col,
-                     const std::optional<at::Tensor>& t_perm,
-                     const std::optional<at::Tensor>& /*plan: CPU schedules only*/,
-                     const std::optional<at::Tensor>& bias, c10::string_view activation,
+SpmmResult spmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col,
+                     const std::optional<tx::Tensor>& values, const tx::Tensor& x,
+                     tx::Str reduce, int64_t num_cols,
+                     const std::optional<tx::Tensor>& t_rowptr,
+                     const std::optional<tx::Tensor>& t_col,
+                     const std::optional<tx::Tensor>& t_perm,
+                     const std::optional<tx::Tensor>& /*plan: CPU schedules only*/,
+                     const std::optional<tx::Tensor>& bias, tx::Str activation,
                      double act_param, double scale, bool need_arg) {
   const SpmmShape s =
       check_spmm_call(rowptr, col, values, x, reduce, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
   const cpu::Act act = parse_activation(activation);
   const int64_t row_width = s.heads * s.features;
-  at::Tensor bc;
+  tx::Tensor bc;
   if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
+    SJ_CHECK_VALUE(bias->numel() == row_width, "sparsejit.spmm: bias has ", bias->numel(),
                       " elements but each output row has ", row_width);
     check_same_device(*bias, x, "bias", "X");
     bc = bias->to(x.scalar_type()).contiguous();
@@ -187,17 +186,17 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   c10::cuda::CUDAGuard guard(x.device());
   if (!gpu_kernels_available())
     return call_on_cpu<SpmmResult>("sparsejit::spmm", rowptr, col, values, x, reduce, num_cols,
-                                   t_rowptr, t_col, t_perm, std::optional<at::Tensor>(), bias,
+                                   t_rowptr, t_col, t_perm, std::optional<tx::Tensor>(), bias,
                                    activation, act_param, scale, need_arg);
 
   auto rp = rowptr.contiguous();
   auto cl = col.contiguous();
   auto xc = x.contiguous();
-  at::Tensor vc = values.has_value() ? values->contiguous() : at::Tensor();
+  tx::Tensor vc = values.has_value() ? values->contiguous() : tx::Tensor();
   auto out = new_output(s.out_sizes, x.options());
   const bool with_arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
-  auto arg = with_arg ? at::empty(s.out_sizes, x.options().dtype(at::kLong))
-                      : at::empty({0}, x.options().dtype(at::kLong));
+  auto arg = with_arg ? tx::empty(s.out_sizes, x.options().dtype(tx::kLong))
+                      : tx::empty({0}, x.options().dtype(tx::kLong));
   if (s.rows == 0 || row_width == 0) return {out, arg};
 
   codegen::CudaSpmmProblem prob;
@@ -213,12 +212,12 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   const int64_t nnz = cl.numel();
   const codegen::CudaSpmmChoice choice = codegen::plan_cuda_spmm(prob, row_stats(rp, nnz));
   const std::string invalid = choice.spec.validate();
-  TORCH_CHECK_VALUE(invalid.empty(),
+  SJ_CHECK_VALUE(invalid.empty(),
                     "sparsejit.spmm (CUDA): no kernel for this problem: ", invalid);
   const codegen::SpmmLaunchPlan plan = codegen::plan_spmm_launch(choice, s.rows, nnz);
-  at::Tensor ws;
+  tx::Tensor ws;
   if (plan.workspace_bytes > 0) {
-    ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, x.options().dtype(at::kByte));
+    ws = tx::empty({static_cast<int64_t>(plan.workspace_bytes)}, x.options().dtype(tx::kByte));
     if (plan.zero_bytes > 0) ws.narrow(0, 0, static_cast<int64_t>(plan.zero_bytes)).zero_();
   }
   cuda::SpmmParams p{};
@@ -240,22 +239,22 @@ SpmmResult spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                    &err))
     raise_cuda_error("spmm", err + "\n(schedule: " + choice.reason + ")");
   // The CUDA kernels always record positions for max / min; dropped when not asked for.
-  if (!need_arg) arg = at::empty({0}, x.options().dtype(at::kLong));
+  if (!need_arg) arg = tx::empty({0}, x.options().dtype(tx::kLong));
   return {out, arg};
 }
 
 #endif
 
-at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col,
-                                 const at::Tensor& arg, const at::Tensor& grad_out,
-                                 const std::optional<at::Tensor>& values_in, int64_t num_cols) {
+tx::Tensor spmm_arg_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& col,
+                                 const tx::Tensor& arg, const tx::Tensor& grad_out,
+                                 const std::optional<tx::Tensor>& values_in, int64_t num_cols) {
   const char* op = "spmm_arg_backward";
   check_index_pair(rowptr, col);
   SPARSEJIT_CHECK(op, num_cols >= 0, "num_cols must be >= 0; got ", num_cols);
   checked_structure(rowptr, col, num_cols, op);  // once per live structure
   const int64_t rows = rowptr.numel() - 1, nnz = col.numel();
   check_float(grad_out, "grad_out");
-  TORCH_CHECK_TYPE(arg.scalar_type() == at::kLong, "sparsejit.", op,
+  SJ_CHECK_TYPE(arg.scalar_type() == tx::kLong, "sparsejit.", op,
                    ": arg must be int64 (the forward's positions); got ", arg.scalar_type());
   SPARSEJIT_CHECK(op, grad_out.dim() == 2 && grad_out.size(0) == rows,
                   "grad_out must be [rows = ", rows, ", F]; got ", grad_out.sizes());
@@ -264,9 +263,9 @@ at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col
   for (const auto* t : {&col, &arg, &grad_out})
     check_same_device(*t, rowptr, "arg / grad_out / col", "rowptr");
   const auto ct = compute_type(grad_out.scalar_type());
-  std::optional<at::Tensor> values;
+  std::optional<tx::Tensor> values;
   if (values_in.has_value()) {
-    TORCH_CHECK_TYPE(values_in->scalar_type() == grad_out.scalar_type(), "sparsejit.", op,
+    SJ_CHECK_TYPE(values_in->scalar_type() == grad_out.scalar_type(), "sparsejit.", op,
                      ": values dtype (", values_in->scalar_type(), ") must match grad_out's (",
                      grad_out.scalar_type(), ")");
     SPARSEJIT_CHECK(op, values_in->dim() == 1 && values_in->numel() == nnz,
@@ -276,7 +275,7 @@ at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col
   }
   const auto a = arg.contiguous();
   if (a.numel() > 0) {  // positions index col and values: every one must be -1 or an entry
-    const auto [lo, hi] = at::aminmax(a);
+    const auto [lo, hi] = tx::aminmax(a);
     const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
     SPARSEJIT_CHECK(op, l >= -1 && h < nnz, "arg holds positions in [", l, ", ", h,
                     "], outside [-1, nnz = ", nnz, ")");
@@ -287,14 +286,14 @@ at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col
   AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.spmm_arg_backward", [&] {
     const scalar_t* v = values.has_value() ? ptr<scalar_t>(*values) : nullptr;
     const auto c = col.contiguous();
-    if (c.scalar_type() == at::kInt) {
+    if (c.scalar_type() == tx::kInt) {
       spmm::arg_backward_x<scalar_t, int32_t>(ptr<int64_t>(a), ptr<scalar_t>(g), rows, f,
                                               ptr<int32_t>(c), v, num_cols, ptr<scalar_t>(dx),
-                                              at::get_num_threads());
+                                              tx::get_num_threads());
     } else {
       spmm::arg_backward_x<scalar_t, int64_t>(ptr<int64_t>(a), ptr<scalar_t>(g), rows, f,
                                               ptr<int64_t>(c), v, num_cols, ptr<scalar_t>(dx),
-                                              at::get_num_threads());
+                                              tx::get_num_threads());
     }
   });
   return dx.to(grad_out.scalar_type());
@@ -302,16 +301,16 @@ at::Tensor spmm_arg_backward_cpu(const at::Tensor& rowptr, const at::Tensor& col
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sparsejit, CPU, m) {
-  m.impl("spmm_arg_backward", &spmm_arg_backward_cpu);
-  m.impl("spmm", &spmm_cpu);
-  m.impl("spmm_plan", &plan_header_cpu);
-  m.impl("spmm_bucketed_plan", &spmm_bucketed_plan_cpu);
+SJ_LIBRARY_IMPL(CPU, m) {
+  m.impl("spmm_arg_backward", SJ_KERNEL(&spmm_arg_backward_cpu));
+  m.impl("spmm", SJ_KERNEL(&spmm_cpu));
+  m.impl("spmm_plan", SJ_KERNEL(&plan_header_cpu));
+  m.impl("spmm_bucketed_plan", SJ_KERNEL(&spmm_bucketed_plan_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
-TORCH_LIBRARY_IMPL(sparsejit, CUDA, m) {
-  m.impl("spmm", &spmm_cuda);
+SJ_LIBRARY_IMPL(CUDA, m) {
+  m.impl("spmm", SJ_KERNEL(&spmm_cuda));
   // Plans describe CPU schedules (CUDA calls choose theirs per call): built on the CPU.
   m.impl("spmm_plan", SPARSEJIT_CUDA_FALLBACK);
   m.impl("spmm_bucketed_plan", SPARSEJIT_CUDA_FALLBACK);
