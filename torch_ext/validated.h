@@ -22,6 +22,7 @@
 
 namespace sparsejit {
 
+#ifndef SPARSEJIT_STABLE_ABI
 // One tensor as it was when validated: the same TensorImpl (weakly held), data, size and
 // version mean the same contents.
 using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
@@ -49,6 +50,45 @@ struct TensorState {  // shared by the validation tables here and filter_conv's 
   }
   bool expired() const { return !impl || impl->expired(); }
 };
+#else
+// The stable ABI has no TensorImpl identity, weak reference or version counter: the state
+// holds a strong reference (so the memory at `data` cannot be freed and reused while the
+// entry lives: a tensor with the same data, sizes, strides and dtype then reads the same
+// elements), and the version comes from aten::_version through the dispatcher (a view
+// shares its base's counter). Entries keep their tensors alive until they leave the table
+// (most-recent-first, bounded): the price of having no weak reference. An inference tensor
+// (no version counter) gives an empty state, which never matches: validated on every call.
+// Cost on a hit: one dispatcher call (the version) per tensor, after the cheap comparisons.
+struct TensorState {
+  std::optional<tx::Tensor> held;
+  const void* data = nullptr;
+  std::vector<int64_t> sizes, strides;
+  tx::ScalarType dtype = tx::kFloat;
+  int64_t version = 0;
+
+  static bool trackable(const tx::Tensor&) { return true; }  // decided by of()
+  static TensorState of(const tx::Tensor& t) {
+    TensorState s;
+    if (t.is_inference() || !tx::try_version(t, &s.version)) return s;
+    s.held = t;
+    s.data = t.data_ptr();
+    s.sizes.assign(t.sizes().begin(), t.sizes().end());
+    s.strides.assign(t.strides().begin(), t.strides().end());
+    s.dtype = t.scalar_type();
+    return s;
+  }
+  bool matches(const tx::Tensor& t) const {
+    if (!held || data != t.data_ptr() || dtype != t.scalar_type()) return false;
+    const auto sz = t.sizes(), st = t.strides();
+    if (sz.size() != sizes.size()) return false;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (sz[i] != sizes[i] || st[i] != strides[i]) return false;
+    int64_t v = 0;
+    return tx::try_version(t, &v) && v == version;
+  }
+  bool expired() const { return !held; }
+};
+#endif
 
 
 // Validates (rowptr, col) against num_cols (once per live tensor version) and returns the

@@ -486,7 +486,7 @@ tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
   }
   const auto x = x_in.to(ct).contiguous();
   auto y = new_output({num_out, w.size(2)}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
     point_conv::PointConvArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
     a.c_in = x.size(1);
@@ -531,7 +531,7 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
   auto dx = fp_x ? new_output({x_in.size(0), x_in.size(1)}, w.options())
                  : tx::empty({0}, w.options());
   auto dw = need_w ? tx::empty_like(w) : tx::empty({0}, w.options());
-  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
     if (fp_x) {
       point_conv::PointConvArgs<scalar_t> a;
       a.x = ptr<scalar_t>(dy);

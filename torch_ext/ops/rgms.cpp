@@ -15,7 +15,9 @@
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
 #include "torch_ext/tensor_api.h"
+#ifndef SPARSEJIT_STABLE_ABI
 #include <ATen/core/dispatch/Dispatcher.h>
+#endif
 
 #include <cstdlib>
 
@@ -323,6 +325,9 @@ std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_row
   return std::static_pointer_cast<const Composite>(made);
 }
 
+// The composite's nested sparsejit::spmm / sddmm calls, through the dispatcher (so that they
+// reach the kernel of the tensors' device).
+#ifndef SPARSEJIT_STABLE_ABI
 tx::Tensor call_spmm(const tx::Tensor& rowptr, const tx::Tensor& col,
                      const std::optional<tx::Tensor>& values, const tx::Tensor& x,
                      tx::Str reduce, int64_t num_cols) {
@@ -351,6 +356,23 @@ tx::Tensor call_sddmm(const tx::Tensor& rowptr, const tx::Tensor& col, const tx:
   return op.call(rowptr, col, q, k, c10::SymInt(k.size(0)), std::nullopt, std::nullopt,
                  std::nullopt);
 }
+#else
+tx::Tensor call_spmm(const tx::Tensor& rowptr, const tx::Tensor& col,
+                     const std::optional<tx::Tensor>& values, const tx::Tensor& x,
+                     tx::Str reduce, int64_t num_cols) {
+  const std::optional<tx::Tensor> none;
+  return tx::unbox_tensor(tx::call_boxed<2>("sparsejit::spmm", "", rowptr, col, values, x, reduce,
+                                            num_cols, none, none, none, none, none,
+                                            std::string("none"), 0.01, 1.0, false)[0]);
+}
+
+tx::Tensor call_sddmm(const tx::Tensor& rowptr, const tx::Tensor& col, const tx::Tensor& q,
+                      const tx::Tensor& k) {
+  const std::optional<tx::Tensor> none;
+  return tx::unbox_tensor(tx::call_boxed<1>("sparsejit::sddmm", "", rowptr, col, q, k,
+                                            int64_t(k.size(0)), none, none, none)[0]);
+}
+#endif
 
 // Z [G, F_in]: each group's reduce (sum or mean) of a_e X[src[e]].
 tx::Tensor composite_groups(const PlanArgs& a, const Composite& c, const tx::Tensor& x,
@@ -486,7 +508,7 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   p.strategy = static_cast<rgms::Strategy>(strategy);
   p.f_root = root.has_value() ? root->size(0) : 0;
   const auto sources = attach_sources(a, p);
-  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::RootTerm<scalar_t> rt;
     rt.root = opt_ptr<scalar_t>(root);
     rt.x_root = opt_ptr<scalar_t>(x_root);
@@ -552,7 +574,7 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> rgms_backward_impl(
   p.strategy = static_cast<rgms::Strategy>(strategy);
   const auto sources = attach_sources(a, p);
   const auto transposed = need_x ? attach_transposed(a, p) : nullptr;
-  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms_backward", [&] {
     rgms::backward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
                              ptr<scalar_t>(dy), need_x ? ptr<scalar_t>(dx) : nullptr,
                              need_w ? ptr<scalar_t>(dw) : nullptr,

@@ -10,6 +10,8 @@
 // routing), and is empty otherwise. float16 runs through the float32 kernels.
 #include "torch_ext/tensor_api.h"
 
+#include <algorithm>
+
 #include "csrc/spmm/spmm_arg_backward.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "csrc/spmm/spmm_run.h"
@@ -55,7 +57,7 @@ tx::Tensor plan_header_cpu(const tx::Tensor& rowptr, const tx::Tensor& col, int6
                    "got ", dtype);
   auto header = tx::empty({plan::kHeaderWords}, rowptr.options().dtype(tx::kLong));
   plan::cost_model_plan(stamp, row_width,
-                        c10::elementSize(dtype == tx::kHalf ? tx::kFloat : dtype),
+                        tx::elementSize(dtype == tx::kHalf ? tx::kFloat : dtype),
                         header.data_ptr<int64_t>());
   return header;
 }
@@ -137,7 +139,7 @@ SpmmResult spmm_cpu(const tx::Tensor& rowptr, const tx::Tensor& col,
   a.reduce = s.reduce;
   a.num_threads = tx::get_num_threads();
   a.min_parallel_work = cpu::min_parallel_work();
-  a.act = parse_activation(activation);
+  a.act = activation_arg(activation);
   a.act_param = static_cast<float>(act_param);
   a.scale = static_cast<float>(scale);
   a.bias = bc.defined() ? bc.data_ptr() : nullptr;
@@ -174,7 +176,7 @@ SpmmResult spmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col,
   const SpmmShape s =
       check_spmm_call(rowptr, col, values, x, reduce, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
-  const cpu::Act act = parse_activation(activation);
+  const cpu::Act act = activation_arg(activation);
   const int64_t row_width = s.heads * s.features;
   tx::Tensor bc;
   if (bias.has_value()) {
@@ -275,15 +277,20 @@ tx::Tensor spmm_arg_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& col
   }
   const auto a = arg.contiguous();
   if (a.numel() > 0) {  // positions index col and values: every one must be -1 or an entry
-    const auto [lo, hi] = tx::aminmax(a);
-    const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
+    const int64_t* pa = ptr<int64_t>(a);
+    int64_t l = pa[0], h = pa[0];
+    for (int64_t i = 1; i < a.numel(); ++i) {
+      l = std::min(l, pa[i]);
+      h = std::max(h, pa[i]);
+    }
     SPARSEJIT_CHECK(op, l >= -1 && h < nnz, "arg holds positions in [", l, ", ", h,
                     "], outside [-1, nnz = ", nnz, ")");
   }
   const auto g = grad_out.to(ct).contiguous();
   const int64_t f = g.size(1);
   auto dx = new_output({num_cols, f}, g.options());
-  AT_DISPATCH_FLOATING_TYPES(ct, "sparsejit.spmm_arg_backward", [&] {
+  const auto run = [&](auto zero) {
+    using scalar_t = decltype(zero);
     const scalar_t* v = values.has_value() ? ptr<scalar_t>(*values) : nullptr;
     const auto c = col.contiguous();
     if (c.scalar_type() == tx::kInt) {
@@ -295,7 +302,12 @@ tx::Tensor spmm_arg_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& col
                                               ptr<int64_t>(c), v, num_cols, ptr<scalar_t>(dx),
                                               tx::get_num_threads());
     }
-  });
+  };
+  if (ct == tx::kDouble) {
+    run(double{0});
+  } else {
+    run(float{0});
+  }
   return dx.to(grad_out.scalar_type());
 }
 

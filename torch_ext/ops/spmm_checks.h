@@ -135,9 +135,9 @@ inline int64_t check_edge_scores(const tx::Tensor& rowptr, const tx::Tensor& s,
 }
 
 // The fused epilogue's activation, by name (shared by every backend).
-inline cpu::Act parse_activation(tx::Str name) {
+inline cpu::Act activation_arg(tx::Str name) {
   try {
-    return sparsejit::parse_activation(std::string(name));
+    return ::sparsejit::parse_activation(std::string(name));
   } catch (const std::invalid_argument& e) {
     SJ_CHECK_VALUE(false, "sparsejit.spmm: ", e.what());
   }
