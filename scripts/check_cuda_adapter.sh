@@ -21,7 +21,7 @@ if [ -z "$T" ] || [ ! -d "$T/c10/cuda" ]; then
   T=$(find "$VENV" -path '*site-packages/torch/include' -maxdepth 6 -type d | head -1)
 fi
 status=0
-for f in torch_ext/library.cpp torch_ext/cuda_fallback.cpp torch_ext/api.cpp torch_ext/ops/*.cpp; do
+for f in torch_ext/library.cpp torch_ext/cuda_fallback.cpp torch_ext/ops/*.cpp; do
   if ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter \
       -DSPARSEJIT_WITH_CUDA=1 -I. -Itorch_ext/include -I"$T" -I"$T/torch/csrc/api/include" \
       -I"$CUDA_HOME/include" "$f"; then
