@@ -48,16 +48,48 @@ def _abi_mismatch(built: str, detail: str = "") -> ImportError:
         "your own risk." + (f" Loader error: {detail}" if detail else ""))
 
 
+def _read_stamp(stamp: Path):
+    """The stamp beside the op library: the torch it was built against (first line) and, for
+    a library on torch's stable ABI, a line ``stable-abi X.Y``: the oldest torch it loads
+    under. Returns (built, min_release or None)."""
+    if not stamp.exists():
+        return None, None
+    lines = [ln.strip() for ln in stamp.read_text().splitlines() if ln.strip()]
+    built = lines[0] if lines else None
+    for ln in lines[1:]:
+        if ln.startswith("stable-abi "):
+            return built, _release(ln.split()[1])
+    return built, None
+
+
+def _too_old(built: str, minimum: tuple, detail: str = "") -> ImportError:
+    need = ".".join(map(str, minimum))
+    return ImportError(
+        f"sparsejit: the op library is built on torch's stable ABI and loads under torch >= "
+        f"{need} (built against {built}), but torch {torch.__version__} is installed. Install a "
+        f"newer torch (pip install 'torch>={need}'), or rebuild sparsejit against this one "
+        "(pip install --no-build-isolation . from the source tree, or `make build`)."
+        + (f" Loader error: {detail}" if detail else ""))
+
+
+STABLE_ABI = False  # set by _load_library: the op library is on torch's stable ABI
+MIN_TORCH = None    # and then the oldest torch release (major, minor) it loads under
+
+
 def _load_library() -> None:
+    global STABLE_ABI, MIN_TORCH
     candidates = [_HERE / "libsparsejit_ops.so"]
     env = os.environ.get("SPARSEJIT_OPS_LIBRARY")
     if env:
         candidates.insert(0, Path(env))
     for path in candidates:
         if path.exists():
-            stamp = path.with_suffix(".torch_version")
-            built = stamp.read_text().strip() if stamp.exists() else None
-            if built and _release(built) != _release(torch.__version__):
+            built, minimum = _read_stamp(path.with_suffix(".torch_version"))
+            if minimum is not None:
+                STABLE_ABI, MIN_TORCH = True, minimum
+                if _release(torch.__version__) < minimum:
+                    raise _too_old(built, minimum)
+            elif built and _release(built) != _release(torch.__version__):
                 if os.environ.get("SPARSEJIT_ALLOW_TORCH_MISMATCH") != "1":
                     raise _abi_mismatch(built)
                 import warnings
@@ -72,6 +104,8 @@ def _load_library() -> None:
                 # torch wraps the loader's error ("undefined symbol: ...") as the cause.
                 detail = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
                 if built and "undefined symbol" in detail:
+                    if minimum is not None:
+                        raise _too_old(built, minimum, detail) from e
                     raise _abi_mismatch(built, detail) from e
                 raise
             return

@@ -118,9 +118,14 @@ def collect() -> Dict[str, object]:
     here = Path(sparsejit.__file__).resolve().parent
     libs = {p.name: str(p) for p in sorted(here.glob("*.so"))}
     cache = _try(lambda: _dir_size(Path(_core.cache_dir())))
+    from sparsejit import _library
+    if _library.STABLE_ABI:
+        abi = "stable ABI: loads under torch >= " + ".".join(map(str, _library.MIN_TORCH))
+    else:
+        abi = "torch C++ ABI: bound to the torch it was built against"
     return {
         "sparsejit": {"version": sparsejit.__version__, "package": str(here), "libraries": libs,
-                      "openmp": bool(getattr(_core, "openmp", False))},
+                      "op_library": abi, "openmp": bool(getattr(_core, "openmp", False))},
         "torch": {"version": torch.__version__, "debug": torch.version.debug,
                   "parallel": _try(_torch_parallel_backend)},
         "python": {"version": sys.version.split()[0], "executable": sys.executable,
