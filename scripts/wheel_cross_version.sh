@@ -7,11 +7,13 @@
 #
 #   scripts/wheel_cross_version.sh 2.12.1 2.14.1 2.15.0
 #
-# The wheel's Requires-Dist pins the torch it was built for; the install here uses --no-deps
-# on purpose, to see what a user gets who forces it. Until the op library is built on torch's
-# stable ABI, other releases are expected to be refused at import with an ImportError that
-# names both versions (sparsejit/_library.py), which the script reports as "refused"; it then
-# reruns the suite with SPARSEJIT_ALLOW_TORCH_MISMATCH=1 to show what forcing it gives.
+# The op library is built on torch's stable ABI (TORCH_TARGET_VERSION 2.10): every release from
+# 2.10 up is expected to pass; an older one to be refused at import with an ImportError naming
+# the minimum (the wheel's Requires-Dist says torch>=2.10; the install here uses --no-deps, to
+# see what a user gets who forces it). A wheel built on the ATen backend
+# (SPARSEJIT_STABLE_ABI=OFF) is refused under any other release, naming both versions; the
+# script then reruns the suite with SPARSEJIT_ALLOW_TORCH_MISMATCH=1 to show what forcing gives.
+# PIP_FIND_LINKS=<dir of downloaded wheels> avoids downloading the torch builds again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -37,7 +39,9 @@ for v in "$@"; do
     (cd /tmp && SPARSEJIT_SOURCE_DIR="$OLDPWD" CUDA_VISIBLE_DEVICES= "$venv/bin/python" -m pytest -q \
        -p no:cacheprovider "$OLDPWD/tests/smoke")
   } >"$log" 2>&1 && result=passed || result=failed
-  if [ "$result" = failed ] && grep -q "op library was built against torch" "$log"; then
+  if [ "$result" = failed ] && grep -q "stable ABI and loads under torch >=" "$log"; then
+    result="refused at import (older than the stable ABI's target release; message names it)"
+  elif [ "$result" = failed ] && grep -q "op library was built against torch" "$log"; then
     result="refused at import (ABI-bound op library; message names both versions)"
     # What a user who forces it gets (not a supported configuration).
     forced=$(cd /tmp && SPARSEJIT_ALLOW_TORCH_MISMATCH=1 SPARSEJIT_SOURCE_DIR="$OLDPWD" \

@@ -118,3 +118,13 @@ def poison_empty():
     yield
     torch.use_deterministic_algorithms(old[0])
     torch.utils.deterministic.fill_uninitialized_memory = old[1]
+
+
+def raises_type_error(match=None):
+    """pytest.raises for a dtype error raised by an op's C++ checks: TypeError, except when the
+    op library is built on torch's stable ABI, which has no way to raise TypeError: there the
+    same check raises ValueError whose message starts with "TypeError: " (tensor_api_stable.h)."""
+    from sparsejit import _library
+    if not _library.STABLE_ABI:
+        return pytest.raises(TypeError, match=match)
+    return pytest.raises(ValueError, match=r"^TypeError: [\s\S]*" + (match or ""))

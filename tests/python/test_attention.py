@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import sparsejit as sj
 from conftest import random_graph
+from conftest import raises_type_error  # noqa: E402
 
 
 def poison_heap(*shapes):
@@ -241,7 +242,7 @@ def test_errors_name_the_argument():
         sj.sparse_attention(A, q, torch.randn(4, 2, 5), v)
     with pytest.raises(ValueError, match="heads"):
         sj.sparse_attention(A, q, k, torch.randn(4, 3, 3))
-    with pytest.raises(TypeError):
+    with raises_type_error():
         sj.sparse_attention(A, q.long(), k, v)
     with pytest.raises(ValueError, match="a_dst"):
         sj.gat_attention(A, torch.randn(5), torch.randn(4, 1), v)
@@ -326,7 +327,7 @@ def _backward_args():
 def test_backward_saved_tensors_must_be_floating(name, dtype):
     a = _backward_args()
     a[name] = a[name].to(dtype)  # was converted silently (complex: imaginary part dropped)
-    with pytest.raises(TypeError, match=name):
+    with raises_type_error(match=name):
         torch.ops.sparsejit.sparse_attention_backward(**a)
 
 
@@ -341,5 +342,5 @@ def test_backward_argument_on_meta_is_refused(name):
 def test_backward_float_transpose_names_it():
     a = _backward_args()
     a["t_col"] = a["t_col"].float()  # the message said "indptr"
-    with pytest.raises(TypeError, match="t_col"):
+    with raises_type_error(match="t_col"):
         torch.ops.sparsejit.sparse_attention_backward(**a)

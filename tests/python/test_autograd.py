@@ -5,6 +5,7 @@ import torch
 
 import sparsejit as sj
 from conftest import random_graph
+from conftest import raises_type_error  # noqa: E402
 
 
 def _graph():
@@ -134,7 +135,7 @@ def test_spmm_arg_backward_bad_arguments():
         op(A.indptr, A.indices, arg + A.nnz, g, None, 10)
     with pytest.raises(ValueError, match=r"outside \[-1"):
         op(A.indptr, A.indices, arg - 2, g, None, 10)
-    with pytest.raises(TypeError, match="arg must be int64"):
+    with raises_type_error(match="arg must be int64"):
         op(A.indptr, A.indices, arg.int(), g, None, 10)
     with pytest.raises(ValueError, match="arg must have grad_out's shape"):
         op(A.indptr, A.indices, arg[:, :3], g, None, 10)

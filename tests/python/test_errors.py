@@ -5,6 +5,7 @@ import torch
 
 import sparsejit as sj
 from conftest import random_graph
+from conftest import raises_type_error  # noqa: E402
 
 
 def test_out_of_range_index_is_named():
@@ -76,7 +77,7 @@ def test_op_argument_errors():
 
 def test_raw_op_checks_dtypes():
     A = random_graph(6, 4, 2, seed=2)
-    with pytest.raises(TypeError, match="indices dtype"):
+    with raises_type_error(match="indices dtype"):
         sj.ops.spmm(A.indptr, A.indices.int(), None, torch.randn(4, 3), "sum")
     with pytest.raises(ValueError, match="reduce must be one of"):
         sj.ops.spmm(A.indptr, A.indices, None, torch.randn(4, 3), "avg")

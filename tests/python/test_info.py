@@ -27,6 +27,9 @@ def test_json_report_matches_the_process(tmp_path):
     assert rep["torch"]["version"] == torch.__version__
     assert rep["python"]["version"] == sys.version.split()[0]
     assert "libsparsejit_ops.so" in rep["sparsejit"]["libraries"]
+    from sparsejit import _library
+    assert rep["sparsejit"]["op_library"].startswith(
+        "stable ABI: loads under torch >= 2.10" if _library.STABLE_ABI else "torch C++ ABI")
     assert Path(rep["sparsejit"]["package"]) == Path(sparsejit.__file__).resolve().parent
     assert rep["cache"]["path"] == str(tmp_path / "cache")
     assert rep["cache"]["files"] == 1 and rep["cache"]["bytes"] == 1000

@@ -7,6 +7,7 @@ import torch
 import sparsejit as sj
 from conftest import dense_reference_spmm, random_graph
 from sparsejit import _core, plans
+from conftest import raises_type_error  # noqa: E402
 
 ops = torch.ops.sparsejit
 
@@ -72,7 +73,7 @@ def test_float16_gradients(A):
 def test_unsupported_dtypes_name_the_argument(A):
     for dt in (torch.int32, torch.complex64, torch.bool):
         X = torch.zeros(A.shape[1], 4, dtype=dt)
-        with pytest.raises(TypeError, match="X must be"):
+        with raises_type_error(match="X must be"):
             ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1])
         with pytest.raises(TypeError, match="X must be"):
             sj.spmm(A, X)
@@ -230,7 +231,7 @@ def test_garbage_plans_are_rejected(A, plan):
     X = torch.randn(A.shape[1], 4)
     with pytest.raises(ValueError, match="not a sparsejit plan"):
         ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan)
-    with pytest.raises(TypeError, match="plan must be a 1-D int64 tensor"):
+    with raises_type_error(match="plan must be a 1-D int64 tensor"):
         ops.spmm(A.indptr, A.indices, None, X, "sum", A.shape[1], plan=plan.float())
 
 
@@ -441,7 +442,7 @@ def test_gcn_adjacency_rejects_bad_input():
     with pytest.raises(ValueError, match=r"gcn_adjacency: edge_index\[:, 1\] = \[2, 9\] is out "
                                          r"of range for num_nodes = 4"):
         ops.gcn_adjacency(torch.tensor([[0, 2], [1, 9]]), 4, torch.float32)
-    with pytest.raises(TypeError, match="dtype must be a floating type"):
+    with raises_type_error(match="dtype must be a floating type"):
         ops.gcn_adjacency(torch.tensor([[0], [1]]), 4, torch.int64)
     with pytest.raises(ValueError, match=r"edge_index must have shape \[2, E\]"):
         ops.gcn_adjacency(torch.zeros(3, 4, dtype=torch.long), 4, torch.float32)

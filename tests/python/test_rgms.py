@@ -9,6 +9,7 @@ import torch
 import sparsejit as sj
 from sparsejit.families.rgms.ops import plan_arrays
 from sparsejit.nn import RGCNConv
+from conftest import raises_type_error  # noqa: E402
 
 # ---- inputs and references ---------------------------------------------------------------
 
@@ -258,7 +259,7 @@ def test_bad_relation_ids():
         sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et[:-1], num_relations=r)
     with pytest.raises(TypeError, match="edge_type must hold integers"):
         sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et.float(), num_relations=r)
-    with pytest.raises(TypeError, match="edge_type must hold integers"):
+    with raises_type_error(match="edge_type must hold integers"):
         torch.ops.sparsejit.rgms_plan(ei, et.float(), n, n, r)
     with pytest.raises(ValueError, match=r"edge_index\[1, 0\] = 99"):
         e2 = ei.clone()
@@ -276,7 +277,7 @@ def test_bad_dense_operands():
         sj.rgms(A, X, torch.randn(r, 9, 4))
     with pytest.raises(ValueError, match=f"X has {n + 1} rows"):
         sj.rgms(A, torch.randn(n + 1, 8), torch.randn(r, 8, 4))
-    with pytest.raises(TypeError, match="dtype"):
+    with raises_type_error(match="dtype"):
         sj.rgms(A, X, torch.randn(r, 8, 4, dtype=torch.float64))
     with pytest.raises(ValueError, match="reduce"):
         sj.rgms(A, X, torch.randn(r, 8, 4), reduce="max")
@@ -307,7 +308,7 @@ def test_segment_matmul_bad_ptr(ptr, match):
 
 def test_segment_matmul_bad_types():
     x, w = torch.randn(10, 4), torch.randn(3, 4, 2)
-    with pytest.raises(TypeError, match="ptr must be int32 or int64"):
+    with raises_type_error(match="ptr must be int32 or int64"):
         sj.segment_matmul(x, torch.tensor([0.0, 3, 5, 10]), w)
     with pytest.raises(ValueError, match="ptr must be 1-D"):
         sj.segment_matmul(x, torch.tensor([[0, 3, 5, 10]]), w)
@@ -906,7 +907,7 @@ def test_rgms_root_bad_arguments():
         sj.rgms(A, X, W, root=torch.randn(3, 5), x_root=torch.randn(n + 1, 3))
     with pytest.raises(ValueError, match="x_root given without root"):
         sj.rgms(A, X, W, x_root=torch.randn(n, 3))
-    with pytest.raises(TypeError, match="root"):
+    with raises_type_error(match="root"):
         sj.rgms(A, X, W, root=torch.randn(6, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="strategy"):
         torch.ops.sparsejit.rgms_backward(A.plan, X, W, None, torch.randn(n, 5), "sum", True,

@@ -8,6 +8,7 @@ import torch
 
 import sparsejit as sj
 from sparsejit.ops.sparse_conv import plan_pairs
+from conftest import raises_type_error  # noqa: E402
 
 PLAN = torch.ops.sparsejit.conv_plan
 CONV = torch.ops.sparsejit.sparse_conv
@@ -99,9 +100,9 @@ def test_sparse_conv_unknown_op_family_names_the_plan():
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
 def test_sparse_conv_bias_and_grad_out_must_be_floating(dtype):
     plan, x, w = _subm()
-    with pytest.raises(TypeError, match="bias"):
+    with raises_type_error(match="bias"):
         CONV(x, w, torch.ones(4, dtype=dtype), plan, 3, False, 0)
-    with pytest.raises(TypeError, match="grad_out"):
+    with raises_type_error(match="grad_out"):
         CONV_BWD(x, w, torch.ones(3, 4, dtype=dtype), plan, False, 0, True, True)
 
 

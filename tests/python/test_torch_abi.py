@@ -1,15 +1,23 @@
-"""The op library is bound to the C++ ABI of the torch release it was built against (until it
-moves to torch's stable ABI). Under another release `import sparsejit` must fail with an
-ImportError that names both versions and the fix, not with a bare `undefined symbol`."""
+"""Which torch releases the op library loads under, and what `import sparsejit` says under the
+others. Built on torch's stable ABI (SPARSEJIT_STABLE_ABI, the default), it loads under every
+release from 2.10 up and an older one gets an ImportError naming the minimum. Built on the ATen
+backend, it is bound to the C++ ABI of the release it was built against, and under another
+release the ImportError names both versions and the fix, not a bare `undefined symbol`."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import sparsejit
+from sparsejit import _library
+
+aten_only = pytest.mark.skipif(_library.STABLE_ABI, reason="the op library is on the stable ABI")
+stable_only = pytest.mark.skipif(not _library.STABLE_ABI,
+                                 reason="the op library is on the ATen backend")
 
 
 def _stamp() -> Path:
@@ -31,6 +39,7 @@ def _import_under(version: str, env=None) -> subprocess.CompletedProcess:
                           timeout=120, env={**os.environ, **(env or {})})
 
 
+@aten_only
 def test_other_torch_release_is_refused_with_a_clear_error():
     built = _stamp().read_text().strip()
     r = _import_under("2.99.1+cu130")
@@ -47,11 +56,50 @@ def test_same_release_other_patch_or_local_tag_loads():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+@aten_only
 def test_mismatch_can_be_forced_with_a_warning():
     r = _import_under("2.99.1+cu130", {"SPARSEJIT_ALLOW_TORCH_MISMATCH": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RuntimeWarning" in r.stderr and "results are not guaranteed" in r.stderr
     assert r.stdout.strip().splitlines()[-1] == "6.0"
+
+
+@stable_only
+def test_stable_abi_library_loads_under_newer_releases():
+    """The stamp names the oldest release; a newer one (as torch reports it) loads and runs."""
+    assert _stamp().read_text().split()[1:] == ["stable-abi", "2.10"]
+    for version in ("2.10.0", "2.99.1+cu130"):
+        r = _import_under(version)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.strip().splitlines()[-1] == "6.0"
+
+
+@stable_only
+def test_stable_abi_library_refuses_older_releases_by_name():
+    r = _import_under("2.9.1+cu128")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr
+    assert "stable ABI and loads under torch >= 2.10" in r.stderr, r.stderr[-2000:]
+    assert "2.9.1+cu128 is installed" in r.stderr
+
+
+@stable_only
+def test_stable_abi_library_holds_no_cpp_torch_symbol():
+    """Every symbol the op library takes from torch is a C function of its stable shim
+    (aoti_torch_* / torch_*): no mangled at::, c10:: or torch:: C++ symbol that a later release
+    could change."""
+    import shutil
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm")
+    lib = Path(sparsejit.__file__).resolve().parent / "libsparsejit_ops.so"
+    lib = Path(os.environ.get("SPARSEJIT_OPS_LIBRARY", lib))
+    out = subprocess.run([nm, "-D", "--undefined-only", str(lib)], capture_output=True,
+                         text=True, check=True).stdout
+    names = [ln.split()[-1] for ln in out.splitlines() if ln.strip()]
+    bad = [n for n in names if any(k in n for k in ("2at", "3c10", "5torch", "5caffe2"))]
+    assert not bad, bad[:20]
+    assert any(n.startswith("aoti_torch_") for n in names)
 
 
 def test_undefined_symbol_is_reported_as_a_torch_mismatch(tmp_path):
