@@ -14,6 +14,10 @@
 # (SPARSEJIT_STABLE_ABI=OFF) is refused under any other release, naming both versions; the
 # script then reruns the suite with SPARSEJIT_ALLOW_TORCH_MISMATCH=1 to show what forcing gives.
 # PIP_FIND_LINKS=<dir of downloaded wheels> avoids downloading the torch builds again.
+# The registry's releases are CUDA builds: torch's own CMake package (needed by the smoke
+# test of sparsejit's CMake package) fails to configure unless a CUDA toolkit of the version
+# that build targets is installed (here CUDA 13: 2.14 passes, the CUDA 12 builds 2.10 and 2.12
+# stop in Caffe2Config.cmake "cannot find the CUDA libraries").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -27,9 +27,16 @@ def test_imported_from_the_installed_wheel():
     assert not any(p.name.endswith("sparsejit-dev.pth") for p in site.iterdir())
     for lib in ("libsparsejit_ops.so", "libsparsejit_core.so"):
         assert (pkg / lib).exists(), lib
-    # The torch release the op library was built against, read by `import sparsejit`.
-    stamp = (pkg / "libsparsejit_ops.torch_version").read_text().strip()
-    assert stamp.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2], stamp
+    # The torch release the op library was built against, and (on the stable ABI) the oldest
+    # one it loads under, read by `import sparsejit`.
+    lines = (pkg / "libsparsejit_ops.torch_version").read_text().split("\n")
+    running = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if len(lines) > 1 and lines[1].startswith("stable-abi "):
+        minimum = tuple(int(v) for v in lines[1].split()[1].split("."))
+        assert running >= minimum, lines
+        assert sj._library.STABLE_ABI
+    else:
+        assert tuple(int(v) for v in lines[0].split(".")[:2]) == running, lines
 
 
 def _graph(n=3000, avg=8, seed=0):
