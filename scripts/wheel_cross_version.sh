@@ -14,10 +14,11 @@
 # (SPARSEJIT_STABLE_ABI=OFF) is refused under any other release, naming both versions; the
 # script then reruns the suite with SPARSEJIT_ALLOW_TORCH_MISMATCH=1 to show what forcing gives.
 # PIP_FIND_LINKS=<dir of downloaded wheels> avoids downloading the torch builds again.
-# The registry's releases are CUDA builds: torch's own CMake package (needed by the smoke
-# test of sparsejit's CMake package) fails to configure unless a CUDA toolkit of the version
-# that build targets is installed (here CUDA 13: 2.14 passes, the CUDA 12 builds 2.10 and 2.12
-# stop in Caffe2Config.cmake "cannot find the CUDA libraries").
+# The registry's releases are CUDA builds: torch's own CMake package (needed by the smoke test
+# of sparsejit's CMake package) does not configure here for them (Caffe2Config.cmake: "cannot
+# find the CUDA libraries"; pointed at CUDA 13, CMake 3.25 lacks the CUDA20 dialect torch
+# 2.14 asks for), so that one test fails under every release but the CPU build of the pinned
+# torch. LibTorch programs need C++20 from torch 2.14 on (examples/cpp uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
