@@ -23,8 +23,14 @@ struct Entry {
   plan::StructureStamp stamp;
 };
 
-// A few dozen live structures cover real programs (a model has a handful of graphs).
+// A few dozen live structures cover real programs (a model has a handful of graphs). On the
+// stable ABI an entry holds its tensors alive (validated.h): fewer entries bound what a
+// mini-batch loop (a new structure every step) keeps after its steps are done.
+#ifdef SPARSEJIT_STABLE_ABI
+constexpr size_t kMaxEntries = 16;
+#else
 constexpr size_t kMaxEntries = 64;
+#endif
 
 class Table {
  public:
