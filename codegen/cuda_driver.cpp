@@ -44,6 +44,7 @@ struct DriverApi {
   CUresult (*MemFree)(CUdeviceptr) = nullptr;
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
+  CUresult (*StreamIsCapturing)(CUstream, int*) = nullptr;  // optional (bound if present)
 };
 
 struct DriverState {
@@ -120,6 +121,8 @@ void CudaDriver::load() {
     bind(h, "cuMemFree_v2", &a.MemFree, &missing);
     bind(h, "cuMemcpyHtoD_v2", &a.MemcpyHtoD, &missing);
     bind(h, "cuMemcpyDtoH_v2", &a.MemcpyDtoH, &missing);
+    a.StreamIsCapturing =
+        reinterpret_cast<decltype(a.StreamIsCapturing)>(dlsym(h, "cuStreamIsCapturing"));
     if (!missing.empty()) {
       s.why = "the CUDA driver lacks " + missing;
       dlclose(h);
@@ -298,6 +301,13 @@ bool CudaDriver::synchronize(std::string* error) {
   const CUresult r = state().api.CtxSynchronize();
   if (r != kCudaSuccess && error) *error = "cuCtxSynchronize failed: " + error_string(r);
   return r == kCudaSuccess;
+}
+
+bool CudaDriver::stream_capturing(void* stream) {
+  if (!available() || state().api.StreamIsCapturing == nullptr) return false;
+  int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  const CUresult r = state().api.StreamIsCapturing(static_cast<CUstream>(stream), &status);
+  return r != kCudaSuccess || status != 0;  // an error: treat as capturing (no sync)
 }
 
 }  // namespace sparsejit::codegen

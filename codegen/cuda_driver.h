@@ -54,6 +54,10 @@ class CudaDriver {
   bool copy_to_host(void* dst, uintptr_t src, size_t bytes, std::string* error);
   bool synchronize(std::string* error);
 
+  // True while `stream` is being captured into a CUDA graph (a host sync would break the
+  // capture); false without a driver or when the driver lacks cuStreamIsCapturing.
+  bool stream_capturing(void* stream);
+
   // "CUDA_ERROR_X: description" for a driver result code.
   std::string error_string(int result);
 
