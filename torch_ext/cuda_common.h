@@ -4,11 +4,18 @@
 #pragma once
 
 #ifdef SPARSEJIT_WITH_CUDA
+#ifdef SPARSEJIT_STABLE_ABI
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+
+#include "codegen/cuda_driver.h"
+#else
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <cstdlib>
 #include <list>
@@ -26,6 +33,35 @@ using codegen::CudaKernels;
 using codegen::CudaKernelSpec;
 using codegen::CudaScalar;
 using ::sparsejit::IndexKind;
+
+// ---- Device, stream, determinism: the two backends --------------------------------------------
+#ifdef SPARSEJIT_STABLE_ABI
+// Makes `d`'s device current for the scope.
+struct DeviceGuard {
+  explicit DeviceGuard(const tx::Device& d) : guard_(d.has_index() ? d.index() : 0) {}
+  torch::stable::accelerator::DeviceGuard guard_;
+};
+// PyTorch's current stream on the current device (a cudaStream_t).
+inline void* current_stream() {
+  void* s = nullptr;
+  const int32_t device = torch::stable::accelerator::getCurrentDeviceIndex();
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &s));
+  return s;
+}
+// A host sync would break a CUDA graph being captured on the current stream.
+inline bool stream_capturing() {
+  return codegen::CudaDriver::instance().stream_capturing(current_stream());
+}
+// torch.use_deterministic_algorithms has no stable accessor: SPARSEJIT_DETERMINISTIC only.
+inline bool torch_deterministic() { return false; }
+#else
+using DeviceGuard = c10::cuda::CUDAGuard;
+inline void* current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+inline bool stream_capturing() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+}
+inline bool torch_deterministic() { return at::globalContext().deterministicAlgorithms(); }
+#endif
 
 inline CudaScalar cuda_scalar(tx::ScalarType t) {
   switch (t) {
@@ -49,7 +85,7 @@ inline int32_t aligned_bytes(std::initializer_list<const void*> ptrs) {
 }
 
 inline bool deterministic() {
-  if (tx::globalContext().deterministicAlgorithms()) return true;
+  if (torch_deterministic()) return true;
   const char* v = std::getenv("SPARSEJIT_DETERMINISTIC");
   return v && *v && std::string(v) != "0";
 }
@@ -89,7 +125,7 @@ inline codegen::CudaRowStats row_stats(const tx::Tensor& rowptr, int64_t nnz) {
   if (st.rows <= 0 || nnz == 0) return st;
   // A sync is not allowed while a CUDA graph is captured: assume the worst skew (the chunked
   // schedules are correct and balanced for any structure).
-  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+  if (stream_capturing()) {
     st.max_row = nnz;
     return st;
   }

@@ -1,5 +1,7 @@
 #include "torch_ext/cuda_fallback.h"
 
+#ifndef SPARSEJIT_STABLE_ABI  // the stable backend's fallback is typed (cuda_fallback.h)
+
 #include <optional>
 #include <vector>
 
@@ -35,3 +37,5 @@ void cuda_to_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
 }
 
 }  // namespace sparsejit
+
+#endif  // SPARSEJIT_STABLE_ABI

@@ -10,13 +10,13 @@
 //     SJ_KERNEL(&fn): op registration.
 //
 // Two backends (docs/ARCHITECTURE.md, "The op library on torch's stable ABI"):
-//   - stable (SPARSEJIT_STABLE_ABI, the default of a CPU build): tensor_api_stable.h, on
-//     torch/csrc/stable and torch/headeronly with TORCH_TARGET_VERSION 2.10, so that one
-//     binary loads under every torch release from 2.10 up;
-//   - ATen (below; every CUDA build): tx is at::, the macros are TORCH_CHECK_* and
-//     TORCH_LIBRARY_*, and the library is bound to the torch it was built against. The CUDA
-//     adapters' c10::cuda guards and streams (cuda_common.h) and the boxed CUDA -> CPU
-//     fallback (cuda_fallback.h) exist on this backend only.
+//   - stable (SPARSEJIT_STABLE_ABI, the default): tensor_api_stable.h, on torch/csrc/stable
+//     and torch/headeronly with TORCH_TARGET_VERSION 2.10, so that one binary loads under
+//     every torch release from 2.10 up;
+//   - ATen (below; SPARSEJIT_STABLE_ABI=OFF): tx is at::, the macros are TORCH_CHECK_* and
+//     TORCH_LIBRARY_*, and the library is bound to the torch it was built against.
+// The CUDA adapters' guard, stream and fallback have one form per backend (cuda_common.h,
+// cuda_fallback.h).
 // Op files must not include ATen or c10 headers themselves: a name they need goes here (and
 // into the stable backend; scripts/check_stable_abi.sh compiles every adapter on it).
 #pragma once

@@ -1,8 +1,7 @@
 // The stable-ABI backend of torch_ext/tensor_api.h (built with SPARSEJIT_STABLE_ABI): the same
 // names as the ATen backend, on PyTorch's stable C shim only (torch/csrc/stable and
 // torch/headeronly, TORCH_TARGET_VERSION = 2.10), so that one binary loads under every torch
-// release from 2.10 up. The default of a CPU build and of the wheel; the CUDA adapters are
-// not on it yet (a CUDA build uses the ATen backend).
+// release from 2.10 up. The default build (CPU and CUDA) and the wheel's.
 //
 // How the names map:
 //   - tx::Tensor derives from torch::stable::Tensor and adds the at::Tensor methods the
@@ -136,6 +135,8 @@ struct TensorOptions {
   TensorOptions(ScalarType t, Device d) : dtype_(t), device_(d) {}
   TensorOptions dtype(ScalarType t) const { TensorOptions o = *this; o.dtype_ = t; return o; }
   TensorOptions device(Device d) const { TensorOptions o = *this; o.device_ = d; return o; }
+  // empty() allocates contiguous tensors: the only memory format asked for.
+  TensorOptions memory_format(MemoryFormat) const { return *this; }
 };
 
 class Tensor : public torch::stable::Tensor {
@@ -174,6 +175,11 @@ class Tensor : public torch::stable::Tensor {
     if (d == device()) return *this;
     return torch::stable::to(*this, std::nullopt, std::nullopt, d);
   }
+  Tensor to(const Device& d, bool non_blocking, bool copy) const {
+    if (d == device() && !copy) return *this;
+    return torch::stable::to(*this, std::nullopt, std::nullopt, d, std::nullopt, non_blocking,
+                             copy);
+  }
   Tensor cpu() const { return to(Device(kCPU)); }
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const {
     Base self = *this;
@@ -185,6 +191,7 @@ class Tensor : public torch::stable::Tensor {
   Tensor operator[](int64_t i) const { return select(0, i); }
   Tensor t() const { return torch::stable::transpose(*this, 0, 1); }
   Tensor view(IntArrayRef s) const { return torch::stable::view(*this, s); }
+  Tensor view(ScalarType t) const;  // reinterpret the bytes (aten::view.dtype)
   Tensor reshape(IntArrayRef s) const { return torch::stable::reshape(*this, s); }
   Tensor zero_() const { Base self = *this; return torch::stable::zero_(self); }
   Tensor fill_(double v) const { return torch::stable::fill_(*this, v); }
@@ -209,6 +216,7 @@ class Tensor : public torch::stable::Tensor {
   Tensor reciprocal() const;
   Tensor cumsum(int64_t dim) const;
   Tensor sum() const;
+  Tensor sum(int64_t dim) const;
   Tensor ne(const Tensor& o) const;
   Tensor ne(double v) const { return ne(scalar(v)); }
   Tensor logical_or(const Tensor& o) const;
@@ -286,6 +294,14 @@ inline Tensor Tensor::sum() const {
   return unbox_tensor(call_boxed<1>("aten::sum", "", *this, std::optional<ScalarType>())[0]);
 }
 inline Tensor Tensor::ne(const Tensor& o) const { return op2("aten::ne", "Tensor", *this, o); }
+inline Tensor Tensor::sum(int64_t dim) const {
+  return unbox_tensor(call_boxed<1>("aten::sum", "dim_IntList", *this,
+                                    std::optional<std::vector<int64_t>>(std::vector<int64_t>{dim}),
+                                    false, std::optional<ScalarType>())[0]);
+}
+inline Tensor Tensor::view(ScalarType t) const {
+  return unbox_tensor(call_boxed<1>("aten::view", "dtype", *this, t)[0]);
+}
 inline Tensor Tensor::logical_or(const Tensor& o) const {
   return op2("aten::logical_or", "", *this, o);
 }
@@ -389,6 +405,9 @@ inline Tensor operator<=(const Tensor& a, double v) { return a <= a.scalar(v); }
 inline Tensor operator>(const Tensor& a, double v) { return a > a.scalar(v); }
 inline Tensor operator>=(const Tensor& a, double v) { return a >= a.scalar(v); }
 inline Tensor operator==(const Tensor& a, double v) { return a == a.scalar(v); }
+inline Tensor operator|(const Tensor& a, const Tensor& b) {
+  return op2("aten::bitwise_or", "Tensor", a, b);
+}
 inline Tensor logical_or(const Tensor& a, const Tensor& b) { return a.logical_or(b); }
 inline Tensor logical_and(const Tensor& a, const Tensor& b) { return a.logical_and(b); }
 

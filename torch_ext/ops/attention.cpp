@@ -315,7 +315,7 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_attention_cuda(
     const std::optional<tx::Tensor>& t_perm, const std::optional<tx::Tensor>& att_in) {
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
-  c10::cuda::CUDAGuard guard(q_in.device());
+  DeviceGuard guard(q_in.device());
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   const auto spec = cuda_attention_spec(s, ct, rp, bias_in.has_value(), false);
@@ -333,7 +333,7 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_attention_cuda(
     p.lse = lse.data_ptr();
     std::string err;
     if (!CudaKernels::instance().run(spec, q.get_device(),
-                                     c10::cuda::getCurrentCUDAStream().stream(),
+                                     current_stream(),
                                      codegen::plan_attention_launch(spec, s.rows, s.cols), &p,
                                      &err))
       raise_cuda_error("sparse_attention", err);
@@ -352,7 +352,7 @@ sparse_attention_backward_cuda(
   using Grads = std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor>;
   auto s = check_args(rowptr, col, q_in, k_in, v_in, bias_in, mode, scale, negative_slope,
                       dropout, seed, att_in);
-  c10::cuda::CUDAGuard guard(q_in.device());
+  DeviceGuard guard(q_in.device());
   const auto ct = compute_type(q_in.scalar_type());
   auto rp = rowptr.contiguous(), cl = col.contiguous();
   const auto spec = cuda_attention_spec(s, ct, rp, bias_in.has_value(), true);
@@ -391,7 +391,7 @@ sparse_attention_backward_cuda(
     p.bad_perm = static_cast<int*>(bad.data_ptr());
     std::string err;
     if (!CudaKernels::instance().run(spec, q.get_device(),
-                                     c10::cuda::getCurrentCUDAStream().stream(),
+                                     current_stream(),
                                      codegen::plan_attention_launch(spec, s.rows, s.cols), &p,
                                      &err))
       raise_cuda_error("sparse_attention_backward", err);

@@ -74,7 +74,7 @@ using namespace cuda_ext;
 tx::Tensor softmax_common(const tx::Tensor& rowptr, const tx::Tensor& y, const tx::Tensor* grad,
                           const char* op_name) {
   const int64_t heads = check_edge_scores(rowptr, y, grad ? "y" : "scores");
-  c10::cuda::CUDAGuard guard(y.device());
+  DeviceGuard guard(y.device());
   auto rp = rowptr.contiguous();
   auto yc = y.contiguous();
   tx::Tensor gc;
@@ -91,7 +91,7 @@ tx::Tensor softmax_common(const tx::Tensor& rowptr, const tx::Tensor& y, const t
   cuda::SoftmaxParams p{rp.data_ptr(),  yc.data_ptr(), gc.defined() ? gc.data_ptr() : nullptr,
                         out.data_ptr(), rows,          0};
   std::string err;
-  if (!CudaKernels::instance().run(spec, y.get_device(), c10::cuda::getCurrentCUDAStream().stream(),
+  if (!CudaKernels::instance().run(spec, y.get_device(), current_stream(),
                                    {codegen::plan_edge_softmax_launch(spec, rows)}, &p, &err))
     raise_cuda_error(op_name, err);
   return out;

@@ -387,7 +387,7 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
                   "values must be "
                   "on the CPU or on x's device ",
                   x_in.device(), "; got ", values_t.device());
-  c10::cuda::CUDAGuard guard(x_in.device());
+  DeviceGuard guard(x_in.device());
   if (!gpu_kernels_available()) {
     const auto y = call_on_cpu<tx::Tensor>(
         "sparsejit::filter_conv", plan_t, rowptr_t, taps_t, values_t, x_in, bias_in,
@@ -476,7 +476,7 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
                                   g.batch, g.c_in, g.h, g.w, g.c_out, oh, ow, call.cin_g,
                                   g.c_out / g.groups, 0};
     std::string err;
-    if (!CudaKernels::instance().run(spec, device, c10::cuda::getCurrentCUDAStream().stream(),
+    if (!CudaKernels::instance().run(spec, device, current_stream(),
                                      launches, &params, &err))
       raise_cuda_error("filter_conv", err);
   }

@@ -717,10 +717,10 @@ SJ_LIBRARY_IMPL(CPU, m) {
 // (a counting sort, once per structure: the Python layers cache it) and copied to the device;
 // rgms_explain is a CPU cost-model report.
 SJ_LIBRARY_IMPL(CUDA, m) {
-  m.impl("rgms_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms_plan", SJ_CUDA_FALLBACK(&rgms_plan_cpu));
   m.impl("rgms", SJ_KERNEL(&rgms_impl));
   m.impl("rgms_backward", SJ_KERNEL(&rgms_backward_impl));
-  m.impl("rgms_explain", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("rgms_explain", SJ_CUDA_FALLBACK(&rgms_explain_cpu));
   m.impl("segment_matmul", SJ_KERNEL(&segment_matmul_impl));
   m.impl("segment_matmul_backward_w", SJ_KERNEL(&segment_matmul_backward_w_impl));
 }

@@ -64,7 +64,7 @@ tx::Tensor sddmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col, const tx:
   const SddmmShape s =
       check_sddmm_call(rowptr, col, q, k, num_cols, t_rowptr, t_col, t_perm);
   num_cols = s.num_cols;
-  c10::cuda::CUDAGuard guard(q.device());
+  DeviceGuard guard(q.device());
   if (!gpu_kernels_available())
     return call_on_cpu<tx::Tensor>("sparsejit::sddmm", rowptr, col, q, k, num_cols, t_rowptr,
                                    t_col, t_perm);
@@ -85,7 +85,7 @@ tx::Tensor sddmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col, const tx:
   cuda::SddmmParams p{
       rp.data_ptr(), cl.data_ptr(), qc.data_ptr(), kc.data_ptr(), out.data_ptr(), s.rows, nnz};
   std::string err;
-  if (!CudaKernels::instance().run(spec, q.get_device(), c10::cuda::getCurrentCUDAStream().stream(),
+  if (!CudaKernels::instance().run(spec, q.get_device(), current_stream(),
                                    {codegen::plan_sddmm_launch(spec, nnz)}, &p, &err))
     raise_cuda_error("sddmm", err);
   return out;

@@ -185,7 +185,7 @@ SpmmResult spmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col,
     check_same_device(*bias, x, "bias", "X");
     bc = bias->to(x.scalar_type()).contiguous();
   }
-  c10::cuda::CUDAGuard guard(x.device());
+  DeviceGuard guard(x.device());
   if (!gpu_kernels_available())
     return call_on_cpu<SpmmResult>("sparsejit::spmm", rowptr, col, values, x, reduce, num_cols,
                                    t_rowptr, t_col, t_perm, std::optional<tx::Tensor>(), bias,
@@ -237,7 +237,7 @@ SpmmResult spmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col,
   codegen::bind_spmm_workspace(plan, choice, ws.defined() ? ws.data_ptr() : nullptr, &p);
   std::string err;
   if (!CudaKernels::instance().run(choice.spec, x.get_device(),
-                                   c10::cuda::getCurrentCUDAStream().stream(), plan.launches, &p,
+                                   current_stream(), plan.launches, &p,
                                    &err))
     raise_cuda_error("spmm", err + "\n(schedule: " + choice.reason + ")");
   // The CUDA kernels always record positions for max / min; dropped when not asked for.
@@ -324,11 +324,11 @@ SJ_LIBRARY_IMPL(CPU, m) {
 SJ_LIBRARY_IMPL(CUDA, m) {
   m.impl("spmm", SJ_KERNEL(&spmm_cuda));
   // Plans describe CPU schedules (CUDA calls choose theirs per call): built on the CPU.
-  m.impl("spmm_plan", SPARSEJIT_CUDA_FALLBACK);
-  m.impl("spmm_bucketed_plan", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("spmm_plan", SJ_CUDA_FALLBACK(&plan_header_cpu));
+  m.impl("spmm_bucketed_plan", SJ_CUDA_FALLBACK(&spmm_bucketed_plan_cpu));
   // A CUDA build runs max / min's gradient through the Python scatter path (see
   // families/spmm/spmm.py); a direct call is answered on the CPU.
-  m.impl("spmm_arg_backward", SPARSEJIT_CUDA_FALLBACK);
+  m.impl("spmm_arg_backward", SJ_CUDA_FALLBACK(&spmm_arg_backward_cpu));
 }
 #endif
 
