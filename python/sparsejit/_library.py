@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -120,3 +121,25 @@ _point_at_nvrtc()
 _load_library()
 
 ops = torch.ops.sparsejit
+
+_TYPE_PREFIX = "TypeError: "
+
+
+def restores_type_errors(fn):
+    """Decorates a public function that calls the raw ops: on the stable ABI a raw op reports a
+    wrong dtype as ValueError("TypeError: ...") (a stable-ABI op cannot raise TypeError; the
+    prefix marks it, tensor_api_stable.h), and the public API re-raises it as the TypeError it
+    is. A no-op on the ATen backend, whose ops raise TypeError themselves."""
+    if not STABLE_ABI:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as e:
+            msg = str(e)
+            if msg.startswith(_TYPE_PREFIX):
+                raise TypeError(msg[len(_TYPE_PREFIX):]) from None
+            raise
+    return wrapper

@@ -121,9 +121,10 @@ def poison_empty():
 
 
 def raises_type_error(match=None):
-    """pytest.raises for a dtype error raised by an op's C++ checks: TypeError, except when the
-    op library is built on torch's stable ABI, which has no way to raise TypeError: there the
-    same check raises ValueError whose message starts with "TypeError: " (tensor_api_stable.h)."""
+    """pytest.raises for a dtype error raised by a raw op's C++ checks (called directly, not
+    through the public functions, which re-raise TypeError): TypeError, except when the op
+    library is built on torch's stable ABI, which has no way to raise TypeError: there the same
+    check raises ValueError whose message starts with "TypeError: " (tensor_api_stable.h)."""
     from sparsejit import _library
     if not _library.STABLE_ABI:
         return pytest.raises(TypeError, match=match)

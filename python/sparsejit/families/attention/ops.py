@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from sparsejit._library import ops
+from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
 from sparsejit.families.spmm._common import call_op, check_same_device, needs_grad, transpose
 
@@ -91,6 +91,7 @@ def _weights(A, q, k, bias, lse, mode, scale, slope, att=None):
     return torch.where(s == float("-inf"), torch.zeros_like(w), w).to(q.dtype)  # masked
 
 
+@restores_type_errors
 def sparse_attention(A, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
                      scale: Optional[float] = None, values: Optional[torch.Tensor] = None,
                      dropout: float = 0.0, return_attention_weights: bool = False):
@@ -113,6 +114,7 @@ def sparse_attention(A, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
     return _run(A, q, k, v, bias, _DOT, scale, 0.0, dropout, return_attention_weights)
 
 
+@restores_type_errors
 def gat_attention(A, a_dst: torch.Tensor, a_src: torch.Tensor, V: torch.Tensor,
                   negative_slope: float = 0.2, edge_logits: Optional[torch.Tensor] = None,
                   dropout: float = 0.0, return_attention_weights: bool = False):
@@ -134,6 +136,7 @@ def gat_attention(A, a_dst: torch.Tensor, a_src: torch.Tensor, V: torch.Tensor,
                 negative_slope, dropout, return_attention_weights)
 
 
+@restores_type_errors
 def gatv2_attention(A, x_dst: torch.Tensor, x_src: torch.Tensor, att: torch.Tensor,
                     V: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
                     edge_logits: Optional[torch.Tensor] = None, dropout: float = 0.0,

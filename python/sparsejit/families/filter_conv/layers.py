@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
+
+from sparsejit._library import restores_type_errors
 from torch import nn
 
 from sparsejit import _core
@@ -115,6 +117,7 @@ class SparseConv2d(nn.Module):
         self.kernel = kernel
         return self
 
+    @restores_type_errors
     def forward(self, x: torch.Tensor, variant: int = -1) -> torch.Tensor:
         """`variant` >= 0 forces a variant (ops.filter_conv.VARIANTS; tests, measurement)."""
         return torch.ops.sparsejit.filter_conv(

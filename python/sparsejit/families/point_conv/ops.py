@@ -16,6 +16,8 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
+from sparsejit._library import restores_type_errors
+
 from sparsejit.families.point_conv import schedules
 from sparsejit.families.point_conv.plan import KINDS, plan_info, plan_pairs  # noqa: F401  (re-exported)
 from sparsejit.families.spmm._common import FLOAT_DTYPES
@@ -42,6 +44,7 @@ def _ints(v, dims: int, name: str) -> list:
     return v
 
 
+@restores_type_errors
 def conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: int,
               kind: str, kernel_size, stride=1, padding=0, dilation=1,
               out_coords: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -56,6 +59,7 @@ def conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: in
         _ints(padding, dims, "padding"), _ints(dilation, dims, "dilation"), out_coords)
 
 
+@restores_type_errors
 def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 plan: torch.Tensor, num_out: int, swap: bool = False,
                 dataflow: Union[str, int] = "auto", relu: bool = False) -> torch.Tensor:

@@ -17,6 +17,8 @@ from typing import Dict, Optional, Tuple, Union
 
 import torch
 
+from sparsejit._library import restores_type_errors
+
 from sparsejit import _core
 from sparsejit.families.rgms import schedules
 from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
@@ -207,6 +209,7 @@ def _hashable(n):
     return tuple(n) if isinstance(n, list) else n
 
 
+@restores_type_errors
 def rgms(
     A: Union[TypedSparseMatrix, torch.Tensor],
     X: torch.Tensor,
@@ -333,12 +336,14 @@ class _RgmsFunction(torch.autograd.Function):
         return grads + (None, None, None, None, None, None)
 
 
+@restores_type_errors
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """pyg-lib's segment_matmul: rows ``ptr[k]:ptr[k+1]`` of `x` times ``w[k]``
     (``x [N, F_in]``, ``ptr [K + 1]`` from 0 to N, ``w [K, F_in, F_out]``)."""
     return torch.ops.sparsejit.segment_matmul(x, ptr, w)
 
 
+@restores_type_errors
 def gather_matmul(x: torch.Tensor, index: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``out[i] = x[i] @ w[index[i]]`` (PyG's HeteroLinear): rows grouped by type (a stable
     sort), one segment_matmul, rows put back. Differentiable in x and w through

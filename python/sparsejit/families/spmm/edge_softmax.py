@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from sparsejit._library import ops
+from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
 from sparsejit.families.spmm._common import call_op, check_same_device
 
 
+@restores_type_errors
 def edge_softmax(A: SparseMatrix, S: torch.Tensor) -> torch.Tensor:
     """Softmax of the scores ``S`` (``[nnz]`` or ``[nnz, H]``) over each row's entries.
 

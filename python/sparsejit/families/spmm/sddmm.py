@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from sparsejit._library import ops
+from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
 from sparsejit.families.spmm._common import call_op, check_dense, check_same_device, needs_grad, transpose
 
 
+@restores_type_errors
 def sddmm(A: SparseMatrix, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     """``S[p] = <Q[i], K[j]>`` for every stored entry ``p = (i, j)`` of A.
 

@@ -15,7 +15,7 @@ import torch
 from sparsejit import _core
 from sparsejit.families.spmm import plans
 from sparsejit.runtime import tuners
-from sparsejit._library import ops
+from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
 from sparsejit.families.spmm._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
                       call_op)
@@ -26,6 +26,7 @@ _PLAN = plans.layout()
 _REDUCES, _ACTIVATIONS = REDUCES, ACTIVATIONS
 
 
+@restores_type_errors
 def spmm(
     A: SparseMatrix,
     X: torch.Tensor,
