@@ -23,7 +23,8 @@ if [ -z "$T" ] || [ ! -d "$T/c10/cuda" ]; then
 fi
 status=0
 # Both backends of torch_ext/tensor_api.h: the stable ABI (the default build) and ATen.
-STABLE=(-DSPARSEJIT_STABLE_ABI=1 -DUSE_CUDA=1
+# (hidden visibility, as CMake builds it: torch's stable types live in hidden namespaces)
+STABLE=(-DSPARSEJIT_STABLE_ABI=1 -DUSE_CUDA=1 -fvisibility=hidden
         "-DTORCH_TARGET_VERSION=(((0ULL + 2) << 56) | ((0ULL + 10) << 48))")
 for backend in stable aten; do
   for f in torch_ext/library.cpp torch_ext/cuda_fallback.cpp torch_ext/ops/*.cpp; do

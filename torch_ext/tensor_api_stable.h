@@ -149,7 +149,7 @@ class Tensor : public torch::stable::Tensor {
   template <class T>
   T* data_ptr() const { return static_cast<T*>(Base::data_ptr()); }
   void* data_ptr() const { return Base::data_ptr(); }
-  int64_t get_device() const { return is_cpu() ? -1 : get_device_index(); }
+  int get_device() const { return is_cpu() ? -1 : int(get_device_index()); }
   size_t nbytes() const { return size_t(numel()) * element_size(); }
   TensorOptions options() const { return TensorOptions(scalar_type(), device()); }
   bool is_contiguous() const { return Base::is_contiguous(); }
@@ -518,7 +518,9 @@ inline Tensor tensor(const std::vector<int64_t>& v, const TensorOptions& o) {
 // ATen's autograd guard: inside an op's kernel the dispatcher already runs below autograd
 // (the Python autograd registration redispatches below it), so nested sparsejit calls record
 // nothing; the stable backend has no guard to set and needs none.
-struct AutoDispatchBelowADInplaceOrView {};
+struct AutoDispatchBelowADInplaceOrView {
+  AutoDispatchBelowADInplaceOrView() {}  // user-provided: a guard variable is not "unused"
+};
 
 // AT_DISPATCH_FLOATING_TYPES: float and double.
 template <class F>
