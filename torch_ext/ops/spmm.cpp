@@ -278,19 +278,15 @@ tx::Tensor spmm_arg_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& col
   const auto a = arg.contiguous();
   if (a.numel() > 0) {  // positions index col and values: every one must be -1 or an entry
     const int64_t* pa = ptr<int64_t>(a);
-    int64_t l = pa[0], h = pa[0];
-    for (int64_t i = 1; i < a.numel(); ++i) {
-      l = std::min(l, pa[i]);
-      h = std::max(h, pa[i]);
-    }
+    const auto [lo, hi] = std::minmax_element(pa, pa + a.numel());
+    const int64_t l = *lo, h = *hi;
     SPARSEJIT_CHECK(op, l >= -1 && h < nnz, "arg holds positions in [", l, ", ", h,
                     "], outside [-1, nnz = ", nnz, ")");
   }
   const auto g = grad_out.to(ct).contiguous();
   const int64_t f = g.size(1);
   auto dx = new_output({num_cols, f}, g.options());
-  const auto run = [&](auto zero) {
-    using scalar_t = decltype(zero);
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.spmm_arg_backward", [&] {
     const scalar_t* v = values.has_value() ? ptr<scalar_t>(*values) : nullptr;
     const auto c = col.contiguous();
     if (c.scalar_type() == tx::kInt) {
@@ -302,12 +298,7 @@ tx::Tensor spmm_arg_backward_cpu(const tx::Tensor& rowptr, const tx::Tensor& col
                                               ptr<int64_t>(c), v, num_cols, ptr<scalar_t>(dx),
                                               tx::get_num_threads());
     }
-  };
-  if (ct == tx::kDouble) {
-    run(double{0});
-  } else {
-    run(float{0});
-  }
+  });
   return dx.to(grad_out.scalar_type());
 }
 
