@@ -17,8 +17,9 @@
 //     TORCH_LIBRARY_*, and the library is bound to the torch it was built against.
 // The CUDA adapters' guard, stream and fallback have one form per backend (cuda_common.h,
 // cuda_fallback.h).
-// Op files must not include ATen or c10 headers themselves: a name they need goes here (and
-// into the stable backend; scripts/check_stable_abi.sh compiles every adapter on it).
+// Op files must not include ATen or c10 headers themselves: a name they need goes here, in
+// both backends (the build compiles the stable one; scripts/check_cuda_adapter.sh, in CI,
+// compiles every adapter on both).
 #pragma once
 
 #ifdef SPARSEJIT_STABLE_ABI
