@@ -252,9 +252,6 @@ inline Tensor unbox_tensor(StableIValue v) {
 inline Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
   return unbox_tensor(call_boxed<1>("aten::index_select", "", *this, dim, index)[0]);
 }
-inline int64_t Tensor::_version() const {
-  return torch::stable::detail::to<int64_t>(call_boxed<1>("aten::_version", "", *this)[0]);
-}
 // The version counter, or false for a tensor without one (an inference tensor).
 inline bool try_version(const Tensor& t, int64_t* out) {
   std::array<StableIValue, 1> st{box(t)};
@@ -263,6 +260,12 @@ inline bool try_version(const Tensor& t, int64_t* out) {
     return false;
   *out = torch::stable::detail::to<int64_t>(st[0]);
   return true;
+}
+inline int64_t Tensor::_version() const {
+  int64_t v = 0;
+  if (!try_version(*this, &v))
+    detail::runtime_error("sparsejit: an inference tensor has no version counter");
+  return v;
 }
 inline bool Tensor::is_inference() const {
   return torch::stable::detail::to<bool>(call_boxed<1>("aten::is_inference", "", *this)[0]);
