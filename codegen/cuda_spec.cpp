@@ -166,7 +166,7 @@ std::string CudaKernelSpec::validate() const {
       e << "more than 65535 feature tiles per row (grid.y); use a larger group or vec. ";
     }
   }
-  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) e << point_conv_validate(*this);
+  if (is_point_conv_op(op)) e << point_conv_validate(*this);
   if (op == CudaOp::FilterConv) e << filter_conv_validate(*this);
   if (op == CudaOp::Sddmm) {
     if (!is_pow2(split) || split > 8)
@@ -199,7 +199,8 @@ std::string CudaKernelSpec::name() const {
     case CudaOp::AttentionBackward: os << attention_spec::attention_name(*this); break;
     case CudaOp::FilterConv: os << filter_conv_name(*this); break;
     case CudaOp::PointConv:
-    case CudaOp::PointConvMap: os << point_conv_name(*this); break;
+    case CudaOp::PointConvMap:
+    case CudaOp::PointConvImplicit: os << point_conv_name(*this); break;
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
   if (block != 256) os << "_b" << block;
@@ -211,7 +212,7 @@ std::vector<std::string> CudaKernelSpec::entry_points() const {
     return {name() + "_chunks", name() + "_fixup"};
   if (op == CudaOp::Attention || op == CudaOp::AttentionBackward)
     return attention_spec::attention_entry_points(*this);
-  if (op == CudaOp::PointConv || op == CudaOp::PointConvMap) return point_conv_entry_points(*this);
+  if (is_point_conv_op(op)) return point_conv_entry_points(*this);
   return {name()};
 }
 
@@ -227,7 +228,7 @@ std::string CudaKernelSpec::source() const {
   }
   os << "#define SJ_CUDA_AMALGAMATED 1\n"
      << embedded("kernels/common/enums.h") << embedded("kernels/cuda/cuda_args.h") << embedded("kernels/cuda/common.cuh");
-  const char* op_file = op == CudaOp::PointConv || op == CudaOp::PointConvMap
+  const char* op_file = is_point_conv_op(op)
                             ? "kernels/cuda/point_conv.cuh"
                         : op == CudaOp::Spmm    ? "kernels/cuda/spmm.cuh"
                         : op == CudaOp::Sddmm ? "kernels/cuda/sddmm.cuh"
@@ -303,6 +304,7 @@ std::string CudaKernelSpec::source() const {
       break;
     case CudaOp::PointConv:
     case CudaOp::PointConvMap:
+    case CudaOp::PointConvImplicit:
       os << point_conv_config(*this);
       params = point_conv_params_type(*this);
       bodies = point_conv_bodies(*this);

@@ -45,6 +45,11 @@ struct CudaKernelSpec {
   int32_t att_mode = 0;     // 0 dot product, 1 additive (GAT; D = 1), 2 GATv2
   int64_t v_features = 1;   // Dv
   bool has_bias = false;    // a [nnz, H] score bias
+  // Point-conv implicit GEMM only (codegen/cuda_point_conv.h; `features` is C_in,
+  // `v_features` C_out): the weight read as W[k]^T ([K, C_out, C_in]), and outputs per thread
+  // along the channels (1, 2 or 4: 16, 32 or 64 channels per block).
+  bool trans_w = false;
+  int32_t cols_per_thread = 4;
   // Filter conv only (codegen/cuda_filter_conv.h): compiled-in kernel geometry, output
   // channels per block; the epilogue is `act` (None or Relu) with an optional bias.
   struct FilterConvShape {

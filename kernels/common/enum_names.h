@@ -21,7 +21,7 @@ inline constexpr OpKind kAllOpKinds[] = {
     OpKind::Spmm,        OpKind::Sddmm,         OpKind::Rgms,
     OpKind::PointConv,   OpKind::FilterConv,    OpKind::Attention,
     OpKind::EdgeSoftmax, OpKind::EdgeSoftmaxBackward, OpKind::AttentionBackward,
-    OpKind::PointConvMap, OpKind::RgmsBackward};
+    OpKind::PointConvMap, OpKind::RgmsBackward, OpKind::PointConvImplicit};
 // The families whose plans are tensors with the common header (plan_header.h).
 inline constexpr OpKind kPlanOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::Rgms,
                                           OpKind::PointConv, OpKind::FilterConv};
@@ -89,6 +89,7 @@ inline const char* op_name(OpKind op) {
     case OpKind::Attention: return "attention";
     case OpKind::AttentionBackward: return "attention_backward";
     case OpKind::PointConvMap: return "point_conv_map";
+    case OpKind::PointConvImplicit: return "point_conv_implicit";
     case OpKind::RgmsBackward: return "rgms_backward";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }

@@ -37,6 +37,7 @@ enum class OpKind : int {
   AttentionBackward = 9,   // fused sparse attention backward (CUDA kernels)
   PointConvMap = 10,       // point-cloud kernel-map search (CUDA kernels)
   RgmsBackward = 11,       // RGMS backward gather/scatter (CUDA kernels)
+  PointConvImplicit = 12,  // point-cloud output-stationary implicit GEMM (CUDA kernels)
 };
 
 }  // namespace sparsejit

@@ -121,6 +121,24 @@ struct PointMapParams {
 };
 
 
+// Output-stationary implicit GEMM (kernels/cuda/point_conv.cuh pconv_nbr / pconv_implicit):
+// nbr [n, k] int32 (filled with -1 by the caller, then by pconv_nbr from the n_pairs pairs
+// src_idx / dst_idx / group), x [n_src, CI], w [k, CI, CO] (or [k, CO, CI] when TRANS_W),
+// bias [CO] or null, out [n, CO].
+struct PointConvImplicitParams {
+  const void* x;
+  const void* w;
+  const void* bias;
+  void* out;
+  int* nbr;
+  const int* src_idx;
+  const int* dst_idx;
+  const int* group;
+  long long n, k, n_pairs;
+  long long pad_;
+};
+
+
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
 // rowptr[c_out + 1], taps[nnz] (int64, t = (c * R + r) * S + s), values[nnz] (float32),
 // x[batch, c_in, h, w], bias[c_out] (float32) or null, out[batch, c_out, out_h, out_w].

@@ -2,8 +2,9 @@
 // sources (codegen/cuda_spec.cpp) can be compiled by the host compiler and run on CPU threads
 // in tests, on machines without a GPU. Not a general CUDA emulator: one std::thread per CUDA
 // thread of a block, blocks one after another, shuffles through a per-warp exchange with a
-// barrier over the lanes named in the mask, __syncthreads as a block barrier, atomics under a
-// mutex, __shared__ as function-static storage (valid because blocks run one at a time).
+// barrier over the lanes named in the mask, __syncthreads (and __syncthreads_or) as a block
+// barrier, atomics under a mutex, __shared__ as function-static storage (valid because blocks
+// run one at a time).
 //
 // Usage (test_cuda_emulated.cpp): the test writes `#include "tests/cpp/cuda_emulation.h"`, the
 // generated source, and one `sj_emulate_launch_<entry>` wrapper per entry point into a file,
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <cmath>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -125,6 +127,7 @@ struct Warp {
 
 struct Block {
   std::unique_ptr<Barrier> sync;
+  std::atomic<int> any[2] = {{0}, {0}};  // __syncthreads_or, alternate calls
   std::vector<std::unique_ptr<Warp>> warps;
 };
 
@@ -198,6 +201,21 @@ V __shfl_sync(unsigned mask, V v, int src_lane, int width = 32) {
 }
 inline void __syncthreads() {
   sj_emu::current->sync->wait();
+}
+
+// A block barrier that also returns whether any thread's predicate was non-zero: two barriers
+// (accumulate, then everyone has read), the flag of alternate calls in alternate slots so a
+// thread already in the next call cannot set the flag thread 0 is about to clear.
+inline int __syncthreads_or(int predicate) {
+  thread_local unsigned calls = 0;
+  sj_emu::Block& b = *sj_emu::current;
+  const unsigned slot = calls++ & 1u;
+  if (predicate) b.any[slot].store(1);
+  b.sync->wait();
+  const int r = b.any[slot].load();
+  b.sync->wait();
+  if (threadIdx.x == 0) b.any[slot].store(0);
+  return r;
 }
 
 inline float atomicAdd(float* p, float v) {

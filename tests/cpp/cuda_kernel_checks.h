@@ -493,7 +493,8 @@ inline void check_spec(Runner& r, const CudaKernelSpec& s) {
       }
       break;
     case CudaOp::PointConv:
-    case CudaOp::PointConvMap: check_point_conv(r, s); break;
+    case CudaOp::PointConvMap:
+    case CudaOp::PointConvImplicit: check_point_conv(r, s); break;
     case CudaOp::FilterConv: check_filter_conv(r, s); break;
     case CudaOp::Sddmm:
       if (i32) {

@@ -3,7 +3,8 @@
 // the gather against a bitwise copy and the ordered row reduction against a float64 sum in pair
 // order, outputs poisoned with guard bands, on random pair sets: many pairs per source row
 // (duplicates), the last source row, no pairs at all, one pair, and a dense cluster (every pair
-// into one output row); and the kernel-map search against std::lower_bound.
+// into one output row); the kernel-map search against std::lower_bound; and the
+// output-stationary implicit GEMM (with its neighbour map) against a float64 sum over the map.
 #pragma once
 
 #include "codegen/cuda_point_conv.h"
@@ -176,7 +177,120 @@ void check_point_map_typed(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
+// A kernel map for the implicit GEMM: at most one pair per (output row, offset), sources skewed
+// towards a few rows; pairs in group-major order, as plans store them.
+struct OffsetMap {
+  std::string name;
+  int64_t n_src = 0, n_out = 0, k = 0;
+  std::vector<int32_t> src, dst, group;
+};
+
+inline OffsetMap make_offset_map(std::string name, int64_t n_src, int64_t n_out, int64_t k,
+                                 double density, uint64_t seed, bool skewed) {
+  OffsetMap m{std::move(name), n_src, n_out, k, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int64_t g = 0; g < k; ++g)
+    for (int64_t r = 0; r < n_out; ++r) {
+      // skewed: one row uses every offset, the others only offset 0 now and then.
+      const bool take = skewed ? (r == n_out / 2 || (g == 0 && u(rng) < 0.1)) : u(rng) < density;
+      if (!take || n_src == 0) continue;
+      int64_t sr = int64_t(rng() % n_src);
+      if (rng() % 3 == 0) sr = sr % 2;
+      if (m.src.empty()) sr = n_src - 1;  // the last source row is used
+      m.src.push_back(static_cast<int32_t>(sr));
+      m.dst.push_back(static_cast<int32_t>(r));
+      m.group.push_back(static_cast<int32_t>(g));
+    }
+  return m;
+}
+
+inline std::vector<OffsetMap> offset_maps() {
+  return {make_offset_map("random", 40, 150, 5, 0.4, 71, false),
+          make_offset_map("no_pairs", 7, 9, 3, 0.0, 72, false),
+          make_offset_map("one_row", 1, 1, 1, 1.0, 73, false),
+          make_offset_map("no_rows", 4, 0, 2, 1.0, 74, false),
+          make_offset_map("skewed", 30, 130, 27, 0.0, 75, true)};
+}
+
+// The implicit GEMM against a float64 sum over the map, outputs poisoned with guard bands; the
+// neighbour map itself against the pairs.
+inline void check_point_conv_implicit(Runner& r, const CudaKernelSpec& s) {
+  const int64_t CI = s.features, CO = s.v_features;
+  for (const OffsetMap& om : offset_maps()) {
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(s.name() + " on " + om.name + (with_bias ? " with bias" : ""));
+      r.reset();
+      const int64_t m = static_cast<int64_t>(om.src.size()), K = om.k;
+      Buffer x(s.dtype, om.n_src * CI), w(s.dtype, K * CI * CO), bias(s.dtype, CO),
+          out(s.dtype, om.n_out * CO);
+      fill_random(&x, 81);
+      fill_random(&w, 82);
+      fill_random(&bias, 83);
+      Typed<int32_t> nbr(om.n_out * K), src(m), dst(m), group(m);
+      for (int64_t i = 0; i < om.n_out * K; ++i) nbr.set(i, -1);
+      for (int64_t e = 0; e < m; ++e) {
+        src.set(e, om.src[e]);
+        dst.set(e, om.dst[e]);
+        group.set(e, om.group[e]);
+      }
+      for (Bytes* b : std::initializer_list<Bytes*>{&x, &w, &bias, &out, &nbr, &src, &dst, &group})
+        b->upload(r);
+      cuda::PointConvImplicitParams p{x.dev(),
+                                      w.dev(),
+                                      with_bias ? bias.dev() : nullptr,
+                                      out.dev(),
+                                      static_cast<int*>(nbr.dev()),
+                                      static_cast<const int*>(src.dev()),
+                                      static_cast<const int*>(dst.dev()),
+                                      static_cast<const int*>(group.dev()),
+                                      om.n_out,
+                                      K,
+                                      m,
+                                      0};
+      std::vector<CudaLaunch> launches;
+      if (m > 0) launches.push_back(plan_point_conv_nbr_launch(s, m));
+      if (om.n_out > 0) launches.push_back(plan_point_conv_implicit_launch(s, om.n_out));
+      if (!launches.empty()) ASSERT_EQ(r.run(s, launches, &p), "");
+      nbr.download(r);
+      out.download(r);
+      int bad = 0;
+      std::vector<int32_t> ref_nbr(om.n_out * K, -1);
+      for (int64_t e = 0; e < m; ++e) ref_nbr[om.dst[e] * K + om.group[e]] = om.src[e];
+      for (int64_t i = 0; i < om.n_out * K && bad < 5; ++i)
+        if (nbr.get(i) != ref_nbr[i]) {
+          ADD_FAILURE() << "nbr[" << i << "] = " << nbr.get(i) << ", expected " << ref_nbr[i];
+          ++bad;
+        }
+      EXPECT_TRUE(nbr.guards_intact());
+      for (int64_t row = 0; row < om.n_out; ++row)
+        for (int64_t co = 0; co < CO && bad < 10; ++co) {
+          double ref = with_bias ? bias.get(co) : 0.0, mag = std::abs(ref);
+          for (int64_t g = 0; g < K; ++g) {
+            const int32_t sr = ref_nbr[row * K + g];
+            if (sr < 0) continue;
+            for (int64_t ci = 0; ci < CI; ++ci) {
+              const double wv = s.trans_w ? w.get((g * CO + co) * CI + ci)
+                                          : w.get((g * CI + ci) * CO + co);
+              const double t = x.get(sr * CI + ci) * wv;
+              ref += t;
+              mag += std::abs(t);
+            }
+          }
+          if (s.act == Act::Relu) ref = std::max(ref, 0.0);
+          const double got = out.get(row * CO + co);
+          if (!(std::abs(got - ref) <= tolerance(s.dtype) * (1 + mag))) {
+            ADD_FAILURE() << "out[" << row << ", " << co << "] = " << got << ", expected " << ref;
+            ++bad;
+          }
+        }
+      EXPECT_TRUE(out.guards_intact());
+    }
+  }
+}
+
 inline void check_point_conv(Runner& r, const CudaKernelSpec& s) {
+  if (s.op == CudaOp::PointConvImplicit) return check_point_conv_implicit(r, s);
   if (s.op == CudaOp::PointConvMap) {
     if (s.index == IndexKind::I32) {
       check_point_map_typed<int32_t>(r, s);

@@ -140,6 +140,12 @@ std::vector<CudaKernelSpec> specs_under_test() {
       plan_cuda_point_conv(S::F64, i64, 1, false, 16),
       plan_cuda_point_map(i32),
       plan_cuda_point_map(i64),
+      plan_cuda_point_conv_implicit(S::F32, 16, 16, false, true),
+      plan_cuda_point_conv_implicit(S::F32, 3, 32, false, false),
+      plan_cuda_point_conv_implicit(S::F32, 64, 96, true, false),
+      plan_cuda_point_conv_implicit(S::F16, 32, 64, false, false),
+      plan_cuda_point_conv_implicit(S::BF16, 17, 5, true, false),
+      plan_cuda_point_conv_implicit(S::F64, 24, 40, false, true),
       filter_conv_spec(S::F32, 3, 1, 1, 1, A::Relu, 64, 1),
       filter_conv_spec(S::F16, 1, 1, 0, 1, A::None, 128, 2),
       filter_conv_spec(S::BF16, 7, 2, 3, 1, A::Relu, 256, 4),
@@ -179,6 +185,7 @@ const char* params_type(CudaOp op) {
     case CudaOp::FilterConv: return "FilterConvParams";
     case CudaOp::PointConv: return "PointConvParams";
     case CudaOp::PointConvMap: return "PointMapParams";
+    case CudaOp::PointConvImplicit: return "PointConvImplicitParams";
     default: return "SoftmaxParams";
   }
 }

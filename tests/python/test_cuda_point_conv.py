@@ -1,6 +1,6 @@
 """Point-cloud sparse convolution on CUDA tensors against the CPU op: plan contents (the same
-words, so every Python reader works unchanged), forward (bias, ReLU, swap, every dtype) and
-backward, corrupted plans, and the spconv modules end to end with autograd. The kernel-level
+words, so every Python reader works unchanged), forward (bias, ReLU, swap, every dtype, both
+dataflows: cuBLAS gather-GEMM-scatter and the output-stationary implicit GEMM) and backward, corrupted plans, and the spconv modules end to end with autograd. The kernel-level
 poison and guard-band checks of the gather and row-reduce kernels are in
 tests/cpp/cuda_point_conv_checks.h. Skipped without a CUDA device (run by scripts/gpu_check.sh).
 """
@@ -66,10 +66,11 @@ def test_plan_matches_cpu(sites, geometry):
     assert torch.equal(doc.cpu(), oc)
 
 
+@pytest.mark.parametrize("dataflow", ["auto", "gather_gemm_scatter", "output_stationary"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("sites", list(SITES))
 @pytest.mark.parametrize("geometry", GEOMETRIES)
-def test_forward_and_backward_match_cpu(dtype, sites, geometry):
+def test_forward_and_backward_match_cpu(dtype, sites, geometry, dataflow):
     kind, k, s, p = geometry
     coords = SITES[sites]()
     plan, oc = conv_plan(coords, [12, 12, 12], 2, kind, k, s, p)
@@ -83,7 +84,8 @@ def test_forward_and_backward_match_cpu(dtype, sites, geometry):
         b = torch.randn(c_out, generator=g).to(dtype) if with_bias else None
         xd, wd = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
         bd = b.to(DEV).requires_grad_() if with_bias else None
-        y = sparse_conv(xd, wd, bd, plan.to(DEV), n_out, swap=swap, relu=relu)
+        y = sparse_conv(xd, wd, bd, plan.to(DEV), n_out, swap=swap, relu=relu,
+                        dataflow=dataflow)
         xc, wc = _cpu(x).requires_grad_(), _cpu(w).requires_grad_()
         bc = _cpu(b).requires_grad_() if with_bias else None
         ref = sparse_conv(xc, wc, bc, plan, n_out, swap=swap, relu=relu)
@@ -98,13 +100,33 @@ def test_forward_and_backward_match_cpu(dtype, sites, geometry):
             _close(bd.grad, bc.grad, dtype, scale=max(1, n_out))
 
 
-def test_deterministic_bits():
+@pytest.mark.parametrize("dataflow", ["gather_gemm_scatter", "output_stationary"])
+def test_deterministic_bits(dataflow):
     coords = random_sites(2000, [16, 16, 16], seed=3)
     plan, _ = conv_plan(coords.to(DEV), [16, 16, 16], 2, "subm", 3)
     x = torch.randn(coords.shape[0], 32, device=DEV)
     w = torch.randn(27, 32, 32, device=DEV)
-    a = sparse_conv(x, w, None, plan, coords.shape[0])
-    assert torch.equal(a, sparse_conv(x, w, None, plan, coords.shape[0]))
+    a = sparse_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow)
+    assert torch.equal(a, sparse_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow))
+
+
+@pytest.mark.parametrize("c_in,c_out", [(64, 64), (128, 96), (200, 3), (1, 256)])
+def test_output_stationary_matches_gather_gemm_scatter_on_wide_layers(c_in, c_out):
+    """The implicit GEMM's channel tiles (16/32/64 per block, partial tiles) on wide and odd
+    widths, forward and feature gradient, against the cuBLAS dataflow on the same device."""
+    coords = random_sites(3000, [20, 20, 20], seed=6)
+    plan, _ = conv_plan(coords.to(DEV), [20, 20, 20], 2, "subm", 3)
+    n = coords.shape[0]
+    x = torch.randn(n, c_in, device=DEV, dtype=torch.float64)
+    w = torch.randn(27, c_in, c_out, device=DEV, dtype=torch.float64) / 27
+    outs = []
+    for dataflow in ("gather_gemm_scatter", "output_stationary"):
+        xd = x.clone().requires_grad_()
+        y = sparse_conv(xd, w, None, plan, n, dataflow=dataflow)
+        y.backward(torch.ones_like(y))
+        outs.append((y.detach(), xd.grad))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-10, atol=1e-10)
 
 
 def test_float64_gradcheck():

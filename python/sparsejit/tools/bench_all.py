@@ -298,9 +298,34 @@ def bench_point_conv(args, skipped) -> List[dict]:
     nbrs = torch.nn.functional.conv3d(occ, torch.ones(1, 1, 3, 3, 3, device=dev), padding=1)
     pairs = int(nbrs[0, 0, lc[:, 1], lc[:, 2], lc[:, 3]].sum())
     with torch.set_grad_enabled(train):
-        return _case("point_conv", "subm3d incl. map", f"random {pts} sites in {side}^3",
+        rows = _case("point_conv", "subm3d incl. map", f"random {pts} sites in {side}^3",
                      pts, cin, f"{cin}->{cout}", ours, peers, args, skipped, train,
                      flops=2 * pairs * cin * cout)
+    if dev == "cuda":  # the two CUDA dataflows side by side (they set the auto rule)
+        rows += _point_conv_dataflows(args, skipped, coords, shape, pts, pairs, g)
+    return rows
+
+
+def _point_conv_dataflows(args, skipped, coords, shape, pts, pairs, g) -> List[dict]:
+    """The convolution alone (map built once) through the output-stationary implicit GEMM
+    against the cuBLAS gather-GEMM-scatter, at the widths the networks use."""
+    from sparsejit.ops.sparse_conv import conv_plan, sparse_conv
+    plan, _ = conv_plan(coords, shape, 1, "subm", 3)
+    rows = []
+    for c in (16, 32, 64, 128):
+        x = _randn(pts, c, generator=g, device=args.device, train=args.train)
+        w = _randn(27, c, c, generator=g, device=args.device, train=args.train, scale=0.1)
+
+        def run(dataflow, x=x, w=w):
+            return sparse_conv(x, w, None, plan, pts, dataflow=dataflow)
+
+        with torch.set_grad_enabled(args.train):
+            rows += _case("point_conv", "subm3d conv, output-stationary",
+                          f"random {pts} sites", pts, c, f"{c}->{c}",
+                          lambda: run("output_stationary"),
+                          {"sparsejit gather-GEMM-scatter": lambda: run("gather_gemm_scatter")},
+                          args, skipped, args.train, flops=2 * pairs * c * c)
+    return rows
 
 
 def bench_filter_conv(args, skipped) -> List[dict]:
