@@ -29,13 +29,13 @@
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
+#include "torch_ext/ops/point_conv_tensor_map.h"
 #ifdef SPARSEJIT_WITH_CUDA
 #include <list>
 #include <mutex>
 
 #include "codegen/cuda_point_conv.h"
 #include "torch_ext/cuda_common.h"
-#include "torch_ext/ops/point_conv_tensor_map.h"
 #endif
 
 SJ_LIBRARY_FRAGMENT(m) {
@@ -208,6 +208,19 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
   const std::vector<int64_t>& shape = geo.shape;
   const int64_t margin = geo.margin;
   const int64_t dims = static_cast<int64_t>(spatial_shape.size());
+  if (point_conv_tensor::tensor_maps_forced() && coords.dim() == 2 &&
+      tx::isIntegralType(coords.scalar_type(), /*includeBool=*/false)) {
+    // The device-generic builders the CUDA op runs, on CPU tensors (tests compare them with
+    // the core's plans); input they leave to the core (invalid, unsupported) falls through.
+    std::optional<std::tuple<tx::Tensor, tx::Tensor>> r;
+    if (kind == kSubm) {
+      r = point_conv_tensor::subm_plan(coords.contiguous(), shape, batch_size, p, margin,
+                                       &point_conv_tensor::search_keys_with_tensor_ops);
+    } else if (kind != kGeneralized) {
+      r = point_conv_tensor::strided_plan(coords.contiguous(), shape, batch_size, kind, p, margin);
+    }
+    if (r.has_value()) return *r;
+  }
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
   point_conv::KernelMap km;
   point_conv::CoordSet out_set;

@@ -18,7 +18,9 @@
 #include "torch_ext/tensor_api.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -50,13 +52,20 @@ inline std::pair<tx::Tensor, tx::Tensor> row_index(const tx::Tensor& rows, int64
   return {ptr, order.to(tx::kInt)};
 }
 
-// The plan (int64 words) and output coordinates of a submanifold conv, or nullopt when the
-// input must take the CPU path: coordinates outside the grid or batch, duplicate sites
-// (the CPU core's error names the rows), or keys needing all 64 bits (signed sort order).
-inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
-    const tx::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
-    const point_conv::ConvParams& p, int64_t margin, const KeySearch& search) {
-  const int dims = p.dims;
+// The input sites packed into the CPU's keys (csrc/point_conv/coords.h: the grid layout with
+// the call's margin) and sorted; nullopt when the input must take the CPU path: coordinates
+// outside the grid or batch, duplicate sites (the CPU core's error names the rows), or keys
+// needing all 64 bits (signed sort order). One sync: the validity flags.
+struct SortedSites {
+  point_conv::KeyLayout lay;
+  tx::Tensor c;       // int64 [n, 1 + D], the caller's row order
+  tx::Tensor sorted;  // int64 [n] keys ascending
+  tx::Tensor perm;    // int64 [n]: row of each sorted key (the CPU's CoordSet::site)
+};
+
+inline std::optional<SortedSites> sort_sites(const tx::Tensor& coords,
+                                             const std::vector<int64_t>& shape,
+                                             int64_t batch_size, int dims, int64_t margin) {
   const int64_t n = coords.size(0);
   if (n > INT32_MAX) return std::nullopt;
   int64_t lo[point_conv::kMaxDims], hi[point_conv::kMaxDims];
@@ -64,27 +73,75 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
     lo[d] = -margin;
     hi[d] = shape[d] - 1 + margin;
   }
-  point_conv::KeyLayout lay;
+  SortedSites s;
   try {
-    lay = point_conv::make_key_layout(dims, batch_size, lo, hi);
+    s.lay = point_conv::make_key_layout(dims, batch_size, lo, hi);
   } catch (const std::invalid_argument&) {
     return std::nullopt;
   }
+  const point_conv::KeyLayout& lay = s.lay;
   if (lay.total_bits() > 63) return std::nullopt;
-  const tx::Tensor c = coords.to(tx::kLong);
-  const tx::Tensor b = c.select(1, 0);
+  s.c = coords.to(tx::kLong);
+  const tx::Tensor b = s.c.select(1, 0);
   tx::Tensor bad = (b < 0) | (b >= batch_size);
   tx::Tensor keys = lay.batch_bits > 0 ? b * (int64_t{1} << lay.batch_shift) : tx::zeros_like(b);
   for (int d = 0; d < dims; ++d) {
-    const tx::Tensor x = c.select(1, 1 + d);
+    const tx::Tensor x = s.c.select(1, 1 + d);
     bad = bad | (x < 0) | (x >= shape[d]);
     keys = keys + (x - lay.lo[d]) * (int64_t{1} << lay.shift[d]);
   }
-  auto [sorted, perm] = tx::sort(keys, /*stable=*/true, 0, false);
+  std::tie(s.sorted, s.perm) = tx::sort(keys, /*stable=*/true, 0, false);
+  const tx::Tensor& sorted = s.sorted;
   const tx::Tensor dup = n > 1 ? (sorted.narrow(0, 1, n - 1) == sorted.narrow(0, 0, n - 1)).any()
                                : tx::zeros({}, bad.options());
   const tx::Tensor flags = tx::stack({n > 0 ? bad.any() : tx::zeros({}, bad.options()), dup});
   if (flags.any().item<bool>()) return std::nullopt;  // sync: invalid input -> CPU errors
+  return s;
+}
+
+// The plan's fingerprint, as conv_plan_cpu's: the input count and the sorted input keys.
+inline uint64_t sites_hash(const int64_t* sorted_keys, int64_t n) {
+  uint64_t h = mix(0, static_cast<uint64_t>(n));
+  for (int64_t q = 0; q < n; ++q) h = mix(h, static_cast<uint64_t>(sorted_keys[q]));
+  return h;
+}
+
+// The plan tensor from its arrays (plan_layout.h order), the header written as the CPU does.
+inline tx::Tensor write_plan(point_conv::Kind kind, int64_t identity, int64_t K, int64_t m,
+                             int64_t n_in, int64_t n_out, uint64_t hash,
+                             const std::vector<tx::Tensor>& src, const tx::TensorOptions& i64) {
+  using point_conv::kArrays;
+  tx::Tensor plan = tx::zeros({point_conv::plan_words(K, m, n_in, n_out)}, i64);
+  std::vector<int64_t> head(point_conv::kFixedWords, 0);
+  plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(hash >> 1)};
+  plan::write_header(head.data(), OpKind::PointConv, kind, 0, identity, stamp);
+  head[point_conv::kWordKernelVolume] = K;
+  plan.narrow(0, 0, point_conv::kFixedWords).copy_(tx::tensor(head, tx::kLong));
+  int64_t word = point_conv::kFixedWords;
+  for (size_t a = 0; a < sizeof(kArrays) / sizeof(kArrays[0]); ++a) {
+    const int64_t len = kArrays[a].length(K, m, n_in, n_out);
+    const int64_t words = point_conv::array_words(kArrays[a], K, m, n_in, n_out);
+    tx::Tensor dst = plan.narrow(0, word, words);
+    if (kArrays[a].int32) dst = dst.view(tx::kInt).narrow(0, 0, len);
+    if (len > 0) dst.copy_(src[a]);
+    word += words;
+  }
+  return plan;
+}
+
+// The plan (int64 words) and output coordinates of a submanifold conv, or nullopt when the
+// input must take the CPU path (see sort_sites).
+inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
+    const tx::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
+    const point_conv::ConvParams& p, int64_t margin, const KeySearch& search) {
+  const int dims = p.dims;
+  const int64_t n = coords.size(0);
+  auto sites = sort_sites(coords, shape, batch_size, dims, margin);
+  if (!sites.has_value()) return std::nullopt;
+  const point_conv::KeyLayout& lay = sites->lay;
+  const tx::Tensor& c = sites->c;
+  const tx::Tensor& sorted = sites->sorted;
+  const tx::Tensor& perm = sites->perm;
 
   const int64_t K = p.volume(), center = (K - 1) / 2;
   std::vector<int64_t> delta(center);
@@ -120,8 +177,7 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   count[center] = n;
   for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + count[k];
   const int64_t m = group_ptr[K];
-  uint64_t h = mix(0, static_cast<uint64_t>(n));
-  for (int64_t q = 0; q < n; ++q) h = mix(h, static_cast<uint64_t>(hw[center + q]));
+  const uint64_t h = sites_hash(hw + center, n);
 
   std::vector<tx::Tensor> ins{in_lo}, outs{out_lo};
   const tx::Tensor ar = tx::arange(n, i32);
@@ -139,24 +195,210 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   const tx::Tensor pair_group =
       tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
 
-  using point_conv::kArrays;
-  tx::Tensor plan = tx::zeros({point_conv::plan_words(K, m, n, n)}, i64);
-  std::vector<int64_t> head(point_conv::kFixedWords, 0);
-  plan::StructureStamp stamp{n, m, n, static_cast<int64_t>(h >> 1)};
-  plan::write_header(head.data(), OpKind::PointConv, point_conv::kSubm, 0, center, stamp);
-  head[point_conv::kWordKernelVolume] = K;
-  plan.narrow(0, 0, point_conv::kFixedWords).copy_(tx::tensor(head, tx::kLong));
-  const tx::Tensor src[] = {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group};
-  int64_t word = point_conv::kFixedWords;
-  for (size_t a = 0; a < sizeof(kArrays) / sizeof(kArrays[0]); ++a) {
-    const int64_t len = kArrays[a].length(K, m, n, n);
-    const int64_t words = point_conv::array_words(kArrays[a], K, m, n, n);
-    tx::Tensor dst = plan.narrow(0, word, words);
-    if (kArrays[a].int32) dst = dst.view(tx::kInt).narrow(0, 0, len);
-    dst.copy_(src[a]);
-    word += words;
-  }
+  const tx::Tensor plan = write_plan(point_conv::kSubm, center, K, m, n, n, h,
+                                     {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair,
+                                      pair_group},
+                                     i64);
   return std::make_tuple(plan, coords.to(tx::kInt).clone());
+}
+
+// keys [n] ascending -> int32 [k, n]: the KeySearch of subm_plan with ATen's searchsorted (the
+// CPU route of the device-generic builders; CUDA uses its NVRTC binary search).
+inline tx::Tensor search_keys_with_tensor_ops(const tx::Tensor& keys, const tx::Tensor& delta,
+                                              int64_t k) {
+  const int64_t n = keys.numel();  // > 0 (subm_plan's caller)
+  const tx::Tensor target =
+      (delta.reshape({k, 1}).expand({k, n}) + keys.reshape({1, n}).expand({k, n})).reshape({-1});
+  const tx::Tensor pos = tx::searchsorted(keys, target);  // in [0, n]
+  const tx::Tensor padded = tx::cat({keys, keys.narrow(0, n - 1, 1)});  // pos == n: no match
+  const tx::Tensor hit = (padded.index_select(0, pos) == target).to(tx::kLong);
+  return ((pos + 1) * hit - 1).to(tx::kInt).reshape({k, n});
+}
+
+// Strided, coarse and transposed maps (kinds spconv, coarse, transposed) with tensor ops, word
+// for word the CPU core's plan and output coordinates (csrc/point_conv/output_sites.cpp,
+// strided_map.cpp, kernel_map.cpp):
+//   tables  per axis d, host-built: for each kernel tap e and input coordinate x, the output
+//           coordinate it reaches (strided: o = (x - t) / s when s divides x - t; transposed:
+//           o = x * s + t; t = e * dilation - padding) or -1 outside the output grid, and that
+//           coordinate's key field;
+//   reach   for every (offset, sorted input) the candidate output key, from the tables by
+//           index_select ([K, n]; valid when every axis is);
+//   sites   spconv / transposed: the unique valid candidates (every reached site in the
+//           output grid, sorted = key order); coarse: the unique floor(x / s);
+//   pairs   candidates found among the sites, in (offset, sorted input) order. For one offset
+//           the output coordinate grows with the input on every axis, so this is also the
+//           output order: the order of the CPU's input-driven strided merge and of its
+//           output-driven merge alike (and of the transposed map's swapped one);
+//   index   as subm_plan.
+// Host syncs: the validity flags, the candidate count (nonzero), the site count, the pair
+// count, and the per-offset counts with the sorted input keys (the fingerprint). nullopt
+// (the CPU builds it and raises its errors) for invalid input, an empty output grid, a kernel
+// wider than 64, tables over 2^24 entries, or keys needing all 64 bits.
+inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
+    const tx::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
+    point_conv::Kind kind, const point_conv::ConvParams& p, int64_t margin) {
+  const int dims = p.dims;
+  const bool transposed = kind == point_conv::kTransposed, coarse = kind == point_conv::kCoarse;
+  std::vector<int64_t> out_shape(dims);
+  try {
+    if (kind == point_conv::kSpconv) {
+      out_shape = point_conv::spconv_output_shape(shape, p);
+    } else if (transposed) {
+      out_shape = point_conv::transposed_output_shape(shape, p);
+    } else {
+      for (int d = 0; d < dims; ++d) out_shape[d] = (shape[d] + p.stride[d] - 1) / p.stride[d];
+    }
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  for (int d = 0; d < dims; ++d)
+    if ((!coarse && p.kernel[d] > 64) || p.kernel[d] * shape[d] > (int64_t{1} << 24))
+      return std::nullopt;
+  auto sites = sort_sites(coords, shape, batch_size, dims, margin);
+  if (!sites.has_value()) return std::nullopt;
+  point_conv::KeyLayout olay;  // the output sites' layout (coord_set_from_keys')
+  {
+    int64_t lo[point_conv::kMaxDims], hi[point_conv::kMaxDims];
+    for (int d = 0; d < dims; ++d) {
+      lo[d] = -margin;
+      hi[d] = out_shape[d] - 1 + margin;
+    }
+    try {
+      olay = point_conv::make_key_layout(dims, batch_size, lo, hi);
+    } catch (const std::invalid_argument&) {
+      return std::nullopt;
+    }
+    if (olay.total_bits() > 63) return std::nullopt;
+  }
+  const int64_t n = coords.size(0), K = p.volume();
+  const auto dev = coords.device();
+  const auto i32 = sites->c.options().dtype(tx::kInt);
+  const auto i64 = sites->c.options().dtype(tx::kLong);
+  const tx::Tensor cs = sites->c.index_select(0, sites->perm);  // coordinates in key order
+  // Per axis: output coordinate and key field per (tap, x), and each offset's tap.
+  // (coarse: one more "tap", the last, for its sites floor(x / s)).
+  std::vector<tx::Tensor> coord_tab(dims), key_tab(dims), tap_of(dims);
+  for (int d = 0; d < dims; ++d) {
+    const int64_t kd = p.kernel[d], taps = kd + (coarse ? 1 : 0), sd = p.stride[d];
+    std::vector<int64_t> oc(taps * shape[d], -1), ok(taps * shape[d], -1);
+    for (int64_t e = 0; e < taps; ++e)
+      for (int64_t x = 0; x < shape[d]; ++x) {
+        const int64_t t = e * p.dilation[d] - p.padding[d];
+        int64_t o = -1;
+        if (e == kd) {
+          o = x / sd;  // coarse sites
+        } else if (transposed) {
+          o = x * sd + t;
+        } else if (((x - t) % sd + sd) % sd == 0) {
+          o = (x - t) / sd;  // exact
+        }
+        if (o < 0 || o >= out_shape[d]) continue;
+        oc[e * shape[d] + x] = o;
+        ok[e * shape[d] + x] = (o - olay.lo[d]) << olay.shift[d];
+      }
+    coord_tab[d] = tx::tensor(oc, tx::kLong).to(dev);
+    key_tab[d] = tx::tensor(ok, tx::kLong).to(dev);
+  }
+  for (int d = 0; d < dims; ++d) {
+    std::vector<int64_t> tap(K);
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t e[point_conv::kMaxDims], rem = k;
+      for (int dd = dims - 1; dd >= 0; --dd) {
+        e[dd] = rem % p.kernel[dd];
+        rem /= p.kernel[dd];
+      }
+      tap[k] = e[d] * shape[d];
+    }
+    tap_of[d] = tx::tensor(tap, tx::kLong).to(dev);
+  }
+  const tx::Tensor batch_key =
+      olay.batch_bits > 0 ? cs.select(1, 0) * (int64_t{1} << olay.batch_shift)
+                          : tx::zeros({n}, i64);
+  // Candidate output key of (offset k, sorted input q), or -1: [K, n].
+  tx::Tensor cand = batch_key.reshape({1, n}).expand({K, n}).contiguous();
+  tx::Tensor valid = tx::ones({K, n}, i64) > 0.0;
+  for (int d = 0; d < dims; ++d) {
+    const tx::Tensor idx = (tap_of[d].reshape({K, 1}).expand({K, n}) +
+                            cs.select(1, 1 + d).reshape({1, n}).expand({K, n}))
+                               .reshape({-1});
+    const tx::Tensor f = key_tab[d].index_select(0, idx).reshape({K, n});
+    valid = valid.logical_and(f >= 0.0);
+    cand = cand + f;
+  }
+  // Output sites: sorted unique keys, and their coordinates from a representative candidate.
+  tx::Tensor site_keys, site_coords;
+  {
+    tx::Tensor src_keys, src_k, src_q;  // the candidate keys the sites are made of
+    if (coarse) {  // floor(x / s) of every input: the extra tap of the tables
+      src_keys = batch_key;
+      for (int d = 0; d < dims; ++d)
+        src_keys = src_keys + key_tab[d].index_select(
+                                  0, cs.select(1, 1 + d) + p.kernel[d] * shape[d]);
+      src_k = tx::zeros({n}, i64);
+      src_q = tx::arange(n, i64);
+    } else {
+      const tx::Tensor hits = tx::nonzero(valid);  // sync: the candidate count
+      src_k = hits.select(1, 0);
+      src_q = hits.select(1, 1);
+      src_keys = cand.reshape({-1}).index_select(0, src_k * n + src_q);
+    }
+    const int64_t nc = src_keys.numel();
+    auto [sk, order] = tx::sort(src_keys, /*stable=*/true, 0, false);
+    tx::Tensor first = nc > 0 ? tx::ones({nc}, i64) > 0.0 : tx::zeros({0}, i64) > 0.0;
+    if (nc > 1)
+      first = tx::cat({tx::ones({1}, i64) > 0.0, sk.narrow(0, 1, nc - 1) != sk.narrow(0, 0, nc - 1)});
+    const tx::Tensor at = tx::nonzero(first).reshape({-1});  // sync: the site count
+    site_keys = sk.index_select(0, at);
+    const tx::Tensor rep = order.index_select(0, at);
+    const tx::Tensor rk = src_k.index_select(0, rep), rq = src_q.index_select(0, rep);
+    std::vector<tx::Tensor> cols{cs.select(1, 0).index_select(0, rq)};
+    for (int d = 0; d < dims; ++d) {
+      const tx::Tensor tap = coarse ? tx::zeros_like(rk) + p.kernel[d] * shape[d]
+                                    : tap_of[d].index_select(0, rk);
+      cols.push_back(coord_tab[d].index_select(0, tap + cs.select(1, 1 + d).index_select(0, rq)));
+    }
+    site_coords = tx::stack(cols, 1).to(tx::kInt);
+  }
+  const int64_t n_out = site_keys.numel();
+  // Pairs: candidates found among the sites, in (offset, sorted input) order.
+  tx::Tensor in_idx = tx::empty({0}, i32), out_idx = tx::empty({0}, i32);
+  tx::Tensor counts = tx::zeros({K}, i64);
+  if (n_out > 0 && n > 0) {
+    const tx::Tensor flat = cand.reshape({-1});
+    const tx::Tensor pos = tx::searchsorted(site_keys, flat);
+    const tx::Tensor padded = tx::cat({site_keys, site_keys.narrow(0, n_out - 1, 1)});
+    const tx::Tensor found =
+        valid.reshape({-1}).logical_and(padded.index_select(0, pos) == flat);
+    const tx::Tensor hits = tx::nonzero(found.reshape({K, n}));  // sync: the pair count
+    const tx::Tensor ks = hits.select(1, 0), qs = hits.select(1, 1);
+    in_idx = sites->perm.index_select(0, qs).to(tx::kInt);
+    out_idx = pos.index_select(0, ks * n + qs).to(tx::kInt);
+    counts = tx::bincount(ks, {}, K);
+  }
+  // sync: the per-offset counts and the sorted input keys (the fingerprint).
+  const tx::Tensor host = tx::cat({counts, sites->sorted}).cpu();
+  const int64_t* hw = host.const_data_ptr<int64_t>();
+  std::vector<int64_t> group_ptr(K + 1, 0);
+  for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + hw[k];
+  const int64_t m = group_ptr[K];
+  const uint64_t h = sites_hash(hw + K, n);
+  auto [out_ptr, out_pair] = row_index(out_idx, n_out);
+  auto [in_ptr, in_pair] = row_index(in_idx, n);
+  const tx::Tensor gp = tx::tensor(group_ptr, tx::kLong).to(dev);
+  const tx::Tensor pair_group =
+      tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
+  const tx::Tensor plan =
+      write_plan(kind, -1, K, m, n, n_out, h,
+                 {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group}, i64);
+  return std::make_tuple(plan, site_coords);
+}
+
+// SPARSEJIT_STRUCTURE_ATEN=1: the CPU conv_plan runs these device-generic builders too (the
+// CUDA path's logic, checked against the CPU core in CI).
+inline bool tensor_maps_forced() {
+  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
 }  // namespace sparsejit::point_conv_tensor
