@@ -161,6 +161,38 @@ def test_plan_is_one_tensor_with_the_common_header(kind):
                    for g in range(int(rel_ptr[rel]), int(rel_ptr[rel + 1])))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_device_generic_plan_builder_equals_the_counting_sorts(monkeypatch, kind, dtype):
+    """rgms_plan's tensor-op builder (what CUDA runs; SPARSEJIT_STRUCTURE_ATEN=1 routes the
+    CPU op through it) gives the counting sorts' plan word for word, header included."""
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=11)
+    cases = [(ei, et, n_src, n_dst, r), (ei[:, :0], et[:0], n_src, n_dst, r),
+             (ei[:, :1], et[:1], n_src, n_dst, r), (ei, et, n_src, n_dst, r + 3)]
+    for e_i, e_t, ns, nd, rr in cases:
+        args = (e_i.to(dtype), e_t.to(dtype), ns, nd, rr)
+        monkeypatch.delenv("SPARSEJIT_STRUCTURE_ATEN", raising=False)
+        want = torch.ops.sparsejit.rgms_plan(*args)
+        monkeypatch.setenv("SPARSEJIT_STRUCTURE_ATEN", "1")
+        got = torch.ops.sparsejit.rgms_plan(*args)
+        monkeypatch.delenv("SPARSEJIT_STRUCTURE_ATEN")
+        assert got.dtype == want.dtype and torch.equal(got, want), (kind, e_i.shape, rr)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda ei, et: et.__setitem__(3, 99), r"edge_type\[3\] = 99 is out of range"),
+    (lambda ei, et: ei.__setitem__((0, 2), -1), r"edge_index\[0, 2\] = -1"),
+    (lambda ei, et: ei.__setitem__((1, 5), 10 ** 6), r"edge_index\[1, 5\] = 1000000"),
+])
+def test_device_generic_plan_builder_names_bad_edges(monkeypatch, edit, match):
+    ei, et, n_src, n_dst, r = typed_graph("uniform", seed=12)
+    ei, et = ei.clone(), et.clone()
+    edit(ei, et)
+    monkeypatch.setenv("SPARSEJIT_STRUCTURE_ATEN", "1")
+    with pytest.raises(ValueError, match=match):
+        torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, r)
+
+
 def test_plan_header_rejects_foreign_or_changed_plans():
     ei, et, n, _, r = typed_graph("uniform", seed=3)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)

@@ -22,6 +22,7 @@
 #include <cstdlib>
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "csrc/dense/gemm.h"
@@ -59,6 +60,65 @@ void check_index_1d(const tx::Tensor& t, const char* op, const char* name) {
 
 // ---- plan -----------------------------------------------------------------------------
 
+// SPARSEJIT_STRUCTURE_ATEN=1: the CPU op runs the device-generic builder too.
+bool aten_builders_forced() {
+  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// The plan with tensor ops on the edges' own device, word for word build_plan's: a stable sort
+// by the key relation * num_dst + target (the CPU's two stable counting sorts: ties keep edge
+// order), groups where the key changes, rel_ptr by a search of each group's relation. nullopt
+// when an edge is out of range (the caller's CPU checks name it) or the key could overflow.
+// Host syncs: the validity flag, the group count, and the whole plan once for its
+// fingerprint (a serial hash, computed on the host; the header goes back in one small copy).
+std::optional<tx::Tensor> rgms_plan_tensor(const tx::Tensor& ei, const tx::Tensor& et,
+                                           int64_t num_src, int64_t num_dst, int64_t r) {
+  const int64_t e = ei.size(1);
+  // (the key's scalars cross the stable ABI as doubles: exact below 2^53)
+  if (num_dst > (int64_t{1} << 53) || e > (int64_t{1} << 53) ||
+      (num_dst > 0 && r > (int64_t{1} << 62) / num_dst))
+    return std::nullopt;
+  const auto i64 = ei.options();
+  const tx::Tensor s = ei.select(0, 0), d = ei.select(0, 1);
+  if (e > 0) {
+    const tx::Tensor bad = (et < 0) | (et >= r) | (s < 0) | (s >= num_src) | (d < 0) |
+                           (d >= num_dst);
+    if (bad.any().item<bool>()) return std::nullopt;  // sync: the validity flag
+  }
+  const tx::Tensor key = et * num_dst + d;
+  auto [sk, perm] = tx::sort(key, /*stable=*/true, 0, false);
+  tx::Tensor starts = tx::zeros({0}, i64);
+  if (e > 0) {
+    const tx::Tensor first =
+        e > 1 ? tx::cat({tx::ones({1}, i64) > 0, sk.narrow(0, 1, e - 1) != sk.narrow(0, 0, e - 1)})
+              : tx::ones({1}, i64) > 0;
+    starts = tx::nonzero(first).reshape({-1});  // sync: the group count
+  }
+  const int64_t g = starts.numel();
+  const tx::Tensor lead = perm.index_select(0, starts);  // first edge of each group
+  const tx::Tensor arrays[] = {
+      tx::searchsorted(et.index_select(0, lead), tx::arange(r + 1, i64)),         // rel_ptr
+      tx::cat({starts, tx::zeros({e + 1 - g}, i64) + e}),                          // grp_ptr
+      tx::cat({d.index_select(0, lead), tx::zeros({e - g}, i64)}),                 // grp_dst
+      s.index_select(0, perm),                                                     // src
+      perm};                                                                       // perm
+  tx::Tensor plan = tx::empty({rgms::plan_words(r, e)}, i64);
+  int64_t at[rgms::kNumArrays];
+  rgms::array_offsets(r, e, at);
+  for (int i = 0; i < rgms::kNumArrays; ++i)
+    plan.narrow(0, at[i], rgms::kArrays[i].length(r, e)).copy_(arrays[i]);
+  // sync: the words for the fingerprint (the CPU plan's own stamp_plan over them).
+  tx::Tensor host = plan.cpu();
+  int64_t* words = ptr<int64_t>(host);
+  std::fill(words, words + rgms::kFixedWords, int64_t{0});
+  plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0, /*param=*/r,
+                     rgms::stamp_plan(words, r, e, num_dst, num_src));
+  if (plan.device().is_cpu()) return host;
+  plan.narrow(0, 0, rgms::kFixedWords).copy_(host.narrow(0, 0, rgms::kFixedWords));
+  return plan;
+}
+
 tx::Tensor rgms_plan_cpu(
     const tx::Tensor& edge_index, const tx::Tensor& edge_type, int64_t num_src, int64_t num_dst,
     int64_t num_relations) {
@@ -86,6 +146,14 @@ tx::Tensor rgms_plan_cpu(
                   edge_type.device(), " but edge_index is on ", edge_index.device());
   auto ei = edge_index.to(tx::kLong).contiguous();
   auto et = edge_type.to(tx::kLong).contiguous();
+  if (!ei.device().is_cpu() || aten_builders_forced()) {
+    // The device-generic builder (what CUDA runs; on CPU tensors when forced, for tests).
+    auto plan = rgms_plan_tensor(ei, et, num_src, num_dst, num_relations);
+    if (plan.has_value()) return *plan;
+    // Bad input: the CPU checks below name the offending edge (a copy of the edges).
+    ei = ei.cpu();
+    et = et.cpu();
+  }
   const int64_t* s = ptr<int64_t>(ei);
   const int64_t* d = s + e;
   const auto ok = rgms::check_typed_edges(s, d, ptr<int64_t>(et), e, num_src, num_dst,
@@ -713,11 +781,11 @@ SJ_LIBRARY_IMPL(CPU, m) {
 
 #ifdef SPARSEJIT_WITH_CUDA
 // rgms / rgms_backward: the composite above (SpMM / SDDMM NVRTC kernels and cuBLAS);
-// segment_matmul: cuBLAS per segment (ptr read on the host). The plan is built on the CPU
-// (a counting sort, once per structure: the Python layers cache it) and copied to the device;
-// rgms_explain is a CPU cost-model report.
+// segment_matmul: cuBLAS per segment (ptr read on the host). rgms_plan builds the plan on the
+// device (rgms_plan_tensor: ATen's stable sort and searchsorted; bad edges are copied to the
+// CPU checks for the error); rgms_explain is a CPU cost-model report.
 SJ_LIBRARY_IMPL(CUDA, m) {
-  m.impl("rgms_plan", SJ_CUDA_FALLBACK(&rgms_plan_cpu));
+  m.impl("rgms_plan", SJ_KERNEL(&rgms_plan_cpu));  // device-generic: rgms_plan_tensor
   m.impl("rgms", SJ_KERNEL(&rgms_impl));
   m.impl("rgms_backward", SJ_KERNEL(&rgms_backward_impl));
   m.impl("rgms_explain", SJ_CUDA_FALLBACK(&rgms_explain_cpu));
