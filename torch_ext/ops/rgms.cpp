@@ -167,7 +167,8 @@ tx::Tensor rgms_plan_cpu(
   plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0,
                      /*param=*/num_relations,
                      rgms::stamp_plan(words, num_relations, e, num_dst, num_src));
-  return plan;
+  // (edges on another device reach here only when the builder declined: back to their device)
+  return edge_index.device().is_cpu() ? plan : plan.to(edge_index.device());
 }
 
 // ---- rgms -----------------------------------------------------------------------------
