@@ -2,7 +2,7 @@
 CUDA ``conv_plan`` runs, on CPU tensors: ``SPARSEJIT_STRUCTURE_ATEN=1`` routes the CPU op
 through them, and every plan and output-coordinate tensor must equal the CPU core's word for
 word (header, fingerprint, pairs and their order, row indexes), for submanifold, strided
-(spconv), coarse and transposed maps over 1 to 4 axes, odd kernels, dilation, padding, mixed
+(spconv), coarse, transposed and generalized (caller's output sites) maps over 1 to 4 axes, odd kernels, dilation, padding, mixed
 strides, empty, one-site, clustered and grid-edge inputs; invalid input still gets the core's
 errors."""
 
@@ -77,6 +77,52 @@ def test_tensor_maps_equal_the_core(monkeypatch, sites, geometry, dtype):
         if got[0].shape == want[0].shape else f"plan lengths {got[0].shape} != {want[0].shape}"
     assert got[1].dtype == want[1].dtype == torch.int32
     assert torch.equal(got[1], want[1])
+
+
+GENERALIZED = [  # (shape, kernel, stride, padding, dilation)
+    ([12, 12, 12], [3, 3, 3], [1, 1, 1], [1, 1, 1], [1, 1, 1]),
+    ([12, 12, 12], [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1]),
+    ([13, 11], [2, 3], [3, 1], [0, 2], [2, 1]),
+    ([9, 8, 7, 6], [3, 3, 3, 3], [2, 2, 2, 2], [1, 1, 1, 1], [1, 1, 1, 1]),
+]
+
+
+@pytest.mark.parametrize("sites", list(SITES))
+@pytest.mark.parametrize("outs", ["random", "shuffled", "one", "empty", "beyond"])
+@pytest.mark.parametrize("geometry", GENERALIZED, ids=lambda g: f"{len(g[0])}d-k{g[1]}-s{g[2]}")
+def test_generalized_tensor_maps_equal_the_core(monkeypatch, sites, outs, geometry):
+    """Output sites given by the caller (rows kept in their order, sites past the input grid,
+    empty, one): pairs searched among them, plan and output coordinates word for word."""
+    shape, kernel, stride, padding, dilation = geometry
+    coords = SITES[sites](shape)
+    out_shape = [max(1, (s + st - 1) // st) for s, st in zip(shape, stride)]
+    if outs == "beyond":
+        out_shape = [s + 3 for s in shape]
+    out = {"random": lambda: random_sites(60, out_shape, batch_size=3, seed=5),
+           "shuffled": lambda: random_sites(90, out_shape, batch_size=2, seed=6)[
+               torch.randperm(90, generator=torch.Generator().manual_seed(0))],
+           "one": lambda: random_sites(1, out_shape, batch_size=1, seed=7),
+           "empty": lambda: torch.zeros(0, len(shape) + 1, dtype=torch.int32),
+           "beyond": lambda: random_sites(70, out_shape, batch_size=3, seed=8)}[outs]()
+    if outs == "beyond":
+        out = out.long()  # both index dtypes
+    got, want = _both(monkeypatch, lambda: conv_plan(coords, shape, 3, "generalized", kernel,
+                                                     stride, padding, dilation, out))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    if out.numel():  # a new tensor, as the core returns, not the caller's
+        assert got[1].data_ptr() != out.data_ptr()
+
+
+@pytest.mark.parametrize("bad,match", [
+    (torch.tensor([[0, 1, 2, 3], [0, -1, 0, 0]]), r"out_coords.*coords\[1, 1\]"),
+    (torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]]), "duplicate"),
+    (torch.tensor([[0, 1, 2, 3], [7, 1, 2, 3]]), r"coords\[1, 0\]"),
+])
+def test_generalized_tensor_maps_leave_bad_output_sites_to_the_core(monkeypatch, bad, match):
+    coords = random_sites(30, [12, 12, 12], batch_size=2, seed=1)
+    monkeypatch.setenv(ENV, "1")
+    with pytest.raises(ValueError, match=match):
+        conv_plan(coords, [12, 12, 12], 2, "generalized", [3] * 3, [1] * 3, [1] * 3, [1] * 3, bad)
 
 
 def test_tensor_maps_on_a_scan_sized_input(monkeypatch):

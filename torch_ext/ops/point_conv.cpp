@@ -216,8 +216,9 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
     if (kind == kSubm) {
       r = point_conv_tensor::subm_plan(coords.contiguous(), shape, batch_size, p, margin,
                                        &point_conv_tensor::search_keys_with_tensor_ops);
-    } else if (kind != kGeneralized) {
-      r = point_conv_tensor::strided_plan(coords.contiguous(), shape, batch_size, kind, p, margin);
+    } else {
+      r = point_conv_tensor::strided_plan(coords.contiguous(), shape, batch_size, kind, p, margin,
+                                          out_coords);
     }
     if (r.has_value()) return *r;
   }

@@ -215,8 +215,8 @@ inline tx::Tensor search_keys_with_tensor_ops(const tx::Tensor& keys, const tx::
   return ((pos + 1) * hit - 1).to(tx::kInt).reshape({k, n});
 }
 
-// Strided, coarse and transposed maps (kinds spconv, coarse, transposed) with tensor ops, word
-// for word the CPU core's plan and output coordinates (csrc/point_conv/output_sites.cpp,
+// Strided, coarse, transposed and generalized maps with tensor ops, word for word the CPU
+// core's plan and output coordinates (csrc/point_conv/output_sites.cpp,
 // strided_map.cpp, kernel_map.cpp):
 //   tables  per axis d, host-built: for each kernel tap e and input coordinate x, the output
 //           coordinate it reaches (strided: o = (x - t) / s when s divides x - t; transposed:
@@ -225,35 +225,68 @@ inline tx::Tensor search_keys_with_tensor_ops(const tx::Tensor& keys, const tx::
 //   reach   for every (offset, sorted input) the candidate output key, from the tables by
 //           index_select ([K, n]; valid when every axis is);
 //   sites   spconv / transposed: the unique valid candidates (every reached site in the
-//           output grid, sorted = key order); coarse: the unique floor(x / s);
+//           output grid, sorted = key order); coarse: the unique floor(x / s); generalized:
+//           the caller's rows (checked as the CPU checks them, sorted by key to be searched);
 //   pairs   candidates found among the sites, in (offset, sorted input) order. For one offset
 //           the output coordinate grows with the input on every axis, so this is also the
 //           output order: the order of the CPU's input-driven strided merge and of its
 //           output-driven merge alike (and of the transposed map's swapped one);
 //   index   as subm_plan.
 // Host syncs: the validity flags, the candidate count (nonzero), the site count, the pair
-// count, and the per-offset counts with the sorted input keys (the fingerprint). nullopt
+// count, and the per-offset counts with the sorted input keys (the fingerprint); generalized:
+// the output sites' checks and extent, and their duplicate flag, instead of the two counts. nullopt
 // (the CPU builds it and raises its errors) for invalid input, an empty output grid, a kernel
 // wider than 64, tables over 2^24 entries, or keys needing all 64 bits.
 inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     const tx::Tensor& coords, const std::vector<int64_t>& shape, int64_t batch_size,
-    point_conv::Kind kind, const point_conv::ConvParams& p, int64_t margin) {
+    point_conv::Kind kind, const point_conv::ConvParams& p, int64_t margin,
+    const std::optional<tx::Tensor>& out_coords = std::nullopt) {
   const int dims = p.dims;
   const bool transposed = kind == point_conv::kTransposed, coarse = kind == point_conv::kCoarse;
+  const bool given = kind == point_conv::kGeneralized;
   std::vector<int64_t> out_shape(dims);
+  tx::Tensor oc;  // generalized: the caller's output sites, int64
+  if (given) {
+    // The output sites are the caller's rows (site id = row): checked like the CPU's
+    // coord_set (batch ids, non-negative int32 coordinates, no duplicates below); the grid
+    // is their extent, max + 1 per axis.
+    if (!out_coords.has_value() || out_coords->dim() != 2 || out_coords->size(1) != dims + 1 ||
+        !tx::isIntegralType(out_coords->scalar_type(), /*includeBool=*/false) ||
+        out_coords->device() != coords.device() || out_coords->size(0) > INT32_MAX)
+      return std::nullopt;
+    oc = out_coords->to(tx::kLong).contiguous();
+    const int64_t no = oc.size(0);
+    if (no > 0) {
+      const tx::Tensor b = oc.select(1, 0);
+      tx::Tensor bad = (b < 0) | (b >= batch_size);
+      std::vector<tx::Tensor> v;
+      for (int d = 0; d < dims; ++d) {
+        const tx::Tensor x = oc.select(1, 1 + d);
+        bad = bad | (x < 0) | (x > double(INT32_MAX));
+        v.push_back(x.max().reshape({1}));
+      }
+      v.insert(v.begin(), bad.any().to(tx::kLong).reshape({1}));
+      const tx::Tensor h = tx::cat(v).cpu();  // sync: the checks and the extent
+      const int64_t* hw = h.const_data_ptr<int64_t>();
+      if (hw[0] != 0) return std::nullopt;
+      for (int d = 0; d < dims; ++d) out_shape[d] = std::max<int64_t>(hw[1 + d] + 1, 1);
+    } else {
+      for (int d = 0; d < dims; ++d) out_shape[d] = 1;
+    }
+  }
   try {
     if (kind == point_conv::kSpconv) {
       out_shape = point_conv::spconv_output_shape(shape, p);
     } else if (transposed) {
       out_shape = point_conv::transposed_output_shape(shape, p);
-    } else {
+    } else if (coarse) {
       for (int d = 0; d < dims; ++d) out_shape[d] = (shape[d] + p.stride[d] - 1) / p.stride[d];
     }
   } catch (const std::invalid_argument&) {
     return std::nullopt;
   }
   for (int d = 0; d < dims; ++d)
-    if ((!coarse && p.kernel[d] > 64) || p.kernel[d] * shape[d] > (int64_t{1} << 24))
+    if ((!coarse && !given && p.kernel[d] > 64) || p.kernel[d] * shape[d] > (int64_t{1} << 24))
       return std::nullopt;
   auto sites = sort_sites(coords, shape, batch_size, dims, margin);
   if (!sites.has_value()) return std::nullopt;
@@ -326,9 +359,22 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     valid = valid.logical_and(f >= 0.0);
     cand = cand + f;
   }
-  // Output sites: sorted unique keys, and their coordinates from a representative candidate.
-  tx::Tensor site_keys, site_coords;
-  {
+  // Output sites: sorted unique keys, and their coordinates from a representative candidate
+  // (generalized: the caller's rows sorted by key, site_row[j] the row of sorted site j).
+  tx::Tensor site_keys, site_coords, site_row;
+  if (given) {
+    const int64_t no = oc.size(0);
+    tx::Tensor keys = olay.batch_bits > 0 ? oc.select(1, 0) * (int64_t{1} << olay.batch_shift)
+                                          : tx::zeros({no}, i64);
+    for (int d = 0; d < dims; ++d)
+      keys = keys + (oc.select(1, 1 + d) - olay.lo[d]) * (int64_t{1} << olay.shift[d]);
+    std::tie(site_keys, site_row) = tx::sort(keys, /*stable=*/true, 0, false);
+    if (no > 1 && (site_keys.narrow(0, 1, no - 1) == site_keys.narrow(0, 0, no - 1))
+                      .any()
+                      .item<bool>())
+      return std::nullopt;  // sync: duplicate output sites (the CPU names the rows)
+    site_coords = oc.to(tx::kInt).clone();
+  } else {
     tx::Tensor src_keys, src_k, src_q;  // the candidate keys the sites are made of
     if (coarse) {  // floor(x / s) of every input: the extra tap of the tables
       src_keys = batch_key;
@@ -373,7 +419,9 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     const tx::Tensor hits = tx::nonzero(found.reshape({K, n}));  // sync: the pair count
     const tx::Tensor ks = hits.select(1, 0), qs = hits.select(1, 1);
     in_idx = sites->perm.index_select(0, qs).to(tx::kInt);
-    out_idx = pos.index_select(0, ks * n + qs).to(tx::kInt);
+    out_idx = pos.index_select(0, ks * n + qs);
+    if (given) out_idx = site_row.index_select(0, out_idx);
+    out_idx = out_idx.to(tx::kInt);
     counts = tx::bincount(ks, {}, K);
   }
   // sync: the per-offset counts and the sorted input keys (the fingerprint).
