@@ -9,6 +9,7 @@ later (a fused activation) takes its default, or False for a bool without one.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -18,7 +19,7 @@ import sparsejit  # noqa: F401  (registers the ops)
 from .conv_refs import (PLAN_ARRAYS, WORD_K, WORD_NNZ, WORD_OP, WORD_PARAM, check_map,
                         close_nan, cloud, conv_ref, get_plan_array, plan_arrays, reference_map,
                         rows_of, same_pairs, set_plan_entry)
-from .refs import FLOATS, VIEWS, Case, Rand, close, expect_meta, view_as
+from .refs import FLOATS, VIEWS, Case, Rand, close, expect_meta, under_env, view_as
 
 KINDS = ("subm", "spconv", "coarse", "transposed", "generalized")
 
@@ -518,7 +519,29 @@ def conv_nonfinite_and_meta(r: Rand) -> Case:
                 names=(which, "device", "meta"))
 
 
+def conv_plan_device_generic(r: Rand) -> Case:
+    """conv_plan through the device-generic builders the CUDA op runs
+    (SPARSEJIT_STRUCTURE_ATEN=1): on a valid random cloud the plan and output sites must equal
+    the core's word for word; with the bad arguments of conv_plan_bad_args, an exception that
+    names the argument, never a crash."""
+    if r.coin():
+        base = conv_plan_bad_args(r)
+        return dataclasses.replace(base, call=under_env("SPARSEJIT_STRUCTURE_ATEN", "1", base.call),
+                                   why=base.why + " (device-generic builders)")
+    g = _geometry(r)
+    coords, out_coords = _problem(r, g)
+    want = _plan(coords, g, out_coords)
+
+    def check(got):
+        same = all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))
+        return None if same else "the device-generic builder's plan differs from the core's"
+    return Case("valid", under_env("SPARSEJIT_STRUCTURE_ATEN", "1",
+                                   lambda: _plan(coords, g, out_coords)), check,
+                "conv_plan through the device-generic builders",
+                dict(kind=g["kind"], dims=g["dims"], n=int(coords.shape[0])))
+
+
 CONV_CASES = [conv_valid, conv_valid, conv_backward_valid, conv_plan_bad_args,
               conv_plan_bad_args, conv_corrupt_plan, conv_corrupt_plan, conv_corrupt_plan,
               conv_identity_tampered, conv_bad_operands, conv_bad_operands,
-              conv_nonfinite_and_meta]
+              conv_nonfinite_and_meta, conv_plan_device_generic]

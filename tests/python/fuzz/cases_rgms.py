@@ -4,12 +4,14 @@ root terms and schedule arguments, and valid draws checked against float64 refer
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from sparsejit import _core
 from sparsejit.families.rgms.ops import plan_arrays
 
-from .refs import Case, Rand
+from .refs import Case, Rand, under_env
 
 RGMS_FLOATS = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -265,5 +267,27 @@ def segment_matmul_draws(r: Rand) -> Case:
                 f"segment_matmul {kind}", dict(kind=kind, n=n, k=k))
 
 
+def rgms_plan_device_generic(r: Rand) -> Case:
+    """rgms_plan through the device-generic builder the CUDA op runs
+    (SPARSEJIT_STRUCTURE_ATEN=1): equal to the counting sorts' plan on valid edges; the bad
+    edges of rgms_plan_bad_relations still raise."""
+    if r.coin():
+        base = rgms_plan_bad_relations(r)
+        return dataclasses.replace(base, call=under_env("SPARSEJIT_STRUCTURE_ATEN", "1", base.call),
+                                   why=base.why + " (device-generic builder)")
+    ei, et, n_src, n_dst, rel = _typed(r)
+    if r.coin():
+        ei, et = ei.int(), et.int()
+    want = torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel)
+
+    def check(got):
+        return None if torch.equal(got, want) else "the device-generic plan differs"
+    return Case("valid", under_env("SPARSEJIT_STRUCTURE_ATEN", "1",
+                                   lambda: torch.ops.sparsejit.rgms_plan(ei, et, n_src, n_dst, rel)),
+                check, "rgms_plan through the device-generic builder",
+                dict(e=int(et.numel()), relations=rel))
+
+
 RGMS_CASES = [rgms_valid, rgms_bad_plan_or_operands, rgms_bad_plan_or_operands,
-              rgms_plan_bad_relations, rgms_backward_draws, segment_matmul_draws]
+              rgms_plan_bad_relations, rgms_backward_draws, segment_matmul_draws,
+              rgms_plan_device_generic]

@@ -5,6 +5,7 @@ by keyword that adapt to the op's current schema."""
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -31,6 +32,22 @@ class Case:
     # When it raises: words of which the message must contain one (case-insensitive), i.e.
     # the offending argument's name(s). Empty: not checked.
     names: tuple = ()
+
+
+def under_env(name: str, value: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """fn run with the environment variable set (read by the C++ ops on every call), then
+    restored."""
+    def call():
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = old
+    return call
 
 
 class Rand:
