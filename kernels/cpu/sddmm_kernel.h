@@ -13,11 +13,18 @@
 // whatever width the target has, and generic and JIT results stay bit-identical (with
 // -ffp-contract=off on both).
 //
-// Only the standard library and sparsejit's Torch-free headers are included: the JIT
-// compiles this file with nothing else on the include path.
+// bfloat16 rows sum in another fixed order, AVX512-BF16's (dot_bf16_pairs below), so that a
+// build for a CPU with that extension (the JIT's -march=native) runs one vdpbf16ps per 32
+// element pairs and every other build emulates it: the same bits on normal-range values.
+//
+// Only the standard library, the compiler's intrinsics header and sparsejit's Torch-free
+// headers are included: the JIT compiles this file with nothing else on the include path.
 #pragma once
 
 #include <omp.h>
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -40,11 +47,75 @@ inline Lanes8<A> load8(const T* p) {
   return load_lanes<Lanes8<A>, A>(p);
 }
 
+// bfloat16 dot product in AVX512-BF16's order: per block of 64 elements, element f goes to
+// vector (f % 64) / 32 and lane (f % 32) / 2 of two 16-lane float accumulators; a lane adds its
+// odd element's product, then its even one's (a bfloat16 product is exact in float32; each
+// add rounds to nearest even); elements past F are zeros. Then the two vectors are added and
+// the 16 lanes folded pairwise (8, 4, 2, 1). With __AVX512BF16__ a block half is one
+// vdpbf16ps; elsewhere the halves of each 32-bit word are widened in place (odd: the word's
+// high half, masked; even: the low half, shifted). The instruction also treats subnormal
+// inputs and results as zero, which the emulation does not: only subnormals tell them apart.
+using Lanes16f = Vec<float, 64>;
+using Lanes16u = Vec<uint32_t, 64>;
+
+inline void bf16_pairs_step(Lanes16f& acc, const bf16* a, const bf16* b) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+  acc = reinterpret_cast<Lanes16f>(
+      _mm512_dpbf16_ps(reinterpret_cast<__m512>(acc), reinterpret_cast<__m512bh>(va),
+                       reinterpret_cast<__m512bh>(vb)));
+#else
+  Lanes16u wa, wb;
+  __builtin_memcpy(&wa, a, sizeof(wa));
+  __builtin_memcpy(&wb, b, sizeof(wb));
+  const Lanes16u hi = wa & 0xffff0000u, hj = wb & 0xffff0000u;
+  const Lanes16u lo = wa << 16, lj = wb << 16;
+  Lanes16f ao, bo, ae, be;
+  __builtin_memcpy(&ao, &hi, sizeof(ao));
+  __builtin_memcpy(&bo, &hj, sizeof(bo));
+  __builtin_memcpy(&ae, &lo, sizeof(ae));
+  __builtin_memcpy(&be, &lj, sizeof(be));
+  acc = (acc + ao * bo) + ae * be;
+#endif
+}
+
+template <int64_t kF>
+inline float dot_bf16_pairs(const bf16* __restrict q, const bf16* __restrict k, int64_t F_rt) {
+  const int64_t F = size_or<kF>(F_rt);
+  Lanes16f p[2] = {};
+  int64_t f0 = 0;
+#pragma GCC unroll 4
+  for (; f0 + 64 <= F; f0 += 64) {
+    bf16_pairs_step(p[0], q + f0, k + f0);
+    bf16_pairs_step(p[1], q + f0 + 32, k + f0 + 32);
+  }
+  for (int v = 0; v < 2; ++v) {  // the tail: zero-padded halves
+    const int64_t n = std::min<int64_t>(std::max<int64_t>(F - f0 - 32 * v, 0), 32);
+    if (n == 0) break;
+    bf16 qa[32], ka[32];
+    __builtin_memset(qa, 0, sizeof(qa));
+    __builtin_memset(ka, 0, sizeof(ka));
+    __builtin_memcpy(qa, q + f0 + 32 * v, n * sizeof(bf16));
+    __builtin_memcpy(ka, k + f0 + 32 * v, n * sizeof(bf16));
+    bf16_pairs_step(p[v], qa, ka);
+  }
+  typedef Vec<float, 32> V8;
+  typedef Vec<float, 16> V4;
+  typedef Vec<float, 8> V2;
+  const Lanes16f s16 = p[0] + p[1];
+  const V8 s8 = __builtin_shufflevector(s16, s16, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(s16, s16, 8, 9, 10, 11, 12, 13, 14, 15);
+  const V4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+  const V2 s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
+  return s2[0] + s2[1];
+}
+
 // <q[0:F], k[0:F]> in the fixed order described above, with explicit 8-lane vectors (the
 // scalar form of the same order was left unvectorized by GCC: 5-10x slower). Four vectors
 // give four independent add chains per dot product.
 template <int64_t kF, typename T>
 inline acc_t<T> dot_fixed_order(const T* __restrict q, const T* __restrict k, int64_t F_rt) {
+  if constexpr (std::is_same_v<T, bf16>) return dot_bf16_pairs<kF>(q, k, F_rt);
   using A = acc_t<T>;
   using V = Lanes8<A>;
   const int64_t F = size_or<kF>(F_rt);
