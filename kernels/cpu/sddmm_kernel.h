@@ -13,9 +13,10 @@
 // whatever width the target has, and generic and JIT results stay bit-identical (with
 // -ffp-contract=off on both).
 //
-// bfloat16 rows sum in another fixed order, AVX512-BF16's (dot_bf16_pairs below), so that a
-// build for a CPU with that extension (the JIT's -march=native) runs one vdpbf16ps per 32
-// element pairs and every other build emulates it: the same bits on normal-range values.
+// bfloat16 rows of 32 or more elements sum in another fixed order, AVX512-BF16's
+// (dot_bf16_pairs below), so that a build for a CPU with that extension (the JIT's
+// -march=native) runs one vdpbf16ps per 32 element pairs and every other build emulates it:
+// the same bits on normal-range values.
 //
 // Only the standard library, the compiler's intrinsics header and sparsejit's Torch-free
 // headers are included: the JIT compiles this file with nothing else on the include path.
@@ -50,24 +51,34 @@ inline Lanes8<A> load8(const T* p) {
 // bfloat16 dot product in AVX512-BF16's order: per block of 64 elements, element f goes to
 // vector (f % 64) / 32 and lane (f % 32) / 2 of two 16-lane float accumulators; a lane adds its
 // odd element's product, then its even one's (a bfloat16 product is exact in float32; each
-// add rounds to nearest even); elements past F are zeros. Then the two vectors are added and
-// the 16 lanes folded pairwise (8, 4, 2, 1). With __AVX512BF16__ a block half is one
+// add rounds to nearest even); elements past F are zeros (masked loads). Then the two vectors
+// are added and the 16 lanes folded pairwise (8, 4, 2, 1). With __AVX512BF16__ a block half is one
 // vdpbf16ps; elsewhere the halves of each 32-bit word are widened in place (odd: the word's
 // high half, masked; even: the low half, shifted). The instruction also treats subnormal
 // inputs and results as zero, which the emulation does not: only subnormals tell them apart.
 using Lanes16f = Vec<float, 64>;
 using Lanes16u = Vec<uint32_t, 64>;
 
-inline void bf16_pairs_step(Lanes16f& acc, const bf16* a, const bf16* b) {
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-  const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+// One block half: 32 element pairs, or the first n (< 32) of them with the rest as zeros.
+template <bool kFull>
+inline void bf16_pairs_step(Lanes16f& acc, const bf16* a, const bf16* b, int64_t n) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+  __m512i va, vb;
+  if constexpr (kFull) {
+    va = _mm512_loadu_si512(a);
+    vb = _mm512_loadu_si512(b);
+  } else {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << n) - 1);
+    va = _mm512_maskz_loadu_epi16(m, a);
+    vb = _mm512_maskz_loadu_epi16(m, b);
+  }
   acc = reinterpret_cast<Lanes16f>(
       _mm512_dpbf16_ps(reinterpret_cast<__m512>(acc), reinterpret_cast<__m512bh>(va),
                        reinterpret_cast<__m512bh>(vb)));
 #else
-  Lanes16u wa, wb;
-  __builtin_memcpy(&wa, a, sizeof(wa));
-  __builtin_memcpy(&wb, b, sizeof(wb));
+  Lanes16u wa = {}, wb = {};
+  __builtin_memcpy(&wa, a, (kFull ? 32 : n) * sizeof(bf16));
+  __builtin_memcpy(&wb, b, (kFull ? 32 : n) * sizeof(bf16));
   const Lanes16u hi = wa & 0xffff0000u, hj = wb & 0xffff0000u;
   const Lanes16u lo = wa << 16, lj = wb << 16;
   Lanes16f ao, bo, ae, be;
@@ -86,18 +97,15 @@ inline float dot_bf16_pairs(const bf16* __restrict q, const bf16* __restrict k, 
   int64_t f0 = 0;
 #pragma GCC unroll 4
   for (; f0 + 64 <= F; f0 += 64) {
-    bf16_pairs_step(p[0], q + f0, k + f0);
-    bf16_pairs_step(p[1], q + f0 + 32, k + f0 + 32);
+    bf16_pairs_step<true>(p[0], q + f0, k + f0, 32);
+    bf16_pairs_step<true>(p[1], q + f0 + 32, k + f0 + 32, 32);
   }
-  for (int v = 0; v < 2; ++v) {  // the tail: zero-padded halves
-    const int64_t n = std::min<int64_t>(std::max<int64_t>(F - f0 - 32 * v, 0), 32);
-    if (n == 0) break;
-    bf16 qa[32], ka[32];
-    __builtin_memset(qa, 0, sizeof(qa));
-    __builtin_memset(ka, 0, sizeof(ka));
-    __builtin_memcpy(qa, q + f0 + 32 * v, n * sizeof(bf16));
-    __builtin_memcpy(ka, k + f0 + 32 * v, n * sizeof(bf16));
-    bf16_pairs_step(p[v], qa, ka);
+  const int64_t rest = F - f0;  // < 64: zero-padded halves
+  if (rest >= 32) {
+    bf16_pairs_step<true>(p[0], q + f0, k + f0, 32);
+    if (rest > 32) bf16_pairs_step<false>(p[1], q + f0 + 32, k + f0 + 32, rest - 32);
+  } else if (rest > 0) {
+    bf16_pairs_step<false>(p[0], q + f0, k + f0, rest);
   }
   typedef Vec<float, 32> V8;
   typedef Vec<float, 16> V4;
@@ -115,7 +123,11 @@ inline float dot_bf16_pairs(const bf16* __restrict q, const bf16* __restrict k, 
 // give four independent add chains per dot product.
 template <int64_t kF, typename T>
 inline acc_t<T> dot_fixed_order(const T* __restrict q, const T* __restrict k, int64_t F_rt) {
-  if constexpr (std::is_same_v<T, bf16>) return dot_bf16_pairs<kF>(q, k, F_rt);
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Rows of 32 or more: AVX512-BF16's order; narrower rows keep the lane order below (a
+    // padded 32-pair step and the 16-lane fold cost more than they save there).
+    if (size_or<kF>(F_rt) >= 32) return dot_bf16_pairs<kF>(q, k, F_rt);
+  }
   using A = acc_t<T>;
   using V = Lanes8<A>;
   const int64_t F = size_or<kF>(F_rt);
