@@ -52,6 +52,14 @@ inline std::pair<tx::Tensor, tx::Tensor> row_index(const tx::Tensor& rows, int64
   return {ptr, order.to(tx::kInt)};
 }
 
+// The kernel tap e[d] in [0, kernel[d]) of offset k (the core's order: the last axis fastest).
+inline void offset_taps(const point_conv::ConvParams& p, int64_t k, int64_t* e) {
+  for (int d = p.dims - 1; d >= 0; --d) {
+    e[d] = k % p.kernel[d];
+    k /= p.kernel[d];
+  }
+}
+
 // The input sites packed into the CPU's keys (csrc/point_conv/coords.h: the grid layout with
 // the call's margin) and sorted; nullopt when the input must take the CPU path: coordinates
 // outside the grid or batch, duplicate sites (the CPU core's error names the rows), or keys
@@ -146,11 +154,8 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   const int64_t K = p.volume(), center = (K - 1) / 2;
   std::vector<int64_t> delta(center);
   for (int64_t k = 0; k < center; ++k) {
-    int64_t e[point_conv::kMaxDims], rem = k;
-    for (int d = dims - 1; d >= 0; --d) {
-      e[d] = rem % p.kernel[d];
-      rem /= p.kernel[d];
-    }
+    int64_t e[point_conv::kMaxDims];
+    offset_taps(p, k, e);
     for (int d = 0; d < dims; ++d)
       e[d] = e[d] * p.dilation[d] - p.dilation[d] * (p.kernel[d] - 1) / 2;
     delta[k] = static_cast<int64_t>(lay.offset(e));
@@ -333,17 +338,14 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     coord_tab[d] = tx::tensor(oc, tx::kLong).to(dev);
     key_tab[d] = tx::tensor(ok, tx::kLong).to(dev);
   }
-  for (int d = 0; d < dims; ++d) {
-    std::vector<int64_t> tap(K);
+  {
+    std::vector<std::vector<int64_t>> tap(dims, std::vector<int64_t>(K));
     for (int64_t k = 0; k < K; ++k) {
-      int64_t e[point_conv::kMaxDims], rem = k;
-      for (int dd = dims - 1; dd >= 0; --dd) {
-        e[dd] = rem % p.kernel[dd];
-        rem /= p.kernel[dd];
-      }
-      tap[k] = e[d] * shape[d];
+      int64_t e[point_conv::kMaxDims];
+      offset_taps(p, k, e);
+      for (int d = 0; d < dims; ++d) tap[d][k] = e[d] * shape[d];
     }
-    tap_of[d] = tx::tensor(tap, tx::kLong).to(dev);
+    for (int d = 0; d < dims; ++d) tap_of[d] = tx::tensor(tap[d], tx::kLong).to(dev);
   }
   const tx::Tensor batch_key =
       olay.batch_bits > 0 ? cs.select(1, 0) * (int64_t{1} << olay.batch_shift)
