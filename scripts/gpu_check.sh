@@ -105,10 +105,14 @@ step_build() {
   pybind_dir="$("$PYTHON" -m pybind11 --cmakedir 2>/dev/null || true)"
   local gen=()
   command -v ninja > /dev/null && gen=(-G Ninja)
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DSPARSEJIT_WITH_CUDA=ON -DSPARSEJIT_BUILD_TESTS=ON -DSPARSEJIT_BUILD_PYTHON=ON \
-    -DCMAKE_PREFIX_PATH="$prefix" ${pybind_dir:+-Dpybind11_DIR="$pybind_dir"} \
-    -DPython_EXECUTABLE="$(command -v "$PYTHON")" || return 1
+  configure() {
+    cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DSPARSEJIT_WITH_CUDA=ON -DSPARSEJIT_BUILD_TESTS="$1" -DSPARSEJIT_BUILD_PYTHON=ON \
+      -DCMAKE_PREFIX_PATH="$prefix" ${pybind_dir:+-Dpybind11_DIR="$pybind_dir"} \
+      -DPython_EXECUTABLE="$(command -v "$PYTHON")"
+  }
+  # Without GoogleTest (none installed, no .gtest/ carried) the rest still builds and runs.
+  configure ON || { echo "== configure with the C++ tests failed: again without them"; configure OFF; } || return 1
   cmake --build "$BUILD_DIR" -j "$JOBS" || return 1
   # The CUDA op implementations must be in the op library.
   "$PYTHON" -c 'import torch, sparsejit; assert torch._C._dispatch_has_kernel_for_dispatch_key("sparsejit::spmm", "CUDA"), "no CUDA kernel registered for sparsejit::spmm"; print("sparsejit CUDA ops registered")'
