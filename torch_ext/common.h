@@ -7,7 +7,9 @@
 
 #include "torch_ext/tensor_api.h"
 
+#include <cstdlib>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,39 @@ inline void check_transpose_args(const std::optional<tx::Tensor>& t_rowptr,
   SJ_CHECK_TYPE(t_perm->scalar_type() == tx::kInt || t_perm->scalar_type() == tx::kLong,
                    "sparsejit.", op, ": t_perm must be int32 or int64; got ",
                    t_perm->scalar_type());
+}
+
+// ---- Device-generic builders (ATen ops only: what CUDA tensors run) ------------------------
+// SPARSEJIT_STRUCTURE_ATEN=1: the CPU ops run these builders too (csr.cpp's structure ops,
+// conv_plan, rgms_plan), which is how tests compare them with the counting sorts and merges.
+inline bool structure_aten_forced() {
+  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// Of an ascending 1-D tensor: bool [n], true where a run of equal values starts.
+inline tx::Tensor run_starts(const tx::Tensor& sorted) {
+  const int64_t n = sorted.numel();
+  const auto b = sorted.options().dtype(tx::kLong);
+  if (n <= 1) return tx::ones({n}, b) > 0;
+  return tx::cat({tx::ones({1}, b) > 0, sorted.narrow(0, 1, n - 1) != sorted.narrow(0, 0, n - 1)});
+}
+
+// Of an ascending 1-D tensor: a 0-dim bool, whether two neighbours are equal.
+inline tx::Tensor has_duplicates(const tx::Tensor& sorted) {
+  const int64_t n = sorted.numel();
+  if (n <= 1) return tx::zeros({}, sorted.options().dtype(tx::kLong)) > 0;
+  return (sorted.narrow(0, 1, n - 1) == sorted.narrow(0, 0, n - 1)).any();
+}
+
+// Each query's position in a non-empty ascending 1-D tensor: (pos int64 in [0, n], hit bool:
+// sorted[pos] == query).
+inline std::pair<tx::Tensor, tx::Tensor> sorted_lookup(const tx::Tensor& sorted,
+                                                       const tx::Tensor& queries) {
+  const int64_t n = sorted.numel();
+  const tx::Tensor pos = tx::searchsorted(sorted, queries);
+  const tx::Tensor padded = tx::cat({sorted, sorted.narrow(0, n - 1, 1)});  // pos == n: a miss
+  return {pos, padded.index_select(0, pos) == queries};
 }
 
 }  // namespace sparsejit

@@ -14,7 +14,6 @@
 #include "torch_ext/tensor_api.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "csrc/core/csr.h"
 #include "torch_ext/common.h"
@@ -132,11 +131,6 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_cpu(
 // Host synchronisations: one read of a flag per call to raise a bad structure or edge (the
 // error must be raised by the op); the offending edge or message is read only on failure.
 
-bool aten_builders_forced() {
-  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
-
 // The CSR of the edge list (src[k] -> dst[k]) with rows = dst, in (target, source, edge) order,
 // as csr_from_edges: one stable sort of the key dst * n + src (two stable sorts when n * n
 // does not fit), rowptr by searching the sorted targets. src, dst: int64 [m], in range.
@@ -226,23 +220,23 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_aten(const tx::Tens
 
 // The CPU ops: the counting sorts, or the ATen builders when SPARSEJIT_STRUCTURE_ATEN is set.
 void validate_csr_op(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols) {
-  aten_builders_forced() ? validate_csr_aten(rowptr, col, num_cols)
+  structure_aten_forced() ? validate_csr_aten(rowptr, col, num_cols)
                          : validate_csr_cpu(rowptr, col, num_cols);
 }
 std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_op(const tx::Tensor& rowptr,
                                                                 const tx::Tensor& col,
                                                                 int64_t num_cols) {
-  return aten_builders_forced() ? csr_transpose_aten(rowptr, col, num_cols)
+  return structure_aten_forced() ? csr_transpose_aten(rowptr, col, num_cols)
                                 : csr_transpose_cpu(rowptr, col, num_cols);
 }
 std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_from_edge_index_op(
     const tx::Tensor& edge_index, int64_t num_nodes) {
-  return aten_builders_forced() ? csr_from_edge_index_aten(edge_index, num_nodes)
+  return structure_aten_forced() ? csr_from_edge_index_aten(edge_index, num_nodes)
                                 : csr_from_edge_index_cpu(edge_index, num_nodes);
 }
 std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_op(
     const tx::Tensor& edge_index, int64_t num_nodes, tx::ScalarType dtype) {
-  return aten_builders_forced() ? gcn_adjacency_aten(edge_index, num_nodes, dtype)
+  return structure_aten_forced() ? gcn_adjacency_aten(edge_index, num_nodes, dtype)
                                 : gcn_adjacency_cpu(edge_index, num_nodes, dtype);
 }
 

@@ -208,7 +208,7 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
   const std::vector<int64_t>& shape = geo.shape;
   const int64_t margin = geo.margin;
   const int64_t dims = static_cast<int64_t>(spatial_shape.size());
-  if (point_conv_tensor::tensor_maps_forced() && coords.dim() == 2 &&
+  if (structure_aten_forced() && coords.dim() == 2 &&
       tx::isIntegralType(coords.scalar_type(), /*includeBool=*/false)) {
     // The device-generic builders the CUDA op runs, on CPU tensors (tests compare them with
     // the core's plans); input they leave to the core (invalid, unsupported) falls through.

@@ -18,9 +18,7 @@
 #include "torch_ext/tensor_api.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
-#include <string>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -29,7 +27,9 @@
 #include "csrc/plan/plan_header.h"
 #include "csrc/point_conv/coords.h"
 #include "csrc/point_conv/kernel_map.h"
+#include "csrc/point_conv/merge_detail.h"
 #include "csrc/point_conv/plan_layout.h"
+#include "torch_ext/common.h"
 
 namespace sparsejit::point_conv_tensor {
 
@@ -50,14 +50,6 @@ inline std::pair<tx::Tensor, tx::Tensor> row_index(const tx::Tensor& rows, int64
   const tx::Tensor counts = tx::bincount(rows, {}, num_rows);
   const tx::Tensor ptr = tx::cat({tx::zeros({1}, counts.options()), counts.cumsum(0)});
   return {ptr, order.to(tx::kInt)};
-}
-
-// The kernel tap e[d] in [0, kernel[d]) of offset k (the core's order: the last axis fastest).
-inline void offset_taps(const point_conv::ConvParams& p, int64_t k, int64_t* e) {
-  for (int d = p.dims - 1; d >= 0; --d) {
-    e[d] = k % p.kernel[d];
-    k /= p.kernel[d];
-  }
 }
 
 // The input sites packed into the CPU's keys (csrc/point_conv/coords.h: the grid layout with
@@ -100,9 +92,8 @@ inline std::optional<SortedSites> sort_sites(const tx::Tensor& coords,
   }
   std::tie(s.sorted, s.perm) = tx::sort(keys, /*stable=*/true, 0, false);
   const tx::Tensor& sorted = s.sorted;
-  const tx::Tensor dup = n > 1 ? (sorted.narrow(0, 1, n - 1) == sorted.narrow(0, 0, n - 1)).any()
-                               : tx::zeros({}, bad.options());
-  const tx::Tensor flags = tx::stack({n > 0 ? bad.any() : tx::zeros({}, bad.options()), dup});
+  const tx::Tensor flags =
+      tx::stack({n > 0 ? bad.any() : tx::zeros({}, bad.options()), has_duplicates(sorted)});
   if (flags.any().item<bool>()) return std::nullopt;  // sync: invalid input -> CPU errors
   return s;
 }
@@ -114,11 +105,20 @@ inline uint64_t sites_hash(const int64_t* sorted_keys, int64_t n) {
   return h;
 }
 
-// The plan tensor from its arrays (plan_layout.h order), the header written as the CPU does.
-inline tx::Tensor write_plan(point_conv::Kind kind, int64_t identity, int64_t K, int64_t m,
-                             int64_t n_in, int64_t n_out, uint64_t hash,
-                             const std::vector<tx::Tensor>& src, const tx::TensorOptions& i64) {
+// The plan tensor from its pairs (in_idx / out_idx int32 [M], grouped by offset as group_ptr
+// says), the header written as the CPU does; the row indexes and pair_group follow from them.
+inline tx::Tensor write_plan(point_conv::Kind kind, int64_t identity,
+                             const std::vector<int64_t>& group_ptr, int64_t n_in, int64_t n_out,
+                             uint64_t hash, const tx::Tensor& in_idx, const tx::Tensor& out_idx) {
   using point_conv::kArrays;
+  const int64_t K = static_cast<int64_t>(group_ptr.size()) - 1, m = group_ptr[K];
+  const auto i64 = in_idx.options().dtype(tx::kLong);
+  const tx::Tensor gp = tx::tensor(group_ptr, tx::kLong).to(in_idx.device());
+  auto [out_ptr, out_pair] = row_index(out_idx, n_out);
+  auto [in_ptr, in_pair] = row_index(in_idx, n_in);
+  const tx::Tensor pair_group =
+      tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
+  const tx::Tensor src[] = {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group};
   tx::Tensor plan = tx::zeros({point_conv::plan_words(K, m, n_in, n_out)}, i64);
   std::vector<int64_t> head(point_conv::kFixedWords, 0);
   plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(hash >> 1)};
@@ -155,7 +155,7 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   std::vector<int64_t> delta(center);
   for (int64_t k = 0; k < center; ++k) {
     int64_t e[point_conv::kMaxDims];
-    offset_taps(p, k, e);
+    point_conv::detail::offset_vector(p, k, e);
     for (int d = 0; d < dims; ++d)
       e[d] = e[d] * p.dilation[d] - p.dilation[d] * (p.kernel[d] - 1) / 2;
     delta[k] = static_cast<int64_t>(lay.offset(e));
@@ -181,7 +181,6 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   for (int64_t k = 0; k < center; ++k) count[k] = count[K - 1 - k] = hw[k];
   count[center] = n;
   for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + count[k];
-  const int64_t m = group_ptr[K];
   const uint64_t h = sites_hash(hw + center, n);
 
   std::vector<tx::Tensor> ins{in_lo}, outs{out_lo};
@@ -193,17 +192,8 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
     ins.push_back(out_lo.narrow(0, group_ptr[src], count[src]));
     outs.push_back(in_lo.narrow(0, group_ptr[src], count[src]));
   }
-  const tx::Tensor in_idx = tx::cat(ins), out_idx = tx::cat(outs);
-  auto [out_ptr, out_pair] = row_index(out_idx, n);
-  auto [in_ptr, in_pair] = row_index(in_idx, n);
-  const tx::Tensor gp = tx::tensor(group_ptr, tx::kLong).to(c.device());
-  const tx::Tensor pair_group =
-      tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
-
-  const tx::Tensor plan = write_plan(point_conv::kSubm, center, K, m, n, n, h,
-                                     {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair,
-                                      pair_group},
-                                     i64);
+  const tx::Tensor plan = write_plan(point_conv::kSubm, center, group_ptr, n, n, h,
+                                     tx::cat(ins), tx::cat(outs));
   return std::make_tuple(plan, coords.to(tx::kInt).clone());
 }
 
@@ -214,10 +204,8 @@ inline tx::Tensor search_keys_with_tensor_ops(const tx::Tensor& keys, const tx::
   const int64_t n = keys.numel();  // > 0 (subm_plan's caller)
   const tx::Tensor target =
       (delta.reshape({k, 1}).expand({k, n}) + keys.reshape({1, n}).expand({k, n})).reshape({-1});
-  const tx::Tensor pos = tx::searchsorted(keys, target);  // in [0, n]
-  const tx::Tensor padded = tx::cat({keys, keys.narrow(0, n - 1, 1)});  // pos == n: no match
-  const tx::Tensor hit = (padded.index_select(0, pos) == target).to(tx::kLong);
-  return ((pos + 1) * hit - 1).to(tx::kInt).reshape({k, n});
+  const auto [pos, hit] = sorted_lookup(keys, target);
+  return ((pos + 1) * hit.to(tx::kLong) - 1).to(tx::kInt).reshape({k, n});
 }
 
 // Strided, coarse, transposed and generalized maps with tensor ops, word for word the CPU
@@ -342,7 +330,7 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     std::vector<std::vector<int64_t>> tap(dims, std::vector<int64_t>(K));
     for (int64_t k = 0; k < K; ++k) {
       int64_t e[point_conv::kMaxDims];
-      offset_taps(p, k, e);
+      point_conv::detail::offset_vector(p, k, e);
       for (int d = 0; d < dims; ++d) tap[d][k] = e[d] * shape[d];
     }
     for (int d = 0; d < dims; ++d) tap_of[d] = tx::tensor(tap[d], tx::kLong).to(dev);
@@ -351,14 +339,13 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
       olay.batch_bits > 0 ? cs.select(1, 0) * (int64_t{1} << olay.batch_shift)
                           : tx::zeros({n}, i64);
   // Candidate output key of (offset k, sorted input q), or -1: [K, n].
-  tx::Tensor cand = batch_key.reshape({1, n}).expand({K, n}).contiguous();
-  tx::Tensor valid = tx::ones({K, n}, i64) > 0.0;
+  tx::Tensor cand = batch_key.reshape({1, n}).expand({K, n}).contiguous(), valid;
   for (int d = 0; d < dims; ++d) {
     const tx::Tensor idx = (tap_of[d].reshape({K, 1}).expand({K, n}) +
                             cs.select(1, 1 + d).reshape({1, n}).expand({K, n}))
                                .reshape({-1});
     const tx::Tensor f = key_tab[d].index_select(0, idx).reshape({K, n});
-    valid = valid.logical_and(f >= 0.0);
+    valid = d == 0 ? f >= 0.0 : valid.logical_and(f >= 0.0);
     cand = cand + f;
   }
   // Output sites: sorted unique keys, and their coordinates from a representative candidate
@@ -371,11 +358,9 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
     for (int d = 0; d < dims; ++d)
       keys = keys + (oc.select(1, 1 + d) - olay.lo[d]) * (int64_t{1} << olay.shift[d]);
     std::tie(site_keys, site_row) = tx::sort(keys, /*stable=*/true, 0, false);
-    if (no > 1 && (site_keys.narrow(0, 1, no - 1) == site_keys.narrow(0, 0, no - 1))
-                      .any()
-                      .item<bool>())
+    if (has_duplicates(site_keys).item<bool>())
       return std::nullopt;  // sync: duplicate output sites (the CPU names the rows)
-    site_coords = oc.to(tx::kInt).clone();
+    site_coords = oc.to(tx::kInt);  // a new tensor (oc is int64), not the caller's
   } else {
     tx::Tensor src_keys, src_k, src_q;  // the candidate keys the sites are made of
     if (coarse) {  // floor(x / s) of every input: the extra tap of the tables
@@ -391,12 +376,8 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
       src_q = hits.select(1, 1);
       src_keys = cand.reshape({-1}).index_select(0, src_k * n + src_q);
     }
-    const int64_t nc = src_keys.numel();
     auto [sk, order] = tx::sort(src_keys, /*stable=*/true, 0, false);
-    tx::Tensor first = nc > 0 ? tx::ones({nc}, i64) > 0.0 : tx::zeros({0}, i64) > 0.0;
-    if (nc > 1)
-      first = tx::cat({tx::ones({1}, i64) > 0.0, sk.narrow(0, 1, nc - 1) != sk.narrow(0, 0, nc - 1)});
-    const tx::Tensor at = tx::nonzero(first).reshape({-1});  // sync: the site count
+    const tx::Tensor at = tx::nonzero(run_starts(sk)).reshape({-1});  // sync: the site count
     site_keys = sk.index_select(0, at);
     const tx::Tensor rep = order.index_select(0, at);
     const tx::Tensor rk = src_k.index_select(0, rep), rq = src_q.index_select(0, rep);
@@ -413,11 +394,8 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
   tx::Tensor in_idx = tx::empty({0}, i32), out_idx = tx::empty({0}, i32);
   tx::Tensor counts = tx::zeros({K}, i64);
   if (n_out > 0 && n > 0) {
-    const tx::Tensor flat = cand.reshape({-1});
-    const tx::Tensor pos = tx::searchsorted(site_keys, flat);
-    const tx::Tensor padded = tx::cat({site_keys, site_keys.narrow(0, n_out - 1, 1)});
-    const tx::Tensor found =
-        valid.reshape({-1}).logical_and(padded.index_select(0, pos) == flat);
+    const auto [pos, hit] = sorted_lookup(site_keys, cand.reshape({-1}));
+    const tx::Tensor found = valid.reshape({-1}).logical_and(hit);
     const tx::Tensor hits = tx::nonzero(found.reshape({K, n}));  // sync: the pair count
     const tx::Tensor ks = hits.select(1, 0), qs = hits.select(1, 1);
     in_idx = sites->perm.index_select(0, qs).to(tx::kInt);
@@ -431,24 +409,9 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
   const int64_t* hw = host.const_data_ptr<int64_t>();
   std::vector<int64_t> group_ptr(K + 1, 0);
   for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + hw[k];
-  const int64_t m = group_ptr[K];
   const uint64_t h = sites_hash(hw + K, n);
-  auto [out_ptr, out_pair] = row_index(out_idx, n_out);
-  auto [in_ptr, in_pair] = row_index(in_idx, n);
-  const tx::Tensor gp = tx::tensor(group_ptr, tx::kLong).to(dev);
-  const tx::Tensor pair_group =
-      tx::searchsorted(gp.narrow(0, 1, K), tx::arange(m, i64), /*out_int32=*/true, /*right=*/true);
-  const tx::Tensor plan =
-      write_plan(kind, -1, K, m, n, n_out, h,
-                 {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group}, i64);
-  return std::make_tuple(plan, site_coords);
-}
-
-// SPARSEJIT_STRUCTURE_ATEN=1: the CPU conv_plan runs these device-generic builders too (the
-// CUDA path's logic, checked against the CPU core in CI).
-inline bool tensor_maps_forced() {
-  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
+  return std::make_tuple(write_plan(kind, -1, group_ptr, n, n_out, h, in_idx, out_idx),
+                         site_coords);
 }
 
 }  // namespace sparsejit::point_conv_tensor

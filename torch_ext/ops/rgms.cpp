@@ -60,12 +60,6 @@ void check_index_1d(const tx::Tensor& t, const char* op, const char* name) {
 
 // ---- plan -----------------------------------------------------------------------------
 
-// SPARSEJIT_STRUCTURE_ATEN=1: the CPU op runs the device-generic builder too.
-bool aten_builders_forced() {
-  const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
 // The plan with tensor ops on the edges' own device, word for word build_plan's: a stable sort
 // by the key relation * num_dst + target (the CPU's two stable counting sorts: ties keep edge
 // order), groups where the key changes, rel_ptr by a search of each group's relation. nullopt
@@ -88,13 +82,7 @@ std::optional<tx::Tensor> rgms_plan_tensor(const tx::Tensor& ei, const tx::Tenso
   }
   const tx::Tensor key = et * num_dst + d;
   auto [sk, perm] = tx::sort(key, /*stable=*/true, 0, false);
-  tx::Tensor starts = tx::zeros({0}, i64);
-  if (e > 0) {
-    const tx::Tensor first =
-        e > 1 ? tx::cat({tx::ones({1}, i64) > 0, sk.narrow(0, 1, e - 1) != sk.narrow(0, 0, e - 1)})
-              : tx::ones({1}, i64) > 0;
-    starts = tx::nonzero(first).reshape({-1});  // sync: the group count
-  }
+  const tx::Tensor starts = tx::nonzero(run_starts(sk)).reshape({-1});  // sync: the group count
   const int64_t g = starts.numel();
   const tx::Tensor lead = perm.index_select(0, starts);  // first edge of each group
   const tx::Tensor arrays[] = {
@@ -146,7 +134,7 @@ tx::Tensor rgms_plan_cpu(
                   edge_type.device(), " but edge_index is on ", edge_index.device());
   auto ei = edge_index.to(tx::kLong).contiguous();
   auto et = edge_type.to(tx::kLong).contiguous();
-  if (!ei.device().is_cpu() || aten_builders_forced()) {
+  if (!ei.device().is_cpu() || structure_aten_forced()) {
     // The device-generic builder (what CUDA runs; on CPU tensors when forced, for tests).
     auto plan = rgms_plan_tensor(ei, et, num_src, num_dst, num_relations);
     if (plan.has_value()) return *plan;
