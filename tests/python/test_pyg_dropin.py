@@ -287,3 +287,91 @@ def test_gat_dropout_trains_and_eval_is_deterministic():
     assert not torch.allclose(a, b)
     layer.eval()
     torch.testing.assert_close(layer(x, ei), layer(x, ei))
+
+
+# ---- sampled mini-batches: the empty tail of rows -------------------------------------------
+
+def minibatch_graph(n, occupied, e, seed, n_dst=None):
+    """A sampled subgraph's shape: edges only into the first `occupied` targets (the seeds
+    and earlier hops, relabelled first), sources anywhere; duplicates and self-loops kept."""
+    g = torch.Generator().manual_seed(seed)
+    n_dst = n if n_dst is None else n_dst
+    if occupied == 0:
+        return torch.zeros(2, 0, dtype=torch.long)
+    src = torch.randint(0, n, (e,), generator=g)
+    # Skewed: half the edges into target 0 (a hub), the rest uniform over the occupied rows.
+    dst = torch.where(torch.rand(e, generator=g) < 0.5, 0,
+                      torch.randint(0, occupied, (e,), generator=g))
+    dst[-1] = occupied - 1  # the last occupied row holds an edge
+    ei = torch.stack([src, dst])
+    return torch.cat([ei, ei[:, :3], torch.tensor([[0], [0]])], 1)
+
+
+TAIL_LAYERS = {
+    "sage_mean": lambda m: m.SAGEConv(FIN, 5),
+    "sage_mean_wide": lambda m: m.SAGEConv(FIN, 12),
+    "sage_sum_norm": lambda m: m.SAGEConv(FIN, 6, aggr="sum", normalize=True),
+    "sage_max_project": lambda m: m.SAGEConv(FIN, 5, aggr="max", project=True),
+    "sage_min_noroot": lambda m: m.SAGEConv(FIN, 5, aggr="min", root_weight=False),
+    "sage_noroot_nobias": lambda m: m.SAGEConv(FIN, 5, root_weight=False, bias=False),
+    "graphconv_add": lambda m: m.GraphConv(FIN, 5),
+    "graphconv_mean_wide": lambda m: m.GraphConv(FIN, 12, aggr="mean"),
+    "graphconv_max": lambda m: m.GraphConv(FIN, 5, aggr="max"),
+}
+
+
+@pytest.fixture
+def tail_calls(monkeypatch):
+    """Counts the calls of the empty-tail path (so a test knows it ran)."""
+    from sparsejit.families.spmm import layers
+
+    calls = []
+    real = layers.aggregate_rows
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layers, "aggregate_rows", counted)
+    return calls
+
+
+@pytest.mark.parametrize("order", ["aggregate_first", "transform_first"])
+@pytest.mark.parametrize("occupied", [0, 1, 9, 30])
+@pytest.mark.parametrize("name", sorted(TAIL_LAYERS))
+def test_minibatch_empty_tail_matches_pyg(name, occupied, order, tail_calls, monkeypatch):
+    """Rows past the last occupied one are skipped by the aggregation and lin (their output
+    is the bias plus the root term): outputs and every gradient still equal PyG's, with the
+    Linear before or after the aggregation; a tail under a quarter of the rows takes the
+    ordinary path."""
+    from sparsejit.families.spmm import layers
+
+    # No gather cost: aggregating first always wins; a huge one: transforming first wins
+    # wherever the Linear narrows the rows (sum and mean only).
+    monkeypatch.setattr(layers, "_GATHER_MADDS", 0 if order == "aggregate_first" else 10**6)
+    x = torch.randn(N, FIN)
+    ei = minibatch_graph(N, occupied, 3 * max(occupied, 1), seed=occupied + len(name))
+    kwargs = {}
+    if name.startswith("graphconv") and occupied:
+        kwargs["edge_weight"] = torch.rand(ei.shape[1]) + 0.1
+    check(TAIL_LAYERS[name], x, ei, kwargs_ref=kwargs)
+    assert tail_calls == ([occupied] if occupied <= 0.75 * N else [])
+
+
+def test_minibatch_empty_tail_bipartite_and_repeat(tail_calls):
+    """Bipartite inputs (x_src, x_dst) with an empty tail of targets; the same graph again
+    reuses the cached leading-rows matrix (and its plans)."""
+    ei = minibatch_graph(N, 6, 40, seed=21, n_dst=25)
+    check(lambda m: m.SAGEConv((FIN, 6), 5), (torch.randn(N, FIN), torch.randn(25, 6)), ei)
+    check(lambda m: m.GraphConv((FIN, 6), 7, aggr="mean"),
+          (torch.randn(N, FIN), torch.randn(25, 6)), ei)
+    assert tail_calls == [6, 6]
+    A = sj.SparseMatrix.from_edge_index(minibatch_graph(N, 6, 40, seed=21), N)
+    assert A.occupied_rows() == 6
+    sub = A.leading_rows(6)
+    assert sub.shape == (6, N) and sub.nnz == A.nnz and A.leading_rows(6)._s is sub._s
+    assert A.leading_rows(N) is A
+    with pytest.raises(ValueError, match="leading_rows: m"):
+        A.leading_rows(5)
+    empty = sj.SparseMatrix.from_edge_index(torch.zeros(2, 0, dtype=torch.long), 7)
+    assert empty.occupied_rows() == 0 and empty.leading_rows(0).shape == (0, 7)

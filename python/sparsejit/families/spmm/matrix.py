@@ -195,6 +195,44 @@ class SparseMatrix:
                 self._s.transpose = t
         return t
 
+    def occupied_rows(self) -> int:
+        """The number of leading rows that can hold entries: every row from here on is empty.
+
+        A sampled mini-batch relabelled seeds first (PyG's NeighborLoader layout) has its
+        last hop's nodes at the end with no in-edges, so this is often a small share of the
+        rows. Cached on the structure (not while torch.compile traces: it reads a value)."""
+        m = self._s.extra.get("occupied_rows")
+        if m is None:
+            nnz = self.indices.numel()
+            # indptr is non-decreasing: the first row whose start is nnz begins the empty tail.
+            m = int(torch.searchsorted(self.indptr, torch.tensor(
+                [nnz], dtype=self.indptr.dtype, device=self.indptr.device)).item())
+            m = min(m, self.shape[0])
+            if not torch.compiler.is_compiling():
+                self._s.extra["occupied_rows"] = m
+        return m
+
+    def leading_rows(self, m: int) -> "SparseMatrix":
+        """The first `m` rows as a ``[m, cols]`` matrix (`m` at least :meth:`occupied_rows`,
+        so no entry is dropped). Shares indices, values and the transpose's arrays (the
+        entries are the same); cached per m on the structure with its own plans."""
+        if not self.occupied_rows() <= m <= self.shape[0]:
+            raise ValueError(f"leading_rows: m must lie in [{self.occupied_rows()}, "
+                             f"{self.shape[0]}] (rows holding entries, rows); got {m}")
+        if m == self.shape[0]:
+            return self
+        subs = self._s.extra.setdefault("leading_rows", {})
+        st = subs.get(m)
+        if st is None:
+            st = _Structure(self.indptr[: m + 1], self.indices, (m, self.shape[1]))
+            st.transpose = self._s.transpose
+            st.extra["occupied_rows"] = self.occupied_rows()
+            st.extra["has_tuned"] = self._s.extra.get("has_tuned", True)
+            subs[m] = st
+        if st.transpose is None and self._s.transpose is not None:
+            st.transpose = self._s.transpose
+        return SparseMatrix(st, self.values)
+
     def t(self) -> "SparseMatrix":
         """The transpose, with values permuted to match."""
         trp, tcol, tperm = self.transpose_arrays()
