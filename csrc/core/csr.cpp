@@ -96,7 +96,9 @@ int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr,
     perm[q] = k;
     col[q] = src_of(k);
   }
-#pragma omp parallel for schedule(dynamic, 2048) if (m > 200000)
+  // Sorting the rows is most of the work for sampled subgraphs (rows of 10-25 sources in
+  // random order): worth a parallel region from a few tens of thousands of entries.
+#pragma omp parallel for schedule(dynamic, 1024) if (m > 16384)
   for (int64_t v = 0; v < n; ++v) {
     const int64_t lo = rowptr[v], len = rowptr[v + 1] - lo;
     int64_t* c = col + lo;
@@ -134,8 +136,11 @@ int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_
                    n, rowptr, col, perm);
 }
 
-int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
-                      int64_t* rowptr, int64_t* col, int64_t* perm, double* values) {
+namespace {
+
+template <typename V>
+int64_t gcn_adjacency_impl(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                           int64_t* rowptr, int64_t* col, int64_t* perm, V* values) {
   // The list: the e edges, then the loops (v, v) as edges e + v.
   auto src_of = [src, e](int64_t k) { return k < e ? src[k] : k - e; };
   auto dst_of = [dst, e](int64_t k) { return k < e ? dst[k] : k - e; };
@@ -146,13 +151,27 @@ int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t
   for (int64_t k = 0; k < e; ++k)
     if (src[k] != dst[k]) dinv[dst[k]] += 1.0;
   for (int64_t v = 0; v < n; ++v) dinv[v] = 1.0 / std::sqrt(dinv[v]);
+  // Products in double, rounded once to V (as computing in double and converting would).
+#pragma omp parallel for schedule(dynamic, 2048) if (e + n > 16384)
   for (int64_t v = 0; v < n; ++v) {
     for (int64_t q = rowptr[v]; q < rowptr[v + 1]; ++q) {
       const bool old_loop = perm[q] < e && col[q] == v;
-      values[q] = old_loop ? 0.0 : dinv[v] * dinv[col[q]];
+      values[q] = static_cast<V>(old_loop ? 0.0 : dinv[v] * dinv[col[q]]);
     }
   }
   return -1;
+}
+
+}  // namespace
+
+int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                      int64_t* rowptr, int64_t* col, int64_t* perm, double* values) {
+  return gcn_adjacency_impl(src, dst, e, n, rowptr, col, perm, values);
+}
+
+int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                      int64_t* rowptr, int64_t* col, int64_t* perm, float* values) {
+  return gcn_adjacency_impl(src, dst, e, n, rowptr, col, perm, values);
 }
 
 template <typename I>

@@ -41,10 +41,13 @@ int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_
 // gcn_norm builds it: the structure is csr_from_edges of the e edges followed by one loop
 // (v, v) per node (perm indexes that list: loops are e + v); an existing self-loop stays an
 // entry of value 0 and every node gets an added loop of weight 1, so d_v = 1 + the number of
-// v's incoming edges that are not self-loops; values[q] = d_row^-1/2 d_col^-1/2 (float64).
+// v's incoming edges that are not self-loops; values[q] = d_row^-1/2 d_col^-1/2, computed
+// in float64 (the float32 overload rounds each value once, to the same bits as converting).
 // rowptr[n + 1], col / perm / values[e + n]. Returns -1 or the first bad edge.
 int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
                       int64_t* rowptr, int64_t* col, int64_t* perm, double* values);
+int64_t gcn_adjacency(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
+                      int64_t* rowptr, int64_t* col, int64_t* perm, float* values);
 
 // Per-structure inspector statistics used by planners and shown to users.
 struct RowStats {

@@ -426,6 +426,24 @@ def test_gcn_adjacency_matches_pyg_formula(n, e, loops, dtype):
     torch.testing.assert_close(vals.double(), ref_vals, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("n,e", [(300, 40000), (50000, 70000)])
+def test_gcn_adjacency_dtypes_round_the_float64_values_once(n, e):
+    """float32 is written directly and bfloat16 converted from float64: both equal the
+    float64 result rounded once, bit for bit; large enough for the parallel row sort (a hub
+    row holding a third of the edges, like a sampled subgraph's seeds) and values pass."""
+    g = torch.Generator().manual_seed(e)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei[1, : e // 3] = 7
+    ei[1, e // 3: e // 2] = ei[0, e // 3: e // 2]
+    rp64, col64, perm64, v64 = ops.gcn_adjacency(ei, n, torch.float64)
+    for dtype in (torch.float32, torch.bfloat16):
+        rp, col, perm, v = ops.gcn_adjacency(ei, n, dtype)
+        assert torch.equal(rp, rp64) and torch.equal(col, col64) and torch.equal(perm, perm64)
+        assert v.dtype == dtype and torch.equal(v, v64.to(dtype))
+    ref = torch.argsort(ei[1] * n + ei[0], stable=True)
+    assert torch.equal(perm64[perm64 < e], ref)
+
+
 def test_gcn_adjacency_matches_the_layer_path_with_unit_weights():
     """The layer's general path (weights given, all 1) builds the same matrix."""
     from sparsejit.families.spmm import graph as G

@@ -118,13 +118,18 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_cpu(
   auto rowptr = tx::empty({num_nodes + 1}, ei.options());
   auto col = tx::empty({m}, ei.options());
   auto perm = tx::empty({m}, ei.options());
-  auto values = tx::empty({m}, ei.options().dtype(tx::kDouble));
+  // float32 and float64 are written directly; other dtypes convert from float64.
+  const bool f32 = dtype == tx::kFloat;
+  auto values = tx::empty({m}, ei.options().dtype(f32 ? tx::kFloat : tx::kDouble));
   const int64_t* src = ptr<int64_t>(ei);
-  check_edges_in_range(ei,
-                       gcn_adjacency(src, src + e, e, num_nodes, ptr<int64_t>(rowptr),
-                                     ptr<int64_t>(col), ptr<int64_t>(perm), ptr<double>(values)),
-                       num_nodes, "gcn_adjacency");
-  return {rowptr, col, perm, values.to(dtype)};
+  int64_t* rp = ptr<int64_t>(rowptr);
+  int64_t* cl = ptr<int64_t>(col);
+  int64_t* pm = ptr<int64_t>(perm);
+  const int64_t bad =
+      f32 ? gcn_adjacency(src, src + e, e, num_nodes, rp, cl, pm, ptr<float>(values))
+          : gcn_adjacency(src, src + e, e, num_nodes, rp, cl, pm, ptr<double>(values));
+  check_edges_in_range(ei, bad, num_nodes, "gcn_adjacency");
+  return {rowptr, col, perm, f32 ? values : values.to(dtype)};
 }
 
 // ---- Device-generic builders (ATen ops only) --------------------------------------------------
