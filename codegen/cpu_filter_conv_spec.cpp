@@ -31,7 +31,7 @@ std::string CpuFilterConvSpec::name() const {
     os << "filter_conv_baked_v" << vec << "u" << unroll << "_" << hex;
   } else {
     os << "filter_conv_v" << vec << "u" << unroll << "_k" << chunks << "_g" << cout_g << "_s"
-       << group_stride;
+       << group_stride << (wide ? "" : "_narrow");
   }
   return os.str();
 }
@@ -49,6 +49,7 @@ std::string CpuFilterConvSpec::source() const {
      << "-pixel tile; " << chunks << " input-channel chunk(s), " << cout_g
      << " output channels per group, group stride " << group_stride << ".\n"
      << "#define SPARSEJIT_ISA_NS jit_isa\n"
+     << (baked || wide ? "" : "#define SPARSEJIT_FILTER_CONV_WIDE 0\n")
      << "#include \"kernels/cpu/filter_conv_tiles.h\"\n\n"
      << "using sparsejit::filter_conv::BlockLaunch;\n";
   if (!baked) {

@@ -24,6 +24,9 @@ struct CpuFilterConvSpec final : KernelSpecBase {
   int32_t unroll = 1;  // U: taps interleaved
   int64_t chunks = 1, cout_g = 1, group_stride = 0;
   bool baked = false;
+  // Shaped only: 16-lane vectors for tiles of 16+ pixels where the host has AVX-512
+  // (SPARSEJIT_FILTER_CONV_WIDE in filter_conv_tiles.h); false keeps 8 lanes (for A/B runs).
+  bool wide = true;
   // Baked only: cp [c_out, chunks + 1] (first tap of each chunk of each channel) and every
   // tap's offset into its group's planes.
   std::vector<int64_t> cp;

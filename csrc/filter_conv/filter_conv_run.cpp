@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace sparsejit::filter_conv {
@@ -273,6 +275,10 @@ void attach_jit(const Geometry& g, Prepared& P, bool baked) {
   spec.cout_g = g.c_out / g.groups;
   spec.group_stride = (g.c_in / g.groups) * (P.packed ? tile_pixels(P.variant) : P.plane_c);
   spec.baked = baked;
+  // SPARSEJIT_FILTER_CONV_WIDE=0: 8-lane vectors even on AVX-512 (A/B runs; read when a
+  // layer is prepared, so one process can hold both).
+  const char* wide = std::getenv("SPARSEJIT_FILTER_CONV_WIDE");
+  spec.wide = !(wide && std::string(wide) == "0");
   if (baked) {
     spec.cp = P.cp;
     spec.off = P.packed ? P.off_packed : P.off;

@@ -25,6 +25,11 @@
 
 #define FILTER_CONV_INLINE inline __attribute__((always_inline))
 
+// 1: 16-lane vectors where the target has AVX-512 (see accumulate_wide); 0: 8 lanes always.
+#ifndef SPARSEJIT_FILTER_CONV_WIDE
+#define SPARSEJIT_FILTER_CONV_WIDE 1
+#endif
+
 namespace sparsejit::filter_conv::SPARSEJIT_ISA_NS {
 
 typedef cpu::detail::Vec<float, 32> vf8;
@@ -46,9 +51,67 @@ FILTER_CONV_INLINE vf8 fma8(float w, vf8 x, vf8 acc) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// Where the compiler targets AVX-512 (the JIT's -march=native on such a CPU), tiles of 16 or
+// more pixels run on 16-lane vectors: half the FMA and load instructions for the same tile.
+// Each pixel's lane sees the same products in the same order, so the results are the same
+// bits as the 8-lane loop's.
+typedef cpu::detail::Vec<float, 64> vf16;
+
+FILTER_CONV_INLINE vf16 load16(const float* p) {
+  vf16 v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+FILTER_CONV_INLINE void store16(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
+
+FILTER_CONV_INLINE vf16 fma16(float w, vf16 x, vf16 acc) {
+  const vf16 wv = {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w};
+  return __builtin_ia32_vfmaddps512_mask(x, wv, acc, static_cast<unsigned short>(0xFFFF),
+                                         4 /* _MM_FROUND_CUR_DIRECTION */);
+}
+
+// accumulate<2 * W, U> on W 16-lane vectors.
+template <int W, int U>
+FILTER_CONV_INLINE void accumulate_wide(const TileJob& j) {
+  vf16 acc[U][W];
+  for (int v = 0; v < W; ++v) acc[0][v] = j.first ? vf16{} : load16(j.acc + 16 * v);
+  for (int u = 1; u < U; ++u)
+    for (int v = 0; v < W; ++v) acc[u][v] = vf16{};
+  const float* __restrict x = j.x;
+  const int32_t* __restrict off = j.off;
+  const float* __restrict val = j.val;
+  int64_t e = 0;
+  for (; e + U <= j.nnz; e += U) {
+    for (int u = 0; u < U; ++u) {
+      const float* p = x + off[e + u];
+      const float w = val[e + u];
+      for (int v = 0; v < W; ++v) acc[u][v] = fma16(w, load16(p + 16 * v), acc[u][v]);
+    }
+  }
+  for (; e < j.nnz; ++e) {
+    const float* p = x + off[e];
+    const float w = val[e];
+    for (int v = 0; v < W; ++v) acc[0][v] = fma16(w, load16(p + 16 * v), acc[0][v]);
+  }
+  for (int v = 0; v < W; ++v) {
+    vf16 a = acc[0][v];
+    for (int u = 1; u < U; ++u) a += acc[u][v];
+    store16(j.acc + 16 * v, a);
+  }
+}
+#endif
+
 // acc[0, 8V) (+)= sum_e val[e] * x[off[e] + (0, 8V)]  (= for the first chunk)
 template <int V, int U>
 FILTER_CONV_INLINE void accumulate(const TileJob& j) {
+#if defined(__AVX512F__)
+  if constexpr (V % 2 == 0 && SPARSEJIT_FILTER_CONV_WIDE) {
+    accumulate_wide<V / 2, U>(j);
+    return;
+  }
+#endif
   vf8 acc[U][V];
   for (int v = 0; v < V; ++v) acc[0][v] = j.first ? vf8{} : load8(j.acc + 8 * v);
   for (int u = 1; u < U; ++u)

@@ -47,6 +47,32 @@ def test_jit_variants_match_reference_and_generic_bitwise(geom):
         assert compiled_specs("filter_conv_baked_") and compiled_specs("filter_conv_v")
 
 
+@pytest.mark.skipif(not JIT, reason="needs the CPU JIT")
+@pytest.mark.parametrize("geom", [(16, 24, 12, 13, 3, 1, 1, 1, 1), (64, 40, 9, 9, 1, 1, 0, 1, 1),
+                                  (8, 16, 17, 15, 3, 2, 1, 1, 2)],
+                         ids=lambda g: "x".join(map(str, g)))
+def test_jit_lane_width_is_bit_identical(geom, monkeypatch):
+    """The shaped JIT loop on 16-lane vectors (AVX-512 CPUs) and on 8 lanes
+    (SPARSEJIT_FILTER_CONV_WIDE=0, a separate spec) give the same bits as the precompiled
+    loop, for every tile size the planner picks here (batch 1 and 4: 8 to 64 pixels)."""
+    c_in, c_out, h, w_, k, stride, padding, dilation, groups = geom
+    weight = pruned_weight((c_out, c_in // groups, k, k), "unstructured", seed=sum(geom))
+    bias = torch.randn(c_out)
+    for batch in (1, 4):
+        x = torch.randn(batch, c_in, h, w_)
+        outs = {}
+        for wide in ("0", "1"):
+            monkeypatch.setenv("SPARSEJIT_FILTER_CONV_WIDE", wide)
+            mod = SparseConv2d(weight.clone(), bias, stride, padding, dilation, groups)
+            outs[wide] = run_op(mod, x, VARIANTS["jit"])
+            outs["generic" + wide] = run_op(mod, x, VARIANTS["generic"])
+        assert torch.equal(outs["0"], outs["generic0"]) and torch.equal(outs["1"], outs["0"])
+        want = reference(x, weight, bias, stride, padding, dilation, groups, False)
+        torch.testing.assert_close(outs["1"].double(), want, rtol=1e-4, atol=1e-4)
+    assert compiled_specs("filter_conv_v") and any(
+        p.endswith(".so") and "_narrow" in p for p in compiled_specs("filter_conv_v"))
+
+
 def test_jit_on_skewed_empty_and_zero_patterns():
     x = torch.randn(2, 16, 9, 9)
     for kind in ("skewed", "zero_filters", "all_zero", "dense"):
