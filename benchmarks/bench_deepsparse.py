@@ -1,0 +1,114 @@
+"""Pruned ResNet-50 inference against DeepSparse (Neural Magic's sparse CPU engine), side by
+side in one process: the model of bench_resnet50_sparse.py (v1.5, magnitude-pruned per layer,
+BatchNorm folded), `sj.sparsify`-ed for sparsejit and exported to ONNX for DeepSparse, the
+same input, calls alternated, medians.
+
+DeepSparse is a benchmark peer only, never a dependency of sparsejit. It needs its own virtual
+environment (deepsparse 1.8.0 has a cp311 wheel; 1.9.0 is an empty stub; onnx 1.14.1):
+
+    python3 -m venv --system-site-packages /work/ds_venv
+    /work/ds_venv/bin/pip install deepsparse==1.8.0 onnx==1.14.1
+    PYTHONPATH=python /work/ds_venv/bin/python benchmarks/bench_deepsparse.py \\
+        [--sparsities 0.8 0.9] [--batches 1 8] [--threads 2]
+
+Writes benchmarks/results/deepsparse.json and prints a markdown table (CPU named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import sparsejit as sj  # noqa: E402
+import bench_resnet50_sparse as R  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sparsities", type=float, nargs="+", default=[0.8, 0.9])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=11)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/deepsparse.json"))
+    args = ap.parse_args()
+    try:
+        from deepsparse import Engine
+    except ImportError:
+        sys.exit("deepsparse is not installed in this interpreter (see the docstring)")
+    torch.set_num_threads(args.threads)
+    from sparsejit.info import cpu_line
+    rows = []
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        for sparsity in args.sparsities:
+            torch.manual_seed(0)
+            dense = R.ResNet50().eval()
+            R.randomize_bn(dense)
+            R.prune_by_magnitude(dense, sparsity)
+            folded = R.fold_batchnorm(copy.deepcopy(dense)).eval()
+            onnx_path = str(Path(tmp) / f"resnet50_{int(sparsity * 100)}.onnx")
+            torch.onnx.export(folded, (torch.randn(1, 3, 224, 224),), onnx_path,
+                              opset_version=13, dynamo=False, input_names=["x"],
+                              output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
+            for batch in args.batches:
+                x = torch.randn(batch, 3, 224, 224)
+                sparse = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
+                                     fold_bn=True)
+                engine = Engine(model=onnx_path, batch_size=batch, num_cores=args.threads)
+                xn = x.numpy()
+                want = folded(x)
+                got_ds = torch.from_numpy(engine.run([xn])[0])
+                got_sj = sparse(x)
+                scale = float(want.abs().max())
+                err_ds = float((got_ds - want).abs().max()) / scale
+                err_sj = float((got_sj - want).abs().max()) / scale
+                fns = {"dense": lambda: folded(x), "sparsejit": lambda: sparse(x),
+                       "deepsparse": lambda: engine.run([xn])}
+                for fn in fns.values():
+                    fn()
+                times = {k: [] for k in fns}
+                for r in range(args.repeat):
+                    order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
+                    for k in order:
+                        t0 = time.perf_counter()
+                        fns[k]()
+                        times[k].append((time.perf_counter() - t0) * 1e3)
+                med = {k: statistics.median(v) for k, v in times.items()}
+                row = dict(sparsity=sparsity, batch=batch, threads=args.threads,
+                           dense_folded_ms=med["dense"], sparsejit_ms=med["sparsejit"],
+                           deepsparse_ms=med["deepsparse"],
+                           sparsejit_vs_deepsparse=med["deepsparse"] / med["sparsejit"],
+                           rel_error_sparsejit=err_sj, rel_error_deepsparse=err_ds)
+                rows.append(row)
+                print(f"{sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, sparsejit "
+                      f"{med['sparsejit']:.1f} ms, DeepSparse {med['deepsparse']:.1f} ms -> "
+                      f"sparsejit {row['sparsejit_vs_deepsparse']:.2f}x DeepSparse (max rel. "
+                      f"error vs dense: sparsejit {err_sj:.1e}, DeepSparse {err_ds:.1e})",
+                      flush=True)
+                del engine
+    cpu = cpu_line()
+    print(f"\nCPU: {cpu}, {args.threads} threads\n")
+    print("| sparsity | batch | dense (BN folded) | sparsejit `sparsify` | DeepSparse 1.8 | "
+          "sparsejit vs DeepSparse |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['sparsity']:.0%} | {r['batch']} | {r['dense_folded_ms']:.1f} ms | "
+              f"{r['sparsejit_ms']:.1f} ms | {r['deepsparse_ms']:.1f} ms | "
+              f"{r['sparsejit_vs_deepsparse']:.2f}x |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(dict(cpu=cpu, args=vars(args), rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
