@@ -20,4 +20,15 @@ inline bool cpu_has_avx2_fma() {
 #endif
 }
 
+// True when the CPU multiplies bfloat16 pairs natively (AVX512-BF16 or AMX-BF16; read once).
+inline bool cpu_has_bf16_dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok =
+      __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace sparsejit

@@ -143,7 +143,11 @@ struct OneDnn {
                                     const float*, dnnl_dim_t, const float*, dnnl_dim_t, float,
                                     float*, dnnl_dim_t);
   using VersionFn = const dnnl_version_t* (*)();
+  using Bf16GemmFn = dnnl_status_t (*)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float,
+                                       const uint16_t*, dnnl_dim_t, const uint16_t*, dnnl_dim_t,
+                                       float, float*, dnnl_dim_t);
   SgemmFn sgemm = nullptr;
+  Bf16GemmFn gemm_bf16 = nullptr;  // dnnl_gemm_bf16bf16f32 (oneDNN >= 1.2), or null
   VersionFn version = nullptr;
   std::string error;
 };
@@ -162,6 +166,7 @@ const OneDnn& onednn() {
     if (!h) return l;
     l.sgemm = reinterpret_cast<OneDnn::SgemmFn>(dlsym(h, "dnnl_sgemm"));
     l.version = reinterpret_cast<OneDnn::VersionFn>(dlsym(h, "dnnl_version"));
+    l.gemm_bf16 = reinterpret_cast<OneDnn::Bf16GemmFn>(dlsym(h, "dnnl_gemm_bf16bf16f32"));
     if (!l.sgemm || !l.version) {
       l.sgemm = nullptr;
       l.error = "dnnl_sgemm / dnnl_version not found in the oneDNN library";
@@ -189,6 +194,37 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   }
 #endif
   sgemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+bool gemm_bf16_native() {
+#ifdef SPARSEJIT_WITH_ONEDNN
+  return cpu_has_bf16_dot() && onednn().sgemm && onednn().gemm_bf16;
+#else
+  return false;
+#endif
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+               float* c, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta * C (oneDNN leaves C undefined here)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+    return;
+  }
+#ifdef SPARSEJIT_WITH_ONEDNN
+  if (onednn().sgemm && onednn().gemm_bf16) {
+    const dnnl_status_t st = onednn().gemm_bf16(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha,
+                                                a, lda, b, ldb, beta, c, ldc);
+    if (st == dnnl_success) return;
+    throw std::runtime_error("gemm: oneDNN dnnl_gemm_bf16bf16f32 failed with status " +
+                             std::to_string(int(st)) + " (m=" + std::to_string(m) +
+                             ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  }
+#endif
+  throw std::runtime_error("gemm_bf16: oneDNN's dnnl_gemm_bf16bf16f32 is not available");
 }
 
 void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

@@ -353,6 +353,9 @@ PYBIND11_MODULE(_core, m) {
         "pages (0: off, by SPARSEJIT_HUGE_PAGES=0 or the OS's THP mode).");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
+  m.def("gemm_bf16_native", [] { return sparsejit::dense::gemm_bf16_native(); },
+        "Whether bfloat16 products run on oneDNN's bfloat16 GEMM here (oneDNN loaded, CPU with "
+        "AVX512-BF16 or AMX): RGMS's bfloat16 tile products use it (csrc/dense/gemm.h)");
   m.def("jit_attention", &jit_attention,
         "Compiles (or finds) a specialized fused attention (mode 0 dot, 1 GAT, 2 GATv2)",
         py::arg("dtype"), py::arg("index"), py::arg("mode"), py::arg("heads"),

@@ -2,8 +2,10 @@
 #include "csrc/rgms/rgms_run.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 #include <vector>
 
 #include "csrc/core/first_error.h"
@@ -49,6 +51,27 @@ void gemm_raw(Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// float32 -> bfloat16 bits, rounded to nearest even (NaN stays a quiet NaN).
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// C[m, n] = A[m, k] (float32, row stride lda, rounded to bfloat16 into `abuf`) times
+// B[k, n] (bfloat16) on oneDNN's bfloat16 GEMM; an error is recorded, not thrown.
+void gemm_bf16_tile(FirstError& fe, std::vector<uint16_t>& abuf, int64_t m, int64_t n,
+                    int64_t k, const float* a, int64_t lda, const uint16_t* b, float* c) {
+  fe.guard([&] {
+    abuf.resize(size_t(std::max<int64_t>(m * k, 1)));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) abuf[size_t(i * k + j)] = bf16_bits(a[i * lda + j]);
+    dense::gemm_bf16(false, false, m, n, k, 1.f, abuf.data(), std::max<int64_t>(k, 1), b,
+                     std::max<int64_t>(n, 1), 0.f, c, std::max<int64_t>(n, 1));
+  });
 }
 
 // gemm_raw inside a parallel region: an error is recorded, not thrown.
@@ -318,15 +341,22 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_items > 1)
       {
         std::vector<T> rows(size_t(tile * std::max<int64_t>(fi, 1)));
+        std::vector<uint16_t> abuf;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n_items; ++it) {
           const int64_t r = items[2 * it], k0 = items[2 * it + 1];
           const int64_t k1 = std::min(si->src_ptr[r + 1], k0 + tile), m = k1 - k0;
           for (int64_t k = k0; k < k1; ++k)
             std::memcpy(rows.data() + (k - k0) * fi, x + si->src_list[k] * fi, sizeof(T) * fi);
+          T* out = transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo;
+          if constexpr (std::is_same_v<T, float>) {
+            if (p.w_bf16 != nullptr) {
+              gemm_bf16_tile(fe, abuf, m, fo, fi, rows.data(), fi, p.w_bf16 + r * fi * fo, out);
+              continue;
+            }
+          }
           gemm(fe, p.gemm, false, false, m, fo, fi, rows.data(), std::max<int64_t>(fi, 1),
-               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0),
-               transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo, fo);
+               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0), out, fo);
         }
       }
       fe.rethrow();
@@ -344,6 +374,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
     const int64_t chunks = std::clamp<int64_t>(
         std::max<int64_t>(by_cache, nt == 1 ? 1 : 8 * nt), 1, std::max<int64_t>(n, 1));
     std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
+    std::vector<uint16_t> abuf;  // a tile in bfloat16 (p.w_bf16)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t row0 = n * c / chunks, row1 = n * (c + 1) / chunks;
@@ -382,8 +413,17 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
           gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
-          gemm(fe, p.gemm, false, false, m, fo, fi, agg.data(), std::max<int64_t>(fi, 1), w_r,
-               std::max<int64_t>(fo, 1), T(0), prod.data(), fo);
+          bool done = false;
+          if constexpr (std::is_same_v<T, float>) {
+            if (p.w_bf16 != nullptr) {
+              gemm_bf16_tile(fe, abuf, m, fo, fi, agg.data(), fi, p.w_bf16 + r * fi * fo,
+                             prod.data());
+              done = true;
+            }
+          }
+          if (!done)
+            gemm(fe, p.gemm, false, false, m, fo, fi, agg.data(), std::max<int64_t>(fi, 1), w_r,
+                 std::max<int64_t>(fo, 1), T(0), prod.data(), fo);
           for (int64_t g = g0; g < g1; ++g) {
             T* out = y + pv.grp_dst[g] * fo;
             const T* in = prod.data() + (g - g0) * fo;

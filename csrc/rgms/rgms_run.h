@@ -80,6 +80,12 @@ struct Problem {
   // The transposed structure (transpose_plan), when the caller caches it; else the backward
   // builds it on each call that computes dX.
   const TransposedPlan* transposed = nullptr;
+  // float32 forward only: W [R, f_in, f_out] in bfloat16 (raw bits). When set, the tile
+  // products (not the fused rows, not the root term) run on oneDNN's bfloat16 GEMM
+  // (dense::gemm_bf16): each gathered tile is rounded to bfloat16 (to nearest even) and
+  // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
+  // bfloat16 inputs where dense::gemm_bf16_native().
+  const uint16_t* w_bf16 = nullptr;
 };
 
 // The transposed typed structure: the same entries grouped by (relation, source), so its

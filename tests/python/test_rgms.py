@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import sparsejit as sj
+from sparsejit import _core
 from sparsejit.families.rgms.ops import plan_arrays
 from sparsejit.nn import RGCNConv
 from conftest import raises_type_error  # noqa: E402
@@ -92,6 +93,46 @@ def test_rgms_matches_reference(kind, reduce, dtype, weighted, poison_empty):
     ref = reference(ei, et, n_dst, X, W, reduce, values)
     tol = TOL[dtype] * max(1.0, ref.abs().max().item())
     torch.testing.assert_close(Y.double(), ref, atol=tol, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("strategy", [1, 2])  # aggregate first, transform first
+@pytest.mark.parametrize("weighted,with_root", [(False, False), (True, True)])
+def test_rgms_bfloat16_tiles_on_bf16_gemm(kind, strategy, weighted, with_root, monkeypatch,
+                                          poison_empty):
+    """bfloat16 X and W through the GEMM tiles (widths above the fused rows' 32): where
+    oneDNN's bfloat16 GEMM runs natively the tiles are rounded to bfloat16 and multiplied
+    there; the result matches the float64 reference to bfloat16 accuracy, and differs from
+    the float32 tiles (SPARSEJIT_RGMS_BF16_GEMM=0) only by that rounding."""
+    seed = zlib.crc32(f"bf16/{kind}".encode()) % 1000
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=seed)
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(n_src, 40, generator=g).bfloat16()
+    W = torch.randn(r, 40, 36, generator=g).bfloat16()
+    values = torch.rand(ei.shape[1], generator=g).bfloat16() if weighted else None
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r,
+                                             values=values)
+    root = torch.randn(40, 36, generator=g).bfloat16() if with_root else None
+    bias = torch.randn(36, generator=g).bfloat16() if with_root else None
+    x_root = torch.randn(n_dst, 40, generator=g).bfloat16() if with_root else None
+
+    def run():
+        return torch.ops.sparsejit.rgms(A.plan, X, W, A.values, "mean", n_dst, 1, 0, strategy,
+                                        root, bias, x_root)
+
+    got = run()
+    monkeypatch.setenv("SPARSEJIT_RGMS_BF16_GEMM", "0")
+    f32_tiles = run()
+    ref = reference(ei, et, n_dst, X, W, "mean", values)
+    if with_root:
+        ref = ref + x_root.double() @ root.double() + bias.double()
+    for y in (got, f32_tiles):
+        assert y.dtype == torch.bfloat16 and y.shape == (n_dst, 36)
+        tol = TOL[torch.bfloat16] * max(1.0, ref.abs().max().item())
+        torch.testing.assert_close(y.double(), ref, atol=tol, rtol=TOL[torch.bfloat16])
+    if _core.gemm_bf16_native() and ei.shape[1] > 0 and strategy == 1:
+        # aggregate first rounds each mean to bfloat16 before the product: not the same bits
+        assert not torch.equal(got, f32_tiles)
 
 
 @pytest.mark.parametrize("f_in,f_out", [(0, 5), (6, 0), (0, 0)])

@@ -336,6 +336,14 @@ const T* opt_ptr(const std::optional<tx::Tensor>& t) {
 // the plan's first validation. SPARSEJIT_RGMS_COMPOSITE=1 runs it on CPU tensors too, which is
 // how tests check it against the CPU kernels without a GPU.
 
+// bfloat16 tile products on oneDNN's bfloat16 GEMM (rgms::Problem::w_bf16): where it runs
+// natively, unless SPARSEJIT_RGMS_BF16_GEMM=0.
+bool bf16_gemm_enabled() {
+  const char* v = std::getenv("SPARSEJIT_RGMS_BF16_GEMM");
+  if (v != nullptr && std::string(v) == "0") return false;
+  return dense::gemm_bf16_native();
+}
+
 bool composite_forced() {
   const char* v = std::getenv("SPARSEJIT_RGMS_COMPOSITE");
   return v != nullptr && *v != '\0' && std::string(v) != "0";
@@ -565,6 +573,14 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   p.strategy = static_cast<rgms::Strategy>(strategy);
   p.f_root = root.has_value() ? root->size(0) : 0;
   const auto sources = attach_sources(a, p);
+  // bfloat16 X and W: the tile products run on oneDNN's bfloat16 GEMM where the CPU
+  // multiplies bfloat16 natively (the rest stays float32, as below).
+  tx::Tensor w_bf16;
+  if (x_in.scalar_type() == tx::kBFloat16 && w_in.scalar_type() == tx::kBFloat16 &&
+      bf16_gemm_enabled()) {
+    w_bf16 = w_in.contiguous();
+    p.w_bf16 = static_cast<const uint16_t*>(w_bf16.data_ptr());
+  }
   SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::RootTerm<scalar_t> rt;
     rt.root = opt_ptr<scalar_t>(root);
