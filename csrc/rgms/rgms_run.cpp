@@ -61,14 +61,26 @@ inline uint16_t bf16_bits(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// out[i * cols + j] = bf16_bits(a[i * lda + j]): cloned for AVX-512 and AVX2 (the library's
+// baseline build would round 4 lanes at a time), picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, uint16_t* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* ar = a + i * lda;
+    uint16_t* o = out + i * cols;
+    for (int64_t j = 0; j < cols; ++j) o[j] = bf16_bits(ar[j]);
+  }
+}
+
 // C[m, n] = A[m, k] (float32, row stride lda, rounded to bfloat16 into `abuf`) times
 // B[k, n] (bfloat16) on oneDNN's bfloat16 GEMM; an error is recorded, not thrown.
 void gemm_bf16_tile(FirstError& fe, std::vector<uint16_t>& abuf, int64_t m, int64_t n,
                     int64_t k, const float* a, int64_t lda, const uint16_t* b, float* c) {
   fe.guard([&] {
     abuf.resize(size_t(std::max<int64_t>(m * k, 1)));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < k; ++j) abuf[size_t(i * k + j)] = bf16_bits(a[i * lda + j]);
+    round_rows_bf16(a, m, k, lda, abuf.data());
     dense::gemm_bf16(false, false, m, n, k, 1.f, abuf.data(), std::max<int64_t>(k, 1), b,
                      std::max<int64_t>(n, 1), 0.f, c, std::max<int64_t>(n, 1));
   });
