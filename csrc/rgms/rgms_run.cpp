@@ -203,6 +203,14 @@ void init_rows(FirstError& fe, const Problem& p, const RootTerm<T>& rt, int64_t 
 
 }  // namespace
 
+bool forward_runs_tiles(int64_t f_in, int64_t f_out, Gemm gemm) {
+  Problem p;
+  p.f_in = f_in;
+  p.f_out = f_out;
+  p.gemm = gemm;
+  return f_in > 0 && f_out > 0 && !use_fused(p, Pass::kForward);
+}
+
 int64_t default_tile(int64_t f_in, int64_t f_out) {
   // Gathered rows plus products within ~64 KiB of float32 (L1 + part of L2): the tile then
   // amortizes the per-call packing of W[r] (AIFB, F = 16: 512 groups measured ~20% faster
@@ -424,7 +432,19 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         }
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
-          gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
+          if constexpr (std::is_same_v<T, float>) {
+            if (p.x_bf16 != nullptr) {  // bfloat16 rows, widened in the kernel (kind 7)
+              auto l = tile_launch<T>(p, 7, values, nullptr, agg.data(), 0, fi, g0, g1);
+              l.in = p.x_bf16;
+              l.ld_in = fi;
+              l.prefetch_end = p.plan.grp_ptr[g1];
+              gather_fn(&l);
+            } else {
+              gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
+            }
+          } else {
+            gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
+          }
           bool done = false;
           if constexpr (std::is_same_v<T, float>) {
             if (p.w_bf16 != nullptr) {

@@ -86,7 +86,15 @@ struct Problem {
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
   // bfloat16 inputs where dense::gemm_bf16_native().
   const uint16_t* w_bf16 = nullptr;
+  // float32 forward with w_bf16, aggregate-first, tiles (forward_runs_tiles): X [num_src,
+  // f_in] in bfloat16 (raw bits), gathered by the tiles as it is (widened exactly, so the
+  // sums equal those of a converted float32 X); X itself may then be null.
+  const uint16_t* x_bf16 = nullptr;
 };
+
+// Whether a forward of these widths runs the GEMM tiles for every relation it aggregates
+// first (not the fused row kernels), `gemm` as in Problem.
+bool forward_runs_tiles(int64_t f_in, int64_t f_out, Gemm gemm);
 
 // The transposed typed structure: the same entries grouped by (relation, source), so its
 // targets are the original sources. dX = RGMS(A^T, dY, W^T): the backward runs the forward's

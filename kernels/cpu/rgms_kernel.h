@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/common/vec.h"
@@ -26,6 +27,7 @@ namespace sparsejit::cpu {
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
+//   kind 7, kind 0 with `in` in bfloat16 (float kernels only; see gather_reduce_bf16)
 // (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
 // small GEMM -> scatter by one pass over the groups with the product done row by row while the
@@ -291,10 +293,41 @@ inline void scatter_add_rows(const RgmsTileLaunch& l) {
   }
 }
 
+// Kind 7 (float only): kind 0 reading bfloat16 rows (raw bits, `in`), each element widened
+// exactly to float, so the sums are kind 0's on the widened rows, bit for bit.
+template <int W>
+inline void gather_reduce_bf16(const RgmsTileLaunch& l) {
+  const int64_t w = W > 0 ? W : l.width;
+  const uint16_t* x = static_cast<const uint16_t*>(l.in);
+  const float* values = static_cast<const float*>(l.values);
+  float* out = static_cast<float*>(l.out);
+  constexpr int64_t kAhead = 6;
+  for (int64_t g = l.g0; g < l.g1; ++g) {
+    float* o = out + (g - l.g0) * w;
+    const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
+    const float inv = l.mean ? 1.0f / float(p1 - p0) : 1.0f;
+    for (int64_t j = 0; j < w; ++j) o[j] = 0.0f;
+    for (int64_t q = p0; q < p1; ++q) {
+      if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
+      const float c = (values ? values[l.perm[q]] : 1.0f) * inv;
+      const uint16_t* row = x + l.src[q] * l.ld_in + l.c0;
+      for (int64_t j = 0; j < w; ++j) {
+        const uint32_t bits = uint32_t(row[j]) << 16;
+        float v;
+        __builtin_memcpy(&v, &bits, sizeof(v));
+        o[j] += c * v;
+      }
+    }
+  }
+}
+
 template <typename T, int W, int W2 = 0>
 inline void run(const RgmsTileLaunch& l) {
   switch (l.kind) {
     case 0: gather_reduce<T, W>(l); break;
+    case 7:
+      if constexpr (std::is_same_v<T, float>) gather_reduce_bf16<W>(l);
+      break;
     case 2: fused_forward<T, W, W2>(l); break;
     case 4: fused_grad_w<T, W, W2>(l); break;
     case 5: gather_rows<T, W>(l); break;

@@ -103,7 +103,8 @@ def test_rgms_bfloat16_tiles_on_bf16_gemm(kind, strategy, weighted, with_root, m
     """bfloat16 X and W through the GEMM tiles (widths above the fused rows' 32): where
     oneDNN's bfloat16 GEMM runs natively the tiles are rounded to bfloat16 and multiplied
     there; the result matches the float64 reference to bfloat16 accuracy, and differs from
-    the float32 tiles (SPARSEJIT_RGMS_BF16_GEMM=0) only by that rounding."""
+    the float32 tiles (SPARSEJIT_RGMS_BF16_GEMM=0) only by that rounding. Aggregating first,
+    the tiles also gather X in bfloat16 (never converted)."""
     seed = zlib.crc32(f"bf16/{kind}".encode()) % 1000
     ei, et, n_src, n_dst, r = typed_graph(kind, seed=seed)
     g = torch.Generator().manual_seed(3)
@@ -121,6 +122,11 @@ def test_rgms_bfloat16_tiles_on_bf16_gemm(kind, strategy, weighted, with_root, m
                                         root, bias, x_root)
 
     got = run()
+    if strategy == 1:
+        # The tiles gather the bfloat16 rows as they are (kind 7, widened exactly): the JIT's
+        # width-specialized loop and the generic one give the same bits.
+        from conftest import generic_only
+        assert torch.equal(generic_only(run), got)
     monkeypatch.setenv("SPARSEJIT_RGMS_BF16_GEMM", "0")
     f32_tiles = run()
     ref = reference(ei, et, n_dst, X, W, "mean", values)
@@ -133,6 +139,25 @@ def test_rgms_bfloat16_tiles_on_bf16_gemm(kind, strategy, weighted, with_root, m
     if _core.gemm_bf16_native() and ei.shape[1] > 0 and strategy == 1:
         # aggregate first rounds each mean to bfloat16 before the product: not the same bits
         assert not torch.equal(got, f32_tiles)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("strategy", [0, 1, 2])
+def test_rgms_bfloat16_tiles_exact_on_exact_inputs(kind, strategy, poison_empty):
+    """Halves in X, small integers in W, sums: every gathered sum, its bfloat16 rounding and
+    every product are exact, so the bfloat16 forward (tiles gathered in bfloat16, oneDNN's
+    bfloat16 GEMM where native, float32 elsewhere) must equal the float64 reference rounded
+    once to bfloat16, bit for bit: a wrong bit anywhere in the pipeline shows."""
+    seed = zlib.crc32(f"bf16x/{kind}".encode()) % 1000
+    ei, et, n_src, n_dst, r = typed_graph(kind, seed=seed)
+    g = torch.Generator().manual_seed(4)
+    X = (torch.randint(-2, 3, (n_src, 40), generator=g) / 2).bfloat16()
+    W = torch.randint(-2, 3, (r, 40, 36), generator=g).bfloat16()
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    got = torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n_dst, 1, 0, strategy, None,
+                                   None, None)
+    want = reference(ei, et, n_dst, X, W, "sum").to(torch.bfloat16)
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("f_in,f_out", [(0, 5), (6, 0), (0, 0)])

@@ -528,11 +528,19 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
                   strategy);
   const auto a = check_rgms_args("rgms", plan, x_in, w_in, values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
-  const auto x = x_in.to(ct).contiguous();
+  // bfloat16 X and W on the CPU where the CPU multiplies bfloat16 natively: the GEMM tiles
+  // gather X as it is and multiply on oneDNN's bfloat16 GEMM (rgms::Problem::w_bf16 /
+  // x_bf16), aggregating first; X is then never converted. Elsewhere bfloat16 runs in float32.
+  const bool bf16_native =
+      x_in.is_cpu() && !composite_forced() && x_in.scalar_type() == tx::kBFloat16 &&
+      w_in.scalar_type() == tx::kBFloat16 && bf16_gemm_enabled();
+  const bool bf16_gather = bf16_native && strategy != 2 &&
+      rgms::forward_runs_tiles(x_in.size(1), w_in.size(2), static_cast<rgms::Gemm>(gemm));
+  const auto x = bf16_gather ? tx::Tensor() : x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   std::optional<tx::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
-  const int64_t f_in = x.size(1), f_out = w.size(2);
+  const int64_t f_in = x_in.size(1), f_out = w.size(2);
   // The fused root term (x_root @ root; x_root defaults to X) and bias.
   std::optional<tx::Tensor> root, bias, x_root;
   if (root_in.has_value()) {
@@ -564,20 +572,25 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
                     "bias must be [F_out = ", f_out, "]; got ", bias_in->sizes());
     bias = bias_in->to(ct).contiguous();
   }
-  if (!x.is_cpu() || composite_forced()) {
+  if (!x_in.is_cpu() || composite_forced()) {
     (void)make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);  // its checks
     return rgms_composite(a, x, w, values, num_rows, root, x_root, bias).to(x_in.scalar_type());
   }
-  auto y = new_output({num_rows, f_out}, x.options());
-  auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
+  auto y = new_output({num_rows, f_out}, w.options());
+  auto p = make_problem(a, num_rows, x_in.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
+  tx::Tensor x_bf16;
+  if (bf16_gather) {
+    x_bf16 = x_in.contiguous();
+    p.x_bf16 = static_cast<const uint16_t*>(x_bf16.data_ptr());
+    p.strategy = rgms::Strategy::kAggregateFirst;  // the transform-first rows read float32 X
+  }
   p.f_root = root.has_value() ? root->size(0) : 0;
   const auto sources = attach_sources(a, p);
   // bfloat16 X and W: the tile products run on oneDNN's bfloat16 GEMM where the CPU
   // multiplies bfloat16 natively (the rest stays float32, as below).
   tx::Tensor w_bf16;
-  if (x_in.scalar_type() == tx::kBFloat16 && w_in.scalar_type() == tx::kBFloat16 &&
-      bf16_gemm_enabled()) {
+  if (bf16_native) {
     w_bf16 = w_in.contiguous();
     p.w_bf16 = static_cast<const uint16_t*>(w_bf16.data_ptr());
   }
@@ -586,7 +599,8 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
     rt.root = opt_ptr<scalar_t>(root);
     rt.x_root = opt_ptr<scalar_t>(x_root);
     rt.bias = opt_ptr<scalar_t>(bias);
-    rgms::forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), opt_ptr<scalar_t>(values),
+    rgms::forward<scalar_t>(p, bf16_gather ? nullptr : ptr<scalar_t>(x), ptr<scalar_t>(w),
+                            opt_ptr<scalar_t>(values),
                             ptr<scalar_t>(y), rt);
   });
   return y.to(x_in.scalar_type());
