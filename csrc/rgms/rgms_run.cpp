@@ -366,8 +366,23 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         for (int64_t it = 0; it < n_items; ++it) {
           const int64_t r = items[2 * it], k0 = items[2 * it + 1];
           const int64_t k1 = std::min(si->src_ptr[r + 1], k0 + tile), m = k1 - k0;
-          for (int64_t k = k0; k < k1; ++k)
-            std::memcpy(rows.data() + (k - k0) * fi, x + si->src_list[k] * fi, sizeof(T) * fi);
+          bool copied = false;
+          if constexpr (std::is_same_v<T, float>) {
+            if (p.x_bf16 != nullptr) {  // the sources' bfloat16 rows, widened exactly
+              for (int64_t k = k0; k < k1; ++k) {
+                const uint16_t* src = p.x_bf16 + si->src_list[k] * fi;
+                float* dst = rows.data() + (k - k0) * fi;
+                for (int64_t j = 0; j < fi; ++j) {
+                  const uint32_t bits = uint32_t(src[j]) << 16;
+                  std::memcpy(dst + j, &bits, sizeof(float));
+                }
+              }
+              copied = true;
+            }
+          }
+          if (!copied)
+            for (int64_t k = k0; k < k1; ++k)
+              std::memcpy(rows.data() + (k - k0) * fi, x + si->src_list[k] * fi, sizeof(T) * fi);
           T* out = transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo;
           if constexpr (std::is_same_v<T, float>) {
             if (p.w_bf16 != nullptr) {

@@ -86,9 +86,10 @@ struct Problem {
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
   // bfloat16 inputs where dense::gemm_bf16_native().
   const uint16_t* w_bf16 = nullptr;
-  // float32 forward with w_bf16, aggregate-first, tiles (forward_runs_tiles): X [num_src,
-  // f_in] in bfloat16 (raw bits), gathered by the tiles as it is (widened exactly, so the
-  // sums equal those of a converted float32 X); X itself may then be null.
+  // float32 forward with w_bf16 on the tiles (forward_runs_tiles): X [num_src, f_in] in
+  // bfloat16 (raw bits), read as it is by the tile gathers and the transform-first row
+  // copies (widened exactly, so every sum equals that of a converted float32 X); X itself
+  // may then be null.
   const uint16_t* x_bf16 = nullptr;
 };
 
