@@ -14,24 +14,20 @@ the bandwidth reference.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
 import sparsejit as sj
 from sparsejit.tools.data import load_graph
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_sparsejit import _median_ms  # noqa: E402
 
-def median_ms(fn, warmup=3, repeat=9):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+
+def median_ms(fn):
+    return _median_ms(fn, warmup=3, repeat=9)
 
 
 def main() -> None:

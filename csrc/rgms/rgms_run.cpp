@@ -372,10 +372,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
               for (int64_t k = k0; k < k1; ++k) {
                 const uint16_t* src = p.x_bf16 + si->src_list[k] * fi;
                 float* dst = rows.data() + (k - k0) * fi;
-                for (int64_t j = 0; j < fi; ++j) {
-                  const uint32_t bits = uint32_t(src[j]) << 16;
-                  std::memcpy(dst + j, &bits, sizeof(float));
-                }
+                for (int64_t j = 0; j < fi; ++j) dst[j] = cpu::rgms_detail::widen_elem<float>(src[j]);
               }
               copied = true;
             }

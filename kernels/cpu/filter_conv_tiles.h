@@ -58,27 +58,29 @@ FILTER_CONV_INLINE vf8 fma8(float w, vf8 x, vf8 acc) {
 // bits as the 8-lane loop's.
 typedef cpu::detail::Vec<float, 64> vf16;
 
-FILTER_CONV_INLINE vf16 load16(const float* p) {
-  vf16 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-FILTER_CONV_INLINE void store16(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
-
-FILTER_CONV_INLINE vf16 fma16(float w, vf16 x, vf16 acc) {
+FILTER_CONV_INLINE vf16 fma_lanes(float w, vf16 x, vf16 acc) {
   const vf16 wv = {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w};
   return __builtin_ia32_vfmaddps512_mask(x, wv, acc, static_cast<unsigned short>(0xFFFF),
                                          4 /* _MM_FROUND_CUR_DIRECTION */);
 }
+#endif
 
-// accumulate<2 * W, U> on W 16-lane vectors.
-template <int W, int U>
-FILTER_CONV_INLINE void accumulate_wide(const TileJob& j) {
-  vf16 acc[U][W];
-  for (int v = 0; v < W; ++v) acc[0][v] = j.first ? vf16{} : load16(j.acc + 16 * v);
+FILTER_CONV_INLINE vf8 fma_lanes(float w, vf8 x, vf8 acc) { return fma8(w, x, acc); }
+
+// acc[0, L * NV) (+)= sum_e val[e] * x[off[e] + (0, L * NV)] on NV vectors of type VT (L
+// lanes each); = for the first chunk.
+template <typename VT, int NV, int U>
+FILTER_CONV_INLINE void accumulate_vectors(const TileJob& j) {
+  constexpr int L = static_cast<int>(sizeof(VT) / sizeof(float));
+  auto load = [](const float* p) {
+    VT v;
+    __builtin_memcpy(&v, p, sizeof(v));
+    return v;
+  };
+  VT acc[U][NV];
+  for (int v = 0; v < NV; ++v) acc[0][v] = j.first ? VT{} : load(j.acc + L * v);
   for (int u = 1; u < U; ++u)
-    for (int v = 0; v < W; ++v) acc[u][v] = vf16{};
+    for (int v = 0; v < NV; ++v) acc[u][v] = VT{};
   const float* __restrict x = j.x;
   const int32_t* __restrict off = j.off;
   const float* __restrict val = j.val;
@@ -87,56 +89,31 @@ FILTER_CONV_INLINE void accumulate_wide(const TileJob& j) {
     for (int u = 0; u < U; ++u) {
       const float* p = x + off[e + u];
       const float w = val[e + u];
-      for (int v = 0; v < W; ++v) acc[u][v] = fma16(w, load16(p + 16 * v), acc[u][v]);
+      for (int v = 0; v < NV; ++v) acc[u][v] = fma_lanes(w, load(p + L * v), acc[u][v]);
     }
   }
   for (; e < j.nnz; ++e) {
     const float* p = x + off[e];
     const float w = val[e];
-    for (int v = 0; v < W; ++v) acc[0][v] = fma16(w, load16(p + 16 * v), acc[0][v]);
+    for (int v = 0; v < NV; ++v) acc[0][v] = fma_lanes(w, load(p + L * v), acc[0][v]);
   }
-  for (int v = 0; v < W; ++v) {
-    vf16 a = acc[0][v];
+  for (int v = 0; v < NV; ++v) {
+    VT a = acc[0][v];
     for (int u = 1; u < U; ++u) a += acc[u][v];
-    store16(j.acc + 16 * v, a);
+    __builtin_memcpy(j.acc + L * v, &a, sizeof(a));
   }
 }
-#endif
 
 // acc[0, 8V) (+)= sum_e val[e] * x[off[e] + (0, 8V)]  (= for the first chunk)
 template <int V, int U>
 FILTER_CONV_INLINE void accumulate(const TileJob& j) {
 #if defined(__AVX512F__)
   if constexpr (V % 2 == 0 && SPARSEJIT_FILTER_CONV_WIDE) {
-    accumulate_wide<V / 2, U>(j);
+    accumulate_vectors<vf16, V / 2, U>(j);
     return;
   }
 #endif
-  vf8 acc[U][V];
-  for (int v = 0; v < V; ++v) acc[0][v] = j.first ? vf8{} : load8(j.acc + 8 * v);
-  for (int u = 1; u < U; ++u)
-    for (int v = 0; v < V; ++v) acc[u][v] = vf8{};
-  const float* __restrict x = j.x;
-  const int32_t* __restrict off = j.off;
-  const float* __restrict val = j.val;
-  int64_t e = 0;
-  for (; e + U <= j.nnz; e += U) {
-    for (int u = 0; u < U; ++u) {
-      const float* p = x + off[e + u];
-      const float w = val[e + u];
-      for (int v = 0; v < V; ++v) acc[u][v] = fma8(w, load8(p + 8 * v), acc[u][v]);
-    }
-  }
-  for (; e < j.nnz; ++e) {
-    const float* p = x + off[e];
-    const float w = val[e];
-    for (int v = 0; v < V; ++v) acc[0][v] = fma8(w, load8(p + 8 * v), acc[0][v]);
-  }
-  for (int v = 0; v < V; ++v) {
-    vf8 a = acc[0][v];
-    for (int u = 1; u < U; ++u) a += acc[u][v];
-    store8(j.acc + 8 * v, a);
-  }
+  accumulate_vectors<vf8, V, U>(j);
 }
 
 inline void accumulate_scalar(const TileJob& j, int64_t pixels) {

@@ -27,7 +27,7 @@ namespace sparsejit::cpu {
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
-//   kind 7, kind 0 with `in` in bfloat16 (float kernels only; see gather_reduce_bf16)
+//   kind 7, kind 0 with `in` in bfloat16 bits (float kernels only; widened exactly)
 // (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
 // small GEMM -> scatter by one pass over the groups with the product done row by row while the
@@ -58,11 +58,27 @@ struct RgmsTileLaunch {
 
 namespace rgms_detail {
 
-// W > 0: the width at compile time; W == 0: l.width.
-template <typename T, int W>
+// An element of X as T: itself, or (S = uint16_t, T = float) bfloat16 bits widened exactly.
+template <typename T, typename S>
+inline T widen_elem(S v) {
+  if constexpr (std::is_same_v<S, T>) {
+    return v;
+  } else {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<S, uint16_t>,
+                  "X is stored as T or as bfloat16 bits with float");
+    const uint32_t bits = uint32_t(v) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+}
+
+// W > 0: the width at compile time; W == 0: l.width. S: how X is stored (T, or bfloat16
+// bits for kind 7); the sums are the same for a bfloat16 X and its float32 copy.
+template <typename T, int W, typename S = T>
 inline void gather_reduce(const RgmsTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
-  const T* x = static_cast<const T*>(l.in);
+  const S* x = static_cast<const S*>(l.in);
   const T* values = static_cast<const T*>(l.values);
   T* out = static_cast<T*>(l.out);
   // Rows of X are gathered at random: ask for the row a few entries ahead (the loop is
@@ -76,8 +92,8 @@ inline void gather_reduce(const RgmsTileLaunch& l) {
     for (int64_t q = p0; q < p1; ++q) {
       if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
       const T c = (values ? values[l.perm[q]] : T(1)) * inv;
-      const T* row = x + l.src[q] * l.ld_in + l.c0;
-      for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
+      const S* row = x + l.src[q] * l.ld_in + l.c0;
+      for (int64_t j = 0; j < w; ++j) o[j] += c * widen_elem<T>(row[j]);
     }
   }
 }
@@ -293,40 +309,12 @@ inline void scatter_add_rows(const RgmsTileLaunch& l) {
   }
 }
 
-// Kind 7 (float only): kind 0 reading bfloat16 rows (raw bits, `in`), each element widened
-// exactly to float, so the sums are kind 0's on the widened rows, bit for bit.
-template <int W>
-inline void gather_reduce_bf16(const RgmsTileLaunch& l) {
-  const int64_t w = W > 0 ? W : l.width;
-  const uint16_t* x = static_cast<const uint16_t*>(l.in);
-  const float* values = static_cast<const float*>(l.values);
-  float* out = static_cast<float*>(l.out);
-  constexpr int64_t kAhead = 6;
-  for (int64_t g = l.g0; g < l.g1; ++g) {
-    float* o = out + (g - l.g0) * w;
-    const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
-    const float inv = l.mean ? 1.0f / float(p1 - p0) : 1.0f;
-    for (int64_t j = 0; j < w; ++j) o[j] = 0.0f;
-    for (int64_t q = p0; q < p1; ++q) {
-      if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
-      const float c = (values ? values[l.perm[q]] : 1.0f) * inv;
-      const uint16_t* row = x + l.src[q] * l.ld_in + l.c0;
-      for (int64_t j = 0; j < w; ++j) {
-        const uint32_t bits = uint32_t(row[j]) << 16;
-        float v;
-        __builtin_memcpy(&v, &bits, sizeof(v));
-        o[j] += c * v;
-      }
-    }
-  }
-}
-
 template <typename T, int W, int W2 = 0>
 inline void run(const RgmsTileLaunch& l) {
   switch (l.kind) {
     case 0: gather_reduce<T, W>(l); break;
-    case 7:
-      if constexpr (std::is_same_v<T, float>) gather_reduce_bf16<W>(l);
+    case 7:  // kind 0 from bfloat16 rows (float only)
+      if constexpr (std::is_same_v<T, float>) gather_reduce<T, W, uint16_t>(l);
       break;
     case 2: fused_forward<T, W, W2>(l); break;
     case 4: fused_grad_w<T, W, W2>(l); break;

@@ -150,6 +150,18 @@ def aggregate_rows(A: SparseMatrix, m: int, x_src: torch.Tensor, reduce: str, li
     return _AddLeadingRows.apply(out, h)
 
 
+def aggregate_and_root(A: SparseMatrix, x_src: torch.Tensor, reduce: str, lin: nn.Module,
+                       x_dst: Optional[torch.Tensor], root: Optional[nn.Module]) -> torch.Tensor:
+    """``lin(aggr_j x_j) [+ root(x_i)]``: over A's occupied rows only when an empty tail
+    pays (:func:`tail_free_rows`), else the whole aggregation with the root term accumulated
+    in place."""
+    m = tail_free_rows(A, x_src, lin, reduce, x_dst, root)
+    if m is not None:
+        return aggregate_rows(A, m, x_src, reduce, lin, x_dst, root)
+    out = aggregate(A, x_src, reduce, lin)
+    return out if root is None else add_linear(out, root, x_dst)
+
+
 class _AddLeadingRows(torch.autograd.Function):
     """``out[:len(h)] += h`` in place on a fresh ``out`` that autograd has not saved; the
     backward hands the gradient through (no copy: autograd's in-place slice update would
@@ -324,13 +336,7 @@ class SAGEConv(nn.Module):
         edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
         A, _, _, _ = G.structure(edges)
         root = self.lin_r if self.root_weight and x_dst is not None else None
-        m = tail_free_rows(A, x_src, self.lin_l, self.reduce, x_dst, root)
-        if m is not None:
-            out = aggregate_rows(A, m, x_src, self.reduce, self.lin_l, x_dst, root)
-        else:
-            out = aggregate(A, x_src, self.reduce, self.lin_l)
-            if root is not None:
-                out = add_linear(out, root, x_dst)
+        out = aggregate_and_root(A, x_src, self.reduce, self.lin_l, x_dst, root)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
@@ -365,13 +371,7 @@ class GraphConv(nn.Module):
         w = G.in_csr_order(edges.weight, perm)
         A = A.with_values(None if w is None else w.to(x_src.dtype))
         root = self.lin_root if x_dst is not None else None
-        m = tail_free_rows(A, x_src, self.lin_rel, self.reduce, x_dst, root)
-        if m is not None:
-            out = aggregate_rows(A, m, x_src, self.reduce, self.lin_rel, x_dst, root)
-        else:
-            out = aggregate(A, x_src, self.reduce, self.lin_rel)
-            if root is not None:
-                out = add_linear(out, root, x_dst)
+        out = aggregate_and_root(A, x_src, self.reduce, self.lin_rel, x_dst, root)
         return out
 
     def __repr__(self) -> str:
