@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N layers")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv_lanes.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -44,7 +45,8 @@ def main() -> None:
     saved = os.environ.get("SPARSEJIT_FILTER_CONV_WIDE")
     records = []
     with torch.no_grad():
-        for i, (name, c_in, c_out, k, stride, pad, h) in enumerate(B.resnet50_layers()):
+        for i, (name, c_in, c_out, k, stride, pad, h) in enumerate(
+                B.resnet50_layers()[:args.limit]):
             w = B.pattern_weight(pdir / f"{name}.smtx.gz", c_out, c_in, k, keep, seed=i)
             b = torch.randn(c_out)
             x = torch.randn(args.batch, c_in, h, h)

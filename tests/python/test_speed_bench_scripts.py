@@ -1,0 +1,58 @@
+"""The benchmark scripts behind issue 21's measurements run end to end on small inputs and
+print what RESULTS.md quotes (so a refactor that breaks them fails here, not at the next
+measurement): the SpMM locality experiment, the filter-conv lane-width A/B and DeepSparse's
+side-by-side runner (which must name its missing peer, not crash, where deepsparse is not
+installed, as in CI)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+DATA = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
+
+
+def run(script, *args, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    return subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_spmm_locality_rows():
+    r = run("bench_spmm_locality.py", "--graph", "powerlaw:n=3000,avg=8,alpha=2.1,seed=3",
+            "--features", "16")
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "| 16 |" in line]
+    names = [row.split("|")[1].strip() for row in rows]
+    assert names[:3] == ["the graph's own columns", "sequential columns",
+                         "random columns within 1/8 of X"]
+    assert sum("column segments" in n for n in names) == 3 and "copy_" in names[-1]
+    for row in rows:
+        ms, gbs = (float(v) for v in row.split("|")[3:5])
+        assert ms >= 0 and gbs > 0
+
+
+@pytest.mark.skipif(not (DATA / "dlmc/rn50/magnitude_pruning/0.8").is_dir(),
+                    reason="no DLMC patterns")
+def test_filter_conv_lanes_two_layers(tmp_path):
+    out = tmp_path / "lanes.json"
+    r = run("bench_filter_conv_lanes.py", "--limit", "2", "--batch", "1", "--repeat", "3",
+            "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    assert len(rec["layers"]) == 2 and rec["geomean"] > 0
+    assert all(l["ms_8_lanes"] > 0 and l["ms_16_lanes"] > 0 for l in rec["layers"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepsparse") is not None,
+                    reason="deepsparse installed: the runner would benchmark")
+def test_deepsparse_runner_names_its_missing_peer():
+    r = run("bench_deepsparse.py", "--sparsities", "0.9", "--batches", "1", timeout=120)
+    assert r.returncode != 0
+    assert "deepsparse is not installed" in (r.stdout + r.stderr)
