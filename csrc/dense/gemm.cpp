@@ -205,8 +205,8 @@ bool gemm_bf16_native() {
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-               float* c, int64_t ldc) {
+               const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // C = beta * C (oneDNN leaves C undefined here)
@@ -216,8 +216,10 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
   }
 #ifdef SPARSEJIT_WITH_ONEDNN
   if (onednn().sgemm && onednn().gemm_bf16) {
-    const dnnl_status_t st = onednn().gemm_bf16(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha,
-                                                a, lda, b, ldb, beta, c, ldc);
+    // bf16 is layout-compatible with the library's uint16_t bfloat16 (kernels/common/types.h).
+    const dnnl_status_t st = onednn().gemm_bf16(
+        ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, reinterpret_cast<const uint16_t*>(a),
+        lda, reinterpret_cast<const uint16_t*>(b), ldb, beta, c, ldc);
     if (st == dnnl_success) return;
     throw std::runtime_error("gemm: oneDNN dnnl_gemm_bf16bf16f32 failed with status " +
                              std::to_string(int(st)) + " (m=" + std::to_string(m) +

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/types.h"
+
 namespace sparsejit::dense {
 
 // C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, row-major with leading dimensions.
@@ -30,15 +32,15 @@ void sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                    float* c, int64_t ldc);
 
-// C[m, n] (float32) = alpha * op(A) op(B) + beta * C with A and B in bfloat16 (raw bits,
-// row-major like sgemm), products accumulated in float32: oneDNN's dnnl_gemm_bf16bf16f32.
+// C[m, n] (float32) = alpha * op(A) op(B) + beta * C with A and B in bfloat16 (row-major
+// like sgemm), products accumulated in float32: oneDNN's dnnl_gemm_bf16bf16f32.
 // gemm_bf16_native() says whether it can run at full speed here: oneDNN loaded and the CPU
 // multiplies bfloat16 pairs (AVX512-BF16 / AMX); gemm_bf16 throws std::runtime_error when
 // oneDNN or its entry point is missing.
 bool gemm_bf16_native();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-               float* c, int64_t ldc);
+               const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
+               int64_t ldc);
 
 // "onednn <version>" or "builtin".
 const char* gemm_backend();

@@ -53,37 +53,17 @@ void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const dou
   dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-// float32 -> bfloat16 bits, rounded to nearest even (NaN stays a quiet NaN).
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-// out[i * cols + j] = bf16_bits(a[i * lda + j]): cloned for AVX-512 and AVX2 (the library's
-// baseline build would round 4 lanes at a time), picked at load time.
+// out[i * cols + j] = a[i * lda + j] rounded to bfloat16: cloned for AVX-512 and AVX2 (the
+// library's baseline build would round 4 lanes at a time), picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, uint16_t* out) {
+void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* ar = a + i * lda;
-    uint16_t* o = out + i * cols;
-    for (int64_t j = 0; j < cols; ++j) o[j] = bf16_bits(ar[j]);
+    bf16* o = out + i * cols;
+    for (int64_t j = 0; j < cols; ++j) o[j] = bf16(ar[j]);
   }
-}
-
-// C[m, n] = A[m, k] (float32, row stride lda, rounded to bfloat16 into `abuf`) times
-// B[k, n] (bfloat16) on oneDNN's bfloat16 GEMM; an error is recorded, not thrown.
-void gemm_bf16_tile(FirstError& fe, std::vector<uint16_t>& abuf, int64_t m, int64_t n,
-                    int64_t k, const float* a, int64_t lda, const uint16_t* b, float* c) {
-  fe.guard([&] {
-    abuf.resize(size_t(std::max<int64_t>(m * k, 1)));
-    round_rows_bf16(a, m, k, lda, abuf.data());
-    dense::gemm_bf16(false, false, m, n, k, 1.f, abuf.data(), std::max<int64_t>(k, 1), b,
-                     std::max<int64_t>(n, 1), 0.f, c, std::max<int64_t>(n, 1));
-  });
 }
 
 // gemm_raw inside a parallel region: an error is recorded, not thrown.
@@ -91,6 +71,28 @@ template <typename T>
 void gemm(FirstError& fe, Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   fe.guard([&] { gemm_raw(g, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc); });
+}
+
+// A forward tile's product out[m, fo] = a[m, fi] @ W[r]: with p.w_bf16 (float32 only) on
+// oneDNN's bfloat16 GEMM, the tile rounded to bfloat16 in `abuf` first; else gemm().
+template <typename T>
+void tile_product(FirstError& fe, const Problem& p, std::vector<bf16>& abuf, int64_t m,
+                  const T* a, const T* w, int64_t r, T* out) {
+  const int64_t fi = p.f_in, fo = p.f_out;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.w_bf16 != nullptr) {
+      fe.guard([&] {
+        abuf.resize(size_t(std::max<int64_t>(m * fi, 1)));
+        round_rows_bf16(a, m, fi, fi, abuf.data());
+        dense::gemm_bf16(false, false, m, fo, fi, 1.f, abuf.data(), std::max<int64_t>(fi, 1),
+                         p.w_bf16 + r * fi * fo, std::max<int64_t>(fo, 1), 0.f, out,
+                         std::max<int64_t>(fo, 1));
+      });
+      return;
+    }
+  }
+  gemm(fe, p.gemm, false, false, m, fo, fi, a, std::max<int64_t>(fi, 1), w + r * fi * fo,
+       std::max<int64_t>(fo, 1), T(0), out, fo);
 }
 
 template <typename T>
@@ -361,34 +363,22 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_items > 1)
       {
         std::vector<T> rows(size_t(tile * std::max<int64_t>(fi, 1)));
-        std::vector<uint16_t> abuf;
+        std::vector<bf16> abuf;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n_items; ++it) {
           const int64_t r = items[2 * it], k0 = items[2 * it + 1];
           const int64_t k1 = std::min(si->src_ptr[r + 1], k0 + tile), m = k1 - k0;
-          bool copied = false;
-          if constexpr (std::is_same_v<T, float>) {
+          for (int64_t k = k0; k < k1; ++k) {
+            T* dst = rows.data() + (k - k0) * fi;
             if (p.x_bf16 != nullptr) {  // the sources' bfloat16 rows, widened exactly
-              for (int64_t k = k0; k < k1; ++k) {
-                const uint16_t* src = p.x_bf16 + si->src_list[k] * fi;
-                float* dst = rows.data() + (k - k0) * fi;
-                for (int64_t j = 0; j < fi; ++j) dst[j] = cpu::rgms_detail::widen_elem<float>(src[j]);
-              }
-              copied = true;
+              const bf16* src = p.x_bf16 + si->src_list[k] * fi;
+              for (int64_t j = 0; j < fi; ++j) dst[j] = T(src[j]);
+            } else {
+              std::memcpy(dst, x + si->src_list[k] * fi, sizeof(T) * fi);
             }
           }
-          if (!copied)
-            for (int64_t k = k0; k < k1; ++k)
-              std::memcpy(rows.data() + (k - k0) * fi, x + si->src_list[k] * fi, sizeof(T) * fi);
-          T* out = transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo;
-          if constexpr (std::is_same_v<T, float>) {
-            if (p.w_bf16 != nullptr) {
-              gemm_bf16_tile(fe, abuf, m, fo, fi, rows.data(), fi, p.w_bf16 + r * fi * fo, out);
-              continue;
-            }
-          }
-          gemm(fe, p.gemm, false, false, m, fo, fi, rows.data(), std::max<int64_t>(fi, 1),
-               w + r * fi * fo, std::max<int64_t>(fo, 1), T(0), out, fo);
+          tile_product(fe, p, abuf, m, rows.data(), w, r,
+                       transformed.data() + (t_off[r] + k0 - si->src_ptr[r]) * fo);
         }
       }
       fe.rethrow();
@@ -406,7 +396,7 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
     const int64_t chunks = std::clamp<int64_t>(
         std::max<int64_t>(by_cache, nt == 1 ? 1 : 8 * nt), 1, std::max<int64_t>(n, 1));
     std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
-    std::vector<uint16_t> abuf;  // a tile in bfloat16 (p.w_bf16)
+    std::vector<bf16> abuf;  // a tile in bfloat16 (p.w_bf16)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t row0 = n * c / chunks, row1 = n * (c + 1) / chunks;
@@ -444,30 +434,16 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         }
         for (int64_t g0 = ga; g0 < gb; g0 += tile) {
           const int64_t g1 = std::min(gb, g0 + tile), m = g1 - g0;
-          if constexpr (std::is_same_v<T, float>) {
-            if (p.x_bf16 != nullptr) {  // bfloat16 rows, widened in the kernel (kind 7)
-              auto l = tile_launch<T>(p, 7, values, nullptr, agg.data(), 0, fi, g0, g1);
-              l.in = p.x_bf16;
-              l.ld_in = fi;
-              l.prefetch_end = p.plan.grp_ptr[g1];
-              gather_fn(&l);
-            } else {
-              gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
-            }
+          if (p.x_bf16 != nullptr) {  // bfloat16 rows, widened in the kernel (kind 7)
+            auto l = tile_launch<T>(p, 7, values, nullptr, agg.data(), 0, fi, g0, g1);
+            l.in = p.x_bf16;
+            l.ld_in = fi;
+            l.prefetch_end = p.plan.grp_ptr[g1];
+            gather_fn(&l);
           } else {
             gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
           }
-          bool done = false;
-          if constexpr (std::is_same_v<T, float>) {
-            if (p.w_bf16 != nullptr) {
-              gemm_bf16_tile(fe, abuf, m, fo, fi, agg.data(), fi, p.w_bf16 + r * fi * fo,
-                             prod.data());
-              done = true;
-            }
-          }
-          if (!done)
-            gemm(fe, p.gemm, false, false, m, fo, fi, agg.data(), std::max<int64_t>(fi, 1), w_r,
-                 std::max<int64_t>(fo, 1), T(0), prod.data(), fo);
+          tile_product(fe, p, abuf, m, agg.data(), w, r, prod.data());
           for (int64_t g = g0; g < g1; ++g) {
             T* out = y + pv.grp_dst[g] * fo;
             const T* in = prod.data() + (g - g0) * fo;

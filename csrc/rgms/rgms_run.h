@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/common/types.h"
+
 namespace sparsejit::rgms {
 
 struct PlanView {
@@ -80,17 +82,17 @@ struct Problem {
   // The transposed structure (transpose_plan), when the caller caches it; else the backward
   // builds it on each call that computes dX.
   const TransposedPlan* transposed = nullptr;
-  // float32 forward only: W [R, f_in, f_out] in bfloat16 (raw bits). When set, the tile
+  // float32 forward only: W [R, f_in, f_out] in bfloat16. When set, the tile
   // products (not the fused rows, not the root term) run on oneDNN's bfloat16 GEMM
   // (dense::gemm_bf16): each gathered tile is rounded to bfloat16 (to nearest even) and
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
   // bfloat16 inputs where dense::gemm_bf16_native().
-  const uint16_t* w_bf16 = nullptr;
+  const bf16* w_bf16 = nullptr;
   // float32 forward with w_bf16 on the tiles (forward_runs_tiles): X [num_src, f_in] in
-  // bfloat16 (raw bits), read as it is by the tile gathers and the transform-first row
+  // bfloat16, read as it is by the tile gathers and the transform-first row
   // copies (widened exactly, so every sum equals that of a converted float32 X); X itself
   // may then be null.
-  const uint16_t* x_bf16 = nullptr;
+  const bf16* x_bf16 = nullptr;
 };
 
 // Whether a forward of these widths runs the GEMM tiles for every relation it aggregates

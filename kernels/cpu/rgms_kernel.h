@@ -27,7 +27,7 @@ namespace sparsejit::cpu {
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
-//   kind 7, kind 0 with `in` in bfloat16 bits (float kernels only; widened exactly)
+//   kind 7, kind 0 with `in` in bfloat16 (float kernels only; widened exactly)
 // (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
 // small GEMM -> scatter by one pass over the groups with the product done row by row while the
@@ -58,23 +58,8 @@ struct RgmsTileLaunch {
 
 namespace rgms_detail {
 
-// An element of X as T: itself, or (S = uint16_t, T = float) bfloat16 bits widened exactly.
-template <typename T, typename S>
-inline T widen_elem(S v) {
-  if constexpr (std::is_same_v<S, T>) {
-    return v;
-  } else {
-    static_assert(std::is_same_v<T, float> && std::is_same_v<S, uint16_t>,
-                  "X is stored as T or as bfloat16 bits with float");
-    const uint32_t bits = uint32_t(v) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, sizeof(f));
-    return f;
-  }
-}
-
-// W > 0: the width at compile time; W == 0: l.width. S: how X is stored (T, or bfloat16
-// bits for kind 7); the sums are the same for a bfloat16 X and its float32 copy.
+// W > 0: the width at compile time; W == 0: l.width. S: how X is stored (T, or bf16 for
+// kind 7, widened exactly: the sums are those of its float32 copy).
 template <typename T, int W, typename S = T>
 inline void gather_reduce(const RgmsTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
@@ -93,7 +78,7 @@ inline void gather_reduce(const RgmsTileLaunch& l) {
       if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
       const T c = (values ? values[l.perm[q]] : T(1)) * inv;
       const S* row = x + l.src[q] * l.ld_in + l.c0;
-      for (int64_t j = 0; j < w; ++j) o[j] += c * widen_elem<T>(row[j]);
+      for (int64_t j = 0; j < w; ++j) o[j] += c * T(row[j]);
     }
   }
 }
@@ -314,7 +299,7 @@ inline void run(const RgmsTileLaunch& l) {
   switch (l.kind) {
     case 0: gather_reduce<T, W>(l); break;
     case 7:  // kind 0 from bfloat16 rows (float only)
-      if constexpr (std::is_same_v<T, float>) gather_reduce<T, W, uint16_t>(l);
+      if constexpr (std::is_same_v<T, float>) gather_reduce<T, W, bf16>(l);
       break;
     case 2: fused_forward<T, W, W2>(l); break;
     case 4: fused_grad_w<T, W, W2>(l); break;

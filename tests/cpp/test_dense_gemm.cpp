@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -107,23 +105,6 @@ TEST(DenseGemm, BackendIsNamed) {
   EXPECT_FALSE(name.empty());
 }
 
-namespace {
-
-uint16_t to_bf16(float f) {  // round to nearest even (finite inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-}  // namespace
-
 // oneDNN's bfloat16 GEMM (where it runs natively): bfloat16 operands, float32 accumulation,
 // against a double loop over the same bfloat16 values, every transpose and beta, padded
 // leading dimensions, a NaN-poisoned C under beta = 0, and the padding left untouched.
@@ -131,31 +112,27 @@ TEST(DenseGemm, Bf16GemmMatchesReference) {
   if (!dn::gemm_bf16_native()) GTEST_SKIP() << "no native bfloat16 GEMM here";
   std::mt19937 rng(4);
   for (const Case& cs : cases()) {
-    auto gemm = [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                   float* c, int64_t ldc) {
+    // check_case's reference reads its float a and b: round them to bfloat16 in place
+    // first, so both sides multiply the same values.
+    auto rounded = [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc) {
       const int64_t a_len = (ta ? k : m) * lda, b_len = (tb ? n : k) * ldb;
-      std::vector<uint16_t> ab(std::max<int64_t>(1, a_len)), bb(std::max<int64_t>(1, b_len));
-      for (int64_t i = 0; i < a_len; ++i) ab[i] = to_bf16(a[i]);
-      for (int64_t i = 0; i < b_len; ++i) bb[i] = to_bf16(b[i]);
+      std::vector<sparsejit::bf16> ab(std::max<int64_t>(1, a_len)), bb(std::max<int64_t>(1, b_len));
+      for (int64_t i = 0; i < a_len; ++i) {
+        ab[i] = sparsejit::bf16(a[i]);
+        const_cast<float*>(a)[i] = float(ab[i]);
+      }
+      for (int64_t i = 0; i < b_len; ++i) {
+        bb[i] = sparsejit::bf16(b[i]);
+        const_cast<float*>(b)[i] = float(bb[i]);
+      }
       dn::gemm_bf16(ta, tb, m, n, k, alpha, ab.data(), lda, bb.data(), ldb, beta, c, ldc);
-    };
-    auto rounded = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc) {
-      const int64_t a_len = (ta ? k : m) * lda, b_len = (tb ? n : k) * ldb;
-      // check_case compares against its own (unrounded) a and b: round them in place so the
-      // reference sees the bfloat16 values too.
-      for (int64_t i = 0; i < a_len; ++i)
-        const_cast<float*>(a)[i] = from_bf16(to_bf16(a[i]));
-      for (int64_t i = 0; i < b_len; ++i)
-        const_cast<float*>(b)[i] = from_bf16(to_bf16(b[i]));
-      gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     };
     check_case<float>(cs, rounded, 2e-5, rng);
   }
   float x[4] = {0, 0, 0, 0};
-  uint16_t h[4] = {0, 0, 0, 0};
+  sparsejit::bf16 h[4] = {};
   EXPECT_THROW(dn::gemm_bf16(false, false, 2, 2, 2, 1.f, h, 1, h, 2, 0.f, x, 2),
                std::invalid_argument);
 }

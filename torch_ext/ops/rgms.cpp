@@ -582,7 +582,7 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   tx::Tensor x_bf16;
   if (bf16_gather) {
     x_bf16 = x_in.contiguous();
-    p.x_bf16 = static_cast<const uint16_t*>(x_bf16.data_ptr());
+    p.x_bf16 = static_cast<const bf16*>(x_bf16.data_ptr());
   }
   p.f_root = root.has_value() ? root->size(0) : 0;
   const auto sources = attach_sources(a, p);
@@ -591,7 +591,7 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   tx::Tensor w_bf16;
   if (bf16_native) {
     w_bf16 = w_in.contiguous();
-    p.w_bf16 = static_cast<const uint16_t*>(w_bf16.data_ptr());
+    p.w_bf16 = static_cast<const bf16*>(w_bf16.data_ptr());
   }
   SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::RootTerm<scalar_t> rt;

@@ -207,7 +207,6 @@ class SparseMatrix:
             # indptr is non-decreasing: the first row whose start is nnz begins the empty tail.
             m = int(torch.searchsorted(self.indptr, torch.tensor(
                 [nnz], dtype=self.indptr.dtype, device=self.indptr.device)).item())
-            m = min(m, self.shape[0])
             if not torch.compiler.is_compiling():
                 self._s.extra["occupied_rows"] = m
         return m
@@ -225,12 +224,10 @@ class SparseMatrix:
         st = subs.get(m)
         if st is None:
             st = _Structure(self.indptr[: m + 1], self.indices, (m, self.shape[1]))
-            st.transpose = self._s.transpose
             st.extra["occupied_rows"] = self.occupied_rows()
             st.extra["has_tuned"] = self._s.extra.get("has_tuned", True)
             subs[m] = st
-        if st.transpose is None and self._s.transpose is not None:
-            st.transpose = self._s.transpose
+        st.transpose = st.transpose or self._s.transpose  # computed on either, shared
         return SparseMatrix(st, self.values)
 
     def t(self) -> "SparseMatrix":
