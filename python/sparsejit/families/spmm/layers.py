@@ -83,10 +83,12 @@ def add_linear(out: torch.Tensor, lin: nn.Module, x: torch.Tensor) -> torch.Tens
 # The order of a Linear and an aggregation over A's occupied rows is chosen by counting work
 # in multiply-adds of a dense product: a gathered element of a sparse aggregation costs about
 # _GATHER_MADDS of them, an element a dense product streams in or out _STREAM_MADDS (narrow
-# products are bound by those bytes, not by their multiply-adds). Measured on the AMD EPYC
-# with AVX-512, 2 threads (torch.mm on [52k, 64] x [64, 64] or [64, 16] against
-# sparsejit.spmm at widths 16 and 64); only a choice between two orders that are within a
-# factor of a few of each other depends on them.
+# products are bound by those bytes, not by their multiply-adds). On the AMD EPYC with
+# AVX-512, 2 threads, torch.mm on [52k, 64] x [64, 64] against sparsejit.spmm at width 64 put
+# a gathered element at ~23 multiply-adds; 16 and 8 are the values with which the model
+# picks the faster order in both layers of benchmarks/bench_minibatch.py (the narrowing
+# 64 -> 16 layer measured ~5% faster aggregating first). Only a choice between two orders
+# within a factor of a few of each other depends on them.
 _GATHER_MADDS = 16
 _STREAM_MADDS = 8
 
