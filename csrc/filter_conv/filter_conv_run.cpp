@@ -336,13 +336,13 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
 }
 
 void forward(const Geometry& g, const Pattern& p, const float* x, const float* bias, bool relu,
-             Variant v, float* y) {
+             Variant v, float* y, const float* residual) {
   if (g.batch == 0 || g.c_out == 0 || g.out_h() * g.out_w() == 0) return;
-  forward(*prepare(g, p, v), g, p, x, bias, relu, y);
+  forward(*prepare(g, p, v), g, p, x, bias, relu, y, residual);
 }
 
 void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
-             const float* bias, bool relu, float* y) {
+             const float* bias, bool relu, float* y, const float* residual) {
   const int64_t oh = g.out_h(), ow = g.out_w();
   if (g.batch == 0 || g.c_out == 0 || oh * ow == 0) return;
   const Variant v = P.variant;
@@ -440,12 +440,20 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       for (int64_t oc = oc0; oc < oc1; ++oc) {
         const float b = bias != nullptr ? bias[oc] : 0.0f;
         const float* a = acc.data() + (oc - oc0) * T;
-        float* yo = y + (n * g.c_out + oc) * oh * ow;
+        const int64_t yrow = (n * g.c_out + oc) * oh * ow;
+        float* yo = y + yrow;
         for (size_t sg = 0; sg < seg.size(); sg += 3) {
           const float* src = a + seg[sg];
           float* dst = yo + seg[sg + 1];
           const int64_t len = seg[sg + 2];
-          if (relu) {
+          if (residual != nullptr) {
+            // (acc + bias) + residual, then ReLU: the sums of an unfused conv, add, relu.
+            const float* res = residual + yrow + seg[sg + 1];
+            for (int64_t i = 0; i < len; ++i) {
+              const float z = (src[i] + b) + res[i];
+              dst[i] = relu ? (z > 0.0f ? z : 0.0f) : z;
+            }
+          } else if (relu) {
             for (int64_t i = 0; i < len; ++i) {
               const float z = src[i] + b;
               dst[i] = z > 0.0f ? z : 0.0f;

@@ -83,14 +83,16 @@ struct Prepared {
 // The geometry must pass check_geometry and the pattern check_pattern (the batch is ignored).
 std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v);
 
-// y [batch, c_out, out_h, out_w] = conv(x [batch, c_in, h, w], W) (+ bias[c_out]) (ReLU).
-// bias may be null. Uses OpenMP threads. `P` must come from prepare() with the same geometry
-// (but any batch) and pattern.
+// y [batch, c_out, out_h, out_w] = conv(x [batch, c_in, h, w], W) (+ bias[c_out])
+// (+ residual) (ReLU): the residual (a tensor of y's shape, e.g. a ResNet block's identity)
+// is added after the bias and before the ReLU. bias and residual may be null; residual may
+// not overlap y or x. Uses OpenMP threads. `P` must come from prepare() with the same
+// geometry (but any batch) and pattern.
 void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
-             const float* bias, bool relu, float* y);
+             const float* bias, bool relu, float* y, const float* residual = nullptr);
 // prepare() then forward() (tests, one-off calls).
 void forward(const Geometry& g, const Pattern& p, const float* x, const float* bias, bool relu,
-             Variant v, float* y);
+             Variant v, float* y, const float* residual = nullptr);
 
 // The tile loops of one output-channel block (filter_conv_tiles_*.cpp, one copy per instruction
 // set; kernels/cpu/filter_conv_tiles.h).

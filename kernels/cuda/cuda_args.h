@@ -141,7 +141,8 @@ struct PointConvImplicitParams {
 
 // ---- Filter-sparse convolution (kernels/cuda/filter_conv.cuh) --------------------------------
 // rowptr[c_out + 1], taps[nnz] (int64, t = (c * R + r) * S + s), values[nnz] (float32),
-// x[batch, c_in, h, w], bias[c_out] (float32) or null, out[batch, c_out, out_h, out_w].
+// x[batch, c_in, h, w], bias[c_out] (float32) or null, out[batch, c_out, out_h, out_w],
+// residual (out's shape and dtype, added before the activation) or null.
 struct FilterConvParams {
   const void* rowptr;
   const void* taps;
@@ -152,7 +153,7 @@ struct FilterConvParams {
   long long batch, c_in, h, w;
   long long c_out, out_h, out_w;
   long long cin_g, cout_g;  // channels per group: input, output
-  long long pad_;           // keeps the size a multiple of 16 on every compiler
+  const void* residual;     // last: the size stays a multiple of 16 on every compiler
 };
 
 

@@ -3,7 +3,8 @@
 // t = (c * R + r) * S + s, values in float32 (filter_conv_plan), as csrc/filter_conv computes on
 // the CPU:
 //   y[n, oc, oy, ox] = act(bias[oc] + sum_{taps (c, r, s, w) of oc}
-//                          w * x[n, g * C_in/groups + c, oy*SH + r*DH - PH, ox*SW + s*DW - PW])
+//                          w * x[n, g * C_in/groups + c, oy*SH + r*DH - PH, ox*SW + s*DW - PW]
+//                          + residual[n, oc, oy, ox])   (residual optional)
 // with g = oc / (C_out / groups) and zero padding outside the image; float accumulation
 // (double for double), float16 / bfloat16 loads and stores.
 //
@@ -45,6 +46,7 @@ __device__ __forceinline__ void filter_conv_kernel(const FilterConvParams& p) {
   const T* __restrict__ x = static_cast<const T*>(p.x);
   const float* __restrict__ bias = static_cast<const float*>(p.bias);
   T* __restrict__ out = static_cast<T*>(p.out);
+  const T* __restrict__ residual = static_cast<const T*>(p.residual);
 
   const i64 plane = p.out_h * p.out_w;
   const i64 pixel = i64(blockIdx.x) * BLOCK + threadIdx.x;
@@ -91,8 +93,10 @@ __device__ __forceinline__ void filter_conv_kernel(const FilterConvParams& p) {
     }
     if (active) {
       if (bias != nullptr) acc += A(bias[oc]);
+      const i64 at = (n * p.c_out + oc) * plane + oy * p.out_w + ox;
+      if (residual != nullptr) acc += to_acc(residual[at]);
       if (C::ACT == 1) acc = acc > A(0) ? acc : A(0);
-      out[(n * p.c_out + oc) * plane + oy * p.out_w + ox] = from_acc<T>(acc);
+      out[at] = from_acc<T>(acc);
     }
   }
 }

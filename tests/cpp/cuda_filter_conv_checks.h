@@ -2,7 +2,7 @@
 // shared by the host emulation and the GPU run (cuda_kernel_checks.h, check_spec): random
 // pruned weights at several densities (with an all-zero output channel, an all-zero weight,
 // a dense one), groups, batch > 1, images from the smallest the kernel allows to a few tiles,
-// bias and no bias; outputs poisoned with guard bands and compared with a plain float64
+// bias and no bias, with and without a residual added before the activation; outputs poisoned with guard bands and compared with a plain float64
 // direct convolution.
 #pragma once
 
@@ -24,6 +24,7 @@ struct FilterConvCase {
   double density;
   bool bias;
   int64_t zero_channel;  // an output channel with no taps, or -1
+  bool residual = false;  // a residual of the output's shape, added before the activation
 };
 
 inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const FilterConvCase& fc,
@@ -63,16 +64,20 @@ inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const Fil
   }
   for (int64_t oc = 0; oc < fc.c_out; ++oc) d_bias.set(oc, float(v(rng)));
   Buffer x(s.dtype, fc.batch * fc.c_in * H * W), out(s.dtype, fc.batch * fc.c_out * OH * OW);
+  Buffer res(s.dtype, fc.residual ? fc.batch * fc.c_out * OH * OW : 1);
   fill_random(&x, seed + 1);
+  fill_random(&res, seed + 2);
   d_rowptr.upload(r);
   d_taps.upload(r);
   d_values.upload(r);
   d_bias.upload(r);
   x.upload(r);
   out.upload(r);
+  res.upload(r);
   cuda::FilterConvParams p{d_rowptr.dev(), d_taps.dev(), d_values.dev(), x.dev(),
                            fc.bias ? d_bias.dev() : nullptr, out.dev(),
-                           fc.batch, fc.c_in, H, W, fc.c_out, OH, OW, cin_g, cout_g, 0};
+                           fc.batch, fc.c_in, H, W, fc.c_out, OH, OW, cin_g, cout_g,
+                           fc.residual ? res.dev() : nullptr};
   const auto launches = plan_filter_conv_launch(s, fc.batch * OH * OW, fc.c_out);
   ASSERT_EQ(r.run(s, launches, &p), "");
   out.download(r);
@@ -93,6 +98,11 @@ inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const Fil
             ref += term;
             mag += std::abs(term);
           }
+          if (fc.residual) {
+            const double rv = res.get(((n * fc.c_out + oc) * OH + oy) * OW + ox);
+            ref += rv;
+            mag += std::abs(rv);
+          }
           if (s.act == Act::Relu) ref = std::max(ref, 0.0);
           const double got = out.get(((n * fc.c_out + oc) * OH + oy) * OW + ox);
           if (!(std::abs(got - ref) <= tolerance(s.dtype) * (1 + mag))) {
@@ -112,6 +122,8 @@ inline void check_filter_conv(Runner& r, const CudaKernelSpec& s) {
       {"5% dense, many channels, 1x1 image", 2, 16, 20, 1, 1, 1, 0.05, false, 0},
       {"depthwise, 60% dense", 2, 6, 6, 6, 8, 7, 0.6, true, -1},
       {"wide channels, 50% dense (taps in several chunks)", 1, 24, 9, 1, 10, 12, 0.5, true, 4},
+      {"residual, bias, 30% dense", 2, 8, 6, 1, 7, 9, 0.3, true, 1, true},
+      {"residual, no bias, groups 2", 1, 4, 6, 2, 5, 5, 0.5, false, -1, true},
   };
   uint64_t seed = 71;
   for (const auto& fc : cases) check_filter_conv_case(r, s, fc, seed += 10);

@@ -82,6 +82,26 @@ void run_case(const Case& k, bool relu, bool with_bias, unsigned seed, bool jit)
           << "variant " << fs::variant_name(static_cast<fs::Variant>(v)) << " at " << i;
     }
   }
+  // A residual of the output's shape, added after the bias and before the ReLU: the
+  // reference's pre-activation values plus the residual, every precompiled variant.
+  {
+    const auto pre = reference(g, wt, x, bias, false);
+    std::vector<float> res(want.size());
+    for (auto& v : res) v = u(rng);
+    for (int64_t v = 1; v < fs::kNumVariants; ++v) {
+      if (v == int64_t(fs::Variant::Jit) || v == int64_t(fs::Variant::JitBaked)) continue;
+      std::vector<float> y(want.size(), NAN);
+      fs::forward(g, p, x.data(), bias.empty() ? nullptr : bias.data(), relu,
+                  static_cast<fs::Variant>(v), y.data(), res.data());
+      for (size_t i = 0; i < y.size(); ++i) {
+        double e = pre[i] + res[i];
+        if (relu && e < 0) e = 0;
+        ASSERT_NEAR(y[i], e, 1e-4 * (1 + std::fabs(e)))
+            << "residual, variant " << fs::variant_name(static_cast<fs::Variant>(v)) << " at "
+            << i;
+      }
+    }
+  }
   if (!jit) return;  // (compiles cost ~0.3-2 s each: once per case)
   // The JIT variants add the same products in the same order as the precompiled loop of the
   // same tile (explicit FMA in both): bit-identical, and really compiled where they can be.

@@ -6,8 +6,10 @@
 //   common plan header (OpKind::FilterConv, kernel word = the tile variant, 0 = the
 //   planner's choice, stamp of (rowptr, taps)) followed by [C_out, C_in/groups, R, S].
 // filter_conv(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding, dilation,
-//             groups, relu, variant=-1) -> y [N, C_out, OH, OW]: direct sparse convolution,
-//   bias and ReLU fused. variant >= 0 forces a tile variant (tests), -1 takes the plan's.
+//             groups, relu, variant=-1, residual=None) -> y [N, C_out, OH, OW]: direct sparse
+//   convolution, bias, residual and ReLU fused: y = relu?(conv(x) + bias + residual), the
+//   residual a tensor of y's shape (a ResNet block's identity; sparsify's fusion pass).
+//   variant >= 0 forces a tile variant (tests), -1 takes the plan's.
 //   (Not named `kernel`: Inductor's fallback passes its own `kernel` argument.)
 //
 // Inference only (no autograd). float32 natively; bfloat16 / float16 / float64 inputs are
@@ -34,7 +36,7 @@ SJ_LIBRARY_FRAGMENT(m) {
         "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def("filter_conv(Tensor plan, Tensor rowptr, Tensor taps, Tensor values, Tensor x, "
         "Tensor? bias, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int groups, bool relu, int variant=-1) -> Tensor");
+        "int groups, bool relu, int variant=-1, Tensor? residual=None) -> Tensor");
 }
 
 namespace sparsejit {
@@ -170,7 +172,8 @@ LayerCall check_call(const int64_t* words, int64_t plan_numel, const tx::Tensor&
                      const tx::Tensor& taps_t, const tx::Tensor& values_t, const tx::Tensor& x_in,
                      const std::optional<tx::Tensor>& bias_in, tx::IntArrayRef kernel_size,
                      tx::IntArrayRef stride, tx::IntArrayRef padding,
-                     tx::IntArrayRef dilation, int64_t groups, int64_t kernel) {
+                     tx::IntArrayRef dilation, int64_t groups, int64_t kernel,
+                     const std::optional<tx::Tensor>& residual_in) {
   SJ_CHECK_TYPE(values_t.scalar_type() == tx::kFloat, "sparsejit.filter_conv: values must "
                    "be float32 (from filter_conv_plan); got ", values_t.scalar_type());
   SPARSEJIT_CHECK("filter_conv", values_t.dim() == 1 && values_t.numel() == taps_t.numel(),
@@ -234,6 +237,15 @@ LayerCall check_call(const int64_t* words, int64_t plan_numel, const tx::Tensor&
                     "bias must have shape [", c_out, "]; got ", bias_in->sizes());
     check_same_device(*bias_in, x_in, "bias", "x");
   }
+  if (residual_in.has_value()) {
+    check_float(*residual_in, "residual");
+    const auto& rs = *residual_in;
+    SPARSEJIT_CHECK("filter_conv", rs.dim() == 4 && rs.size(0) == g.batch &&
+                    rs.size(1) == c_out && rs.size(2) == g.out_h() && rs.size(3) == g.out_w(),
+                    "residual must have the output's shape [", g.batch, ", ", c_out, ", ",
+                    g.out_h(), ", ", g.out_w(), "]; got ", rs.sizes());
+    check_same_device(rs, x_in, "residual", "x");
+  }
   call.cin_g = cin_g;
   return call;
 }
@@ -243,7 +255,8 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
                            const tx::Tensor& x_in, const std::optional<tx::Tensor>& bias_in,
                            tx::IntArrayRef kernel_size, tx::IntArrayRef stride,
                            tx::IntArrayRef padding, tx::IntArrayRef dilation, int64_t groups,
-                           bool relu, int64_t kernel) {
+                           bool relu, int64_t kernel,
+                           const std::optional<tx::Tensor>& residual_in) {
   check_index(plan_t, "plan");
   check_index(rowptr_t, "rowptr");
   check_index(taps_t, "taps");
@@ -255,7 +268,7 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
   const int64_t* words = ptr<int64_t>(plan_c);
   const LayerCall call = check_call(words, plan_c.numel(), rowptr_t, taps_t, values_t, x_in,
                                     bias_in, kernel_size, stride, padding, dilation, groups,
-                                    kernel);
+                                    kernel, residual_in);
   const filter_conv::Geometry& g = call.g;
   const int64_t c_out = g.c_out, variant = call.variant;
   tx::Tensor bias;
@@ -294,8 +307,13 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
 
   const auto x = x_in.to(tx::kFloat).contiguous();
   auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
+  // The residual as float32 NCHW rows, like y (a copy unless it already is one; a fresh
+  // tensor when it would overlap the output, which is new, so never).
+  tx::Tensor residual;
+  if (residual_in.has_value()) residual = residual_in->to(tx::kFloat).contiguous();
   filter_conv::forward(*hit->prepared, g, p, ptr<float>(x),
-                  bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y));
+                  bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<float>(y),
+                  residual.defined() ? ptr<float>(residual) : nullptr);
   // channels_last in, channels_last out (one transposing copy of the output: the kernel
   // writes whole output-channel rows).
   if (channels_last_input(x_in)) y = y.contiguous(tx::MemoryFormat::ChannelsLast);
@@ -377,7 +395,8 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
                             const tx::Tensor& x_in, const std::optional<tx::Tensor>& bias_in,
                             tx::IntArrayRef kernel_size, tx::IntArrayRef stride,
                             tx::IntArrayRef padding, tx::IntArrayRef dilation, int64_t groups,
-                            bool relu, int64_t kernel) {
+                            bool relu, int64_t kernel,
+                            const std::optional<tx::Tensor>& residual_in) {
   SPARSEJIT_CHECK("filter_conv", x_in.is_cuda(), "x must be on the GPU when the plan is; got ",
                   x_in.device());
   check_index_any_device(plan_t, "plan", x_in);
@@ -391,7 +410,8 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
   if (!gpu_kernels_available()) {
     const auto y = call_on_cpu<tx::Tensor>(
         "sparsejit::filter_conv", plan_t, rowptr_t, taps_t, values_t, x_in, bias_in,
-        kernel_size.vec(), stride.vec(), padding.vec(), dilation.vec(), groups, relu, kernel);
+        kernel_size.vec(), stride.vec(), padding.vec(), dilation.vec(), groups, relu, kernel,
+        residual_in);
     return y.to(x_in.scalar_type());  // the fallback returns values' dtype (float32)
   }
   const int device = x_in.get_device();
@@ -404,7 +424,8 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
   const int64_t* words = layer ? layer->words.data() : ptr<int64_t>(plan_h);
   const int64_t plan_numel = layer ? int64_t(layer->words.size()) : plan_h.numel();
   const LayerCall call = check_call(words, plan_numel, rowptr_t, taps_t, values_t, x_in, bias_in,
-                                    kernel_size, stride, padding, dilation, groups, kernel);
+                                    kernel_size, stride, padding, dilation, groups, kernel,
+                                    residual_in);
   const filter_conv::Geometry& g = call.g;
   if (!layer) {
     auto fresh = std::make_shared<DeviceLayer>();
@@ -470,11 +491,16 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
     const auto x = x_in.contiguous();
     tx::Tensor bias;
     if (bias_in.has_value()) bias = bias_in->to(tx::kFloat).contiguous();
+    // The residual in x's dtype and y's NCHW layout (the kernel adds it before the ReLU).
+    tx::Tensor residual;
+    if (residual_in.has_value())
+      residual = residual_in->to(x_in.scalar_type()).contiguous();
     cuda::FilterConvParams params{layer->rowptr_d.data_ptr(), layer->taps_d.data_ptr(),
                                   layer->values_d.data_ptr(), x.data_ptr(),
                                   bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(),
                                   g.batch, g.c_in, g.h, g.w, g.c_out, oh, ow, call.cin_g,
-                                  g.c_out / g.groups, 0};
+                                  g.c_out / g.groups,
+                                  residual.defined() ? residual.data_ptr() : nullptr};
     std::string err;
     if (!CudaKernels::instance().run(spec, device, current_stream(),
                                      launches, &params, &err))

@@ -57,11 +57,11 @@ def _ref(L, x, bias, relu, absolute=False):
     return y.clamp(min=0) if relu and not absolute else y
 
 
-def _call(plan, L, x=None, bias=None, relu=False, variant=-1, **over):
+def _call(plan, L, x=None, bias=None, relu=False, variant=-1, residual=None, **over):
     a = dict(plan=plan[0], rowptr=plan[1], taps=plan[2], values=plan[3],
              x=L["x"] if x is None else x, bias=bias, kernel_size=L["kernel"],
              stride=L["stride"], padding=L["padding"], dilation=L["dilation"],
-             groups=L["groups"], relu=relu, variant=variant)
+             groups=L["groups"], relu=relu, variant=variant, residual=residual)
     a.update(over)
     return CONV(**a)
 
@@ -69,7 +69,7 @@ def _call(plan, L, x=None, bias=None, relu=False, variant=-1, **over):
 def filter_valid(r: Rand) -> Case:
     """A pruned layer (every sparsity, groups, stride, padding, dilation, empty batch,
     C_out = 0), any input dtype (computed in float32), channels_last or strided input,
-    fused bias and ReLU, a precompiled variant."""
+    fused bias, residual and ReLU, a precompiled variant."""
     L = _layer(r)
     dtype = r.choice(FLOATS)
     x = L["x"].to(dtype)
@@ -86,6 +86,12 @@ def filter_valid(r: Rand) -> Case:
     plan_variant = r.choice((0,) + PRECOMPILED)
     variant = r.choice(PRECOMPILED) if r.coin(0.8) or plan_variant == 0 else -1
     ref, mag = _ref(L, x, bias, relu), _ref(L, x, bias, relu, absolute=True)
+    residual = None
+    if r.coin(0.3):  # added after the bias, before the ReLU
+        residual = r.data(tuple(ref.shape), r.choice([dtype, torch.float32]))
+        ref = _ref(L, x, bias, False) + residual.float().double()
+        ref = ref.clamp(min=0) if relu else ref
+        mag = mag + residual.float().double().abs()
 
     strided_arrays = r.coin(0.2)
 
@@ -94,7 +100,7 @@ def filter_valid(r: Rand) -> Case:
         if strided_arrays:  # the same rowptr / taps / values as non-contiguous views
             plan = tuple(plan[:1]) + tuple(
                 torch.stack([t, torch.full_like(t, -7)], 1)[:, 0] for t in plan[1:])
-        return _call(plan, L, x=x, bias=bias, relu=relu, variant=variant)
+        return _call(plan, L, x=x, bias=bias, relu=relu, variant=variant, residual=residual)
 
     def check(y):
         if not isinstance(y, torch.Tensor) or y.dtype != dtype:
@@ -105,7 +111,8 @@ def filter_valid(r: Rand) -> Case:
     return Case("valid", call, check, "valid filter_conv",
                 dict(w=tuple(L["w"].shape), x=tuple(x.shape), groups=L["groups"],
                      stride=L["stride"], padding=L["padding"], dilation=L["dilation"],
-                     dtype=str(dtype), layout=layout, variant=variant, relu=relu),
+                     dtype=str(dtype), layout=layout, variant=variant, relu=relu,
+                     residual=residual is not None),
                 f16=dtype == torch.float16)
 
 
@@ -126,7 +133,8 @@ def filter_bad_args(r: Rand) -> Case:
     what = r.choice(["plan_dtype", "plan_len", "plan_header", "plan_other_weight",
                      "plan_geometry", "rowptr_len", "rowptr_break", "taps_range",
                      "taps_order", "values_len", "values_dtype", "x_dtype", "x_rank",
-                     "x_channels", "x_small", "bias", "kernel_size", "stride", "padding",
+                     "x_channels", "x_small", "bias", "residual", "kernel_size", "stride",
+                     "padding",
                      "dilation", "groups", "variant", "meta"])
     names = (what.split("_")[0],)
     if what == "plan_dtype":
@@ -203,6 +211,12 @@ def filter_bad_args(r: Rand) -> Case:
         kw["bias"] = r.choice([r.data((c_out + 1,), torch.float32),
                                r.data((c_out,), torch.int64), r.data((c_out,), torch.complex64),
                                r.data((1, c_out), torch.float32)])
+    elif what == "residual":
+        shape = tuple(_ref(L, L["x"], None, False).shape)
+        kw["residual"] = r.choice([
+            r.data(shape[:-1] + (shape[-1] + 1,), torch.float32), r.data(shape[1:], torch.float32),
+            r.data(shape, torch.float32).to(torch.int64), r.data(shape, torch.complex64),
+            r.data((shape[0] + 1,) + shape[1:], torch.float32)])
     elif what in ("stride", "padding", "dilation"):
         v = list(L[what])
         v[r.randint(0, 1)] = r.choice(([0] if what != "padding" else []) + [-1, -2**62]

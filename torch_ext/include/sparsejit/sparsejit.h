@@ -126,7 +126,8 @@ at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
 
 // Filter-sparse convolution (pruned Conv2d inference, docs/FILTER_SPARSE_CONV.md): the
 // weight [C_out, C_in/groups, R, S] compressed once (zeros and |w| <= threshold dropped), then
-// y = relu?(conv2d(x, W) + bias) without touching the zeros. CPU, inference only; x float32
+// y = relu?(conv2d(x, W) + bias [+ residual]) without touching the zeros (a residual of y's
+// shape, e.g. a ResNet block's identity, is added before the ReLU). CPU, inference only; x float32
 // (other float dtypes computed in float32), NCHW or channels_last; y NCHW.
 struct SparseConv2d {
   at::Tensor plan, rowptr, taps, values;  // from the filter_conv_plan op
@@ -141,7 +142,8 @@ struct SparseConv2d {
                                  std::vector<int64_t> padding = {0, 0},
                                  std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1,
                                  bool relu = false, double threshold = 0.0);
-  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor forward(const at::Tensor& x,
+                     const std::optional<at::Tensor>& residual = std::nullopt) const;
   int64_t nnz() const { return taps.numel(); }
 };
 
@@ -407,16 +409,17 @@ inline SparseConv2d SparseConv2d::from_dense(const at::Tensor& weight,
   return m;
 }
 
-inline at::Tensor SparseConv2d::forward(const at::Tensor& x) const {
+inline at::Tensor SparseConv2d::forward(const at::Tensor& x,
+                                        const std::optional<at::Tensor>& residual) const {
   static auto conv_op =
       detail::op("sparsejit::filter_conv")
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             const at::Tensor&, const at::Tensor&,
                             const std::optional<at::Tensor>&, c10::IntArrayRef,
                             c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t, bool,
-                            int64_t)>();
+                            int64_t, const std::optional<at::Tensor>&)>();
   return conv_op.call(plan, rowptr, taps, values, x, bias, kernel_size, stride, padding,
-                      dilation, groups, relu, -1);
+                      dilation, groups, relu, -1, residual);
 }
 
 // ---- point-cloud sparse convolution ---------------------------------------------------------

@@ -52,10 +52,12 @@ def _filter_conv_plan_fake(weight, threshold=0.0, variant=0):
 
 @torch.library.register_fake("sparsejit::filter_conv")
 def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor], kernel_size,
-                      stride, padding, dilation, groups, relu, variant=-1):
+                      stride, padding, dilation, groups, relu, variant=-1,
+                      residual: Optional[torch.Tensor] = None):
     # One argument on meta routes the whole call here: mixed devices must fail as on the CPU.
     devices = {n: t.device for n, t in dict(plan=plan, rowptr=rowptr, taps=taps, values=values,
-                                            x=x, bias=bias).items() if t is not None}
+                                            x=x, bias=bias, residual=residual).items()
+               if t is not None}
     if len(set(devices.values())) > 1:
         raise ValueError("sparsejit.filter_conv: all tensor arguments must be on one device; "
                          "got " + ", ".join(f"{n} on {d}" for n, d in devices.items()))
@@ -67,6 +69,16 @@ def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor
                         f"{x.dtype}")
     oh, ow = output_size(x.shape[2], x.shape[3], kernel_size, stride, padding, dilation)
     y = x.new_empty((x.shape[0], rowptr.shape[0] - 1, oh, ow))
+    if residual is not None:
+        if residual.dtype not in _FLOATS:
+            raise TypeError(f"sparsejit: residual must be float32, float64, bfloat16 or "
+                            f"float16; got {residual.dtype}")
+        torch._check_value(residual.dim() == 4, lambda: "sparsejit.filter_conv: residual must have "
+                     f"the output's shape {tuple(y.shape)}; got {tuple(residual.shape)}")
+        for d in range(4):
+            torch._check_value(residual.shape[d] == y.shape[d], lambda: "sparsejit.filter_conv: "
+                         f"residual must have the output's shape {tuple(y.shape)}; got "
+                         f"{tuple(residual.shape)}")
     if x.shape[1] > 1 and x.shape[2] > 1 and x.shape[3] > 1 and not x.is_contiguous() and \
             x.is_contiguous(memory_format=torch.channels_last):
         y = y.contiguous(memory_format=torch.channels_last)  # as the CPU op does
