@@ -19,9 +19,10 @@ from sparsejit._library import restores_type_errors
 from torch import nn
 
 from sparsejit import _core
-from sparsejit.families.filter_conv.fold import (ConvReLU, fold_batchnorm, fold_bn as _fold_bn,
-                                                 set_module)
-from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS
+from sparsejit.families.filter_conv import fold as _fold
+from sparsejit.families.filter_conv.fold import (ConvPool, ConvReLU, fold_batchnorm,
+                                                 fold_bn as _fold_bn, set_module)
+from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS, output_size
 from sparsejit.runtime.cpu import cpu_model as _cpu_model
 from sparsejit.runtime.store import fingerprint, read_json, write_json_atomic
 from sparsejit.runtime.timing import Progress
@@ -118,17 +119,55 @@ class SparseConv2d(nn.Module):
         return self
 
     @restores_type_errors
-    def forward(self, x: torch.Tensor, variant: int = -1) -> torch.Tensor:
-        """`variant` >= 0 forces a variant (ops.filter_conv.VARIANTS; tests, measurement)."""
+    def forward(self, x: torch.Tensor, variant: int = -1,
+                residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """`variant` >= 0 forces a variant (ops.filter_conv.VARIANTS; tests, measurement).
+        `residual` (the output's shape, e.g. a ResNet block's identity) is added in the
+        output write, after the bias and before the ReLU: ``relu(conv(x) + bias +
+        residual)`` in one pass (what ``sparsify(..., fold_bn=True)`` fuses)."""
         return torch.ops.sparsejit.filter_conv(
             self.plan, self.rowptr, self.taps, self.values, x, self.bias, list(self.kernel_size),
             list(self.stride), list(self.padding), list(self.dilation), self.groups, self.relu,
-            variant)
+            variant, residual)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
                 f"groups={self.groups}, relu={self.relu}, sparsity={self.sparsity:.3f}")
+
+
+class ResidualSparseConv2d(nn.Module):
+    """``relu(conv(x) + residual)`` (ReLU optional) with the add and the ReLU in the sparse
+    kernel's output write: no separate pass over the output, no extra tensor. What
+    ``sparsify(..., fold_bn=True)`` makes of a ResNet block's last convolution, its residual
+    add and ReLU. A residual that is not of the output's shape, dtype and device (a
+    broadcasting add) takes the unfused path, with the same result."""
+
+    def __init__(self, conv: "SparseConv2d", relu: bool = True):
+        super().__init__()
+        if not isinstance(conv, SparseConv2d) or conv.relu:
+            raise ValueError("sparsejit.ResidualSparseConv2d: conv must be a SparseConv2d "
+                             "without its own ReLU (the ReLU follows the residual)")
+        self.conv, self.relu = conv, bool(relu)
+
+    @restores_type_errors
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        c = self.conv
+        if isinstance(x, torch.Tensor) and x.dim() == 4 and \
+                isinstance(residual, torch.Tensor) and residual.dtype == x.dtype and \
+                residual.device == x.device:
+            oh, ow = output_size(x.shape[2], x.shape[3], c.kernel_size, c.stride, c.padding,
+                                 c.dilation)
+            if tuple(residual.shape) == (x.shape[0], c.out_channels, oh, ow):
+                return torch.ops.sparsejit.filter_conv(
+                    c.plan, c.rowptr, c.taps, c.values, x, c.bias, list(c.kernel_size),
+                    list(c.stride), list(c.padding), list(c.dilation), c.groups, self.relu, -1,
+                    residual)
+        y = c(x) + residual
+        return torch.relu(y) if self.relu else y
+
+    def extra_repr(self) -> str:
+        return f"relu={self.relu}"
 
 
 class SparseLinear(nn.Module):
@@ -258,6 +297,7 @@ def _format_table(rows: List[dict]) -> str:
                      f"{d if d is not None else float('nan'):>9.3f} "
                      f"{s if s is not None else float('nan'):>9.3f} {ratio:>8}  "
                      f"{r['choice']}{' ' + r['kernel'] if r.get('kernel') else ''}"
+                     f"{' ' + r['fused'] if r.get('fused') else ''}"
                      f"{' (cached)' if r['cached'] else ''}")
     return "\n".join(lines)
 
@@ -302,11 +342,60 @@ def _conv_of(mod: nn.Module) -> nn.Module:
     return mod.conv if isinstance(mod, ConvReLU) else mod
 
 
+def _residual_unit(mod: nn.Module) -> Optional[nn.Module]:
+    return ResidualSparseConv2d(mod) if isinstance(mod, SparseConv2d) and not mod.relu else None
+
+
+def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
+                min_speedup: float, repeat: int, clock: str) -> bool:
+    """sparsify's fusion pass over a traced model (after the per-layer decisions): residual
+    add + ReLU into the sparse convolutions' output write, and each dense conv + max pool
+    (the stem) on channels_last where that measures faster. Returns whether `table` (the
+    decision cache) gained entries."""
+    changed = False
+    by_name = {r["name"]: r for r in rows}
+    for name in _fold.fuse_residual(gm, _residual_unit):
+        if name in by_name:
+            by_name[name]["fused"] = "+ residual, ReLU"
+    for conv_node, pool_node in _fold.conv_pool_candidates(gm):
+        name = conv_node.target
+        modules = dict(gm.named_modules())
+        unit, pool = modules[name], modules[pool_node.target]
+        conv = _conv_of(unit)
+        if name not in shapes or conv.weight.device.type != "cpu":
+            continue  # not reached by the example input; or on a GPU (cuDNN, not measured)
+        shape, dtype = shapes[name]
+        geo = (type(unit).__name__, tuple(conv.weight.shape), conv.stride, conv.padding,
+               conv.dilation, conv.groups, pool.kernel_size, pool.stride, pool.padding,
+               pool.dilation, pool.ceil_mode)
+        key = (f"convpool|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
+               f"{_machine(conv.weight.device)}")
+        fused = ConvPool(conv, isinstance(unit, ConvReLU), pool)
+        hit = table.get(key)
+        row = dict(name=f"{name} + {pool_node.target}", input_shape=list(shape),
+                   weight_shape=list(conv.weight.shape),
+                   sparsity=float((conv.weight == 0).float().mean()), dense_ms=None,
+                   sparse_ms=None, choice="dense", kernel=None, cached=hit is not None)
+        if hit is None:
+            d, c = measure(nn.Sequential(unit, pool), fused, shape, dtype, repeat, clock)
+            hit = table[key] = dict(dense_ms=d, sparse_ms=c)
+            changed = True
+        row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
+        if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
+            row["choice"] = "dense"
+            row["fused"] = "+ pool, channels_last"
+            _fold.apply_conv_pool(gm, conv_node, pool_node)
+        rows.append(row)
+    _fold.finish(gm)
+    return changed
+
+
 def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
              threshold: float = 0.0, min_sparsity: float = 0.3, repeat: int = 7,
              cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
              verbose: bool = True, clock: str = "wall", fold_bn: bool = False,
-             jit: bool = True, baked_max_nnz: Optional[int] = None) -> nn.Module:
+             jit: bool = True, baked_max_nnz: Optional[int] = None,
+             fuse: Optional[bool] = None) -> nn.Module:
     """Replaces each Conv2d and Linear of `model` whose sparse kernel, measured on the input
     shape it sees in ``model(example_input)``, beats the dense module by `min_speedup`;
     returns the converted model (`model` itself, converted in place, unless `fold_bn` traced
@@ -323,7 +412,15 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     Layers on a GPU are measured there: the CUDA filter-conv kernel against the dense module
     (cuDNN), both timed with CUDA events on the example input's shape and dtype, and the
     decision cached under the GPU model (JIT variants are a CPU matter and not tried); the
-    sparse module is created on the layer's device. Layers on other devices stay dense."""
+    sparse module is created on the layer's device. Layers on other devices stay dense.
+
+    `fuse` (default: `fold_bn`; it needs the model traced by fold_bn's torch.fx pass) then
+    rewrites the traced graph: a residual add followed by a ReLU whose other operand is a
+    sparse convolution's output runs in that convolution's output write
+    (``ResidualSparseConv2d``), and a dense convolution (ReLU fused or not) followed by a
+    ``MaxPool2d`` (the CNN stem) runs on channels_last with the ReLU after the pool
+    (``ConvPool``) where that measures faster by `min_speedup` (a row "conv + pool" in the
+    table: its two times are NCHW and channels_last; cached like the layers)."""
     global LAST_JIT_WARMUP_S
     baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
@@ -411,6 +508,8 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                 set_module(model, name, sparse)
         rows.append(row)
         bar.step(name)
+    if (fold_bn if fuse is None else fuse) and isinstance(model, torch.fx.GraphModule):
+        changed |= _fuse_graph(model, shapes, table, rows, min_speedup, repeat, clock)
     if changed:
         _save_decisions(path, table)
     LAST_REPORT[:] = rows
@@ -424,5 +523,5 @@ def format_report(rows: Optional[List[dict]] = None) -> str:
     return _format_table(LAST_REPORT if rows is None else rows)
 
 
-__all__ = ["SparseConv2d", "SparseLinear", "sparsify", "measure", "format_report",
-           "LAST_REPORT"]
+__all__ = ["SparseConv2d", "SparseLinear", "ResidualSparseConv2d", "sparsify", "measure",
+           "format_report", "LAST_REPORT"]

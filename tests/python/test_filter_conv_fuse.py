@@ -1,0 +1,256 @@
+"""Filter-sparse convolution with a fused residual (``filter_conv(..., residual=)``,
+``ResidualSparseConv2d``) and sparsify's fusion pass (``fuse``, on with ``fold_bn``): the
+residual add + ReLU of a ResNet block in the sparse kernel's output write, and a dense stem
+convolution + max pool on channels_last (``ConvPool``). Fresh random pruned weights, outputs
+poisoned, against float64 references and bitwise against the unfused ops."""
+
+import json
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sparsejit.conv_fold import ConvPool, ConvReLU
+from sparsejit.filter_conv import ResidualSparseConv2d, SparseConv2d, sparsify
+from sparsejit.ops.filter_conv import VARIANTS
+
+from test_filter_conv import GEOMETRIES, pruned_weight, reference
+from test_filter_conv_jit import Bottleneck, randomize_bn
+
+from sparsejit._library import restores_type_errors
+
+PRECOMPILED = ("scalar", "vec8x1", "vec8x2", "vec8x4", "vec8x8", "generic")
+
+
+@restores_type_errors  # as the modules do: the op's TypeErrors reach Python as TypeError
+def conv_op(mod, x, relu, residual, variant=-1):
+    junk = torch.full((mod.out_channels * 4096 + x.numel(),), float("nan"))  # poison
+    del junk
+    return torch.ops.sparsejit.filter_conv(
+        mod.plan, mod.rowptr, mod.taps, mod.values, x, mod.bias, list(mod.kernel_size),
+        list(mod.stride), list(mod.padding), list(mod.dilation), mod.groups, relu, variant,
+        residual)
+
+
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "x".join(map(str, g)))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_residual_matches_reference_and_unfused_bitwise(geom, batch):
+    c_in, c_out, h, w, k, stride, padding, dilation, groups = geom
+    wt = pruned_weight((c_out, c_in // groups, k, k), "unstructured", 11 + batch)
+    bias = torch.randn(c_out)
+    mod = SparseConv2d(wt, bias, stride, padding, dilation, groups)
+    x = torch.randn(batch, c_in, h, w)
+    y0 = reference(x, wt, bias, stride, padding, dilation, groups)
+    res = torch.randn(y0.shape)
+    for relu in (False, True):
+        want = y0 + res.double()
+        want = want.relu() if relu else want
+        for v in PRECOMPILED:
+            got = conv_op(mod, x, relu, res, VARIANTS[v])
+            torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+            unfused = conv_op(mod, x, False, None, VARIANTS[v]) + res
+            unfused = unfused.relu() if relu else unfused
+            assert torch.equal(got, unfused), (v, relu)
+
+
+def test_residual_layouts_dtypes_and_empty():
+    wt = pruned_weight((6, 4, 3, 3), "skewed", 3)
+    mod = SparseConv2d(wt, torch.randn(6), padding=1)
+    x = torch.randn(2, 4, 7, 5)
+    res = torch.randn(2, 6, 7, 5)
+    want = (reference(x, wt, mod.bias, 1, 1, 1, 1) + res.double()).relu()
+    # channels_last x and residual: channels_last out, same values
+    got = conv_op(mod, x.contiguous(memory_format=torch.channels_last), True,
+                  res.contiguous(memory_format=torch.channels_last))
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+    # a strided (non-contiguous) residual
+    big = torch.randn(2, 6, 7, 10)
+    big[..., ::2] = res
+    torch.testing.assert_close(conv_op(mod, x, True, big[..., ::2]).double(), want,
+                               rtol=1e-4, atol=1e-4)
+    # bfloat16: computed in float32, one rounding at the end
+    got = conv_op(mod, x.bfloat16(), True, res.bfloat16())
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
+    # empty batch; one pixel; an all-zero weight adds bias + residual only
+    assert conv_op(mod, x[:0], True, res[:0]).shape == (0, 6, 7, 5)
+    w1 = pruned_weight((3, 2, 1, 1), "unstructured", 4)
+    one = SparseConv2d(w1)
+    x1, r1 = torch.randn(1, 2, 1, 1), torch.randn(1, 3, 1, 1)
+    torch.testing.assert_close(conv_op(one, x1, False, r1).double(),
+                               reference(x1, w1, None, 1, 0, 1, 1) + r1.double(),
+                               rtol=1e-5, atol=1e-5)
+    zero = SparseConv2d(torch.zeros(4, 2, 3, 3), torch.randn(4), padding=1)
+    xz, rz = torch.randn(1, 2, 5, 5), torch.randn(1, 4, 5, 5)
+    torch.testing.assert_close(conv_op(zero, xz, True, rz),
+                               (zero.bias.view(1, 4, 1, 1) + rz).relu())
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (lambda y: y[:, :, :-1], ValueError, "residual must have the output's shape"),
+    (lambda y: y[0], ValueError, "residual must have the output's shape"),
+    (lambda y: y.int(), TypeError, "residual must be float"),
+])
+def test_bad_residual_names_the_argument(bad, err, match):
+    mod = SparseConv2d(torch.randn(6, 4, 3, 3))
+    x = torch.randn(2, 4, 8, 8)
+    y = mod(x)
+    with pytest.raises(err, match=match):
+        conv_op(mod, x, True, bad(y))
+    with pytest.raises(err, match=match):  # the fake (meta) checks the same
+        conv_op(mod.to("meta"), x.to("meta"), True, bad(y).to("meta"))
+
+
+def test_residual_on_another_device_is_refused():
+    mod = SparseConv2d(torch.randn(6, 4, 3, 3))
+    x = torch.randn(1, 4, 8, 8)
+    with pytest.raises(ValueError, match="residual"):
+        conv_op(mod, x, True, torch.empty(1, 6, 6, 6, device="meta"))
+
+
+def test_opcheck_with_residual():
+    mod = SparseConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 5), torch.randn(6))
+    x = torch.randn(2, 4, 7, 7)
+    res = torch.randn(2, 6, 4, 4)
+    torch.library.opcheck(torch.ops.sparsejit.filter_conv.default,
+                          (mod.plan, mod.rowptr, mod.taps, mod.values, x, mod.bias, [3, 3],
+                           [2, 2], [1, 1], [1, 1], 1, True, -1, res))
+
+
+def test_residual_module_falls_back_on_broadcasting_add():
+    conv = SparseConv2d(pruned_weight((6, 4, 1, 1), "unstructured", 8), torch.randn(6))
+    mod = ResidualSparseConv2d(conv)
+    x = torch.randn(2, 4, 5, 5)
+    for res in (torch.randn(1, 6, 1, 1), torch.randn(6, 1, 1), torch.randn(2, 6, 5, 5).double()):
+        torch.testing.assert_close(mod(x, res), torch.relu(conv(x) + res))
+    full = torch.randn(2, 6, 5, 5)
+    assert torch.equal(mod(x, full), torch.relu(conv(x) + full))
+    with pytest.raises(ValueError, match="without its own ReLU"):
+        ResidualSparseConv2d(SparseConv2d(torch.randn(6, 4, 1, 1), relu=True))
+
+
+def _adds(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is operator.add]
+
+
+def test_sparsify_fuses_residual_and_relu(tmp_path):
+    m = randomize_bn(nn.Sequential(Bottleneck(), Bottleneck()))
+    x = torch.randn(2, 16, 12, 12)
+    with torch.no_grad():
+        want = m(x)
+    kw = dict(min_speedup=0.0, fold_bn=True, cache_dir=tmp_path, progress=False,
+              verbose=False, repeat=1)
+    plain = sparsify(m, x, fuse=False, **kw)
+    fused = sparsify(m, x, **kw)  # fuse defaults to fold_bn
+    assert len(_adds(plain)) == 2 and not _adds(fused)
+    res = [mod for mod in fused.modules() if isinstance(mod, ResidualSparseConv2d)]
+    assert len(res) == 2 and all(r.relu and not r.conv.relu for r in res)
+    from sparsejit.filter_conv import LAST_REPORT, format_report
+    assert sum(r.get("fused") == "+ residual, ReLU" for r in LAST_REPORT) == 2
+    assert "+ residual, ReLU" in format_report()
+    with torch.no_grad():
+        assert torch.equal(fused(x), plain(x))  # the same sums, one pass fewer
+        torch.testing.assert_close(fused(x), want, rtol=1e-4, atol=1e-4)
+    # a dense conv3 (unreachable margin) keeps the add
+    dense = sparsify(m, x, **{**kw, "min_speedup": 1e9})
+    assert len(_adds(dense)) == 2
+    assert not any(isinstance(mod, ResidualSparseConv2d) for mod in dense.modules())
+
+
+def test_fused_model_compiles_and_exports(tmp_path):
+    m = randomize_bn(nn.Sequential(Bottleneck(), Bottleneck()))
+    x = torch.randn(2, 16, 12, 12)
+    fused = sparsify(m, x, min_speedup=0.0, fold_bn=True, cache_dir=tmp_path, progress=False,
+                     verbose=False, repeat=1)
+    with torch.no_grad():
+        want = fused(x)
+        torch.testing.assert_close(torch.compile(fused, fullgraph=True)(x), want)
+    ep = torch.export.export(fused, (x,))
+    calls = [n for n in ep.graph.nodes if str(n.target) == "sparsejit.filter_conv.default"]
+    assert sum(n.args[-1] is not None for n in calls if len(n.args) == 14) == 2
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), want)
+
+
+class Stem(nn.Module):
+    def __init__(self, relu="module"):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 7, stride=2, padding=3, bias=False), \
+            nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.mode = relu
+
+    def forward(self, x):
+        y = self.bn1(self.conv1(x))
+        y = self.relu(y) if self.mode == "module" else y
+        return self.bn2(self.conv2(self.pool(y)))
+
+
+@pytest.mark.parametrize("relu", ["module", "none"])
+def test_sparsify_runs_dense_stem_and_pool_on_channels_last(tmp_path, relu):
+    torch.manual_seed(3)
+    m = randomize_bn(Stem(relu))
+    with torch.no_grad():
+        m.conv1.weight.copy_(torch.randn_like(m.conv1.weight))  # dense stem: kept dense
+    x = torch.randn(2, 3, 30, 26)
+    with torch.no_grad():
+        want = m(x)
+    kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
+    out = sparsify(m, x, min_speedup=0.0, **kw)
+    from sparsejit.filter_conv import LAST_REPORT
+    pools = [mod for mod in out.modules() if isinstance(mod, ConvPool)]
+    assert len(pools) == 1 and pools[0].relu == (relu == "module")
+    assert isinstance(pools[0].conv, nn.Conv2d)
+    assert not any(isinstance(mod, nn.MaxPool2d) and mod is not pools[0].pool
+                   for mod in out.modules())
+    row = [r for r in LAST_REPORT if r["name"] == "conv1 + pool"]
+    assert len(row) == 1 and row[0]["fused"] == "+ pool, channels_last" and not row[0]["cached"]
+    with torch.no_grad():
+        got = out(x)
+        assert got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        # channels_last input: channels_last result, same values
+        xc = x.contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(out(xc), want, rtol=1e-4, atol=1e-4)
+    table = json.loads((tmp_path / "decisions.json").read_text())
+    assert sum(k.startswith("convpool|") for k in table) == 1
+    # the same model again: the decision comes from the cache; an unreachable margin keeps
+    # the NCHW pair (the ReLU fused into the dense unit by fold_bn, the pool separate)
+    sparsify(m, x, min_speedup=0.0, **kw)
+    assert [r["cached"] for r in LAST_REPORT if r["name"] == "conv1 + pool"] == [True]
+    kept = sparsify(m, x, min_speedup=1e9, **kw)
+    assert not any(isinstance(mod, ConvPool) for mod in kept.modules())
+    assert any(isinstance(mod, nn.MaxPool2d) for mod in kept.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(kept(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_relu_after_pool_is_exact_with_nan_and_ties():
+    conv = nn.Conv2d(2, 3, 3, padding=1).eval()
+    pool = nn.MaxPool2d(2)
+    x = torch.randn(1, 2, 6, 6)
+    x[0, 0, 1, 1] = float("nan")
+    with torch.no_grad():
+        want = pool(torch.relu(conv(x)))
+        got = ConvPool(conv, True, pool)(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(torch.nan_to_num(got), torch.nan_to_num(want))
+    assert isinstance(ConvReLU(conv), nn.Module)  # the unit fold_bn makes of conv + ReLU
+
+
+def test_no_fusion_without_tracing_or_when_off(tmp_path):
+    m = randomize_bn(nn.Sequential(Bottleneck(), Bottleneck()))
+    x = torch.randn(1, 16, 8, 8)
+    out = sparsify(m, x, min_speedup=0.0, cache_dir=tmp_path, progress=False, verbose=False,
+                   repeat=1)  # fold_bn off: the model is converted in place, no graph
+    assert out is m and not any(isinstance(mod, ResidualSparseConv2d) for mod in m.modules())
+    c = out[0].conv1
+    with pytest.raises(ValueError, match="residual must have the output's shape"):
+        F.relu(torch.ops.sparsejit.filter_conv(  # residual of the wrong rank, op level
+            c.plan, c.rowptr, c.taps, c.values, x, None, [1, 1], [1, 1], [0, 0], [1, 1], 1,
+            False, -1, torch.randn(3)))
