@@ -66,6 +66,10 @@ def main() -> None:
                 x = torch.randn(batch, 3, 224, 224)
                 sparse = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
                                      fold_bn=True)
+                # the same decisions without the fusion pass (residual add + ReLU in the
+                # conv's output write, the stem's conv + pool on channels_last)
+                unfused = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
+                                      fold_bn=True, fuse=False, verbose=False)
                 engine = Engine(model=onnx_path, batch_size=batch, num_cores=args.threads)
                 xn = x.numpy()
                 want = folded(x)
@@ -74,8 +78,9 @@ def main() -> None:
                 scale = float(want.abs().max())
                 err_ds = float((got_ds - want).abs().max()) / scale
                 err_sj = float((got_sj - want).abs().max()) / scale
+                assert torch.equal(unfused(x), got_sj), "the fusion pass changed the result"
                 fns = {"dense": lambda: folded(x), "sparsejit": lambda: sparse(x),
-                       "deepsparse": lambda: engine.run([xn])}
+                       "unfused": lambda: unfused(x), "deepsparse": lambda: engine.run([xn])}
                 for fn in fns.values():
                     fn()
                 times = {k: [] for k in fns}
@@ -88,24 +93,25 @@ def main() -> None:
                 med = {k: statistics.median(v) for k, v in times.items()}
                 row = dict(sparsity=sparsity, batch=batch, threads=args.threads,
                            dense_folded_ms=med["dense"], sparsejit_ms=med["sparsejit"],
+                           sparsejit_unfused_ms=med["unfused"],
                            deepsparse_ms=med["deepsparse"],
                            sparsejit_vs_deepsparse=med["deepsparse"] / med["sparsejit"],
                            rel_error_sparsejit=err_sj, rel_error_deepsparse=err_ds)
                 rows.append(row)
                 print(f"{sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, sparsejit "
-                      f"{med['sparsejit']:.1f} ms, DeepSparse {med['deepsparse']:.1f} ms -> "
+                      f"{med['sparsejit']:.1f} ms (unfused {med['unfused']:.1f}), DeepSparse {med['deepsparse']:.1f} ms -> "
                       f"sparsejit {row['sparsejit_vs_deepsparse']:.2f}x DeepSparse (max rel. "
                       f"error vs dense: sparsejit {err_sj:.1e}, DeepSparse {err_ds:.1e})",
                       flush=True)
                 del engine
     cpu = cpu_line()
     print(f"\nCPU: {cpu}, {args.threads} threads\n")
-    print("| sparsity | batch | dense (BN folded) | sparsejit `sparsify` | DeepSparse 1.8 | "
-          "sparsejit vs DeepSparse |\n|---|---|---|---|---|---|")
+    print("| sparsity | batch | dense (BN folded) | sparsejit `sparsify` | same, `fuse=False` | "
+          "DeepSparse 1.8 | sparsejit vs DeepSparse |\n|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['sparsity']:.0%} | {r['batch']} | {r['dense_folded_ms']:.1f} ms | "
-              f"{r['sparsejit_ms']:.1f} ms | {r['deepsparse_ms']:.1f} ms | "
-              f"{r['sparsejit_vs_deepsparse']:.2f}x |")
+              f"{r['sparsejit_ms']:.1f} ms | {r['sparsejit_unfused_ms']:.1f} ms | "
+              f"{r['deepsparse_ms']:.1f} ms | {r['sparsejit_vs_deepsparse']:.2f}x |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(cpu=cpu, args=vars(args), rows=rows), indent=1))
 
