@@ -1,5 +1,6 @@
 #include "csrc/core/huge_pages.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -38,11 +39,18 @@ std::size_t compute_threshold() {
   return mib << 20;
 }
 
+std::atomic<std::size_t>& threshold_slot() {
+  static std::atomic<std::size_t> t{compute_threshold()};
+  return t;
+}
+
 }  // namespace
 
-std::size_t huge_page_threshold() {
-  static const std::size_t t = compute_threshold();
-  return t;
+std::size_t huge_page_threshold() { return threshold_slot().load(std::memory_order_relaxed); }
+
+std::size_t set_huge_page_threshold(std::size_t bytes) {
+  if (bytes != 0 && !os_allows_thp()) bytes = 0;
+  return threshold_slot().exchange(bytes, std::memory_order_relaxed);
 }
 
 bool advise_huge_pages(void* p, std::size_t bytes) {

@@ -17,6 +17,9 @@ namespace sparsejit {
 
 // Bytes from which outputs are advised; 0 when off (by the variable or the OS setting).
 std::size_t huge_page_threshold();
+// Changes it for the rest of the process (0: off; stays 0 where the OS runs THP "never");
+// returns the previous value. For benchmarks and applications that know their sizes.
+std::size_t set_huge_page_threshold(std::size_t bytes);
 
 // Advise [p, p + bytes) if bytes >= huge_page_threshold(); returns whether it did. Safe on
 // any pointer (the call only affects whole 2 MiB pages inside the range).

@@ -351,6 +351,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("huge_page_threshold", [] { return sparsejit::huge_page_threshold(); },
         "Bytes from which the outputs sparsejit allocates are advised onto transparent huge "
         "pages (0: off, by SPARSEJIT_HUGE_PAGES=0 or the OS's THP mode).");
+  m.def("set_huge_page_threshold",
+        [](std::size_t bytes) { return sparsejit::set_huge_page_threshold(bytes); },
+        py::arg("bytes"),
+        "Sets that threshold for the rest of the process (0: off); returns the previous one.");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
   m.def("gemm_bf16_native", [] { return sparsejit::dense::gemm_bf16_native(); },

@@ -1,7 +1,7 @@
 """Huge-page advice on large outputs (csrc/core/huge_pages.h): the ops' results are unchanged,
 the advice lands on the output's pages (VmFlags "hg" in /proc/self/smaps) above the threshold
-only, and SPARSEJIT_HUGE_PAGES=0 turns it off. Each case runs in a fresh process, since the
-setting is read once."""
+only, SPARSEJIT_HUGE_PAGES=0 turns it off, and _core.set_huge_page_threshold changes it at
+run time. Each case runs in a fresh process (the variable is read once)."""
 
 import json
 import os
@@ -15,9 +15,12 @@ THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 thp_modes = THP.read_text() if THP.exists() else "[never]"
 
 CHILD = r"""
-import json, sys, torch, sparsejit as sj
+import json, os, sys, torch, sparsejit as sj
 from sparsejit import _core
 torch.manual_seed(0)
+prev = None
+if "SJ_SET_THRESHOLD" in os.environ:  # the run-time setter, before any output
+    prev = _core.set_huge_page_threshold(int(os.environ["SJ_SET_THRESHOLD"]))
 
 def advised(t):
     # VmFlags of the mapping that holds the middle of t's buffer ("hg": MADV_HUGEPAGE).
@@ -41,7 +44,7 @@ ref = torch.zeros(n, f).index_add_(0, dst, x[src])
 err = (y - ref).abs().max().item()
 q = torch.randn(n, 2, 8); k = torch.randn(n, 2, 8); v = torch.randn(n, 2, f // 2)
 att = sj.sparse_attention(A, q, k, v)
-print(json.dumps(dict(threshold=_core.huge_page_threshold(), nbytes=y.nbytes,
+print(json.dumps(dict(threshold=_core.huge_page_threshold(), nbytes=y.nbytes, prev=prev,
                       spmm_err=err, spmm_advised=advised(y), att_advised=advised(att),
                       att_finite=bool(torch.isfinite(att).all()))))
 """
@@ -82,3 +85,15 @@ def test_small_outputs_are_left_alone():
 def test_default_threshold_and_bad_value():
     d = _run(100, 8, {"SPARSEJIT_HUGE_PAGES": "lots"})  # not a number: the default
     assert d["threshold"] == (0 if "[never]" in thp_modes else 32 << 20)
+
+
+@pytest.mark.skipif("[never]" in thp_modes, reason="the OS has transparent huge pages off")
+def test_threshold_set_at_run_time():
+    # off by the variable, turned on (4 MiB) by _core.set_huge_page_threshold before the call
+    d = _run(20000, 128, {"SPARSEJIT_HUGE_PAGES": "0", "SJ_SET_THRESHOLD": str(4 << 20)})
+    assert d["prev"] == 0 and d["threshold"] == 4 << 20
+    assert d["spmm_advised"] is True and d["spmm_err"] < 1e-3
+    # and off again at run time: a large output is left alone
+    d = _run(20000, 128, {"SPARSEJIT_HUGE_PAGES": "4", "SJ_SET_THRESHOLD": "0"})
+    assert d["prev"] == 4 << 20 and d["threshold"] == 0
+    assert d["spmm_advised"] is not True and d["spmm_err"] < 1e-3
