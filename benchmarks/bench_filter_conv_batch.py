@@ -63,7 +63,7 @@ def main() -> None:
     rows = []
     with torch.no_grad():
         model = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
-                            fold_bn=True, verbose=False)
+                            fold_bn=True, verbose=False, repeat=args.repeat)
         captured = {}
 
         def hook(name):

@@ -1,6 +1,7 @@
 """The benchmark scripts behind issue 21's measurements run end to end on small inputs and
 print what RESULTS.md quotes (so a refactor that breaks them fails here, not at the next
-measurement): the SpMM locality experiment, the filter-conv lane-width A/B and DeepSparse's
+measurement): the SpMM locality experiment, the filter-conv lane-width A/B, the filter-conv
+batch split and DeepSparse's
 side-by-side runner (which must name its missing peer, not crash, where deepsparse is not
 installed, as in CI)."""
 
@@ -56,3 +57,17 @@ def test_deepsparse_runner_names_its_missing_peer():
     r = run("bench_deepsparse.py", "--sparsities", "0.9", "--batches", "1", timeout=120)
     assert r.returncode != 0
     assert "deepsparse is not installed" in (r.stdout + r.stderr)
+
+
+def test_filter_conv_batch_split_two_layers(tmp_path):
+    out = tmp_path / "batch.json"
+    r = run("bench_filter_conv_batch.py", "--batch", "2", "--limit", "2", "--repeat", "1",
+            "--chunks", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    assert [l["layer"] for l in rec["layers"]] == ["layer1.0.downsample.0", "layer1.0.conv1"]
+    assert all(l["batch_ms"] > 0 and l["slices_ms"] > 0 and l["gmacs"] > 0
+               for l in rec["layers"])
+    assert set(rec["whole"]) == {"whole", "chunks of 1"}
+    assert "| layer1.0.conv1 |" in r.stdout
+
