@@ -99,7 +99,8 @@ def main() -> None:
                            rel_error_sparsejit=err_sj, rel_error_deepsparse=err_ds)
                 rows.append(row)
                 print(f"{sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, sparsejit "
-                      f"{med['sparsejit']:.1f} ms (unfused {med['unfused']:.1f}), DeepSparse {med['deepsparse']:.1f} ms -> "
+                      f"{med['sparsejit']:.1f} ms (unfused {med['unfused']:.1f}), DeepSparse "
+                      f"{med['deepsparse']:.1f} ms -> "
                       f"sparsejit {row['sparsejit_vs_deepsparse']:.2f}x DeepSparse (max rel. "
                       f"error vs dense: sparsejit {err_sj:.1e}, DeepSparse {err_ds:.1e})",
                       flush=True)

@@ -95,6 +95,15 @@ def pattern_weight(path, c_out, c_in, k, keep_fraction, seed):
     return w.view(c_out, c_in, k, k)
 
 
+def add_layer_args(ap: argparse.ArgumentParser, limit_help: str) -> None:
+    """The options the per-layer A/B scripts share (bench_filter_conv_lanes / _batch)."""
+    ap.add_argument("--sparsity", type=float, default=0.9)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--limit", type=int, default=None, help=limit_help)
+
+
 def median_many(fns, repeat, clock=time.perf_counter):
     """Medians (ms) of each function, alternated run by run so all see the same load, the
     order rotated every run: a kernel run right after another one on the same input finds it

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import sparsejit as sj  # noqa: E402
 from sparsejit.filter_conv import ResidualSparseConv2d, SparseConv2d  # noqa: E402
 from sparsejit.ops.filter_conv import output_size  # noqa: E402
+import bench_filter_conv as B  # noqa: E402
 import bench_resnet50_sparse as R  # noqa: E402
 
 
@@ -46,11 +47,7 @@ def alternated(fns: dict, repeat: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sparsity", type=float, default=0.9)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--limit", type=int, default=None, help="only the first N sparse layers")
+    B.add_layer_args(ap, "only the first N sparse layers")
     ap.add_argument("--chunks", type=int, nargs="*", default=[1, 2, 4])
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv_batch.json"))
     args = ap.parse_args()

@@ -29,11 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sparsity", type=float, default=0.9)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--limit", type=int, default=None, help="only the first N layers")
+    B.add_layer_args(ap, "only the first N layers")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv_lanes.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -240,6 +240,9 @@ def test_relu_after_pool_is_exact_with_nan_and_ties():
         got = ConvPool(conv, True, pool)(x)
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     torch.testing.assert_close(torch.nan_to_num(got), torch.nan_to_num(want))
+    with torch.no_grad():  # an unbatched [C, H, W] input takes the plain order
+        torch.testing.assert_close(ConvPool(conv, True, pool)(x[0]), pool(torch.relu(conv(x[0]))),
+                                   equal_nan=True)
     assert isinstance(ConvReLU(conv), nn.Module)  # the unit fold_bn makes of conv + ReLU
 
 

@@ -188,6 +188,9 @@ class ConvPool(nn.Module):
         self.conv, self.relu, self.pool = conv, bool(relu), pool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:  # unbatched input: the plain order (channels_last needs 4 dims)
+            y = self.conv(x)
+            return self.pool(torch.relu(y) if self.relu else y)
         nchw = x.is_contiguous()
         y = self.pool(self.conv(x.contiguous(memory_format=torch.channels_last)))
         if self.relu:

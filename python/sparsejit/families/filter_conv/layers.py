@@ -362,8 +362,9 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
         modules = dict(gm.named_modules())
         unit, pool = modules[name], modules[pool_node.target]
         conv = _conv_of(unit)
-        if name not in shapes or conv.weight.device.type != "cpu":
-            continue  # not reached by the example input; or on a GPU (cuDNN, not measured)
+        if name not in shapes or conv.weight.device.type != "cpu" or len(shapes[name][0]) != 4:
+            continue  # not reached by the example input, on a GPU (cuDNN, not measured), or
+            # an unbatched [C, H, W] input (channels_last needs 4 dimensions)
         shape, dtype = shapes[name]
         geo = (type(unit).__name__, tuple(conv.weight.shape), conv.stride, conv.padding,
                conv.dilation, conv.groups, pool.kernel_size, pool.stride, pool.padding,
@@ -402,8 +403,9 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     it: then a torch.fx.GraphModule). Layers sparser than `min_sparsity` are not measured.
     With `jit` (and the JIT on), each layer's JIT variants ("jit"; "jit_baked" up to
     `baked_max_nnz` taps, default BAKED_MAX_NNZ = 0) are compiled in parallel first and
-    measured against the precompiled loop ("generic"); the fastest becomes the layer's kernel. `fold_bn` (eval mode only) first folds each
-    BatchNorm2d that directly follows a Conv2d and fuses a ReLU after it (sparsejit.conv_fold).
+    measured against the precompiled loop ("generic"); the fastest becomes the layer's
+    kernel. `fold_bn` (eval mode only) first folds each BatchNorm2d that directly follows a
+    Conv2d and fuses a ReLU after it (sparsejit.conv_fold).
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
