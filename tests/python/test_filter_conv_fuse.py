@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparsejit.conv_fold import ConvPool, ConvReLU
+from sparsejit.conv_fold import ChannelsLastPool, ConvPool, ConvReLU
 from sparsejit.filter_conv import ResidualSparseConv2d, SparseConv2d, sparsify
 from sparsejit.ops.filter_conv import VARIANTS
 
@@ -257,3 +257,48 @@ def test_no_fusion_without_tracing_or_when_off(tmp_path):
         F.relu(torch.ops.sparsejit.filter_conv(  # residual of the wrong rank, op level
             c.plan, c.rowptr, c.taps, c.values, x, None, [1, 1], [1, 1], [0, 0], [1, 1], 1,
             False, -1, torch.randn(3)))
+
+
+class SparseThenPool(nn.Module):
+    """VGG-style: a pruned conv (converted to sparse), then a max pool, then another conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 12, 3, padding=1)
+        self.pool = nn.MaxPool2d(2, ceil_mode=True)
+        self.conv2 = nn.Conv2d(12, 6, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(self.pool(F.relu(self.conv1(x))))
+
+
+def test_sparsify_runs_other_max_pools_on_channels_last(tmp_path):
+    m = randomize_bn(SparseThenPool())  # prunes the convolutions (no BatchNorm here)
+    x = torch.randn(2, 4, 11, 9)
+    with torch.no_grad():
+        want = m(x)
+    kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
+    out = sparsify(m, x, min_speedup=0.0, **kw)
+    from sparsejit.filter_conv import LAST_REPORT
+    assert isinstance(out.pool, ChannelsLastPool) and out.pool.pool is m.pool
+    assert isinstance(out.conv1, SparseConv2d)
+    row = [r for r in LAST_REPORT if r["name"] == "pool"]
+    assert len(row) == 1 and row[0]["fused"] == "pool on channels_last"
+    assert row[0]["input_shape"] == [2, 12, 11, 9] and not row[0]["cached"]
+    with torch.no_grad():
+        got = out(x)
+        assert got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        y = torch.randn(2, 12, 7, 5)  # the module alone: the same values as the pool
+        assert torch.equal(out.pool(y), m.pool(y))
+        assert torch.equal(out.pool(y[0]), m.pool(y[0]))  # unbatched: as is
+    table = json.loads((tmp_path / "decisions.json").read_text())
+    assert sum(k.startswith("clpool|") for k in table) == 1
+    again = sparsify(m, x, min_speedup=0.0, **kw)
+    assert [r["cached"] for r in LAST_REPORT if r["name"] == "pool"] == [True]
+    assert isinstance(again.pool, ChannelsLastPool)
+    kept = sparsify(m, x, min_speedup=1e9, **kw)  # an unreachable margin keeps the pool
+    assert type(kept.pool) is nn.MaxPool2d
+    plain = sparsify(m, x, min_speedup=0.0, fuse=False, **kw)
+    assert type(plain.pool) is nn.MaxPool2d
+

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -20,8 +21,9 @@ from torch import nn
 
 from sparsejit import _core
 from sparsejit.families.filter_conv import fold as _fold
-from sparsejit.families.filter_conv.fold import (ConvPool, ConvReLU, fold_batchnorm,
-                                                 fold_bn as _fold_bn, set_module)
+from sparsejit.families.filter_conv.fold import (ChannelsLastPool, ConvPool, ConvReLU,
+                                                 fold_batchnorm, fold_bn as _fold_bn,
+                                                 set_module)
 from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS, output_size
 from sparsejit.runtime.cpu import cpu_model as _cpu_model
 from sparsejit.runtime.store import fingerprint, read_json, write_json_atomic
@@ -387,7 +389,43 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
             row["fused"] = "+ pool, channels_last"
             _fold.apply_conv_pool(gm, conv_node, pool_node)
         rows.append(row)
+    changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock)
     _fold.finish(gm)
+    return changed
+
+
+def _channels_last_pools(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict],
+                         rows: List[dict], min_speedup: float, repeat: int, clock: str) -> bool:
+    """Every other MaxPool2d module of the graph (after a sparse convolution, say) on a CPU
+    NCHW input: measured as is against ChannelsLastPool on the shape it saw, replaced where
+    the latter wins by `min_speedup`; cached like the layers."""
+    changed = False
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    for name in [t for t in calls if type(modules.get(t)) is nn.MaxPool2d]:
+        pool = modules[name]
+        if pool.return_indices or calls[name] != 1 or name not in shapes:
+            continue
+        shape, dtype = shapes[name]
+        if len(shape) != 4 or shape[1] < 2:
+            continue
+        geo = (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+        key = (f"clpool|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
+               f"{_machine(torch.device('cpu'))}")
+        fused = ChannelsLastPool(pool)
+        hit = table.get(key)
+        row = dict(name=name, input_shape=list(shape), weight_shape=[], sparsity=0.0,
+                   dense_ms=None, sparse_ms=None, choice="dense", kernel=None,
+                   cached=hit is not None)
+        if hit is None:
+            d, c = measure(pool, fused, shape, dtype, repeat, clock)
+            hit = table[key] = dict(dense_ms=d, sparse_ms=c)
+            changed = True
+        row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
+        if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
+            row["fused"] = "pool on channels_last"
+            set_module(gm, name, fused)
+        rows.append(row)
     return changed
 
 
@@ -422,7 +460,9 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     (``ResidualSparseConv2d``), and a dense convolution (ReLU fused or not) followed by a
     ``MaxPool2d`` (the CNN stem) runs on channels_last with the ReLU after the pool
     (``ConvPool``) where that measures faster by `min_speedup` (a row "conv + pool" in the
-    table: its two times are NCHW and channels_last; cached like the layers)."""
+    table: its two times are NCHW and channels_last; cached like the layers); any other
+    ``MaxPool2d`` on a CPU NCHW input is measured the same way against running it on
+    channels_last (``ChannelsLastPool``; PyTorch's NCHW max pool is the slow one)."""
     global LAST_JIT_WARMUP_S
     baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
@@ -437,7 +477,10 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                if not any(n.startswith(u + ".") and type(um) is ConvReLU for u, um in targets)]
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
     hooks = []
-    for name, mod in targets:
+    do_fuse = (fold_bn if fuse is None else fuse) and isinstance(model, torch.fx.GraphModule)
+    pools = [(n, m) for n, m in model.named_modules() if type(m) is nn.MaxPool2d] \
+        if do_fuse else []
+    for name, mod in targets + pools:
         def hook(m, args, name=name):
             if name not in shapes and args and isinstance(args[0], torch.Tensor):
                 shapes[name] = (tuple(args[0].shape), args[0].dtype)
@@ -510,7 +553,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
                 set_module(model, name, sparse)
         rows.append(row)
         bar.step(name)
-    if (fold_bn if fuse is None else fuse) and isinstance(model, torch.fx.GraphModule):
+    if do_fuse:
         changed |= _fuse_graph(model, shapes, table, rows, min_speedup, repeat, clock)
     if changed:
         _save_decisions(path, table)
