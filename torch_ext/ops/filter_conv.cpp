@@ -307,8 +307,8 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
 
   const auto x = x_in.to(tx::kFloat).contiguous();
   auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
-  // The residual as float32 NCHW rows, like y (a copy unless it already is one; a fresh
-  // tensor when it would overlap the output, which is new, so never).
+  // The residual as float32 NCHW rows, like y (a copy unless it already is one; it never
+  // overlaps y, which is freshly allocated).
   tx::Tensor residual;
   if (residual_in.has_value()) residual = residual_in->to(tx::kFloat).contiguous();
   filter_conv::forward(*hit->prepared, g, p, ptr<float>(x),

@@ -237,15 +237,14 @@ def conv_pool_candidates(gm: torch.fx.GraphModule):
 
 
 def apply_conv_pool(gm: torch.fx.GraphModule, conv_node: torch.fx.Node,
-                    pool_node: torch.fx.Node) -> str:
-    """Replaces the pair by one ConvPool module (at the conv's name); returns that name."""
+                    pool_node: torch.fx.Node) -> None:
+    """Replaces the pair by one ConvPool module (at the conv's name)."""
     modules = dict(gm.named_modules())
     unit = modules[conv_node.target]
     conv, relu = (unit.conv, True) if isinstance(unit, ConvReLU) else (unit, False)
     set_module(gm, conv_node.target, ConvPool(conv, relu, modules[pool_node.target]))
     pool_node.replace_all_uses_with(conv_node)
     gm.graph.erase_node(pool_node)
-    return conv_node.target
 
 
 def fuse_residual(gm: torch.fx.GraphModule, wrap) -> List[str]:

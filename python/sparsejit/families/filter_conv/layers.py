@@ -127,9 +127,13 @@ class SparseConv2d(nn.Module):
         `residual` (the output's shape, e.g. a ResNet block's identity) is added in the
         output write, after the bias and before the ReLU: ``relu(conv(x) + bias +
         residual)`` in one pass (what ``sparsify(..., fold_bn=True)`` fuses)."""
+        return self._op(x, self.relu, variant, residual)
+
+    def _op(self, x: torch.Tensor, relu: bool, variant: int,
+            residual: Optional[torch.Tensor]) -> torch.Tensor:
         return torch.ops.sparsejit.filter_conv(
             self.plan, self.rowptr, self.taps, self.values, x, self.bias, list(self.kernel_size),
-            list(self.stride), list(self.padding), list(self.dilation), self.groups, self.relu,
+            list(self.stride), list(self.padding), list(self.dilation), self.groups, relu,
             variant, residual)
 
     def extra_repr(self) -> str:
@@ -161,10 +165,7 @@ class ResidualSparseConv2d(nn.Module):
             oh, ow = output_size(x.shape[2], x.shape[3], c.kernel_size, c.stride, c.padding,
                                  c.dilation)
             if tuple(residual.shape) == (x.shape[0], c.out_channels, oh, ow):
-                return torch.ops.sparsejit.filter_conv(
-                    c.plan, c.rowptr, c.taps, c.values, x, c.bias, list(c.kernel_size),
-                    list(c.stride), list(c.padding), list(c.dilation), c.groups, self.relu, -1,
-                    residual)
+                return c._op(x, self.relu, -1, residual)
         y = c(x) + residual
         return torch.relu(y) if self.relu else y
 
@@ -218,13 +219,18 @@ def _machine(device: torch.device) -> str:
     return f"{_cpu_model()}|t{torch.get_num_threads()}"
 
 
+def _input_key(shape, dtype, device: torch.device) -> str:
+    """The part of a cached decision's key past the unit: input shape, dtype, machine."""
+    return f"{tuple(shape)}|{str(dtype).replace('torch.', '')}|{_machine(device)}"
+
+
 def _decision_key(module: nn.Module, sparse: nn.Module, shape, dtype,
                   device: torch.device = torch.device("cpu")) -> str:
     conv = sparse.conv if isinstance(sparse, SparseLinear) else sparse
     fp = fingerprint(conv.rowptr, conv.taps)
     geo = (type(module).__name__, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
            conv.groups, conv.in_channels, conv.out_channels)
-    return f"{fp}|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|{_machine(device)}"
+    return f"{fp}|{geo}|{_input_key(shape, dtype, device)}"
 
 
 def _load_decisions(path: Path) -> Dict[str, dict]:
@@ -371,24 +377,17 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
         geo = (type(unit).__name__, tuple(conv.weight.shape), conv.stride, conv.padding,
                conv.dilation, conv.groups, pool.kernel_size, pool.stride, pool.padding,
                pool.dilation, pool.ceil_mode)
-        key = (f"convpool|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
-               f"{_machine(conv.weight.device)}")
-        fused = ConvPool(conv, isinstance(unit, ConvReLU), pool)
-        hit = table.get(key)
         row = dict(name=f"{name} + {pool_node.target}", input_shape=list(shape),
                    weight_shape=list(conv.weight.shape),
-                   sparsity=float((conv.weight == 0).float().mean()), dense_ms=None,
-                   sparse_ms=None, choice="dense", kernel=None, cached=hit is not None)
-        if hit is None:
-            d, c = measure(nn.Sequential(unit, pool), fused, shape, dtype, repeat, clock)
-            hit = table[key] = dict(dense_ms=d, sparse_ms=c)
-            changed = True
-        row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
-        if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
-            row["choice"] = "dense"
-            row["fused"] = "+ pool, channels_last"
+                   sparsity=float((conv.weight == 0).float().mean()))
+        key = f"convpool|{geo}|{_input_key(shape, dtype, conv.weight.device)}"
+        won, new = _measured_rewrite(table, key, nn.Sequential(unit, pool),
+                                     ConvPool(conv, isinstance(unit, ConvReLU), pool), shape,
+                                     dtype, repeat, clock, min_speedup, row, rows,
+                                     "+ pool, channels_last")
+        changed |= new
+        if won:
             _fold.apply_conv_pool(gm, conv_node, pool_node)
-        rows.append(row)
     changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock)
     _fold.finish(gm)
     return changed
@@ -410,23 +409,37 @@ def _channels_last_pools(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict
         if len(shape) != 4 or shape[1] < 2:
             continue
         geo = (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
-        key = (f"clpool|{geo}|{tuple(shape)}|{str(dtype).replace('torch.', '')}|"
-               f"{_machine(torch.device('cpu'))}")
+        key = f"clpool|{geo}|{_input_key(shape, dtype, torch.device('cpu'))}"
         fused = ChannelsLastPool(pool)
-        hit = table.get(key)
-        row = dict(name=name, input_shape=list(shape), weight_shape=[], sparsity=0.0,
-                   dense_ms=None, sparse_ms=None, choice="dense", kernel=None,
-                   cached=hit is not None)
-        if hit is None:
-            d, c = measure(pool, fused, shape, dtype, repeat, clock)
-            hit = table[key] = dict(dense_ms=d, sparse_ms=c)
-            changed = True
-        row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
-        if hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
-            row["fused"] = "pool on channels_last"
+        row = dict(name=name, input_shape=list(shape), weight_shape=[], sparsity=0.0)
+        won, new = _measured_rewrite(table, key, pool, fused, shape, dtype, repeat, clock,
+                                     min_speedup, row, rows, "pool on channels_last")
+        changed |= new
+        if won:
             set_module(gm, name, fused)
-        rows.append(row)
     return changed
+
+
+def _measured_rewrite(table: Dict[str, dict], key: str, before: nn.Module, after: nn.Module,
+                      shape, dtype, repeat: int, clock: str, min_speedup: float, row: dict,
+                      rows: List[dict], label: str) -> Tuple[bool, bool]:
+    """A rewrite the fusion pass applies where it measures faster: `before` and `after`
+    timed on `shape` (or their times taken from `table` under `key`), the report row
+    completed and appended (the two times in its dense / sparse columns, `label` when the
+    rewrite wins). Returns (apply it, `table` gained the entry)."""
+    hit = table.get(key)
+    row.update(dense_ms=None, sparse_ms=None, choice="dense", kernel=None,
+               cached=hit is not None)
+    new = hit is None
+    if new:
+        d, a = measure(before, after, shape, dtype, repeat, clock)
+        hit = table[key] = dict(dense_ms=d, sparse_ms=a)
+    row.update(dense_ms=hit["dense_ms"], sparse_ms=hit["sparse_ms"])
+    won = hit["dense_ms"] >= hit["sparse_ms"] * min_speedup
+    if won:
+        row["fused"] = label
+    rows.append(row)
+    return won, new
 
 
 def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
