@@ -1,6 +1,7 @@
 """Structure building from an edge_index, per call, on the mini-batch benchmark's sampled
 subgraphs: `csr_from_edge_index` on the edges, on the edges plus one self-loop per node, on
-2.5M random edges, and (where the build has it) `gcn_adjacency`. Runs against whichever build
+2.5M random edges, `gcn_adjacency`, and `csr_transpose` of the sampled subgraphs' GCN
+matrices and of the 2.5M-edge CSR (what a backward needs). Runs against whichever build
 is on PYTHONPATH, so two builds compare by running it twice.
 
     PYTHONPATH=<build>/python python3 benchmarks/bench_structure_build.py --label before
@@ -36,8 +37,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--label", default="this build")
     ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     import sparsejit  # noqa: F401  (registers the ops)
     op = torch.ops.sparsejit
     g = load_graph("powerlaw:n=100000,avg=30,alpha=2.1,seed=0")
@@ -48,11 +50,15 @@ def main() -> None:
     rows = [("csr_from_edge_index, sampled subgraph", median_ms(op.csr_from_edge_index, subs)),
             ("csr_from_edge_index, + self-loops", median_ms(op.csr_from_edge_index, loops)),
             ("csr_from_edge_index, 2.5M random edges", median_ms(op.csr_from_edge_index, big, 1))]
-    if hasattr(op, "gcn_adjacency"):
-        rows.append(("gcn_adjacency, sampled subgraph",
-                     median_ms(lambda ei, n: op.gcn_adjacency(ei, n, torch.float32), subs)))
+    rows.append(("gcn_adjacency, sampled subgraph",
+                 median_ms(lambda ei, n: op.gcn_adjacency(ei, n, torch.float32), subs)))
+    gcn = [op.gcn_adjacency(ei, n, torch.float32)[:2] + (n,) for ei, n in subs]
+    rows.append(("csr_transpose, sampled GCN matrix", median_ms(op.csr_transpose, gcn)))
+    rp, col, _ = op.csr_from_edge_index(*big[0])
+    rows.append(("csr_transpose, 2.5M entries", median_ms(op.csr_transpose,
+                                                          [(rp, col, 200_000)] * 5, 1)))
     for name, ms in rows:
-        print(f"{args.label:10s} {name:40s} {ms:8.3f} ms")
+        print(f"{args.label:10s} {args.threads} thr {name:40s} {ms:8.3f} ms")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <sstream>
+
+#include <omp.h>
 
 namespace sparsejit {
 
@@ -58,44 +61,133 @@ ValidationResult validate_csr(const I* rowptr, int64_t rowptr_len, const I* col,
   return r;
 }
 
+namespace {
+
+// Counting sorts of at least this many items run on several threads.
+constexpr int64_t kParallelSortItems = 32768;
+
+// A stable counting sort of m items into n buckets, on up to omp_get_max_threads() threads
+// (per-thread histograms over contiguous item ranges, so every bucket keeps item order and
+// the result is the same on any number of threads). The caller supplies the two passes:
+//   count(k0, k1, h): h[key(k)]++ for every item k in [k0, k1); returns the first item whose
+//                     key is out of range (not counted), or k1;
+//   place(k0, k1, next): for every item k in [k0, k1) in order, q = next[key(k)]++ is its
+//                        position.
+// ptr[n + 1] gets the bucket starts. Returns -1, or the first bad item (then nothing is
+// placed). Each thread's histogram costs O(n), so threads are added only while the items
+// outnumber the buckets they would zero.
+template <typename Count, typename Place>
+int64_t counting_sort(int64_t m, int64_t n, int64_t* ptr, Count count, Place place) {
+  int want = m >= kParallelSortItems ? omp_get_max_threads() : 1;
+  while (want > 1 && static_cast<int64_t>(want) * n > 2 * m) --want;
+  if (want <= 1) {
+    std::fill(ptr, ptr + n + 1, int64_t{0});
+    const int64_t bad = count(int64_t{0}, m, ptr + 1);
+    if (bad < m) return bad;
+    for (int64_t v = 0; v < n; ++v) ptr[v + 1] += ptr[v];
+    std::vector<int64_t> next(ptr, ptr + n);
+    place(int64_t{0}, m, next.data());
+    return -1;
+  }
+  std::unique_ptr<int64_t[]> hist(new int64_t[static_cast<size_t>(want) * n]);
+  std::vector<int64_t> block(static_cast<size_t>(want) + 1, 0);
+  int64_t first_bad = m;
+#pragma omp parallel num_threads(want)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int64_t* h = hist.get() + static_cast<size_t>(t) * n;
+    std::fill(h, h + n, int64_t{0});
+    const int64_t k0 = m * t / nt, k1 = m * (t + 1) / nt;
+    const int64_t bad = count(k0, k1, h);
+    if (bad < k1) {
+#pragma omp critical(sparsejit_counting_sort)
+      first_bad = std::min(first_bad, bad);
+    }
+#pragma omp barrier
+    // Bucket starts: each thread sums a range of buckets over every histogram, then turns
+    // its range into running offsets (bucket-major, thread-minor: earlier items first).
+    const int64_t v0 = n * t / nt, v1 = n * (t + 1) / nt;
+    int64_t sum = 0;
+    for (int64_t v = v0; v < v1; ++v)
+      for (int u = 0; u < nt; ++u) sum += hist[static_cast<size_t>(u) * n + v];
+    block[t + 1] = sum;
+#pragma omp barrier
+    int64_t off = 0;
+    for (int u = 0; u < t; ++u) off += block[u + 1];
+    for (int64_t v = v0; v < v1; ++v) {
+      ptr[v] = off;
+      for (int u = 0; u < nt; ++u) {
+        int64_t& c = hist[static_cast<size_t>(u) * n + v];
+        const int64_t here = c;
+        c = off;
+        off += here;
+      }
+    }
+#pragma omp barrier
+    if (first_bad == m) place(k0, k1, h);
+  }
+  if (first_bad < m) return first_bad;
+  ptr[n] = m;
+  return -1;
+}
+
+}  // namespace
+
 template <typename I>
 void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I* t_rowptr,
                    I* t_col, I* t_perm) {
   const int64_t nnz = rowptr[rows];
-  std::vector<int64_t> count(cols + 1, 0);
-  for (int64_t p = 0; p < nnz; ++p) count[col[p] + 1]++;
-  for (int64_t c = 0; c < cols; ++c) count[c + 1] += count[c];
-  for (int64_t c = 0; c <= cols; ++c) t_rowptr[c] = static_cast<I>(count[c]);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
-      const int64_t q = count[col[p]]++;
-      t_col[q] = static_cast<I>(i);
-      t_perm[q] = static_cast<I>(p);
-    }
-  }
+  std::vector<int64_t> start(static_cast<size_t>(cols) + 1);
+  counting_sort(
+      nnz, cols, start.data(),
+      [col](int64_t p0, int64_t p1, int64_t* h) {
+        for (int64_t p = p0; p < p1; ++p) h[col[p]]++;  // validated by the caller
+        return p1;
+      },
+      [rowptr, col, rows, t_col, t_perm](int64_t p0, int64_t p1, int64_t* next) {
+        if (p0 >= p1) return;
+        // The row holding entry p0 (rowptr[i] <= p0 < rowptr[i + 1]).
+        int64_t i = std::upper_bound(rowptr, rowptr + rows + 1, static_cast<I>(p0)) - rowptr - 1;
+        for (; i < rows && rowptr[i] < p1; ++i) {
+          const int64_t hi = std::min<int64_t>(rowptr[i + 1], p1);
+          for (int64_t p = std::max<int64_t>(rowptr[i], p0); p < hi; ++p) {
+            const int64_t q = next[col[p]]++;
+            t_col[q] = static_cast<I>(i);
+            t_perm[q] = static_cast<I>(p);
+          }
+        }
+      });
+  for (int64_t c = 0; c <= cols; ++c) t_rowptr[c] = static_cast<I>(start[c]);
 }
 
 namespace {
 
 // The CSR of the edge list k -> (src_of(k), dst_of(k)), k < m, in (target, source, edge)
-// order: a counting sort on the target (entries of a row in edge order, the range checked on
-// the way), then each row sorted by source, stably. Returns -1 or the first bad edge.
-template <typename Src, typename Dst>
+// order: a counting sort on the target (entries of a row in edge order), then each row
+// sorted by source, stably, and handed to row_done(v) while it is in cache. Returns -1 or
+// the first bad edge.
+template <typename Src, typename Dst, typename RowDone>
 int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr, int64_t* col,
-                  int64_t* perm) {
-  std::fill(rowptr, rowptr + n + 1, int64_t{0});
-  for (int64_t k = 0; k < m; ++k) {
-    const uint64_t s = static_cast<uint64_t>(src_of(k)), d = static_cast<uint64_t>(dst_of(k));
-    if (s >= static_cast<uint64_t>(n) || d >= static_cast<uint64_t>(n)) return k;
-    rowptr[d + 1]++;
-  }
-  for (int64_t v = 0; v < n; ++v) rowptr[v + 1] += rowptr[v];
-  std::vector<int64_t> next(rowptr, rowptr + n);
-  for (int64_t k = 0; k < m; ++k) {
-    const int64_t q = next[dst_of(k)]++;
-    perm[q] = k;
-    col[q] = src_of(k);
-  }
+                  int64_t* perm, RowDone row_done) {
+  // The passes capture by value: stores through col / perm cannot then alias what they read.
+  const int64_t bad = counting_sort(
+      m, n, rowptr,
+      [src_of, dst_of, n](int64_t k0, int64_t k1, int64_t* h) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const uint64_t s = static_cast<uint64_t>(src_of(k)), d = static_cast<uint64_t>(dst_of(k));
+          if (s >= static_cast<uint64_t>(n) || d >= static_cast<uint64_t>(n)) return k;
+          h[d]++;
+        }
+        return k1;
+      },
+      [src_of, dst_of, col, perm](int64_t k0, int64_t k1, int64_t* next) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t q = next[dst_of(k)]++;
+          perm[q] = k;
+          col[q] = src_of(k);
+        }
+      });
+  if (bad >= 0) return bad;
   // Sorting the rows is most of the work for sampled subgraphs (rows of 10-25 sources in
   // random order): worth a parallel region from a few tens of thousands of entries.
 #pragma omp parallel for schedule(dynamic, 1024) if (m > 16384)
@@ -103,7 +195,10 @@ int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr,
     const int64_t lo = rowptr[v], len = rowptr[v + 1] - lo;
     int64_t* c = col + lo;
     int64_t* p = perm + lo;
-    if (len < 2 || std::is_sorted(c, c + len)) continue;
+    if (len < 2 || std::is_sorted(c, c + len)) {
+      row_done(v);
+      continue;
+    }
     if (len <= 32) {  // insertion sort: stable, and fast on the short rows most graphs have
       for (int64_t a = 1; a < len; ++a) {
         const int64_t cv = c[a], pv = p[a];
@@ -124,6 +219,7 @@ int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr,
         p[a] = kv[a].second;
       }
     }
+    row_done(v);
   }
   return -1;
 }
@@ -133,7 +229,7 @@ int64_t build_csr(Src src_of, Dst dst_of, int64_t m, int64_t n, int64_t* rowptr,
 int64_t csr_from_edges(const int64_t* src, const int64_t* dst, int64_t e, int64_t n,
                        int64_t* rowptr, int64_t* col, int64_t* perm) {
   return build_csr([src](int64_t k) { return src[k]; }, [dst](int64_t k) { return dst[k]; }, e,
-                   n, rowptr, col, perm);
+                   n, rowptr, col, perm, [](int64_t) {});
 }
 
 namespace {
@@ -144,13 +240,19 @@ int64_t gcn_adjacency_impl(const int64_t* src, const int64_t* dst, int64_t e, in
   // The list: the e edges, then the loops (v, v) as edges e + v.
   auto src_of = [src, e](int64_t k) { return k < e ? src[k] : k - e; };
   auto dst_of = [dst, e](int64_t k) { return k < e ? dst[k] : k - e; };
-  const int64_t bad = build_csr(src_of, dst_of, e + n, n, rowptr, col, perm);
+  // Degrees with weight 1 per edge, 0 per old self-loop, 1 per added loop: row v holds v's
+  // incoming edges and its added loop, so d_v is its length less its old self-loops
+  // (counted as each row leaves the sort).
+  std::vector<double> dinv_(static_cast<size_t>(n));
+  double* dinv = dinv_.data();
+  const int64_t bad = build_csr(src_of, dst_of, e + n, n, rowptr, col, perm,
+                                [rowptr, col, perm, e, dinv](int64_t v) {
+                                  const int64_t lo = rowptr[v], hi = rowptr[v + 1];
+                                  int64_t d = hi - lo;
+                                  for (int64_t q = lo; q < hi; ++q) d -= perm[q] < e && col[q] == v;
+                                  dinv[v] = 1.0 / std::sqrt(static_cast<double>(d));
+                                });
   if (bad >= 0) return bad;
-  // Degrees with weight 1 per edge, 0 per old self-loop, 1 per added loop.
-  std::vector<double> dinv(static_cast<size_t>(n), 1.0);
-  for (int64_t k = 0; k < e; ++k)
-    if (src[k] != dst[k]) dinv[dst[k]] += 1.0;
-  for (int64_t v = 0; v < n; ++v) dinv[v] = 1.0 / std::sqrt(dinv[v]);
   // Products in double, rounded once to V (as computing in double and converting would).
 #pragma omp parallel for schedule(dynamic, 2048) if (e + n > 16384)
   for (int64_t v = 0; v < n; ++v) {

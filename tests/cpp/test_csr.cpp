@@ -1,4 +1,10 @@
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
 
 #include "csrc/core/csr.h"
 #include "kernels/cpu/common/partition.h"
@@ -58,6 +64,154 @@ TEST(Transpose, MatchesDenseTranspose) {
         if (q > trp[j]) EXPECT_LE(tcol[q - 1], tcol[q]);  // stable order
       }
     EXPECT_EQ(dense, dense_t);
+  }
+}
+
+// The counting sorts split their items over threads: every thread count must give the same
+// arrays as a plain single-pass reference, bit for bit.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int t) : saved_(omp_get_max_threads()) { omp_set_num_threads(t); }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+template <typename I>
+void reference_transpose(const testing::Csr<I>& a, std::vector<I>& trp, std::vector<I>& tcol,
+                         std::vector<I>& tperm) {
+  trp.assign(a.cols + 1, 0);
+  for (int64_t p = 0; p < a.nnz(); ++p) trp[a.col[p] + 1]++;
+  for (int64_t c = 0; c < a.cols; ++c) trp[c + 1] += trp[c];
+  std::vector<I> next(trp.begin(), trp.end() - 1);
+  tcol.assign(a.nnz(), -1);
+  tperm.assign(a.nnz(), -1);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t p = a.rowptr[i]; p < a.rowptr[i + 1]; ++p) {
+      const I q = next[a.col[p]]++;
+      tcol[q] = static_cast<I>(i);
+      tperm[q] = static_cast<I>(p);
+    }
+}
+
+TEST(Transpose, EveryThreadCountMatchesTheReference) {
+  struct Case { int64_t rows, cols; double avg; bool power_law; };
+  // Sizes below and above the parallel threshold (32768 entries), a matrix with more columns
+  // than entries (fewer threads), empty and one-entry matrices, and a skewed one (one column
+  // holding most entries).
+  const Case cases[] = {{0, 0, 0, false},      {1, 1, 1, false},       {3, 5, 0, false},
+                        {400, 300, 6, false},   {5000, 3000, 12, false}, {3000, 40000, 12, true},
+                        {20000, 500, 5, true},  {70000, 200000, 1, false}};
+  uint64_t seed = 11;
+  for (const auto& c : cases) {
+    auto a = testing::random_csr<int64_t>(c.rows, c.cols, c.avg, c.power_law, ++seed);
+    if (c.rows == 1 && c.cols == 1) {
+      a.rowptr = {0, 1};
+      a.col = {0};
+    }
+    if (c.cols == 500)  // skew: two thirds of the entries in column 7
+      for (size_t p = 0; p < a.col.size(); ++p)
+        if (p % 3 != 2) a.col[p] = 7;
+    std::vector<int64_t> want_rp, want_col, want_perm;
+    reference_transpose(a, want_rp, want_col, want_perm);
+    for (int threads : {1, 2, 3, 4}) {
+      ThreadCount tc(threads);
+      std::vector<int64_t> trp(a.cols + 1, -7), tcol(a.nnz(), -7), tperm(a.nnz(), -7);
+      csr_transpose(a.rowptr.data(), a.col.data(), a.rows, a.cols, trp.data(), tcol.data(),
+                    tperm.data());
+      EXPECT_EQ(trp, want_rp) << c.rows << "x" << c.cols << ", " << threads << " threads";
+      EXPECT_EQ(tcol, want_col) << c.rows << "x" << c.cols << ", " << threads << " threads";
+      EXPECT_EQ(tperm, want_perm) << c.rows << "x" << c.cols << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(CsrFromEdges, EveryThreadCountMatchesAStableSort) {
+  std::mt19937_64 rng(5);
+  for (int64_t n : {1, 50, 3000, 40000}) {
+    for (int64_t e : {0, 1, 2000, 90000}) {
+      std::vector<int64_t> src(e), dst(e);
+      std::uniform_int_distribution<int64_t> node(0, n - 1);
+      for (int64_t k = 0; k < e; ++k) {
+        src[k] = node(rng);
+        dst[k] = k % 3 == 0 ? 0 : node(rng);  // row 0 is a hub: a third of the edges
+      }
+      std::vector<int64_t> order(e);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+        return dst[x] != dst[y] ? dst[x] < dst[y] : src[x] < src[y];
+      });
+      std::vector<int64_t> want_col(e);
+      for (int64_t q = 0; q < e; ++q) want_col[q] = src[order[q]];
+      for (int threads : {1, 2, 3}) {
+        ThreadCount tc(threads);
+        std::vector<int64_t> rp(n + 1, -7), col(e, -7), perm(e, -7);
+        ASSERT_EQ(csr_from_edges(src.data(), dst.data(), e, n, rp.data(), col.data(),
+                                 perm.data()), -1);
+        EXPECT_EQ(perm, order) << n << " nodes, " << e << " edges, " << threads << " threads";
+        EXPECT_EQ(col, want_col);
+        for (int64_t v = 0; v < n; ++v)
+          for (int64_t q = rp[v]; q < rp[v + 1]; ++q) ASSERT_EQ(dst[perm[q]], v);
+        EXPECT_EQ(rp[n], e);
+      }
+    }
+  }
+}
+
+TEST(CsrFromEdges, NamesTheFirstBadEdgeOnEveryThreadCount) {
+  const int64_t n = 100, e = 100000;
+  std::vector<int64_t> src(e), dst(e);
+  for (int64_t k = 0; k < e; ++k) src[k] = k % n, dst[k] = (k * 7) % n;
+  src[70000] = n;   // in the second half
+  dst[30001] = -1;  // the first bad edge, in the first half
+  src[99999] = 5 * n;
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadCount tc(threads);
+    std::vector<int64_t> rp(n + 1), col(e), perm(e);
+    EXPECT_EQ(csr_from_edges(src.data(), dst.data(), e, n, rp.data(), col.data(), perm.data()),
+              30001) << threads << " threads";
+  }
+}
+
+TEST(GcnAdjacency, EveryThreadCountGivesTheSameBits) {
+  std::mt19937_64 rng(9);
+  const int64_t n = 30000, e = 60000;
+  std::vector<int64_t> src(e), dst(e);
+  std::uniform_int_distribution<int64_t> node(0, n - 1);
+  for (int64_t k = 0; k < e; ++k) {
+    src[k] = node(rng);
+    dst[k] = k % 4 == 0 ? src[k] : node(rng);  // a quarter are old self-loops
+  }
+  std::vector<int64_t> rp1(n + 1), col1(e + n), perm1(e + n);
+  std::vector<double> val1(e + n);
+  {
+    ThreadCount tc(1);
+    ASSERT_EQ(gcn_adjacency(src.data(), dst.data(), e, n, rp1.data(), col1.data(), perm1.data(),
+                            val1.data()), -1);
+  }
+  // Spot-check the formula: d_v = 1 + incoming edges that are not self-loops.
+  std::vector<double> deg(n, 1.0);
+  for (int64_t k = 0; k < e; ++k)
+    if (src[k] != dst[k]) deg[dst[k]] += 1.0;
+  for (int64_t v = 0; v < n; v += 997)
+    for (int64_t q = rp1[v]; q < rp1[v + 1]; ++q) {
+      const bool old_loop = perm1[q] < e && col1[q] == v;
+      if (old_loop)
+        EXPECT_EQ(val1[q], 0.0);
+      else
+        EXPECT_NEAR(val1[q], 1.0 / std::sqrt(deg[v] * deg[col1[q]]), 1e-12);
+    }
+  for (int threads : {2, 3, 4}) {
+    ThreadCount tc(threads);
+    std::vector<int64_t> rp(n + 1, -7), col(e + n, -7), perm(e + n, -7);
+    std::vector<double> val(e + n, -7.0);
+    ASSERT_EQ(gcn_adjacency(src.data(), dst.data(), e, n, rp.data(), col.data(), perm.data(),
+                            val.data()), -1);
+    EXPECT_EQ(rp, rp1) << threads << " threads";
+    EXPECT_EQ(col, col1);
+    EXPECT_EQ(perm, perm1);
+    EXPECT_EQ(val, val1);
   }
 }
 
