@@ -22,7 +22,7 @@
 namespace sparsejit::plan {
 
 constexpr int64_t kPlanMagic = 0x534A504C;  // "SJPL"
-constexpr int64_t kPlanVersion = 3;
+constexpr int64_t kPlanVersion = 4;  // 4: the structure stamp hashes two indices per multiply
 
 // Which op a plan belongs to: the one numbering of kernels/common/enums.h (OpKind; the
 // families with plans are kPlanOpKinds of enum_names.h). Its name: op_name(OpKind).

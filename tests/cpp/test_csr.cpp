@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "csrc/core/csr.h"
 #include "kernels/cpu/common/partition.h"
@@ -236,6 +237,52 @@ TEST(Fingerprint, ChangesWithStructure) {
             fingerprint(rowptr.data(), 2, col2.data(), 3, 2));
   EXPECT_NE(fingerprint(rowptr.data(), 2, col.data(), 3, 2),
             fingerprint(rowptr.data(), 2, col.data(), 3, 3));
+}
+
+// The stamp that binds plans to structures: every small edit of a structure (one index
+// changed by one, two neighbours swapped, in the multiply lanes and in the tail; an entry
+// added) must give a new fingerprint, for both index widths.
+template <typename I>
+void expect_small_edits_change_the_fingerprint() {
+  const int64_t rows = 40;
+  auto a = testing::random_csr<I>(rows, 60, 6.0, false, 3);
+  while (a.nnz() % 8 != 5) {  // a tail after the 8-index blocks
+    a.col.push_back(static_cast<I>(a.nnz() % 60));
+    a.rowptr[rows]++;
+  }
+  const int64_t nnz = a.nnz();
+  std::set<uint64_t> seen;
+  auto fp = [&](const std::vector<I>& col, int64_t n) {
+    return fingerprint(a.rowptr.data(), rows, col.data(), n, a.cols);
+  };
+  seen.insert(fp(a.col, nnz));
+  size_t made = 1;
+  for (int64_t p = 0; p < nnz; ++p) {
+    for (int d : {-1, 1}) {
+      auto c = a.col;
+      c[p] = static_cast<I>(c[p] + d);
+      seen.insert(fp(c, nnz));
+      ++made;
+    }
+    if (p + 1 < nnz && a.col[p] != a.col[p + 1]) {
+      auto c = a.col;
+      std::swap(c[p], c[p + 1]);
+      seen.insert(fp(c, nnz));
+      ++made;
+    }
+  }
+  EXPECT_EQ(seen.size(), made);
+  // Prefixes of an all-zero array differ by length alone.
+  std::vector<I> zeros(64, 0);
+  std::set<uint64_t> by_len;
+  for (int64_t n = 0; n <= 64; ++n)
+    by_len.insert(fingerprint(a.rowptr.data(), rows, zeros.data(), n, a.cols));
+  EXPECT_EQ(by_len.size(), 65u);
+}
+
+TEST(Fingerprint, SmallEditsChangeIt) {
+  expect_small_edits_change_the_fingerprint<int32_t>();
+  expect_small_edits_change_the_fingerprint<int64_t>();
 }
 
 // Every piece boundary satisfies the merge-path invariant and pieces tile the path.
