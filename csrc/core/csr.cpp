@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 
 #include <omp.h>
 
@@ -85,8 +87,9 @@ int64_t counting_sort(int64_t m, int64_t n, int64_t* ptr, Count count, Place pla
     const int64_t bad = count(int64_t{0}, m, ptr + 1);
     if (bad < m) return bad;
     for (int64_t v = 0; v < n; ++v) ptr[v + 1] += ptr[v];
-    std::vector<int64_t> next(ptr, ptr + n);
-    place(int64_t{0}, m, next.data());
+    place(int64_t{0}, m, ptr);  // each bucket's counter ends at the next bucket's start
+    std::memmove(ptr + 1, ptr, static_cast<size_t>(n) * sizeof(int64_t));
+    ptr[0] = 0;
     return -1;
   }
   std::unique_ptr<int64_t[]> hist(new int64_t[static_cast<size_t>(want) * n]);
@@ -137,9 +140,16 @@ template <typename I>
 void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I* t_rowptr,
                    I* t_col, I* t_perm) {
   const int64_t nnz = rowptr[rows];
-  std::vector<int64_t> start(static_cast<size_t>(cols) + 1);
+  std::vector<int64_t> start_;  // the starts, where t_rowptr cannot hold them
+  int64_t* start = nullptr;
+  if constexpr (std::is_same_v<I, int64_t>) {
+    start = t_rowptr;
+  } else {
+    start_.resize(static_cast<size_t>(cols) + 1);
+    start = start_.data();
+  }
   counting_sort(
-      nnz, cols, start.data(),
+      nnz, cols, start,
       [col](int64_t p0, int64_t p1, int64_t* h) {
         for (int64_t p = p0; p < p1; ++p) h[col[p]]++;  // validated by the caller
         return p1;
@@ -157,7 +167,8 @@ void csr_transpose(const I* rowptr, const I* col, int64_t rows, int64_t cols, I*
           }
         }
       });
-  for (int64_t c = 0; c <= cols; ++c) t_rowptr[c] = static_cast<I>(start[c]);
+  if constexpr (!std::is_same_v<I, int64_t>)
+    for (int64_t c = 0; c <= cols; ++c) t_rowptr[c] = static_cast<I>(start[c]);
 }
 
 namespace {
