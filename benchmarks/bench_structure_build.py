@@ -1,7 +1,8 @@
 """Structure building from an edge_index, per call, on the mini-batch benchmark's sampled
 subgraphs: `csr_from_edge_index` on the edges, on the edges plus one self-loop per node, on
 2.5M random edges, `gcn_adjacency`, and `csr_transpose` of the sampled subgraphs' GCN
-matrices and of the 2.5M-edge CSR (what a backward needs). Runs against whichever build
+matrices and of the 2.5M-edge CSR (what a backward needs), the content hash of the
+sampled `edge_index` and `spmm_plan` on a new structure. Runs against whichever build
 is on PYTHONPATH, so two builds compare by running it twice.
 
     PYTHONPATH=<build>/python python3 benchmarks/bench_structure_build.py --label before
@@ -57,6 +58,13 @@ def main() -> None:
     rp, col, _ = op.csr_from_edge_index(*big[0])
     rows.append(("csr_transpose, 2.5M entries", median_ms(op.csr_transpose,
                                                           [(rp, col, 200_000)] * 5, 1)))
+    # What a structure seen once also pays: the content key of its edge_index (the cache
+    # lookup of every layer) and a plan for a new structure (fingerprint, statistics, cost
+    # model; the clone gives the op tensors it has not validated).
+    from sparsejit.runtime.caches import _hash_bytes
+    rows.append(("content hash of edge_index", median_ms(_hash_bytes, [(ei,) for ei, _ in subs])))
+    rows.append(("spmm_plan, new structure", median_ms(
+        lambda rp, col, n: op.spmm_plan(rp.clone(), col.clone(), n, 64, torch.float32), gcn)))
     for name, ms in rows:
         print(f"{args.label:10s} {args.threads} thr {name:40s} {ms:8.3f} ms")
 
