@@ -302,3 +302,68 @@ def test_sparsify_runs_other_max_pools_on_channels_last(tmp_path):
     plain = sparsify(m, x, min_speedup=0.0, fuse=False, **kw)
     assert type(plain.pool) is nn.MaxPool2d
 
+
+
+class FunctionalPools(nn.Module):
+    """Max pools written as functions: constant arguments in every form, one with indices
+    and one whose kernel comes from the input's shape (both stay functions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 12, 3, padding=1)
+        self.conv2 = nn.Conv2d(12, 6, 3, padding=1)
+
+    def forward(self, x):
+        y = F.max_pool2d(F.relu(self.conv1(x)), 3, 2, padding=1)           # stem-like
+        y = torch.max_pool2d(y, 2, [], 0, 1, True)                          # ATen form
+        z, idx = F.max_pool2d(y, kernel_size=1, return_indices=True)        # indices: kept
+        y = F.max_pool2d(z, (2, 1), stride=None, dilation=(1, 1), ceil_mode=True)
+        y = F.max_pool2d(y, y.shape[-1] // y.shape[-1])                     # traced value: kept
+        return self.conv2(y) + idx.float().sum() * 0
+
+
+def test_functional_pools_become_modules_with_the_same_values():
+    from sparsejit.conv_fold import functional_pools_as_modules
+    torch.manual_seed(5)
+    m = FunctionalPools()
+    gm = torch.fx.symbolic_trace(m)
+    made = functional_pools_as_modules(gm)
+    assert made == ["max_pool2d_fn", "max_pool2d_fn_1", "max_pool2d_fn_2"]
+    kept = [n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in
+            (F.max_pool2d, torch.max_pool2d, F.max_pool2d_with_indices)]
+    assert kept == [F.max_pool2d_with_indices, F.max_pool2d]  # indices; a traced kernel size
+    assert [type(getattr(gm, n)) for n in made] == [nn.MaxPool2d] * 3
+    assert gm.max_pool2d_fn.stride == 2 and gm.max_pool2d_fn.padding == 1
+    assert gm.max_pool2d_fn_1.ceil_mode and gm.max_pool2d_fn_1.stride == 2
+    assert gm.max_pool2d_fn_2.stride == (2, 1) and gm.max_pool2d_fn_2.ceil_mode
+    for shape in [(2, 4, 15, 13), (1, 4, 9, 9), (3, 4, 8, 16)]:
+        x = torch.randn(*shape)
+        x[0, 0, 0, :3] = float("nan")
+        with torch.no_grad():
+            want, got = m(x), gm(x)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert functional_pools_as_modules(gm) == []  # nothing left to convert
+
+
+def test_sparsify_runs_functional_pools_on_channels_last(tmp_path):
+    torch.manual_seed(6)
+    m = randomize_bn(FunctionalPools())
+    x = torch.randn(2, 4, 17, 15)
+    with torch.no_grad():
+        want = m(x)
+    kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
+    out = sparsify(m, x, min_speedup=0.0, **kw)
+    from sparsejit.filter_conv import LAST_REPORT
+    made = ["max_pool2d_fn", "max_pool2d_fn_1", "max_pool2d_fn_2"]
+    assert [type(getattr(out, n)) for n in made] == [ChannelsLastPool] * 3
+    rows = {r["name"]: r for r in LAST_REPORT}
+    assert [rows[n]["fused"] for n in made] == ["pool on channels_last"] * 3
+    assert rows["max_pool2d_fn"]["input_shape"] == [2, 12, 17, 15]
+    with torch.no_grad():
+        torch.testing.assert_close(out(x), want, rtol=1e-4, atol=1e-4)
+    kept = sparsify(m, x, min_speedup=1e9, **kw)  # pools that do not win: modules, same values
+    assert [type(getattr(kept, n)) for n in made] == [nn.MaxPool2d] * 3
+    with torch.no_grad():
+        torch.testing.assert_close(kept(x), want, rtol=1e-4, atol=1e-4)
+    plain = sparsify(m, x, min_speedup=0.0, fuse=False, **kw)  # no pass: functions stay
+    assert not any(isinstance(mod, nn.MaxPool2d) for mod in plain.modules())

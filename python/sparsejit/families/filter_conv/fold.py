@@ -283,6 +283,52 @@ def fuse_residual(gm: torch.fx.GraphModule, wrap) -> List[str]:
     return fused
 
 
+# F.max_pool2d's arguments after the input, in its order (torch.max_pool2d: the first five).
+_POOL_ARGS = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+
+def _constant(v) -> bool:
+    return isinstance(v, (bool, int)) or (isinstance(v, (tuple, list)) and
+                                          all(isinstance(u, int) for u in v))
+
+
+def functional_pools_as_modules(gm: torch.fx.GraphModule) -> List[str]:
+    """Each ``F.max_pool2d`` / ``torch.max_pool2d`` call of the graph with constant arguments
+    (and no indices) becomes a call of an ``nn.MaxPool2d`` module with the same arguments,
+    the same computation (the module calls F.max_pool2d), so the fusion pass measures and
+    rewrites it like a pool module. Returns the new modules' names."""
+    made = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (F.max_pool2d, torch.max_pool2d):
+            continue
+        names = _POOL_ARGS if node.target is F.max_pool2d else _POOL_ARGS[:5]
+        if not node.args or len(node.args) - 1 > len(names) or \
+                not set(node.kwargs) <= set(names):
+            continue
+        given = dict(zip(names, node.args[1:]), **node.kwargs)
+        if "kernel_size" not in given or given.get("return_indices", False) or \
+                not all(_constant(v) or v is None for v in given.values()):
+            continue
+        stride = given.get("stride")
+        pool = nn.MaxPool2d(given["kernel_size"], stride if stride not in (None, [], ()) else None,
+                            given.get("padding", 0), given.get("dilation", 1),
+                            ceil_mode=bool(given.get("ceil_mode", False)))
+        name, k = "max_pool2d_fn", 0
+        while hasattr(gm, name):
+            k += 1
+            name = f"max_pool2d_fn_{k}"
+        gm.add_submodule(name, pool)
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_module(name, (node.args[0],))
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        made.append(name)
+    if made:
+        gm.graph.lint()
+        gm.recompile()
+    return made
+
+
 def finish(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     gm.graph.lint()
     gm.delete_all_unused_submodules()

@@ -23,7 +23,7 @@ from sparsejit import _core
 from sparsejit.families.filter_conv import fold as _fold
 from sparsejit.families.filter_conv.fold import (ChannelsLastPool, ConvPool, ConvReLU,
                                                  fold_batchnorm, fold_bn as _fold_bn,
-                                                 set_module)
+                                                 functional_pools_as_modules, set_module)
 from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS, output_size
 from sparsejit.runtime.cpu import cpu_model as _cpu_model
 from sparsejit.runtime.store import fingerprint, read_json, write_json_atomic
@@ -491,6 +491,8 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
     hooks = []
     do_fuse = (fold_bn if fuse is None else fuse) and isinstance(model, torch.fx.GraphModule)
+    if do_fuse:  # functional max pools become modules the pass can measure and rewrite
+        functional_pools_as_modules(model)
     pools = [(n, m) for n, m in model.named_modules() if type(m) is nn.MaxPool2d] \
         if do_fuse else []
     for name, mod in targets + pools:
