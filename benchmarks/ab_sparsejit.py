@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -194,7 +195,25 @@ def run(out: str, features, repeat: int, families) -> None:
         json.dump(records, f)
 
 
+def _describe(side: str, files) -> None:
+    """Names the files a side reads and warns when their runs lie far apart in time (a stale
+    file from an earlier session matched by the glob skews the comparison)."""
+    if not files:
+        raise SystemExit(f"ab_sparsejit: the {side} glob matches no file")
+    times = sorted(os.path.getmtime(f) for f in files)
+    print(f"{side}: {len(files)} file(s): {', '.join(files)}")
+    if times[-1] - times[0] > 6 * 3600:
+        print(f"warning: the {side} files were written {(times[-1] - times[0]) / 3600:.0f} h "
+              "apart; a stale file may be in the glob")
+
+
 def compare(a_files, b_files) -> None:
+    shared = set(a_files) & set(b_files)
+    if shared:
+        raise SystemExit(f"ab_sparsejit: {sorted(shared)} matched both globs")
+    _describe("A", a_files)
+    _describe("B", b_files)
+
     def best(files):
         d = {}
         for fn in files:

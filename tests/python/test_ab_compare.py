@@ -1,0 +1,44 @@
+"""The A/B runner's comparison: ratios per (family, op), and the guards against globs that
+match nothing, match the same file twice, or sweep in a stale run."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import ab_sparsejit  # noqa: E402
+
+
+def _write(path, ms, age_h=0.0):
+    rec = [{"family": "spmm", "graph": "g", "F": 8, "op": "spmm", "reduce": "sum", "ms": ms},
+           {"family": "spmm", "graph": "h", "F": 8, "op": "spmm", "reduce": "sum", "ms": 2 * ms}]
+    path.write_text(json.dumps(rec))
+    t = time.time() - age_h * 3600
+    os.utime(path, (t, t))
+    return str(path)
+
+
+def test_compare_reports_the_geomean_and_warns_about_stale_files(tmp_path, capsys):
+    a = [_write(tmp_path / "a1.json", 4.0), _write(tmp_path / "a2.json", 3.0)]
+    b = [_write(tmp_path / "b1.json", 1.5)]
+    ab_sparsejit.compare(a, b)
+    out = capsys.readouterr().out
+    assert "| spmm | spmm | sum | 2 | 0.500 | 0.50 | 0.50 |" in out  # best of A: 3.0 and 6.0
+    assert "warning" not in out
+    a.append(_write(tmp_path / "a0.json", 1.0, age_h=30))
+    ab_sparsejit.compare(a, b)
+    out = capsys.readouterr().out
+    assert "warning: the A files were written 30 h apart" in out
+    assert "| spmm | spmm | sum | 2 | 1.500 |" in out  # the stale file wins the minimum
+
+
+def test_compare_refuses_empty_or_overlapping_globs(tmp_path):
+    b = [_write(tmp_path / "b1.json", 1.0)]
+    with pytest.raises(SystemExit, match="A glob matches no file"):
+        ab_sparsejit.compare([], b)
+    with pytest.raises(SystemExit, match="matched both globs"):
+        ab_sparsejit.compare(b, b)
