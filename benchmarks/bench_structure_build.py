@@ -39,25 +39,33 @@ def main() -> None:
     ap.add_argument("--label", default="this build")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--graph", default="powerlaw:n=100000,avg=30,alpha=2.1,seed=0",
+                    help="the graph the subgraphs are sampled from")
+    ap.add_argument("--batch", type=int, default=1024, help="seed nodes per subgraph")
+    ap.add_argument("--big-edges", type=int, default=2_500_000,
+                    help="edges of the large random graph (on big-edges / 12.5 nodes)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import sparsejit  # noqa: F401  (registers the ops)
     op = torch.ops.sparsejit
-    g = load_graph("powerlaw:n=100000,avg=30,alpha=2.1,seed=0")
+    g = load_graph(args.graph)
     s = NeighborSampler(g.edge_index, g.num_nodes, [15, 10])
-    subs = [(ei, n.numel()) for n, ei in (s.sample(1024) for _ in range(args.batches))]
+    subs = [(ei, n.numel()) for n, ei in (s.sample(args.batch) for _ in range(args.batches))]
     loops = [(torch.cat([ei, torch.arange(n).expand(2, n)], 1), n) for ei, n in subs]
-    big = [(torch.randint(0, 200_000, (2, 2_500_000)), 200_000)] * 5
+    big_n = max(int(args.big_edges / 12.5), 1)
+    big = [(torch.randint(0, big_n, (2, args.big_edges)), big_n)] * 5
+    big_name = f"{args.big_edges / 1e6:g}M" if args.big_edges >= 10**6 else str(args.big_edges)
     rows = [("csr_from_edge_index, sampled subgraph", median_ms(op.csr_from_edge_index, subs)),
             ("csr_from_edge_index, + self-loops", median_ms(op.csr_from_edge_index, loops)),
-            ("csr_from_edge_index, 2.5M random edges", median_ms(op.csr_from_edge_index, big, 1))]
+            (f"csr_from_edge_index, {big_name} random edges",
+             median_ms(op.csr_from_edge_index, big, 1))]
     rows.append(("gcn_adjacency, sampled subgraph",
                  median_ms(lambda ei, n: op.gcn_adjacency(ei, n, torch.float32), subs)))
     gcn = [op.gcn_adjacency(ei, n, torch.float32)[:2] + (n,) for ei, n in subs]
     rows.append(("csr_transpose, sampled GCN matrix", median_ms(op.csr_transpose, gcn)))
     rp, col, _ = op.csr_from_edge_index(*big[0])
-    rows.append(("csr_transpose, 2.5M entries", median_ms(op.csr_transpose,
-                                                          [(rp, col, 200_000)] * 5, 1)))
+    rows.append((f"csr_transpose, {big_name} entries", median_ms(op.csr_transpose,
+                                                               [(rp, col, big_n)] * 5, 1)))
     # What a structure seen once also pays: the content key of its edge_index (the cache
     # lookup of every layer) and a plan for a new structure (fingerprint, statistics, cost
     # model; the clone gives the op tensors it has not validated).

@@ -56,3 +56,17 @@ def test_benchmark_runs_end_to_end(tmp_path):
     for row in rep["rows"]:
         assert row["sparsejit_ms"] > 0 and row["pyg_ms"] > 0 and row["preparation_ms"] > 0
     assert "| sage |" in r.stdout and "CPU:" in r.stdout
+
+
+def test_structure_build_bench_runs_end_to_end():
+    r = subprocess.run([sys.executable, str(BENCH / "bench_structure_build.py"), "--graph",
+                        "powerlaw:n=3000,avg=12,alpha=2.1,seed=5", "--batch", "64",
+                        "--batches", "4", "--big-edges", "50000", "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.strip()]
+    assert len(rows) == 8, r.stdout
+    for name in ("gcn_adjacency, sampled subgraph", "csr_transpose, 50000 entries",
+                 "content hash of edge_index", "spmm_plan, new structure"):
+        line = next(x for x in rows if name in x)
+        assert float(line.split()[-2]) > 0, line
