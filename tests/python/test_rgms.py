@@ -806,6 +806,36 @@ def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
     sj._core.jit_refresh_env()
 
 
+def test_untuned_structure_reads_the_store_once(tmp_path, monkeypatch):
+    """With schedules stored for other graphs, a structure nobody tuned looks the store up
+    once per call signature, not on every forward (a file read per step)."""
+    from sparsejit import rgms_tuning
+    monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
+    sj._core.jit_refresh_env()
+    sj.clear_caches()
+    ei, et, n, _, r = typed_graph("skewed", seed=22)
+    tuned = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    sj.tune(tuned, F=8, reduce="mean", repeat=1, progress=False)  # a store exists on disk
+    sj.clear_caches()
+    other = sj.TypedSparseMatrix.from_edge_index(ei[:, 1:], n, edge_type=et[1:],
+                                                 num_relations=r)
+    other._maybe_tuned = True  # as if it might hold a schedule: fingerprinted, looked up
+    reads = []
+    get = rgms_tuning.STORE.get
+    monkeypatch.setattr(rgms_tuning.STORE, "get", lambda fp, key: reads.append(key) or
+                        get(fp, key))
+    X, W = torch.randn(n, 8), torch.randn(r, 8, 8)
+    for _ in range(3):
+        assert rgms_tuning.schedule_for(other, 8, 8, torch.float32, "mean") is None
+        sj.rgms(other, X, W, reduce="mean")
+    assert len(reads) == 1
+    assert rgms_tuning.schedule_for(other, 8, 8, torch.float64, "mean") is None  # another key
+    assert len(reads) == 2
+    sj.clear_caches()
+    monkeypatch.delenv("SPARSEJIT_CACHE_DIR")
+    sj._core.jit_refresh_env()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("f_in,f_out", [(24, 17), (0, 5), (6, 0)])
 def test_segment_matmul_many_segments(threads, f_in, f_out, poison_empty):

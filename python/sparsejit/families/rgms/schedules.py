@@ -15,7 +15,8 @@ from sparsejit.runtime.cpu import cpu_model
 from sparsejit.runtime.store import JsonStore
 
 STORE = JsonStore("rgms-", what="the RGMS schedule")
-_MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}
+_MEMORY: Dict[Tuple[str, str], Optional[Tuple[int, int, int]]] = {}  # None: nothing stored
+_UNSEEN = object()
 
 
 def typed_fingerprint(A) -> str:
@@ -50,13 +51,13 @@ def schedule_for(A, f_in: int, f_out: int, dtype: torch.dtype,
             return None
         fp = typed_fingerprint(A)
     key = schedule_key(f_in, f_out, dtype, reduce)
-    hit = _MEMORY.get((fp, key))
-    if hit is None:
+    hit = _MEMORY.get((fp, key), _UNSEEN)
+    if hit is _UNSEEN:  # read the store once per (structure, call); a miss is kept as None
         entry = STORE.get(fp, key)
-        if not isinstance(entry, dict) or "strategy" not in entry or "tile" not in entry:
-            return None
-        gemm = int(entry.get("gemm", 0))  # stores from before the kernel choice: tiles
-        hit = (int(entry["strategy"]), int(entry["tile"]), gemm if gemm in (0, 3) else 0)
+        hit = None
+        if isinstance(entry, dict) and "strategy" in entry and "tile" in entry:
+            gemm = int(entry.get("gemm", 0))  # stores from before the kernel choice: tiles
+            hit = (int(entry["strategy"]), int(entry["tile"]), gemm if gemm in (0, 3) else 0)
         _MEMORY[(fp, key)] = hit
     return hit
 
