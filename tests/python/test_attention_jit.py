@@ -168,3 +168,28 @@ def test_spec_rejects_what_it_cannot_compile():
     names = {_core.jit_attention(0, i, m, 4, 1 if m == 1 else 16, 16)["name"]
              for i in (0, 1) for m in (0, 1, 2)}
     assert len(names) == 6
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("heads", [2, 3, 8, 9, 17])
+@pytest.mark.parametrize("kernel", ["jit", "generic"])
+def test_each_head_matches_that_head_alone(graph, mode, heads, kernel):
+    """Heads are independent softmaxes: every head of a multi-head call must equal that head
+    run alone, bit for bit (a kernel that shares work across heads, on vector lanes say, must
+    keep each head's operations), masked entries (-inf), a NaN score and a large one
+    included."""
+    A = graph
+    q, k, v, bias, att = _inputs(A, mode, heads, 8, 5, torch.float32, seed=heads, masked=True)
+    bias[3, 0] = float("nan")   # NaN reaches that row's output and lse
+    bias[40, heads - 1] = 200.0  # exp overflows relative to the rest: a new running max
+    def run():
+        with torch.no_grad():
+            out = _call(A, mode, q, k, v, bias, att)
+            ones = [_call(A, mode, q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1],
+                          bias[:, h:h + 1].contiguous(), att[h:h + 1]) for h in range(heads)]
+        return out, ones
+
+    out, ones = generic_only(run) if kernel == "generic" else run()
+    assert torch.isnan(out[:, 0]).any() and torch.isfinite(out[:, heads - 1]).any()
+    for h, one in enumerate(ones):
+        assert torch.equal(out[:, h:h + 1].view(torch.int32), one.view(torch.int32)), h
