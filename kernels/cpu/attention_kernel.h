@@ -1,5 +1,5 @@
-// Fused sparse attention (Torch-free, raw pointers, OpenMP): FlashAttention's online softmax on
-// a CSR pattern. Rows are targets i, stored entries p = (i, j) are their sources.
+// Fused sparse attention (Torch-free, raw pointers, OpenMP): a softmax per row and head on a
+// CSR pattern. Rows are targets i, stored entries p = (i, j) are their sources.
 //
 //   z[p, h] = scale * <q[i, h, :], k[j, h, :]> + bias[p, h]        (dot mode, Transformer)
 //   z[p, h] = q[i, h, 0] + k[j, h, 0] + bias[p, h]                 (additive mode, GAT), then
@@ -9,8 +9,13 @@
 //
 // keep(p, h) is attention dropout: 0 with probability `dropout`, else 1 / (1 - dropout), drawn
 // from a counter-based hash of (seed, p, h) so the backward regenerates the same mask without
-// storing it. The forward keeps per row only m (running max), l (running sum) and the output
-// accumulator, so no [nnz, H] tensor is ever written; it saves lse = m + log(l) per (i, h).
+// storing it. In dot and GATv2 mode the forward is one pass per row with FlashAttention's
+// online softmax (m the running max, l the running sum, the accumulator rescaled when m
+// grows). In additive mode (GAT, where a score is one add and that per-entry update was the
+// bound) it takes a row in three passes over a per-thread buffer of the row's [entries, H]
+// scores: the scores and their max m per head; the weights exp(s - m), eight at a time; then
+// l = the sum of the weights and the weighted rows of v, in entry order. No [nnz, H] tensor is
+// written; both save lse = m + log(l) per (i, h).
 //
 // The backward recomputes s and P = exp(s - lse) (FlashAttention-2's recipe) with
 // D[i, h] = <dout[i, h], out[i, h]>, dP = keep <dout[i], v[j]>, dS = P (dP - D):
@@ -148,6 +153,57 @@ inline float soft_exp(float x) {
 }
 inline double soft_exp(double x) { return std::exp(x); }
 
+// soft_exp on eight floats: the same operations per lane, selects in place of the early
+// returns, rint as the add-and-subtract of 1.5 * 2^23 (round to nearest even, as rintf for
+// |t| < 2^22). With contraction off (the JIT's flags; the baseline build has no FMA) every
+// lane gives soft_exp's bits (tested against it).
+typedef float exp_f8 __attribute__((vector_size(32)));
+typedef int32_t exp_i8 __attribute__((vector_size(32)));
+
+inline void soft_exp8(const exp_f8& x, exp_f8& out) {
+  const exp_i8 low = ~(x > -103.9f);  // NaN too
+  const exp_i8 high = x > 88.72283f;
+  const exp_f8 zero = {};
+  const exp_f8 xc = (low | high) != 0 ? zero : x;
+  const exp_f8 t = xc * 1.44269504088896341f;
+  const exp_f8 n = (t + 12582912.0f) - 12582912.0f;
+  const exp_f8 r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  exp_f8 p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const exp_i8 ni = __builtin_convertvector(n, exp_i8), n1 = ni / 2, n2 = ni - n1;
+  const exp_i8 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  exp_f8 s1, s2;
+  std::memcpy(&s1, &b1, sizeof(s1));
+  std::memcpy(&s2, &b2, sizeof(s2));
+  exp_f8 res = p * s1 * s2;
+  res = high != 0 ? zero + std::numeric_limits<float>::infinity() : res;
+  out = low != 0 ? ((x != x) != 0 ? x : zero) : res;
+}
+
+// w[t] = soft_exp(w[t] - m[t % H]) for t < n, 0 where w[t] is -inf (a masked entry): the
+// softmax weights of one row's [entries, H] scores, eight at a time for float.
+template <typename T>
+inline void row_weights(T* w, int64_t n, const T* m, int64_t H) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  int64_t t = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; t + 8 <= n; t += 8) {
+      exp_f8 x, mm, e;
+      std::memcpy(&x, w + t, sizeof(x));
+      for (int u = 0; u < 8; ++u) mm[u] = m[(t + u) % H];
+      soft_exp8(x - mm, e);
+      e = x == neg_inf ? exp_f8{} : e;
+      std::memcpy(w + t, &e, sizeof(e));
+    }
+  }
+  for (; t < n; ++t) w[t] = w[t] == neg_inf ? T(0) : soft_exp(w[t] - m[t % H]);
+}
+
 template <typename T>
 inline void prefetch_span(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
@@ -194,14 +250,17 @@ inline T activation_grad(const Shape& s, T z) {
 // S: the storage of q, k, v and out (T, or bfloat16 with T = float: widened on load, the
 // output rounded to nearest even once per element); bias, att and lse are T.
 template <class K, typename T, typename I, typename S = T>
-void forward(const Shape& s, const I* rowptr, const I* col, const S* q, const S* k, const S* v,
-             const T* bias, S* out, T* lse) {
+void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, const S* k,
+             const S* v, const T* bias, S* out, T* lse) {
+  // A local copy: the stores of the score loop cannot alias it, so its fields stay in
+  // registers instead of being reloaded per entry.
+  const Shape s = shape;
   const int64_t H = K::heads(s), Dv = K::v_width(s);
   const T neg_inf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
   {
-    // m (running max), l (running sum) and the row's accumulator: on the stack when small,
-    // so that with H and Dv fixed they can stay in registers across the entry loop.
+    // m (the row's max per head), l (the running sum) and the row's accumulator: on the
+    // stack when small, so that with H and Dv fixed they can stay in registers.
     T m_st[kStackHeads], l_st[kStackHeads];
     alignas(64) T acc_st[kStackAcc];
     std::vector<T> heap(H > kStackHeads ? 2 * H : 0);
@@ -211,6 +270,7 @@ void forward(const Shape& s, const I* rowptr, const I* col, const S* q, const S*
     // A wide row accumulates in place in out when out holds T, else in a T buffer.
     constexpr bool same = std::is_same_v<S, T>;
     std::vector<T> acc_heap(!same && !acc_on_stack ? H * Dv : 0);
+    std::vector<T> row;  // one row's [entries, H] scores, then its weights
     const int64_t nnz = rowptr[s.rows], Dk = K::qk_width(s);
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < s.rows; ++i) {
@@ -222,30 +282,91 @@ void forward(const Shape& s, const I* rowptr, const I* col, const S* q, const S*
       std::fill(acc, acc + H * Dv, T(0));
       std::fill(m, m + H, neg_inf);
       std::fill(l, l + H, T(0));
-      for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
-        const int64_t j = col[p];
-        if (p + kPrefetchAhead < nnz) {
-          const int64_t jn = col[p + kPrefetchAhead];
-          prefetch_span(k + jn * H * Dk, H * Dk);
-          prefetch_span(v + jn * H * Dv, H * Dv);
-        }
-        const S* vj = v + j * H * Dv;
-        for (int64_t h = 0; h < H; ++h) {
-          const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
-          if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
-          const T sc = activate<K>(s, z);
-          T* a = acc + h * Dv;
-          if (sc > m[h]) {  // new running max: rescale what was summed so far
-            const T c = m[h] == neg_inf ? T(0) : soft_exp(m[h] - sc);
-            l[h] *= c;
-            for (int64_t d = 0; d < Dv; ++d) a[d] *= c;
-            m[h] = sc;
+      if (K::mode(s) == Mode::Additive) {
+        // GAT: scores cost one add, so the per-entry online update (a scalar exp and a
+        // rescale check per entry and head) was the bound; three passes instead.
+        const int64_t p0 = rowptr[i], len = rowptr[i + 1] - p0;
+        if (static_cast<int64_t>(row.size()) < len * H) row.resize(len * H);
+        T* __restrict w = row.data();
+        // Pass 1: every entry's score and the row's max per head (a masked entry, score -inf,
+        // stays out of the softmax; a NaN score does not move the max).
+        bool done = false;
+        if constexpr (std::is_same_v<T, float>) {
+          if (H <= 8) {  // the max on vector lanes (registers), one lane per head
+            exp_f8 mv, scv;
+            for (int u = 0; u < 8; ++u) mv[u] = neg_inf;
+            for (int64_t t = 0; t < len; ++t) {
+              const int64_t p = p0 + t, j = col[p];
+              if (p + kPrefetchAhead < nnz)
+                prefetch_span(k + col[p + kPrefetchAhead] * H * Dk, H * Dk);
+              for (int u = 0; u < 8; ++u) scv[u] = neg_inf;
+              for (int64_t h = 0; h < H; ++h) {
+                const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
+                const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
+                w[t * H + h] = sc;
+                scv[h] = sc;
+              }
+              mv = scv > mv ? scv : mv;
+            }
+            for (int64_t h = 0; h < H; ++h) m[h] = mv[h];
+            done = true;
           }
-          const T w = soft_exp(sc - m[h]);
-          l[h] += w;
-          const T wk = w * keep_factor<T>(s, p, h);
-          if (wk != T(0))
-            for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+        }
+        for (int64_t t = 0; t < len && !done; ++t) {
+          const int64_t p = p0 + t, j = col[p];
+          if (p + kPrefetchAhead < nnz) prefetch_span(k + col[p + kPrefetchAhead] * H * Dk, H * Dk);
+          for (int64_t h = 0; h < H; ++h) {
+            const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
+            const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
+            w[t * H + h] = sc;
+            m[h] = sc > m[h] ? sc : m[h];
+          }
+        }
+        // Pass 2: the weights exp(score - max), eight at a time.
+        row_weights(w, len * H, m, H);
+        // Pass 3: the sums and the weighted rows of v, in entry order.
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t p = p0 + t;
+          if (p + kPrefetchAhead < nnz) prefetch_span(v + col[p + kPrefetchAhead] * H * Dv, H * Dv);
+          const S* vj = v + col[p] * H * Dv;
+          for (int64_t h = 0; h < H; ++h) {
+            const T wt = w[t * H + h];
+            l[h] += wt;
+            const T wk = wt * keep_factor<T>(s, p, h);
+            if (wk != T(0)) {
+              T* a = acc + h * Dv;
+              for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+            }
+          }
+        }
+      } else {
+        // Dot and GATv2: the score's dot product dominates; one pass with the online
+        // softmax (FlashAttention's recurrence) reads each source row once.
+        for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+          const int64_t j = col[p];
+          if (p + kPrefetchAhead < nnz) {
+            const int64_t jn = col[p + kPrefetchAhead];
+            prefetch_span(k + jn * H * Dk, H * Dk);
+            prefetch_span(v + jn * H * Dv, H * Dv);
+          }
+          const S* vj = v + j * H * Dv;
+          for (int64_t h = 0; h < H; ++h) {
+            const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
+            if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
+            const T sc = activate<K>(s, z);
+            T* a = acc + h * Dv;
+            if (sc > m[h]) {  // new running max: rescale what was summed so far
+              const T c = m[h] == neg_inf ? T(0) : soft_exp(m[h] - sc);
+              l[h] *= c;
+              for (int64_t d = 0; d < Dv; ++d) a[d] *= c;
+              m[h] = sc;
+            }
+            const T w = soft_exp(sc - m[h]);
+            l[h] += w;
+            const T wk = w * keep_factor<T>(s, p, h);
+            if (wk != T(0))
+              for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+          }
         }
       }
       S* o = out + i * H * Dv;
@@ -263,8 +384,6 @@ void forward(const Shape& s, const I* rowptr, const I* col, const S* q, const S*
   }
 }
 
-// Everything the backward needs about one entry (p = (i, j), head h): the derivative of the
-// loss w.r.t. its pre-activation z, and its dropout-scaled probability (for dv).
 template <class K, typename T>
 inline void entry_grad(const Shape& s, const T* q, const T* k, const T* v, const T* bias,
                        const T* lse, const T* delta, const T* dout, int64_t i, int64_t j,

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <limits>
 
 #include "csrc/spmm/spmm_plan.h"
+#include "kernels/cpu/attention_kernel.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/cpp/test_util.h"
 
@@ -280,3 +283,36 @@ TEST(EdgeSoftmaxKernel, RowsSumToOneAndBackwardMatchesFormula) {
 
 }  // namespace
 }  // namespace sparsejit
+
+// The eight-lane exp of the attention softmax (attention_kernel.h) gives the scalar
+// soft_exp's bits in every lane: random arguments over the whole range, both cut-offs and
+// their neighbours, the subnormal results, zeros, infinities and NaN.
+TEST(AttentionSoftExp, EightLanesMatchTheScalar) {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283f, 88.7228f, 88.72284f, 89.0f,
+                           -103.9f, -103.89f, -103.91f, -87.3f, -100.0f, -150.0f, 1e-30f,
+                           -1e-30f, std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-110.0f, 95.0f), small(-2.0f, 2.0f);
+  for (int r = 0; r < 20000; ++r) xs.push_back(r % 2 ? u(rng) : small(rng));
+  for (float x = -104.0f; x < 89.0f; x += 0.3711f) xs.push_back(x);
+  while (xs.size() % 8) xs.push_back(0.5f);
+  for (size_t t = 0; t < xs.size(); t += 8) {
+    sparsejit::attention::exp_f8 in, out;
+    for (int l = 0; l < 8; ++l) in[l] = xs[t + l];
+    sparsejit::attention::soft_exp8(in, out);
+    for (int l = 0; l < 8; ++l) {
+      const float want = sparsejit::attention::soft_exp(xs[t + l]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[l])) << xs[t + l];
+      } else {
+        uint32_t a, b;
+        const float got = out[l];
+        std::memcpy(&a, &got, 4);
+        std::memcpy(&b, &want, 4);
+        EXPECT_EQ(a, b) << "x = " << xs[t + l];
+      }
+    }
+  }
+}
