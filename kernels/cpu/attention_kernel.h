@@ -125,6 +125,21 @@ inline T keep_factor(const Shape& s, int64_t p, int64_t h) {
 // each pass asks for the rows of the entry kPrefetchAhead positions further on.
 inline constexpr int64_t kPrefetchAhead = 6;
 
+// e^r with r = x - n ln2 (Cody-Waite, two parts) on |r| <= ln2 / 2: Cephes' degree-6
+// polynomial, 1 + r + r^2 p(r). V is float or a vector of floats: the same operations in the
+// same order, so soft_exp and soft_exp8 agree bit for bit.
+template <typename V>
+inline void exp_reduced(const V& x, const V& n, V& out) {
+  const V r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  out = p * r * r + r + 1.0f;
+}
+
 // exp for the softmax weights: float inline (Cody-Waite reduction to |r| <= ln2 / 2, Cephes'
 // degree-6 polynomial, 2^n built in the exponent bits; within 2 ulp of expf over the float
 // range, exact 0 below -103.9, +inf above 88.72, NaN kept), so the entry loops do not call
@@ -134,14 +149,8 @@ inline float soft_exp(float x) {
   if (!(x > -103.9f)) return x != x ? x : 0.0f;  // NaN stays NaN; -inf and tiny give 0
   if (x > 88.72283f) return std::numeric_limits<float>::infinity();
   const float n = __builtin_rintf(x * 1.44269504088896341f);
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float p;
+  exp_reduced(x, n, p);
   // 2^n as two factors so that n down to -150 (subnormal results) stays exact.
   const int32_t ni = static_cast<int32_t>(n), n1 = ni / 2, n2 = ni - n1;
   const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23;
@@ -167,14 +176,8 @@ inline void soft_exp8(const exp_f8& x, exp_f8& out) {
   const exp_f8 xc = (low | high) != 0 ? zero : x;
   const exp_f8 t = xc * 1.44269504088896341f;
   const exp_f8 n = (t + 12582912.0f) - 12582912.0f;
-  const exp_f8 r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  exp_f8 p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  exp_f8 p;
+  exp_reduced(xc, n, p);
   const exp_i8 ni = __builtin_convertvector(n, exp_i8), n1 = ni / 2, n2 = ni - n1;
   const exp_i8 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
   exp_f8 s1, s2;
@@ -208,6 +211,16 @@ template <typename T>
 inline void prefetch_span(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
   for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+}
+
+// Asks for the k and v rows of the entry kPrefetchAhead positions after p (see above).
+template <typename S, typename I>
+inline void prefetch_ahead(const S* k, const S* v, const I* col, int64_t p, int64_t nnz,
+                           int64_t k_row, int64_t v_row) {
+  if (p + kPrefetchAhead >= nnz) return;
+  const int64_t jn = col[p + kPrefetchAhead];
+  prefetch_span(k + jn * k_row, k_row);
+  prefetch_span(v + jn * v_row, v_row);
 }
 
 // Pre-activation z of entry p = (i, j), head h (the dot products unroll when K fixes D).
@@ -344,11 +357,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         // softmax (FlashAttention's recurrence) reads each source row once.
         for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
           const int64_t j = col[p];
-          if (p + kPrefetchAhead < nnz) {
-            const int64_t jn = col[p + kPrefetchAhead];
-            prefetch_span(k + jn * H * Dk, H * Dk);
-            prefetch_span(v + jn * H * Dv, H * Dv);
-          }
+          prefetch_ahead(k, v, col, p, nnz, H * Dk, H * Dv);
           const S* vj = v + j * H * Dv;
           for (int64_t h = 0; h < H; ++h) {
             const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
@@ -473,11 +482,7 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
       if (dqi) std::fill(dqi, dqi + H * D, T(0));
       for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
         const int64_t j = col[p];
-        if (p + kPrefetchAhead < nnz) {
-          const int64_t jn = col[p + kPrefetchAhead];
-          prefetch_span(k + jn * H * D, H * D);
-          prefetch_span(v + jn * H * Dv, H * Dv);
-        }
+        prefetch_ahead(k, v, col, p, nnz, H * D, H * Dv);
         for (int64_t h = 0; h < H; ++h) {
           T dz, pk;
           entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
