@@ -393,6 +393,8 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
   }
 }
 
+// Everything the backward needs about one entry (p = (i, j), head h): the derivative of the
+// loss w.r.t. its pre-activation z, and its dropout-scaled probability (for dv).
 template <class K, typename T>
 inline void entry_grad(const Shape& s, const T* q, const T* k, const T* v, const T* bias,
                        const T* lse, const T* delta, const T* dout, int64_t i, int64_t j,
