@@ -213,14 +213,15 @@ inline void prefetch_span(const T* p, int64_t n) {
   for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(c + b);
 }
 
-// Asks for the k and v rows of the entry kPrefetchAhead positions after p (see above).
+// Asks for x's row (`row` elements) of the entry kPrefetchAhead positions after p, and
+// v's too when given (see above).
 template <typename S, typename I>
-inline void prefetch_ahead(const S* k, const S* v, const I* col, int64_t p, int64_t nnz,
-                           int64_t k_row, int64_t v_row) {
+inline void prefetch_ahead(const S* x, const I* col, int64_t p, int64_t nnz, int64_t row,
+                           const S* v = nullptr, int64_t v_row = 0) {
   if (p + kPrefetchAhead >= nnz) return;
   const int64_t jn = col[p + kPrefetchAhead];
-  prefetch_span(k + jn * k_row, k_row);
-  prefetch_span(v + jn * v_row, v_row);
+  prefetch_span(x + jn * row, row);
+  if (v) prefetch_span(v + jn * v_row, v_row);
 }
 
 // Pre-activation z of entry p = (i, j), head h (the dot products unroll when K fixes D).
@@ -310,8 +311,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
             for (int u = 0; u < 8; ++u) mv[u] = neg_inf;
             for (int64_t t = 0; t < len; ++t) {
               const int64_t p = p0 + t, j = col[p];
-              if (p + kPrefetchAhead < nnz)
-                prefetch_span(k + col[p + kPrefetchAhead] * H * Dk, H * Dk);
+              prefetch_ahead(k, col, p, nnz, H * Dk);
               for (int u = 0; u < 8; ++u) scv[u] = neg_inf;
               for (int64_t h = 0; h < H; ++h) {
                 const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
@@ -327,7 +327,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         }
         for (int64_t t = 0; t < len && !done; ++t) {
           const int64_t p = p0 + t, j = col[p];
-          if (p + kPrefetchAhead < nnz) prefetch_span(k + col[p + kPrefetchAhead] * H * Dk, H * Dk);
+          prefetch_ahead(k, col, p, nnz, H * Dk);
           for (int64_t h = 0; h < H; ++h) {
             const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
             const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
@@ -340,7 +340,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         // Pass 3: the sums and the weighted rows of v, in entry order.
         for (int64_t t = 0; t < len; ++t) {
           const int64_t p = p0 + t;
-          if (p + kPrefetchAhead < nnz) prefetch_span(v + col[p + kPrefetchAhead] * H * Dv, H * Dv);
+          prefetch_ahead(v, col, p, nnz, H * Dv);
           const S* vj = v + col[p] * H * Dv;
           for (int64_t h = 0; h < H; ++h) {
             const T wt = w[t * H + h];
@@ -357,7 +357,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         // softmax (FlashAttention's recurrence) reads each source row once.
         for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
           const int64_t j = col[p];
-          prefetch_ahead(k, v, col, p, nnz, H * Dk, H * Dv);
+          prefetch_ahead(k, col, p, nnz, H * Dk, v, H * Dv);
           const S* vj = v + j * H * Dv;
           for (int64_t h = 0; h < H; ++h) {
             const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
@@ -484,7 +484,7 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
       if (dqi) std::fill(dqi, dqi + H * D, T(0));
       for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
         const int64_t j = col[p];
-        prefetch_ahead(k, v, col, p, nnz, H * D, H * Dv);
+        prefetch_ahead(k, col, p, nnz, H * D, v, H * Dv);
         for (int64_t h = 0; h < H; ++h) {
           T dz, pk;
           entry_grad<K>(s, q, k, v, bias, lse, delta, dout, i, j, p, h, &dz, &pk);
