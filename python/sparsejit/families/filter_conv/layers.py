@@ -475,7 +475,9 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     (``ConvPool``) where that measures faster by `min_speedup` (a row "conv + pool" in the
     table: its two times are NCHW and channels_last; cached like the layers); any other
     ``MaxPool2d`` on a CPU NCHW input is measured the same way against running it on
-    channels_last (``ChannelsLastPool``; PyTorch's NCHW max pool is the slow one)."""
+    channels_last (``ChannelsLastPool``; PyTorch's NCHW max pool is the slow one).
+    ``F.max_pool2d`` / ``torch.max_pool2d`` calls with constant arguments take part as
+    ``MaxPool2d`` modules (``max_pool2d_fn``, ...; the same computation)."""
     global LAST_JIT_WARMUP_S
     baked_max = BAKED_MAX_NNZ if baked_max_nnz is None else int(baked_max_nnz)
     if clock not in _CLOCKS:
