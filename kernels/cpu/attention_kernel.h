@@ -54,6 +54,7 @@ namespace sparsejit::attention {
 // Compile-time sizes (see the header comment); the accessors fold to constants when fixed.
 template <int kMode, int64_t kH, int64_t kD, int64_t kDv>
 struct Fixed {
+  static constexpr int64_t heads_fixed = kH;
   static constexpr int64_t qk_fixed = kD;
   static constexpr int64_t v_fixed = kDv;
   static Mode mode(const Shape& s) { return kMode >= 0 ? static_cast<Mode>(kMode) : s.mode; }
@@ -169,24 +170,28 @@ inline double soft_exp(double x) { return std::exp(x); }
 typedef float exp_f8 __attribute__((vector_size(32)));
 typedef int32_t exp_i8 __attribute__((vector_size(32)));
 
-inline void soft_exp8(const exp_f8& x, exp_f8& out) {
-  const exp_i8 low = ~(x > -103.9f);  // NaN too
-  const exp_i8 high = x > 88.72283f;
-  const exp_f8 zero = {};
-  const exp_f8 xc = (low | high) != 0 ? zero : x;
-  const exp_f8 t = xc * 1.44269504088896341f;
-  const exp_f8 n = (t + 12582912.0f) - 12582912.0f;
-  exp_f8 p;
+// The same on a vector of N floats (VI: N int32 lanes); soft_exp8 is its eight-lane case.
+template <typename V, typename VI>
+inline void soft_exp_lanes(const V& x, V& out) {
+  const VI low = ~(x > -103.9f);  // NaN too
+  const VI high = x > 88.72283f;
+  const V zero = {};
+  const V xc = (low | high) != 0 ? zero : x;
+  const V t = xc * 1.44269504088896341f;
+  const V n = (t + 12582912.0f) - 12582912.0f;
+  V p;
   exp_reduced(xc, n, p);
-  const exp_i8 ni = __builtin_convertvector(n, exp_i8), n1 = ni / 2, n2 = ni - n1;
-  const exp_i8 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
-  exp_f8 s1, s2;
+  const VI ni = __builtin_convertvector(n, VI), n1 = ni / 2, n2 = ni - n1;
+  const VI b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  V s1, s2;
   std::memcpy(&s1, &b1, sizeof(s1));
   std::memcpy(&s2, &b2, sizeof(s2));
-  exp_f8 res = p * s1 * s2;
+  V res = p * s1 * s2;
   res = high != 0 ? zero + std::numeric_limits<float>::infinity() : res;
   out = low != 0 ? ((x != x) != 0 ? x : zero) : res;
 }
+
+inline void soft_exp8(const exp_f8& x, exp_f8& out) { soft_exp_lanes<exp_f8, exp_i8>(x, out); }
 
 // w[t] = soft_exp(w[t] - m[t % H]) for t < n, 0 where w[t] is -inf (a masked entry): the
 // softmax weights of one row's [entries, H] scores, eight at a time for float.
@@ -195,10 +200,16 @@ inline void row_weights(T* w, int64_t n, const T* m, int64_t H) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   int64_t t = 0;
   if constexpr (std::is_same_v<T, float>) {
+    // With H dividing 8, every group of eight sees the same heads in the same lanes.
+    exp_f8 mm_fixed{};
+    const bool repeat = 8 % H == 0;
+    if (repeat)
+      for (int u = 0; u < 8; ++u) mm_fixed[u] = m[u % H];
     for (; t + 8 <= n; t += 8) {
-      exp_f8 x, mm, e;
+      exp_f8 x, mm = mm_fixed, e;
       std::memcpy(&x, w + t, sizeof(x));
-      for (int u = 0; u < 8; ++u) mm[u] = m[(t + u) % H];
+      if (!repeat)
+        for (int u = 0; u < 8; ++u) mm[u] = m[(t + u) % H];
       soft_exp8(x - mm, e);
       e = x == neg_inf ? exp_f8{} : e;
       std::memcpy(w + t, &e, sizeof(e));
@@ -261,6 +272,37 @@ inline T activation_grad(const Shape& s, T z) {
   return (K::mode(s) == Mode::Additive && z < T(0)) ? T(s.negative_slope) : T(1);
 }
 
+// float vectors of N lanes (GCC's vector extension; N a power of two).
+template <int64_t N>
+struct FloatVec {
+  typedef float type __attribute__((vector_size(N * sizeof(float))));
+  typedef int32_t itype __attribute__((vector_size(N * sizeof(int32_t))));
+};
+
+// Pass 1 of the additive forward takes an entry's H scores as one vector when K fixes H to
+// 1, 2, 4 or 8 (float storage).
+template <class K, typename T, typename S>
+inline constexpr bool kVectorScores =
+    std::is_same_v<T, float> && std::is_same_v<S, float> && K::heads_fixed > 0 &&
+    K::heads_fixed <= 8 && (K::heads_fixed & (K::heads_fixed - 1)) == 0;
+
+// Pass 3 keeps the row's accumulator in registers, as vectors of kAccWidth lanes, when K
+// fixes H and Dv and they fit: 8 zmm with AVX-512, 8 ymm (half the register file) below.
+// Through acc in memory every entry waited on the previous entry's store (~20% of GAT's
+// forward); as an array of floats the compiler split it into scalars.
+#ifdef __AVX512F__
+inline constexpr int64_t kRegisterFloats = 128;
+#else
+inline constexpr int64_t kRegisterFloats = 64;
+#endif
+template <int64_t kDv>
+inline constexpr int64_t kAccWidth = kDv % 16 == 0 ? 16 : kDv % 8 == 0 ? 8 : kDv % 4 == 0 ? 4 : 0;
+template <class K, typename T, typename S>
+inline constexpr bool kRegisterAcc = std::is_same_v<T, float> && std::is_same_v<S, float> &&
+                                     K::heads_fixed > 0 && K::v_fixed > 0 &&
+                                     kAccWidth<(K::v_fixed > 0 ? K::v_fixed : 1)> > 0 &&
+                                     K::heads_fixed * K::v_fixed <= kRegisterFloats;
+
 // S: the storage of q, k, v and out (T, or bfloat16 with T = float: widened on load, the
 // output rounded to nearest even once per element); bias, att and lse are T.
 template <class K, typename T, typename I, typename S = T>
@@ -305,7 +347,33 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         // Pass 1: every entry's score and the row's max per head (a masked entry, score -inf,
         // stays out of the softmax; a NaN score does not move the max).
         bool done = false;
-        if constexpr (std::is_same_v<T, float>) {
+        if constexpr (kVectorScores<K, T, S>) {
+          // H fixed (the JIT): an entry's H scores as one H-lane vector, the same operations
+          // per lane as the scalar loop below (add, bias, LeakyReLU by select, the -inf mask).
+          constexpr int64_t kH = K::heads_fixed;
+          using VH = typename FloatVec<kH>::type;
+          VH qv, mv = VH{} + neg_inf;
+          const VH slope = VH{} + float(s.negative_slope), one = VH{} + 1.0f;
+          std::memcpy(&qv, q + i * kH, sizeof(qv));
+          for (int64_t t = 0; t < len; ++t) {
+            const int64_t p = p0 + t;
+            prefetch_ahead(k, col, p, nnz, kH);
+            VH z;
+            std::memcpy(&z, k + col[p] * kH, sizeof(z));
+            z = qv + z;
+            if (bias) {
+              VH bv;
+              std::memcpy(&bv, bias + p * kH, sizeof(bv));
+              z = z + bv;
+            }
+            VH sc = z * (z < 0.0f ? slope : one);
+            sc = z == neg_inf ? VH{} + neg_inf : sc;
+            std::memcpy(w + t * kH, &sc, sizeof(sc));
+            mv = sc > mv ? sc : mv;
+          }
+          for (int64_t h = 0; h < kH; ++h) m[h] = mv[h];
+          done = true;
+        } else if constexpr (std::is_same_v<T, float>) {
           if (H <= 8) {  // the max on vector lanes (registers), one lane per head
             exp_f8 mv, scv;
             for (int u = 0; u < 8; ++u) mv[u] = neg_inf;
@@ -337,18 +405,49 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
         }
         // Pass 2: the weights exp(score - max), eight at a time.
         row_weights(w, len * H, m, H);
-        // Pass 3: the sums and the weighted rows of v, in entry order.
-        for (int64_t t = 0; t < len; ++t) {
-          const int64_t p = p0 + t;
-          prefetch_ahead(v, col, p, nnz, H * Dv);
-          const S* vj = v + col[p] * H * Dv;
-          for (int64_t h = 0; h < H; ++h) {
-            const T wt = w[t * H + h];
-            l[h] += wt;
-            const T wk = wt * keep_factor<T>(s, p, h);
-            if (wk != T(0)) {
-              T* a = acc + h * Dv;
-              for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+        // Pass 3: the sums and the weighted rows of v, in entry order (with H and Dv fixed
+        // and small, in registers: see kRegisterAcc).
+        if constexpr (kRegisterAcc<K, T, S>) {
+          constexpr int64_t kH = K::heads_fixed, kDv = K::v_fixed, kW = kAccWidth<kDv>;
+          constexpr int64_t kN = kH * kDv / kW;  // vectors in the accumulator
+          using VW = typename FloatVec<kW>::type;
+          VW a[kN];
+          for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
+          T lr[kH] = {};
+          for (int64_t t = 0; t < len; ++t) {
+            const int64_t p = p0 + t;
+            prefetch_ahead(v, col, p, nnz, kH * kDv);
+            const S* vj = v + col[p] * kH * kDv;
+#pragma GCC unroll 8
+            for (int64_t h = 0; h < kH; ++h) {
+              const T wt = w[t * kH + h];
+              lr[h] += wt;
+              const T wk = wt * keep_factor<T>(s, p, h);
+              if (wk != T(0)) {
+#pragma GCC unroll 64
+                for (int64_t r = 0; r < kDv / kW; ++r) {
+                  VW x;
+                  std::memcpy(&x, vj + h * kDv + r * kW, sizeof(x));
+                  a[h * (kDv / kW) + r] += wk * x;
+                }
+              }
+            }
+          }
+          std::memcpy(acc, a, sizeof(a));
+          std::memcpy(l, lr, sizeof(lr));
+        } else {
+          for (int64_t t = 0; t < len; ++t) {
+            const int64_t p = p0 + t;
+            prefetch_ahead(v, col, p, nnz, H * Dv);
+            const S* vj = v + col[p] * H * Dv;
+            for (int64_t h = 0; h < H; ++h) {
+              const T wt = w[t * H + h];
+              l[h] += wt;
+              const T wk = wt * keep_factor<T>(s, p, h);
+              if (wk != T(0)) {
+                T* a = acc + h * Dv;
+                for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+              }
             }
           }
         }
@@ -467,12 +566,134 @@ inline void add_score_grad(const Shape& s, const T* __restrict other, const T* _
 // deterministic.
 inline constexpr int64_t kRowBlock = 64;
 
+// <g[h, :], v[h, :]> for the kH heads of one entry (rows of kDv floats, kDv a multiple of
+// 8) as one vector, each head summed in lane_sum's order: eight partial sums, then
+// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) + 0. The trees of four heads run side by
+// side after a 4x4 transpose of the halves' sums. Written head by head into a vector, the
+// sums went through the stack and the vector load that followed stalled on the four stores.
+template <int64_t kH, int64_t kDv>
+inline typename FloatVec<kH>::type head_dots(const float* g, const float* vj) {
+  using V4 = typename FloatVec<4>::type;
+  using VH = typename FloatVec<kH>::type;
+  V4 half[kH];  // per head: [p0 + p4, p1 + p5, p2 + p6, p3 + p7]
+  for (int64_t h = 0; h < kH; ++h) {
+    exp_f8 part{};
+    for (int64_t d0 = 0; d0 < kDv; d0 += 8) {
+      exp_f8 a, b;
+      std::memcpy(&a, g + h * kDv + d0, sizeof(a));
+      std::memcpy(&b, vj + h * kDv + d0, sizeof(b));
+      part += a * b;
+    }
+    half[h] = __builtin_shufflevector(part, part, 0, 1, 2, 3) +
+              __builtin_shufflevector(part, part, 4, 5, 6, 7);
+  }
+  // Four heads' (q0 + q2) + (q1 + q3), lane h for head h.
+  auto four = [&](int64_t h0) {
+    const V4 t0 = __builtin_shufflevector(half[h0], half[h0 + 1], 0, 4, 1, 5);
+    const V4 t1 = __builtin_shufflevector(half[h0], half[h0 + 1], 2, 6, 3, 7);
+    const V4 t2 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 0, 4, 1, 5);
+    const V4 t3 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 2, 6, 3, 7);
+    const V4 c0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    const V4 c1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    const V4 c2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    const V4 c3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+    return (c0 + c2) + (c1 + c3);
+  };
+  VH out;
+  if constexpr (kH == 8) {
+    const V4 lo = four(0), hi = four(4);
+    out = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+  } else if constexpr (kH == 4) {
+    out = four(0);
+  } else {
+    for (int64_t h = 0; h < kH; ++h)
+      out[h] = (half[h][0] + half[h][2]) + (half[h][1] + half[h][3]);
+  }
+  return out + VH{};  // lane_sum's "+ tail" (0 here): -0 becomes +0 there too
+}
+
+// Pass 1 in additive mode (GAT) with H fixed to a power of two up to 8 (the JIT), float:
+// an entry's H heads as one vector (score, weight through soft_exp_lanes, dz, dq summed in
+// a register), the same operations per lane as entry_grad, in the same order. Per head and
+// entry, a scalar exp with its branches and dq's add through memory had made this pass ~45%
+// of a GAT layer's attention time.
+template <class K, typename T, typename I>
+void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const T* q,
+                            const T* k, const T* v, const T* bias, const T* lse,
+                            const T* delta, const T* dout, T* dq, T* dbias, T* dz_out,
+                            T* pk_out) {
+  constexpr int64_t kH = K::heads_fixed;
+  using VH = typename FloatVec<kH>::type;
+  using VI = typename FloatVec<kH>::itype;
+  const int64_t Dv = K::v_width(s), nnz = rowptr[s.rows];
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const VH slope = VH{} + T(s.negative_slope), one = VH{} + T(1);
+  const bool drop = s.dropout > 0.0;
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, kRowBlock) if (s.rows * kH > 256)
+  for (int64_t i = 0; i < s.rows; ++i) {
+    VH qv, lv, dl, dqa = VH{};
+    std::memcpy(&qv, q + i * kH, sizeof(qv));
+    std::memcpy(&lv, lse + i * kH, sizeof(lv));
+    std::memcpy(&dl, delta + i * kH, sizeof(dl));
+    const T* g = dout + i * kH * Dv;
+    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+      const int64_t j = col[p];
+      prefetch_ahead(k, col, p, nnz, kH, v, kH * Dv);
+      VH z;
+      std::memcpy(&z, k + j * kH, sizeof(z));
+      z = qv + z;
+      if (bias) {
+        VH bv;
+        std::memcpy(&bv, bias + p * kH, sizeof(bv));
+        z = z + bv;
+      }
+      const VI masked = z == neg_inf;
+      const VH ag = z < T(0) ? slope : one;  // activation_grad
+      VH prob;
+      soft_exp_lanes<VH, VI>(z * ag - lv, prob);  // activate: leaky_select
+      VH keep = one, dp;
+      if (drop)
+        for (int64_t h = 0; h < kH; ++h) keep[h] = keep_factor<T>(s, p, h);
+      const T* vj = v + j * kH * Dv;
+      if constexpr (K::v_fixed > 0 && K::v_fixed % 8 == 0) {
+        dp = keep * head_dots<kH, K::v_fixed>(g, vj);
+        dp = keep != T(0) ? dp : VH{};
+      } else {
+        for (int64_t h = 0; h < kH; ++h) {
+          dp[h] = keep[h] != T(0) ? keep[h] * lane_sum<K::v_fixed, T>(Dv, [&](int64_t d) {
+            return g[h * Dv + d] * vj[h * Dv + d];
+          })
+                                  : T(0);
+        }
+      }
+      VH dz = prob * (dp - dl) * ag;
+      VH pk = prob * keep;
+      dz = masked != 0 ? VH{} : dz;
+      pk = masked != 0 ? VH{} : pk;
+      dqa += dz;
+      if (dbias) std::memcpy(dbias + p * kH, &dz, sizeof(dz));
+      if (dz_out) {
+        std::memcpy(dz_out + p * kH, &dz, sizeof(dz));
+        std::memcpy(pk_out + p * kH, &pk, sizeof(pk));
+      }
+    }
+    if (dq) std::memcpy(dq + i * kH, &dqa, sizeof(dqa));
+  }
+}
+
 template <class K, typename T, typename I>
 void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
                    const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
                    T* dq, T* dbias, T* datt, T* dz_out = nullptr, T* pk_out = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s);
   const Mode mode = K::mode(s);
+  if constexpr (kVectorScores<K, T, T>) {
+    if (mode == Mode::Additive) {  // (datt is GATv2's only)
+      backward_rows_additive<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq,
+                                      dbias, dz_out, pk_out);
+      return;
+    }
+  }
   const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
   std::vector<T> datt_blocks(datt ? blocks * H * D : 0, T(0));
   const int64_t nnz = rowptr[s.rows], Dv = K::v_width(s);
@@ -518,6 +739,62 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
 // With dz_in / pk_in (written by backward_rows) each entry's dz and probability are read,
 // not recomputed. Returns true when t_perm held a position outside [0, nnz) (those entries
 // are skipped).
+// Pass 2 in additive mode from pass 1's scratch, with H and Dv fixed and small (the JIT's
+// float kernels): a source's dv and dk summed in registers (kRegisterAcc), in entry order as
+// below, instead of through memory where every entry waited on the previous one's store.
+template <class K, typename T, typename I>
+bool backward_cols_additive(const Shape& s, const I* t_rowptr, const I* t_col,
+                            const I* t_perm, int64_t nnz, const T* dout, T* dk, T* dv,
+                            const T* dz_in, const T* pk_in) {
+  constexpr int64_t kH = K::heads_fixed, kDv = K::v_fixed, kW = kAccWidth<kDv>;
+  constexpr int64_t kN = kH * kDv / kW;
+  using VH = typename FloatVec<kH>::type;
+  using VW = typename FloatVec<kW>::type;
+  bool bad = false;
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * kH > 256) \
+    reduction(|| : bad)
+  for (int64_t j = 0; j < s.cols; ++j) {
+    VW a[kN];
+    for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
+    VH dka = VH{};
+    for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
+      const int64_t i = t_col[t], p = t_perm[t];
+      if (t + kPrefetchAhead < nnz) {
+        const int64_t in = t_col[t + kPrefetchAhead], pn = t_perm[t + kPrefetchAhead];
+        if (in >= 0 && in < s.rows) prefetch_span(dout + in * kH * kDv, kH * kDv);
+        if (pn >= 0 && pn < nnz) {
+          __builtin_prefetch(dz_in + pn * kH);
+          __builtin_prefetch(pk_in + pn * kH);
+        }
+      }
+      if (p < 0 || p >= nnz) {
+        bad = true;
+        continue;
+      }
+      VH dz, pk;
+      std::memcpy(&dz, dz_in + p * kH, sizeof(dz));
+      std::memcpy(&pk, pk_in + p * kH, sizeof(pk));
+      if (dv) {
+        const T* g = dout + i * kH * kDv;
+#pragma GCC unroll 8
+        for (int64_t h = 0; h < kH; ++h) {
+          if (pk[h] == T(0)) continue;
+#pragma GCC unroll 64
+          for (int64_t r = 0; r < kDv / kW; ++r) {
+            VW x;
+            std::memcpy(&x, g + h * kDv + r * kW, sizeof(x));
+            a[h * (kDv / kW) + r] += pk[h] * x;
+          }
+        }
+      }
+      dka += dz;
+    }
+    if (dv) std::memcpy(dv + j * kH * kDv, a, sizeof(a));
+    if (dk) std::memcpy(dk + j * kH, &dka, sizeof(dka));
+  }
+  return bad;
+}
+
 template <class K, typename T, typename I>
 bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
                    int64_t nnz, const T* q, const T* k, const T* v, const T* bias, const T* lse,
@@ -525,6 +802,11 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
                    const T* pk_in = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s), Dv = K::v_width(s);
   const Mode mode = K::mode(s);
+  if constexpr (kVectorScores<K, T, T> && kRegisterAcc<K, T, T>) {
+    if (mode == Mode::Additive && dz_in)
+      return backward_cols_additive<K, T, I>(s, t_rowptr, t_col, t_perm, nnz, dout, dk, dv,
+                                             dz_in, pk_in);
+  }
   bool bad = false;
 #pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256) \
     reduction(|| : bad)

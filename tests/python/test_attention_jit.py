@@ -76,7 +76,10 @@ def _reference(A, mode, inputs, width):
 
 CASES = [  # mode, H, D, Dv
     ("dot", 4, 16, 16), ("dot", 1, 64, 64), ("dot", 2, 7, 5), ("dot", 8, 8, 8),
+    # additive: H fixed to a power of two takes the vector score pass, H * Dv up to 64
+    # floats (128 with AVX-512) the register accumulator in 16-, 8- or 4-lane vectors.
     ("additive", 4, 1, 16), ("additive", 1, 1, 64), ("additive", 3, 1, 7),
+    ("additive", 2, 1, 8), ("additive", 8, 1, 4), ("additive", 8, 1, 32),
     ("gatv2", 4, 16, 16), ("gatv2", 2, 5, 5),
 ]
 
@@ -124,13 +127,17 @@ def test_jit_gradients_match_reference(graph, mode):
         torch.testing.assert_close(got, want.grad, atol=1e-9, rtol=1e-9)
 
 
-def test_jit_dropout_matches_generic(graph):
-    """The counter-based dropout mask is the same in both kernels (same seed)."""
-    inputs = _inputs(graph, "dot", 4, 16, 16, torch.float32, seed=9, masked=False)
-    jit = _forward_backward(graph, "dot", inputs, dropout=0.3, seed=3)
-    generic = generic_only(lambda: _forward_backward(graph, "dot", inputs, dropout=0.3, seed=3))
+@pytest.mark.parametrize("mode", ["dot", "additive"])
+def test_jit_dropout_matches_generic(graph, mode):
+    """The counter-based dropout mask is the same in both kernels (same seed); additive mode
+    also takes the JIT's register-accumulator pass there."""
+    inputs = _inputs(graph, mode, 4, 16, 16, torch.float32, seed=9, masked=(mode == "additive"))
+    jit = _forward_backward(graph, mode, inputs, dropout=0.3, seed=3)
+    generic = generic_only(lambda: _forward_backward(graph, mode, inputs, dropout=0.3, seed=3))
     for a, b in zip(jit, generic):
         assert torch.equal(a, b)
+    without = _forward_backward(graph, mode, inputs)
+    assert not torch.equal(jit[0], without[0])  # the dropout really applied
 
 
 @pytest.mark.parametrize("mode", ["dot", "additive", "gatv2"])
