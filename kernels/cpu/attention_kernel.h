@@ -303,6 +303,86 @@ inline constexpr bool kRegisterAcc = std::is_same_v<T, float> && std::is_same_v<
                                      kAccWidth<(K::v_fixed > 0 ? K::v_fixed : 1)> > 0 &&
                                      K::heads_fixed * K::v_fixed <= kRegisterFloats;
 
+// sum_{d < kD} f(h, d) for the kH heads of one entry as one vector, each head summed in
+// lane_sum's order: eight partial sums, then ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))
+// + 0. f8(h, d0) gives the eight terms d0..d0+7 of head h (kD a multiple of 8). The trees
+// of four heads run side by side after a 4x4 transpose of the halves' sums. Written head by
+// head into a vector, the sums went through the stack and the vector load that followed
+// stalled on the four stores.
+template <int64_t kH, int64_t kD, typename F>
+inline typename FloatVec<kH>::type head_sums(F&& f8) {
+  static_assert(kD % 8 == 0, "eight lanes per step");
+  using V4 = typename FloatVec<4>::type;
+  using VH = typename FloatVec<kH>::type;
+  V4 half[kH];  // per head: [p0 + p4, p1 + p5, p2 + p6, p3 + p7]
+  for (int64_t h = 0; h < kH; ++h) {
+    exp_f8 part{};
+    for (int64_t d0 = 0; d0 < kD; d0 += 8) part += f8(h, d0);
+    half[h] = __builtin_shufflevector(part, part, 0, 1, 2, 3) +
+              __builtin_shufflevector(part, part, 4, 5, 6, 7);
+  }
+  // Four heads' (q0 + q2) + (q1 + q3), lane h for head h.
+  auto four = [&](int64_t h0) {
+    const V4 t0 = __builtin_shufflevector(half[h0], half[h0 + 1], 0, 4, 1, 5);
+    const V4 t1 = __builtin_shufflevector(half[h0], half[h0 + 1], 2, 6, 3, 7);
+    const V4 t2 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 0, 4, 1, 5);
+    const V4 t3 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 2, 6, 3, 7);
+    const V4 c0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    const V4 c1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    const V4 c2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    const V4 c3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+    return (c0 + c2) + (c1 + c3);
+  };
+  VH out;
+  if constexpr (kH == 8) {
+    const V4 lo = four(0), hi = four(4);
+    out = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+  } else if constexpr (kH == 4) {
+    out = four(0);
+  } else {
+    for (int64_t h = 0; h < kH; ++h)
+      out[h] = (half[h][0] + half[h][2]) + (half[h][1] + half[h][3]);
+  }
+  return out + VH{};  // lane_sum's "+ tail" (0 here): -0 becomes +0 there too
+}
+
+// <x[h, :], y[h, :]> per head (rows of kD floats).
+template <int64_t kH, int64_t kD>
+inline typename FloatVec<kH>::type head_dots(const float* x, const float* y) {
+  return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
+    exp_f8 a, b;
+    std::memcpy(&a, x + h * kD + d0, sizeof(a));
+    std::memcpy(&b, y + h * kD + d0, sizeof(b));
+    return a * b;
+  });
+}
+
+// Dot and GATv2 with H, D and Dv fixed (D a multiple of 8) and the accumulator in
+// registers: an entry's H scores as one vector (head_sums), its H weights through
+// soft_exp_lanes. float storage only.
+template <class K, typename T, typename S>
+inline constexpr bool kVectorOnline = kVectorScores<K, T, S> && kRegisterAcc<K, T, S> &&
+                                      K::qk_fixed > 0 && K::qk_fixed % 8 == 0;
+
+// z of entry (i, j) for every head, as pre_score computes it per head (Dot or GATv2 mode;
+// bias not added).
+template <class K>
+inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, const float* qi,
+                                                             const float* kj) {
+  constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
+  if (K::mode(s) == Mode::Dot) return float(s.scale) * head_dots<kH, kD>(qi, kj);
+  const float* att = static_cast<const float*>(s.att);
+  const exp_f8 slope = exp_f8{} + float(s.negative_slope), one = exp_f8{} + 1.0f;
+  return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
+    exp_f8 a, x, y;
+    std::memcpy(&a, att + h * kD + d0, sizeof(a));
+    std::memcpy(&x, qi + h * kD + d0, sizeof(x));
+    std::memcpy(&y, kj + h * kD + d0, sizeof(y));
+    const exp_f8 u = x + y;
+    return a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
+  });
+}
+
 // S: the storage of q, k, v and out (T, or bfloat16 with T = float: widened on load, the
 // output rounded to nearest even once per element); bias, att and lse are T.
 template <class K, typename T, typename I, typename S = T>
@@ -454,7 +534,70 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
       } else {
         // Dot and GATv2: the score's dot product dominates; one pass with the online
         // softmax (FlashAttention's recurrence) reads each source row once.
-        for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+        bool done = false;
+        if constexpr (kVectorOnline<K, T, S>) {
+          // The same recurrence on vectors over the heads (the accumulator in registers, the
+          // rescale factor 1 on heads whose max did not grow: exact), per head as below.
+          constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed, kDv = K::v_fixed;
+          constexpr int64_t kW = kAccWidth<kDv>, kN = kH * kDv / kW;
+          using VH = typename FloatVec<kH>::type;
+          using VI = typename FloatVec<kH>::itype;
+          using VW = typename FloatVec<kW>::type;
+          VW a[kN];
+          for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
+          VH mv = VH{} + neg_inf, lv = VH{};
+          const VH one = VH{} + 1.0f;
+          const T* qi = q + i * kH * kD;
+          for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+            const int64_t j = col[p];
+            prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
+            VH z = entry_scores<K>(s, qi, k + j * kH * kD);
+            if (bias) {
+              VH bv;
+              std::memcpy(&bv, bias + p * kH, sizeof(bv));
+              z = z + bv;
+            }
+            const VI masked = z == neg_inf;
+            const VI grow = z > mv;  // never on a masked head (-inf) or a NaN score
+            bool any = false;
+            for (int64_t h = 0; h < kH; ++h) any |= grow[h] != 0;
+            if (any) {  // new running max on some head: rescale what was summed so far
+              VH c;
+              soft_exp_lanes<VH, VI>(mv - z, c);
+              c = mv == neg_inf ? VH{} : c;
+              c = grow != 0 ? c : one;
+              lv *= c;
+#pragma GCC unroll 8
+              for (int64_t h = 0; h < kH; ++h)
+#pragma GCC unroll 64
+                for (int64_t r = 0; r < kDv / kW; ++r) a[h * (kDv / kW) + r] *= c[h];
+              mv = grow != 0 ? z : mv;
+            }
+            VH wv;
+            soft_exp_lanes<VH, VI>(z - mv, wv);
+            wv = masked != 0 ? VH{} : wv;
+            lv += wv;
+            const S* vj = v + j * kH * kDv;
+#pragma GCC unroll 8
+            for (int64_t h = 0; h < kH; ++h) {
+              const T wk = wv[h] * keep_factor<T>(s, p, h);
+              if (wk == T(0)) continue;
+#pragma GCC unroll 64
+              for (int64_t r = 0; r < kDv / kW; ++r) {
+                VW x;
+                std::memcpy(&x, vj + h * kDv + r * kW, sizeof(x));
+                a[h * (kDv / kW) + r] += wk * x;
+              }
+            }
+          }
+          std::memcpy(acc, a, sizeof(a));
+          for (int64_t h = 0; h < kH; ++h) {
+            l[h] = lv[h];
+            m[h] = mv[h];
+          }
+          done = true;
+        }
+        for (int64_t p = rowptr[i]; p < rowptr[i + 1] && !done; ++p) {
           const int64_t j = col[p];
           prefetch_ahead(k, col, p, nnz, H * Dk, v, H * Dv);
           const S* vj = v + j * H * Dv;
@@ -566,52 +709,6 @@ inline void add_score_grad(const Shape& s, const T* __restrict other, const T* _
 // deterministic.
 inline constexpr int64_t kRowBlock = 64;
 
-// <g[h, :], v[h, :]> for the kH heads of one entry (rows of kDv floats, kDv a multiple of
-// 8) as one vector, each head summed in lane_sum's order: eight partial sums, then
-// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) + 0. The trees of four heads run side by
-// side after a 4x4 transpose of the halves' sums. Written head by head into a vector, the
-// sums went through the stack and the vector load that followed stalled on the four stores.
-template <int64_t kH, int64_t kDv>
-inline typename FloatVec<kH>::type head_dots(const float* g, const float* vj) {
-  using V4 = typename FloatVec<4>::type;
-  using VH = typename FloatVec<kH>::type;
-  V4 half[kH];  // per head: [p0 + p4, p1 + p5, p2 + p6, p3 + p7]
-  for (int64_t h = 0; h < kH; ++h) {
-    exp_f8 part{};
-    for (int64_t d0 = 0; d0 < kDv; d0 += 8) {
-      exp_f8 a, b;
-      std::memcpy(&a, g + h * kDv + d0, sizeof(a));
-      std::memcpy(&b, vj + h * kDv + d0, sizeof(b));
-      part += a * b;
-    }
-    half[h] = __builtin_shufflevector(part, part, 0, 1, 2, 3) +
-              __builtin_shufflevector(part, part, 4, 5, 6, 7);
-  }
-  // Four heads' (q0 + q2) + (q1 + q3), lane h for head h.
-  auto four = [&](int64_t h0) {
-    const V4 t0 = __builtin_shufflevector(half[h0], half[h0 + 1], 0, 4, 1, 5);
-    const V4 t1 = __builtin_shufflevector(half[h0], half[h0 + 1], 2, 6, 3, 7);
-    const V4 t2 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 0, 4, 1, 5);
-    const V4 t3 = __builtin_shufflevector(half[h0 + 2], half[h0 + 3], 2, 6, 3, 7);
-    const V4 c0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-    const V4 c1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-    const V4 c2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-    const V4 c3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
-    return (c0 + c2) + (c1 + c3);
-  };
-  VH out;
-  if constexpr (kH == 8) {
-    const V4 lo = four(0), hi = four(4);
-    out = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
-  } else if constexpr (kH == 4) {
-    out = four(0);
-  } else {
-    for (int64_t h = 0; h < kH; ++h)
-      out[h] = (half[h][0] + half[h][2]) + (half[h][1] + half[h][3]);
-  }
-  return out + VH{};  // lane_sum's "+ tail" (0 here): -0 becomes +0 there too
-}
-
 // Pass 1 in additive mode (GAT) with H fixed to a power of two up to 8 (the JIT), float:
 // an entry's H heads as one vector (score, weight through soft_exp_lanes, dz, dq summed in
 // a register), the same operations per lane as entry_grad, in the same order. Per head and
@@ -681,6 +778,107 @@ void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const
   }
 }
 
+// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorOnline) and, GATv2 with datt
+// wanted, dq's and datt's rows both in registers: an entry's heads on vectors (scores,
+// weights, dp, dz), dq [H, D] of the row and datt's block sum [H, D] in registers, per head
+// and element the same operations in the same order as entry_grad and add_score_grad.
+template <class K, typename T, typename I>
+inline constexpr bool kVectorRows = kVectorOnline<K, T, T> && K::v_fixed % 8 == 0 &&
+                                    2 * K::heads_fixed * K::qk_fixed <= kRegisterFloats;
+
+template <class K, typename T, typename I>
+void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T* q,
+                          const T* k, const T* v, const T* bias, const T* lse,
+                          const T* delta, const T* dout, T* dq, T* dbias, T* datt, T* dz_out,
+                          T* pk_out) {
+  constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed, kDv = K::v_fixed;
+  constexpr int64_t kWd = kAccWidth<kD>, kRd = kD / kWd, kNd = kH * kRd;
+  using VH = typename FloatVec<kH>::type;
+  using VI = typename FloatVec<kH>::itype;
+  using VD = typename FloatVec<kWd>::type;
+  const Mode mode = K::mode(s);
+  const int64_t nnz = rowptr[s.rows];
+  const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
+  std::vector<T> datt_blocks(datt ? blocks * kH * kD : 0, T(0));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T scale = T(s.scale);
+  const VH one = VH{} + T(1);
+  const VD slope_d = VD{} + T(s.negative_slope), one_d = VD{} + T(1);
+  const T* att = static_cast<const T*>(s.att);
+  const bool drop = s.dropout > 0.0;
+#pragma omp parallel for num_threads(s.threads) schedule(dynamic, 1) if (s.rows * kH > 256)
+  for (int64_t b = 0; b < blocks; ++b) {
+    VD da[kNd];
+    for (int64_t r = 0; r < kNd; ++r) da[r] = VD{};
+    for (int64_t i = b * kRowBlock; i < std::min(s.rows, (b + 1) * kRowBlock); ++i) {
+      VD g[kNd];
+      for (int64_t r = 0; r < kNd; ++r) g[r] = VD{};
+      const T* qi = q + i * kH * kD;
+      const T* gi = dout + i * kH * kDv;
+      VH lv, dl;
+      std::memcpy(&lv, lse + i * kH, sizeof(lv));
+      std::memcpy(&dl, delta + i * kH, sizeof(dl));
+      for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
+        const int64_t j = col[p];
+        prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
+        const T* kj = k + j * kH * kD;
+        VH z = entry_scores<K>(s, qi, kj);
+        if (bias) {
+          VH bv;
+          std::memcpy(&bv, bias + p * kH, sizeof(bv));
+          z = z + bv;
+        }
+        const VI masked = z == neg_inf;
+        VH prob;
+        soft_exp_lanes<VH, VI>(z - lv, prob);
+        VH keep = one;
+        if (drop)
+          for (int64_t h = 0; h < kH; ++h) keep[h] = keep_factor<T>(s, p, h);
+        VH dp = keep * head_dots<kH, kDv>(gi, v + j * kH * kDv);
+        dp = keep != T(0) ? dp : VH{};
+        VH dz = prob * (dp - dl) * one;
+        VH pk = prob * keep;
+        dz = masked != 0 ? VH{} : dz;
+        pk = masked != 0 ? VH{} : pk;
+        if (dbias) std::memcpy(dbias + p * kH, &dz, sizeof(dz));
+        if (dz_out) {
+          std::memcpy(dz_out + p * kH, &dz, sizeof(dz));
+          std::memcpy(pk_out + p * kH, &pk, sizeof(pk));
+        }
+        if (!dq && !datt) continue;
+#pragma GCC unroll 8
+        for (int64_t h = 0; h < kH; ++h) {
+#pragma GCC unroll 16
+          for (int64_t r = 0; r < kRd; ++r) {
+            VD kv;
+            std::memcpy(&kv, kj + h * kD + r * kWd, sizeof(kv));
+            if (mode == Mode::Dot) {
+              g[h * kRd + r] += (dz[h] * scale) * kv;
+              continue;
+            }
+            VD qv, av;
+            std::memcpy(&qv, qi + h * kD + r * kWd, sizeof(qv));
+            const VD u = qv + kv;
+            if (dq) {
+              std::memcpy(&av, att + h * kD + r * kWd, sizeof(av));
+              const VD lg = (u >= T(0) ? one_d : VD{}) + slope_d * (u < T(0) ? one_d : VD{});
+              g[h * kRd + r] += dz[h] * av * lg;
+            }
+            if (datt) da[h * kRd + r] += dz[h] * (u * (u < T(0) ? slope_d : one_d));
+          }
+        }
+      }
+      if (dq) std::memcpy(dq + i * kH * kD, g, sizeof(g));
+    }
+    if (datt) std::memcpy(datt_blocks.data() + b * kH * kD, da, sizeof(da));
+  }
+  if (datt) {
+    std::fill(datt, datt + kH * kD, T(0));
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t t = 0; t < kH * kD; ++t) datt[t] += datt_blocks[b * kH * kD + t];
+  }
+}
+
 template <class K, typename T, typename I>
 void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
                    const T* v, const T* bias, const T* lse, const T* delta, const T* dout,
@@ -691,6 +889,13 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
     if (mode == Mode::Additive) {  // (datt is GATv2's only)
       backward_rows_additive<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq,
                                       dbias, dz_out, pk_out);
+      return;
+    }
+  }
+  if constexpr (kVectorRows<K, T, I>) {
+    if (mode != Mode::Additive) {
+      backward_rows_vector<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq, dbias,
+                                    datt, dz_out, pk_out);
       return;
     }
   }
@@ -739,29 +944,50 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
 // With dz_in / pk_in (written by backward_rows) each entry's dz and probability are read,
 // not recomputed. Returns true when t_perm held a position outside [0, nnz) (those entries
 // are skipped).
-// Pass 2 in additive mode from pass 1's scratch, with H and Dv fixed and small (the JIT's
-// float kernels): a source's dv and dk summed in registers (kRegisterAcc), in entry order as
+// Pass 2 from pass 1's scratch with H and Dv fixed (and in dot and GATv2 mode D) and the
+// source's dv [H, Dv] and dk (additive: [H]; else [H, D]) in registers, in entry order as
 // below, instead of through memory where every entry waited on the previous one's store.
 template <class K, typename T, typename I>
-bool backward_cols_additive(const Shape& s, const I* t_rowptr, const I* t_col,
-                            const I* t_perm, int64_t nnz, const T* dout, T* dk, T* dv,
-                            const T* dz_in, const T* pk_in) {
+inline constexpr bool kVectorCols =
+    kVectorScores<K, T, T> && kRegisterAcc<K, T, T> &&
+    (K::qk_fixed == 1 ||
+     (kVectorOnline<K, T, T> &&
+      K::heads_fixed * (K::qk_fixed + K::v_fixed) <= kRegisterFloats));
+
+template <class K, typename T, typename I>
+bool backward_cols_vector(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
+                          int64_t nnz, const T* q, const T* k, const T* dout, T* dk, T* dv,
+                          const T* dz_in, const T* pk_in) {
   constexpr int64_t kH = K::heads_fixed, kDv = K::v_fixed, kW = kAccWidth<kDv>;
   constexpr int64_t kN = kH * kDv / kW;
+  // dk's rows: one lane per head in additive mode (D = 1), else D per head.
+  constexpr int64_t kD = K::qk_fixed, kWd = kD == 1 ? 1 : kAccWidth<kD>, kRd = kD / kWd;
+  constexpr int64_t kNd = kD == 1 ? 1 : kH * kRd;
   using VH = typename FloatVec<kH>::type;
   using VW = typename FloatVec<kW>::type;
+  using VD = typename FloatVec<kWd>::type;
+  const Mode mode = K::mode(s);
+  const T scale = T(s.scale);
+  const VD slope_d = VD{} + T(s.negative_slope), one_d = VD{} + T(1);
+  const T* att = static_cast<const T*>(s.att);
   bool bad = false;
 #pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * kH > 256) \
     reduction(|| : bad)
   for (int64_t j = 0; j < s.cols; ++j) {
     VW a[kN];
     for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
+    VD dkr[kNd];
+    for (int64_t r = 0; r < kNd; ++r) dkr[r] = VD{};
     VH dka = VH{};
+    const T* kj = k + j * kH * kD;
     for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
       const int64_t i = t_col[t], p = t_perm[t];
-      if (t + kPrefetchAhead < nnz) {
+      if (t + kPrefetchAhead < nnz) {  // the rows and scratch of the entry further on
         const int64_t in = t_col[t + kPrefetchAhead], pn = t_perm[t + kPrefetchAhead];
-        if (in >= 0 && in < s.rows) prefetch_span(dout + in * kH * kDv, kH * kDv);
+        if (in >= 0 && in < s.rows) {
+          prefetch_span(dout + in * kH * kDv, kH * kDv);
+          if (dk) prefetch_span(q + in * kH * kD, kH * kD);
+        }
         if (pn >= 0 && pn < nnz) {
           __builtin_prefetch(dz_in + pn * kH);
           __builtin_prefetch(pk_in + pn * kH);
@@ -787,10 +1013,38 @@ bool backward_cols_additive(const Shape& s, const I* t_rowptr, const I* t_col,
           }
         }
       }
-      dka += dz;
+      if (!dk) continue;
+      if constexpr (kD == 1) {
+        dka += dz;
+      } else {
+        const T* qi = q + i * kH * kD;
+#pragma GCC unroll 8
+        for (int64_t h = 0; h < kH; ++h) {
+#pragma GCC unroll 16
+          for (int64_t r = 0; r < kRd; ++r) {
+            VD qv;
+            std::memcpy(&qv, qi + h * kD + r * kWd, sizeof(qv));
+            if (mode == Mode::Dot) {
+              dkr[h * kRd + r] += (dz[h] * scale) * qv;
+            } else {
+              VD kv, av;
+              std::memcpy(&kv, kj + h * kD + r * kWd, sizeof(kv));
+              std::memcpy(&av, att + h * kD + r * kWd, sizeof(av));
+              const VD u = qv + kv;
+              const VD lg = (u >= T(0) ? one_d : VD{}) + slope_d * (u < T(0) ? one_d : VD{});
+              dkr[h * kRd + r] += dz[h] * av * lg;
+            }
+          }
+        }
+      }
     }
     if (dv) std::memcpy(dv + j * kH * kDv, a, sizeof(a));
-    if (dk) std::memcpy(dk + j * kH, &dka, sizeof(dka));
+    if (dk) {
+      if constexpr (kD == 1)
+        std::memcpy(dk + j * kH, &dka, sizeof(dka));
+      else
+        std::memcpy(dk + j * kH * kD, dkr, sizeof(dkr));
+    }
   }
   return bad;
 }
@@ -802,10 +1056,10 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
                    const T* pk_in = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s), Dv = K::v_width(s);
   const Mode mode = K::mode(s);
-  if constexpr (kVectorScores<K, T, T> && kRegisterAcc<K, T, T>) {
-    if (mode == Mode::Additive && dz_in)
-      return backward_cols_additive<K, T, I>(s, t_rowptr, t_col, t_perm, nnz, dout, dk, dv,
-                                             dz_in, pk_in);
+  if constexpr (kVectorCols<K, T, I>) {
+    if (dz_in && (mode == Mode::Additive) == (K::qk_fixed == 1))
+      return backward_cols_vector<K, T, I>(s, t_rowptr, t_col, t_perm, nnz, q, k, dout, dk, dv,
+                                           dz_in, pk_in);
   }
   bool bad = false;
 #pragma omp parallel for num_threads(s.threads) schedule(dynamic, 64) if (s.cols * H > 256) \
