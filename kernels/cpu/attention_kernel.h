@@ -277,13 +277,35 @@ template <int64_t N>
 struct FloatVec {
   typedef float type __attribute__((vector_size(N * sizeof(float))));
   typedef int32_t itype __attribute__((vector_size(N * sizeof(int32_t))));
+  typedef uint32_t utype __attribute__((vector_size(N * sizeof(uint32_t))));
+  typedef uint16_t htype __attribute__((vector_size(N * sizeof(uint16_t))));
 };
+
+// Storage the vector paths read: float, or bfloat16 widened exactly (its bits in the high
+// half of a float, as bf16's conversion).
+template <typename S>
+inline constexpr bool kFloatLanes = std::is_same_v<S, float> || std::is_same_v<S, bf16>;
+
+template <typename V, typename S>
+inline void load_lanes(V& out, const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    std::memcpy(&out, p, sizeof(out));
+  } else {
+    constexpr int64_t N = sizeof(V) / sizeof(float);
+    using U16 = typename FloatVec<N>::htype;
+    using U32 = typename FloatVec<N>::utype;
+    U16 h;
+    std::memcpy(&h, p, sizeof(h));
+    const U32 w = __builtin_convertvector(h, U32) << 16;
+    std::memcpy(&out, &w, sizeof(out));
+  }
+}
 
 // Pass 1 of the additive forward takes an entry's H scores as one vector when K fixes H to
 // 1, 2, 4 or 8 (float storage).
 template <class K, typename T, typename S>
 inline constexpr bool kVectorScores =
-    std::is_same_v<T, float> && std::is_same_v<S, float> && K::heads_fixed > 0 &&
+    std::is_same_v<T, float> && kFloatLanes<S> && K::heads_fixed > 0 &&
     K::heads_fixed <= 8 && (K::heads_fixed & (K::heads_fixed - 1)) == 0;
 
 // Pass 3 keeps the row's accumulator in registers, as vectors of kAccWidth lanes, when K
@@ -298,7 +320,7 @@ inline constexpr int64_t kRegisterFloats = 64;
 template <int64_t kDv>
 inline constexpr int64_t kAccWidth = kDv % 16 == 0 ? 16 : kDv % 8 == 0 ? 8 : kDv % 4 == 0 ? 4 : 0;
 template <class K, typename T, typename S>
-inline constexpr bool kRegisterAcc = std::is_same_v<T, float> && std::is_same_v<S, float> &&
+inline constexpr bool kRegisterAcc = std::is_same_v<T, float> && kFloatLanes<S> &&
                                      K::heads_fixed > 0 && K::v_fixed > 0 &&
                                      kAccWidth<(K::v_fixed > 0 ? K::v_fixed : 1)> > 0 &&
                                      K::heads_fixed * K::v_fixed <= kRegisterFloats;
@@ -347,12 +369,12 @@ inline typename FloatVec<kH>::type head_sums(F&& f8) {
 }
 
 // <x[h, :], y[h, :]> per head (rows of kD floats).
-template <int64_t kH, int64_t kD>
-inline typename FloatVec<kH>::type head_dots(const float* x, const float* y) {
+template <int64_t kH, int64_t kD, typename S>
+inline typename FloatVec<kH>::type head_dots(const S* x, const S* y) {
   return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
     exp_f8 a, b;
-    std::memcpy(&a, x + h * kD + d0, sizeof(a));
-    std::memcpy(&b, y + h * kD + d0, sizeof(b));
+    load_lanes(a, x + h * kD + d0);
+    load_lanes(b, y + h * kD + d0);
     return a * b;
   });
 }
@@ -366,9 +388,9 @@ inline constexpr bool kVectorOnline = kVectorScores<K, T, S> && kRegisterAcc<K, 
 
 // z of entry (i, j) for every head, as pre_score computes it per head (Dot or GATv2 mode;
 // bias not added).
-template <class K>
-inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, const float* qi,
-                                                             const float* kj) {
+template <class K, typename S>
+inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, const S* qi,
+                                                             const S* kj) {
   constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
   if (K::mode(s) == Mode::Dot) return float(s.scale) * head_dots<kH, kD>(qi, kj);
   const float* att = static_cast<const float*>(s.att);
@@ -376,8 +398,8 @@ inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, cons
   return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
     exp_f8 a, x, y;
     std::memcpy(&a, att + h * kD + d0, sizeof(a));
-    std::memcpy(&x, qi + h * kD + d0, sizeof(x));
-    std::memcpy(&y, kj + h * kD + d0, sizeof(y));
+    load_lanes(x, qi + h * kD + d0);
+    load_lanes(y, kj + h * kD + d0);
     const exp_f8 u = x + y;
     return a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
   });
@@ -434,12 +456,12 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
           using VH = typename FloatVec<kH>::type;
           VH qv, mv = VH{} + neg_inf;
           const VH slope = VH{} + float(s.negative_slope), one = VH{} + 1.0f;
-          std::memcpy(&qv, q + i * kH, sizeof(qv));
+          load_lanes(qv, q + i * kH);
           for (int64_t t = 0; t < len; ++t) {
             const int64_t p = p0 + t;
             prefetch_ahead(k, col, p, nnz, kH);
             VH z;
-            std::memcpy(&z, k + col[p] * kH, sizeof(z));
+            load_lanes(z, k + col[p] * kH);
             z = qv + z;
             if (bias) {
               VH bv;
@@ -507,7 +529,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
 #pragma GCC unroll 64
                 for (int64_t r = 0; r < kDv / kW; ++r) {
                   VW x;
-                  std::memcpy(&x, vj + h * kDv + r * kW, sizeof(x));
+                  load_lanes(x, vj + h * kDv + r * kW);
                   a[h * (kDv / kW) + r] += wk * x;
                 }
               }
@@ -547,11 +569,11 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
           for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
           VH mv = VH{} + neg_inf, lv = VH{};
           const VH one = VH{} + 1.0f;
-          const T* qi = q + i * kH * kD;
+          const S* qi = q + i * kH * kD;
           for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
             const int64_t j = col[p];
             prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
-            VH z = entry_scores<K>(s, qi, k + j * kH * kD);
+            VH z = entry_scores<K, S>(s, qi, k + j * kH * kD);
             if (bias) {
               VH bv;
               std::memcpy(&bv, bias + p * kH, sizeof(bv));
@@ -585,7 +607,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
 #pragma GCC unroll 64
               for (int64_t r = 0; r < kDv / kW; ++r) {
                 VW x;
-                std::memcpy(&x, vj + h * kDv + r * kW, sizeof(x));
+                load_lanes(x, vj + h * kDv + r * kW);
                 a[h * (kDv / kW) + r] += wk * x;
               }
             }
@@ -822,7 +844,7 @@ void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T
         const int64_t j = col[p];
         prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
         const T* kj = k + j * kH * kD;
-        VH z = entry_scores<K>(s, qi, kj);
+        VH z = entry_scores<K, T>(s, qi, kj);
         if (bias) {
           VH bv;
           std::memcpy(&bv, bias + p * kH, sizeof(bv));
