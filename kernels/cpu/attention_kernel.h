@@ -9,13 +9,12 @@
 //
 // keep(p, h) is attention dropout: 0 with probability `dropout`, else 1 / (1 - dropout), drawn
 // from a counter-based hash of (seed, p, h) so the backward regenerates the same mask without
-// storing it. In dot and GATv2 mode the forward is one pass per row with FlashAttention's
-// online softmax (m the running max, l the running sum, the accumulator rescaled when m
-// grows). In additive mode (GAT, where a score is one add and that per-entry update was the
-// bound) it takes a row in three passes over a per-thread buffer of the row's [entries, H]
-// scores: the scores and their max m per head; the weights exp(s - m), eight at a time; then
-// l = the sum of the weights and the weighted rows of v, in entry order. No [nnz, H] tensor is
-// written; both save lse = m + log(l) per (i, h).
+// storing it. The forward takes a row in three passes over a per-thread buffer of the row's
+// [entries, H] scores: the scores and their max m per head; the weights exp(s - m), eight at
+// a time; then l = the sum of the weights and the weighted rows of v, in entry order. No
+// [nnz, H] tensor is written; it saves lse = m + log(l) per (i, h). When the JIT fixes the
+// sizes (float or bfloat16 storage), an entry's H heads go through each pass as one vector
+// and the row's accumulator stays in registers (kVectorScores, kRegisterAcc).
 //
 // The backward recomputes s and P = exp(s - lse) (FlashAttention-2's recipe) with
 // D[i, h] = <dout[i, h], out[i, h]>, dP = keep <dout[i], v[j]>, dS = P (dP - D):
@@ -218,10 +217,23 @@ inline void row_weights(T* w, int64_t n, const T* m, int64_t H) {
   for (; t < n; ++t) w[t] = w[t] == neg_inf ? T(0) : soft_exp(w[t] - m[t % H]);
 }
 
+// One cache line's prefetch that the compiler cannot drop. GCC 12 at -O3 deleted
+// __builtin_prefetch under prefetch_ahead's bounds check (a control-dependent call with no
+// side effect to its dead-code pass): the JIT's attention kernels carried no prefetch of the
+// entries' rows at all, and with the per-entry work now short the bfloat16 forward on a
+// 200k-node graph spent 60% of its time on one load of k's row (perf annotate).
+inline void prefetch_line(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 template <typename T>
 inline void prefetch_span(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) prefetch_line(c + b);
 }
 
 // Asks for x's row (`row` elements) of the entry kPrefetchAhead positions after p, and
@@ -380,10 +392,10 @@ inline typename FloatVec<kH>::type head_dots(const S* x, const S* y) {
 }
 
 // Dot and GATv2 with H, D and Dv fixed (D a multiple of 8) and the accumulator in
-// registers: an entry's H scores as one vector (head_sums), its H weights through
-// soft_exp_lanes. float storage only.
+// registers: an entry's H scores as one vector (entry_scores, through head_sums), in the
+// forward's first pass and in the backward's.
 template <class K, typename T, typename S>
-inline constexpr bool kVectorOnline = kVectorScores<K, T, S> && kRegisterAcc<K, T, S> &&
+inline constexpr bool kVectorQK = kVectorScores<K, T, S> && kRegisterAcc<K, T, S> &&
                                       K::qk_fixed > 0 && K::qk_fixed % 8 == 0;
 
 // z of entry (i, j) for every head, as pre_score computes it per head (Dot or GATv2 mode;
@@ -417,7 +429,7 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
   const T neg_inf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(s.threads) if (s.rows * H > 256)
   {
-    // m (the row's max per head), l (the running sum) and the row's accumulator: on the
+    // m (the row's max per head), l (the sum of its weights) and the row's accumulator: on the
     // stack when small, so that with H and Dv fixed they can stay in registers.
     T m_st[kStackHeads], l_st[kStackHeads];
     alignas(64) T acc_st[kStackAcc];
@@ -440,16 +452,19 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
       std::fill(acc, acc + H * Dv, T(0));
       std::fill(m, m + H, neg_inf);
       std::fill(l, l + H, T(0));
-      if (K::mode(s) == Mode::Additive) {
-        // GAT: scores cost one add, so the per-entry online update (a scalar exp and a
-        // rescale check per entry and head) was the bound; three passes instead.
-        const int64_t p0 = rowptr[i], len = rowptr[i + 1] - p0;
-        if (static_cast<int64_t>(row.size()) < len * H) row.resize(len * H);
-        T* __restrict w = row.data();
-        // Pass 1: every entry's score and the row's max per head (a masked entry, score -inf,
-        // stays out of the softmax; a NaN score does not move the max).
-        bool done = false;
-        if constexpr (kVectorScores<K, T, S>) {
+      // Three passes over a per-thread buffer of the row's [entries, H] scores. An online
+      // softmax (one pass, the accumulator rescaled when the max grows) put an exp and a
+      // rescale check on every entry's critical path; here the exps are independent and
+      // eight wide, and each pass gathers one tensor's rows (k, then v). Measured against
+      // the online forward: GAT 1.31x, dot and GATv2 1.3-1.9x.
+      const int64_t p0 = rowptr[i], len = rowptr[i + 1] - p0;
+      if (static_cast<int64_t>(row.size()) < len * H) row.resize(len * H);
+      T* __restrict w = row.data();
+      // Pass 1: every entry's score and the row's max per head (a masked entry, score -inf,
+      // stays out of the softmax; a NaN score does not move the max).
+      bool done = false;
+      if constexpr (kVectorScores<K, T, S>) {
+        if (K::mode(s) == Mode::Additive) {
           // H fixed (the JIT): an entry's H scores as one H-lane vector, the same operations
           // per lane as the scalar loop below (add, bias, LeakyReLU by select, the -inf mask).
           constexpr int64_t kH = K::heads_fixed;
@@ -475,135 +490,78 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
           }
           for (int64_t h = 0; h < kH; ++h) m[h] = mv[h];
           done = true;
-        } else if constexpr (std::is_same_v<T, float>) {
-          if (H <= 8) {  // the max on vector lanes (registers), one lane per head
-            exp_f8 mv, scv;
-            for (int u = 0; u < 8; ++u) mv[u] = neg_inf;
-            for (int64_t t = 0; t < len; ++t) {
-              const int64_t p = p0 + t, j = col[p];
-              prefetch_ahead(k, col, p, nnz, H * Dk);
-              for (int u = 0; u < 8; ++u) scv[u] = neg_inf;
-              for (int64_t h = 0; h < H; ++h) {
-                const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
-                const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
-                w[t * H + h] = sc;
-                scv[h] = sc;
-              }
-              mv = scv > mv ? scv : mv;
-            }
-            for (int64_t h = 0; h < H; ++h) m[h] = mv[h];
-            done = true;
-          }
-        }
-        for (int64_t t = 0; t < len && !done; ++t) {
-          const int64_t p = p0 + t, j = col[p];
-          prefetch_ahead(k, col, p, nnz, H * Dk);
-          for (int64_t h = 0; h < H; ++h) {
-            const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
-            const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
-            w[t * H + h] = sc;
-            m[h] = sc > m[h] ? sc : m[h];
-          }
-        }
-        // Pass 2: the weights exp(score - max), eight at a time.
-        row_weights(w, len * H, m, H);
-        // Pass 3: the sums and the weighted rows of v, in entry order (with H and Dv fixed
-        // and small, in registers: see kRegisterAcc).
-        if constexpr (kRegisterAcc<K, T, S>) {
-          constexpr int64_t kH = K::heads_fixed, kDv = K::v_fixed, kW = kAccWidth<kDv>;
-          constexpr int64_t kN = kH * kDv / kW;  // vectors in the accumulator
-          using VW = typename FloatVec<kW>::type;
-          VW a[kN];
-          for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
-          T lr[kH] = {};
-          for (int64_t t = 0; t < len; ++t) {
-            const int64_t p = p0 + t;
-            prefetch_ahead(v, col, p, nnz, kH * kDv);
-            const S* vj = v + col[p] * kH * kDv;
-#pragma GCC unroll 8
-            for (int64_t h = 0; h < kH; ++h) {
-              const T wt = w[t * kH + h];
-              lr[h] += wt;
-              const T wk = wt * keep_factor<T>(s, p, h);
-              if (wk != T(0)) {
-#pragma GCC unroll 64
-                for (int64_t r = 0; r < kDv / kW; ++r) {
-                  VW x;
-                  load_lanes(x, vj + h * kDv + r * kW);
-                  a[h * (kDv / kW) + r] += wk * x;
-                }
-              }
-            }
-          }
-          std::memcpy(acc, a, sizeof(a));
-          std::memcpy(l, lr, sizeof(lr));
-        } else {
-          for (int64_t t = 0; t < len; ++t) {
-            const int64_t p = p0 + t;
-            prefetch_ahead(v, col, p, nnz, H * Dv);
-            const S* vj = v + col[p] * H * Dv;
-            for (int64_t h = 0; h < H; ++h) {
-              const T wt = w[t * H + h];
-              l[h] += wt;
-              const T wk = wt * keep_factor<T>(s, p, h);
-              if (wk != T(0)) {
-                T* a = acc + h * Dv;
-                for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
-              }
-            }
-          }
-        }
-      } else {
-        // Dot and GATv2: the score's dot product dominates; one pass with the online
-        // softmax (FlashAttention's recurrence) reads each source row once.
-        bool done = false;
-        if constexpr (kVectorOnline<K, T, S>) {
-          // The same recurrence on vectors over the heads (the accumulator in registers, the
-          // rescale factor 1 on heads whose max did not grow: exact), per head as below.
-          constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed, kDv = K::v_fixed;
-          constexpr int64_t kW = kAccWidth<kDv>, kN = kH * kDv / kW;
+        } else if constexpr (K::qk_fixed > 0 && K::qk_fixed % 8 == 0) {
+          // Dot and GATv2: the H scores through entry_scores.
+          constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
           using VH = typename FloatVec<kH>::type;
-          using VI = typename FloatVec<kH>::itype;
-          using VW = typename FloatVec<kW>::type;
-          VW a[kN];
-          for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
-          VH mv = VH{} + neg_inf, lv = VH{};
-          const VH one = VH{} + 1.0f;
+          VH mv = VH{} + neg_inf;
           const S* qi = q + i * kH * kD;
-          for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
-            const int64_t j = col[p];
-            prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
-            VH z = entry_scores<K, S>(s, qi, k + j * kH * kD);
+          for (int64_t t = 0; t < len; ++t) {
+            const int64_t p = p0 + t;
+            prefetch_ahead(k, col, p, nnz, kH * kD);
+            VH z = entry_scores<K, S>(s, qi, k + col[p] * kH * kD);
             if (bias) {
               VH bv;
               std::memcpy(&bv, bias + p * kH, sizeof(bv));
               z = z + bv;
             }
-            const VI masked = z == neg_inf;
-            const VI grow = z > mv;  // never on a masked head (-inf) or a NaN score
-            bool any = false;
-            for (int64_t h = 0; h < kH; ++h) any |= grow[h] != 0;
-            if (any) {  // new running max on some head: rescale what was summed so far
-              VH c;
-              soft_exp_lanes<VH, VI>(mv - z, c);
-              c = mv == neg_inf ? VH{} : c;
-              c = grow != 0 ? c : one;
-              lv *= c;
-#pragma GCC unroll 8
-              for (int64_t h = 0; h < kH; ++h)
-#pragma GCC unroll 64
-                for (int64_t r = 0; r < kDv / kW; ++r) a[h * (kDv / kW) + r] *= c[h];
-              mv = grow != 0 ? z : mv;
+            std::memcpy(w + t * kH, &z, sizeof(z));  // -inf stays -inf: masked
+            mv = z > mv ? z : mv;
+          }
+          for (int64_t h = 0; h < kH; ++h) m[h] = mv[h];
+          done = true;
+        }
+      } else if constexpr (std::is_same_v<T, float>) {
+        if (H <= 8) {  // the max on vector lanes (registers), one lane per head
+          exp_f8 mv, scv;
+          for (int u = 0; u < 8; ++u) mv[u] = neg_inf;
+          for (int64_t t = 0; t < len; ++t) {
+            const int64_t p = p0 + t, j = col[p];
+            prefetch_ahead(k, col, p, nnz, H * Dk);
+            for (int u = 0; u < 8; ++u) scv[u] = neg_inf;
+            for (int64_t h = 0; h < H; ++h) {
+              const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
+              const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
+              w[t * H + h] = sc;
+              scv[h] = sc;
             }
-            VH wv;
-            soft_exp_lanes<VH, VI>(z - mv, wv);
-            wv = masked != 0 ? VH{} : wv;
-            lv += wv;
-            const S* vj = v + j * kH * kDv;
+            mv = scv > mv ? scv : mv;
+          }
+          for (int64_t h = 0; h < H; ++h) m[h] = mv[h];
+          done = true;
+        }
+      }
+      for (int64_t t = 0; t < len && !done; ++t) {
+        const int64_t p = p0 + t, j = col[p];
+        prefetch_ahead(k, col, p, nnz, H * Dk);
+        for (int64_t h = 0; h < H; ++h) {
+          const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
+          const T sc = z == neg_inf ? neg_inf : activate<K>(s, z);
+          w[t * H + h] = sc;
+          m[h] = sc > m[h] ? sc : m[h];
+        }
+      }
+      // Pass 2: the weights exp(score - max), eight at a time.
+      row_weights(w, len * H, m, H);
+      // Pass 3: the sums and the weighted rows of v, in entry order (with H and Dv fixed
+      // and small, in registers: see kRegisterAcc).
+      if constexpr (kRegisterAcc<K, T, S>) {
+        constexpr int64_t kH = K::heads_fixed, kDv = K::v_fixed, kW = kAccWidth<kDv>;
+        constexpr int64_t kN = kH * kDv / kW;  // vectors in the accumulator
+        using VW = typename FloatVec<kW>::type;
+        VW a[kN];
+        for (int64_t r = 0; r < kN; ++r) a[r] = VW{};
+        T lr[kH] = {};
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t p = p0 + t;
+          prefetch_ahead(v, col, p, nnz, kH * kDv);
+          const S* vj = v + col[p] * kH * kDv;
 #pragma GCC unroll 8
-            for (int64_t h = 0; h < kH; ++h) {
-              const T wk = wv[h] * keep_factor<T>(s, p, h);
-              if (wk == T(0)) continue;
+          for (int64_t h = 0; h < kH; ++h) {
+            const T wt = w[t * kH + h];
+            lr[h] += wt;
+            const T wk = wt * keep_factor<T>(s, p, h);
+            if (wk != T(0)) {
 #pragma GCC unroll 64
               for (int64_t r = 0; r < kDv / kW; ++r) {
                 VW x;
@@ -612,33 +570,22 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
               }
             }
           }
-          std::memcpy(acc, a, sizeof(a));
-          for (int64_t h = 0; h < kH; ++h) {
-            l[h] = lv[h];
-            m[h] = mv[h];
-          }
-          done = true;
         }
-        for (int64_t p = rowptr[i]; p < rowptr[i + 1] && !done; ++p) {
-          const int64_t j = col[p];
-          prefetch_ahead(k, col, p, nnz, H * Dk, v, H * Dv);
-          const S* vj = v + j * H * Dv;
+        std::memcpy(acc, a, sizeof(a));
+        std::memcpy(l, lr, sizeof(lr));
+      } else {
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t p = p0 + t;
+          prefetch_ahead(v, col, p, nnz, H * Dv);
+          const S* vj = v + col[p] * H * Dv;
           for (int64_t h = 0; h < H; ++h) {
-            const T z = pre_score<K, T, S>(s, q, k, bias, i, j, p, h);
-            if (z == neg_inf) continue;  // a masked entry (bias -inf): not in the softmax
-            const T sc = activate<K>(s, z);
-            T* a = acc + h * Dv;
-            if (sc > m[h]) {  // new running max: rescale what was summed so far
-              const T c = m[h] == neg_inf ? T(0) : soft_exp(m[h] - sc);
-              l[h] *= c;
-              for (int64_t d = 0; d < Dv; ++d) a[d] *= c;
-              m[h] = sc;
-            }
-            const T w = soft_exp(sc - m[h]);
-            l[h] += w;
-            const T wk = w * keep_factor<T>(s, p, h);
-            if (wk != T(0))
+            const T wt = w[t * H + h];
+            l[h] += wt;
+            const T wk = wt * keep_factor<T>(s, p, h);
+            if (wk != T(0)) {
+              T* a = acc + h * Dv;
               for (int64_t d = 0; d < Dv; ++d) a[d] += wk * T(vj[h * Dv + d]);
+            }
           }
         }
       }
@@ -800,12 +747,12 @@ void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const
   }
 }
 
-// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorOnline) and, GATv2 with datt
+// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorQK) and, GATv2 with datt
 // wanted, dq's and datt's rows both in registers: an entry's heads on vectors (scores,
 // weights, dp, dz), dq [H, D] of the row and datt's block sum [H, D] in registers, per head
 // and element the same operations in the same order as entry_grad and add_score_grad.
 template <class K, typename T, typename I>
-inline constexpr bool kVectorRows = kVectorOnline<K, T, T> && K::v_fixed % 8 == 0 &&
+inline constexpr bool kVectorRows = kVectorQK<K, T, T> && K::v_fixed % 8 == 0 &&
                                     2 * K::heads_fixed * K::qk_fixed <= kRegisterFloats;
 
 template <class K, typename T, typename I>
@@ -973,7 +920,7 @@ template <class K, typename T, typename I>
 inline constexpr bool kVectorCols =
     kVectorScores<K, T, T> && kRegisterAcc<K, T, T> &&
     (K::qk_fixed == 1 ||
-     (kVectorOnline<K, T, T> &&
+     (kVectorQK<K, T, T> &&
       K::heads_fixed * (K::qk_fixed + K::v_fixed) <= kRegisterFloats));
 
 template <class K, typename T, typename I>
@@ -1011,8 +958,8 @@ bool backward_cols_vector(const Shape& s, const I* t_rowptr, const I* t_col, con
           if (dk) prefetch_span(q + in * kH * kD, kH * kD);
         }
         if (pn >= 0 && pn < nnz) {
-          __builtin_prefetch(dz_in + pn * kH);
-          __builtin_prefetch(pk_in + pn * kH);
+          prefetch_line(dz_in + pn * kH);
+          prefetch_line(pk_in + pn * kH);
         }
       }
       if (p < 0 || p >= nnz) {
@@ -1100,8 +1047,8 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
           if (dk) prefetch_span(q + in * H * D, H * D);
         }
         if (dz_in && pn >= 0 && pn < nnz) {
-          __builtin_prefetch(dz_in + pn * H);
-          __builtin_prefetch(pk_in + pn * H);
+          prefetch_line(dz_in + pn * H);
+          prefetch_line(pk_in + pn * H);
         }
       }
       if (p < 0 || p >= nnz) {
