@@ -1,12 +1,13 @@
-"""Fused sparse attention: ``out[i] = sum_{j in row i} softmax_j(s_ij) V[j]`` in one pass.
+"""Fused sparse attention: ``out[i] = sum_{j in row i} softmax_j(s_ij) V[j]`` in one fused op.
 
 Three score forms share one kernel (torch_ext/ops/attention.cpp,
 kernels/cpu/attention_kernel.h): ``sparse_attention`` (dot product, ``s = scale <Q[i], K[j]> +
 values``, TransformerConv), ``gat_attention`` (additive, ``s = LeakyReLU(a_dst[i] + a_src[j] +
 edge_logits)``, GATConv) and ``gatv2_attention`` (``s = att . LeakyReLU(x_i + x_j)``,
 GATv2Conv).
-The forward keeps an online softmax per target row and saves only the row log-sum-exp; no
-``[nnz, H]`` logits or probabilities are written. The backward recomputes them (the
+The forward takes each target row in three passes on the CPU (scores and their max, the
+weights, the weighted sum; an online softmax per row on CUDA) and saves only the row
+log-sum-exp; no ``[nnz, H]`` logits or probabilities are written. The backward recomputes them (the
 FlashAttention recipe), in two passes: over targets (dQ, bias) and over sources through the
 cached transpose (dK, dV).
 
