@@ -747,13 +747,13 @@ void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const
   }
 }
 
-// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorQK) and, GATv2 with datt
-// wanted, dq's and datt's rows both in registers: an entry's heads on vectors (scores,
-// weights, dp, dz), dq [H, D] of the row and datt's block sum [H, D] in registers, per head
-// and element the same operations in the same order as entry_grad and add_score_grad.
+// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorQK) and dq's row (GATv2 with
+// datt wanted: and datt's block sum too) in registers, each [H, D]; an entry's heads on
+// vectors (scores, weights, dp, dz). Per head and element the same operations in the same
+// order as entry_grad and add_score_grad.
 template <class K, typename T, typename I>
 inline constexpr bool kVectorRows = kVectorQK<K, T, T> && K::v_fixed % 8 == 0 &&
-                                    2 * K::heads_fixed * K::qk_fixed <= kRegisterFloats;
+                                    K::heads_fixed * K::qk_fixed <= kRegisterFloats;
 
 template <class K, typename T, typename I>
 void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T* q,
@@ -862,7 +862,10 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
     }
   }
   if constexpr (kVectorRows<K, T, I>) {
-    if (mode != Mode::Additive) {
+    // GATv2 with datt keeps two [H, D] sums (dq's row and datt's block): both must fit.
+    const bool fits = !(mode == Mode::GATv2 && datt) ||
+                      2 * K::heads_fixed * K::qk_fixed <= kRegisterFloats;
+    if (mode != Mode::Additive && fits) {
       backward_rows_vector<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq, dbias,
                                     datt, dz_out, pk_out);
       return;
