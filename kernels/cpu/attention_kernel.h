@@ -342,7 +342,7 @@ inline constexpr bool kRegisterAcc = std::is_same_v<T, float> && kFloatLanes<S> 
 
 // sum_{d < kD} f(h, d) for the kH heads of one entry as one vector, each head summed in
 // lane_sum's order: eight partial sums, then ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))
-// + 0. f8(h, d0) gives the eight terms d0..d0+7 of head h (kD a multiple of 8). The trees
+// + 0. f8(h, d0, term) writes the eight terms d0..d0+7 of head h (kD a multiple of 8). The trees
 // of four heads run side by side after a 4x4 transpose of the halves' sums. Written head by
 // head into a vector, the sums went through the stack and the vector load that followed
 // stalled on the four stores.
@@ -354,7 +354,11 @@ inline typename FloatVec<kH>::type head_sums(F&& f8) {
   V4 half[kH];  // per head: [p0 + p4, p1 + p5, p2 + p6, p3 + p7]
   for (int64_t h = 0; h < kH; ++h) {
     exp_f8 part{};
-    for (int64_t d0 = 0; d0 < kD; d0 += 8) part += f8(h, d0);
+    for (int64_t d0 = 0; d0 < kD; d0 += 8) {
+      exp_f8 term;
+      f8(h, d0, term);
+      part += term;
+    }
     half[h] = __builtin_shufflevector(part, part, 0, 1, 2, 3) +
               __builtin_shufflevector(part, part, 4, 5, 6, 7);
   }
@@ -386,11 +390,11 @@ inline typename FloatVec<kH>::type head_sums(F&& f8) {
 // <x[h, :], y[h, :]> per head (rows of kD floats).
 template <int64_t kH, int64_t kD, typename S>
 inline typename FloatVec<kH>::type head_dots(const S* x, const S* y) {
-  return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
+  return head_sums<kH, kD>([&](int64_t h, int64_t d0, exp_f8& term) {
     exp_f8 a, b;
     load_lanes(a, x + h * kD + d0);
     load_lanes(b, y + h * kD + d0);
-    return a * b;
+    term = a * b;
   });
 }
 
@@ -410,13 +414,13 @@ inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, cons
   if (K::mode(s) == Mode::Dot) return float(s.scale) * head_dots<kH, kD>(qi, kj);
   const float* att = static_cast<const float*>(s.att);
   const exp_f8 slope = exp_f8{} + float(s.negative_slope), one = exp_f8{} + 1.0f;
-  return head_sums<kH, kD>([&](int64_t h, int64_t d0) {
+  return head_sums<kH, kD>([&](int64_t h, int64_t d0, exp_f8& term) {
     exp_f8 a, x, y;
     std::memcpy(&a, att + h * kD + d0, sizeof(a));
     load_lanes(x, qi + h * kD + d0);
     load_lanes(y, kj + h * kD + d0);
     const exp_f8 u = x + y;
-    return a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
+    term = a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
   });
 }
 

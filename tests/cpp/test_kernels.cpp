@@ -316,3 +316,80 @@ TEST(AttentionSoftExp, EightLanesMatchTheScalar) {
     }
   }
 }
+
+// The vector helpers of the JIT's attention passes against the scalar code they replace:
+// soft_exp_lanes on four lanes gives soft_exp's bits; head_sums / head_dots give lane_sum's
+// bits per head (its order: eight partial sums, a fixed tree, "+ 0"), for 1, 2, 4 and 8 heads,
+// with -0, infinities, NaN and large cancelling terms among the products.
+namespace {
+template <int64_t kH, int64_t kD>
+void check_head_dots(std::mt19937& rng) {
+  namespace at = sparsejit::attention;
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  const float special[] = {-0.0f, 0.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> x(kH * kD), y(kH * kD);
+    for (auto& v : x) v = u(rng);
+    for (auto& v : y) v = u(rng);
+    if (trial % 4 == 1) {  // a few special products
+      for (int s = 0; s < 3; ++s) x[rng() % x.size()] = special[rng() % 6];
+    } else if (trial % 4 == 2) {  // every product -0: the sum must come out +0
+      for (int64_t t = 0; t < kH * kD; ++t) {
+        x[t] = -0.0f;
+        y[t] = 1.0f;
+      }
+    }
+    const auto got = at::head_dots<kH, kD>(x.data(), y.data());
+    for (int64_t h = 0; h < kH; ++h) {
+      const float want = at::lane_sum<kD, float>(
+          kD, [&](int64_t d) { return x[h * kD + d] * y[h * kD + d]; });
+      const float g = got[h];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(g)) << "H " << kH << " D " << kD << " head " << h;
+        continue;
+      }
+      uint32_t a, b;
+      std::memcpy(&a, &g, 4);
+      std::memcpy(&b, &want, 4);
+      EXPECT_EQ(a, b) << "H " << kH << " D " << kD << " head " << h << ": " << g << " vs "
+                      << want;
+    }
+  }
+}
+}  // namespace
+
+TEST(AttentionLanes, HeadDotsAndFourLaneExpMatchTheScalar) {
+  std::mt19937 rng(11);
+  check_head_dots<1, 8>(rng);
+  check_head_dots<2, 16>(rng);
+  check_head_dots<4, 16>(rng);
+  check_head_dots<4, 32>(rng);
+  check_head_dots<8, 8>(rng);
+  check_head_dots<8, 64>(rng);
+  namespace at = sparsejit::attention;
+  using V4 = at::FloatVec<4>::type;
+  using I4 = at::FloatVec<4>::itype;
+  std::uniform_real_distribution<float> u(-110.0f, 95.0f);
+  std::vector<float> xs = {0.0f, -0.0f, 88.72284f, -103.91f, -150.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (int r = 0; r < 4000; ++r) xs.push_back(u(rng));
+  for (size_t t = 0; t + 4 <= xs.size(); t += 4) {
+    V4 in, out;
+    for (int l = 0; l < 4; ++l) in[l] = xs[t + l];
+    at::soft_exp_lanes<V4, I4>(in, out);
+    for (int l = 0; l < 4; ++l) {
+      const float want = at::soft_exp(xs[t + l]), got = out[l];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << xs[t + l];
+        continue;
+      }
+      uint32_t a, b;
+      std::memcpy(&a, &got, 4);
+      std::memcpy(&b, &want, 4);
+      EXPECT_EQ(a, b) << "x = " << xs[t + l];
+    }
+  }
+}
