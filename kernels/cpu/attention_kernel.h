@@ -754,6 +754,33 @@ void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const
   }
 }
 
+// add_score_grad on one vector of lanes of head h: dz times d(score)/d(q) (= d/d(k) up to
+// the scale) added to g when want_g, and in GATv2 mode dz * LeakyReLU(q + k) to da when
+// want_da; `other` is k's lanes for dq, q's for dk. The same operations per lane, in the
+// same order, as the scalar function. (References, not pointers: the sums stay registers.)
+template <typename VD, typename T>
+inline void score_grad_lanes(Mode mode, T dz, T scale, const T* other, const T* qi,
+                             const T* kj, const T* att, const VD& slope, const VD& one, VD& g,
+                             bool want_g, VD& da, bool want_da) {
+  if (mode == Mode::Dot) {
+    VD o;
+    std::memcpy(&o, other, sizeof(o));
+    g += (dz * scale) * o;
+    return;
+  }
+  VD qv, kv;
+  std::memcpy(&qv, qi, sizeof(qv));
+  std::memcpy(&kv, kj, sizeof(kv));
+  const VD u = qv + kv;
+  if (want_g) {
+    VD av;
+    std::memcpy(&av, att, sizeof(av));
+    const VD lg = (u >= T(0) ? one : VD{}) + slope * (u < T(0) ? one : VD{});  // leaky_grad
+    g += dz * av * lg;
+  }
+  if (want_da) da += dz * (u * (u < T(0) ? slope : one));  // leaky_select
+}
+
 // Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorQK) and dq's row (GATv2 with
 // datt wanted: and datt's block sum too) in registers, each [H, D]; an entry's heads on
 // vectors (scores, weights, dp, dz). Per head and element the same operations in the same
@@ -823,26 +850,13 @@ void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T
         }
         if (!dq && !datt) continue;
 #pragma GCC unroll 8
-        for (int64_t h = 0; h < kH; ++h) {
+        for (int64_t h = 0; h < kH; ++h)
 #pragma GCC unroll 16
           for (int64_t r = 0; r < kRd; ++r) {
-            VD kv;
-            std::memcpy(&kv, kj + h * kD + r * kWd, sizeof(kv));
-            if (mode == Mode::Dot) {
-              g[h * kRd + r] += (dz[h] * scale) * kv;
-              continue;
-            }
-            VD qv, av;
-            std::memcpy(&qv, qi + h * kD + r * kWd, sizeof(qv));
-            const VD u = qv + kv;
-            if (dq) {
-              std::memcpy(&av, att + h * kD + r * kWd, sizeof(av));
-              const VD lg = (u >= T(0) ? one_d : VD{}) + slope_d * (u < T(0) ? one_d : VD{});
-              g[h * kRd + r] += dz[h] * av * lg;
-            }
-            if (datt) da[h * kRd + r] += dz[h] * (u * (u < T(0) ? slope_d : one_d));
+            const int64_t o = h * kD + r * kWd;
+            score_grad_lanes(mode, dz[h], scale, kj + o, qi + o, kj + o, att + o, slope_d, one_d,
+                             g[h * kRd + r], dq != nullptr, da[h * kRd + r], datt != nullptr);
           }
-        }
       }
       if (dq) std::memcpy(dq + i * kH * kD, g, sizeof(g));
     }
@@ -998,23 +1012,14 @@ bool backward_cols_vector(const Shape& s, const I* t_rowptr, const I* t_col, con
       } else {
         const T* qi = q + i * kH * kD;
 #pragma GCC unroll 8
-        for (int64_t h = 0; h < kH; ++h) {
+        for (int64_t h = 0; h < kH; ++h)
 #pragma GCC unroll 16
           for (int64_t r = 0; r < kRd; ++r) {
-            VD qv;
-            std::memcpy(&qv, qi + h * kD + r * kWd, sizeof(qv));
-            if (mode == Mode::Dot) {
-              dkr[h * kRd + r] += (dz[h] * scale) * qv;
-            } else {
-              VD kv, av;
-              std::memcpy(&kv, kj + h * kD + r * kWd, sizeof(kv));
-              std::memcpy(&av, att + h * kD + r * kWd, sizeof(av));
-              const VD u = qv + kv;
-              const VD lg = (u >= T(0) ? one_d : VD{}) + slope_d * (u < T(0) ? one_d : VD{});
-              dkr[h * kRd + r] += dz[h] * av * lg;
-            }
+            const int64_t o = h * kD + r * kWd;
+            VD unused;
+            score_grad_lanes(mode, dz[h], scale, qi + o, qi + o, kj + o, att + o, slope_d, one_d,
+                             dkr[h * kRd + r], true, unused, false);
           }
-        }
       }
     }
     if (dv) std::memcpy(dv + j * kH * kDv, a, sizeof(a));
