@@ -937,6 +937,25 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
 // With dz_in / pk_in (written by backward_rows) each entry's dz and probability are read,
 // not recomputed. Returns true when t_perm held a position outside [0, nnz) (those entries
 // are skipped).
+// Pass 2's prefetch: the rows (dout's, and q's when given) and the scratch (dz_in, pk_in:
+// when given) of the transposed entry kPrefetchAhead positions after t; indices out of
+// range are left alone (the pass reports them).
+template <typename T, typename I>
+inline void prefetch_transposed(int64_t t, int64_t nnz, const I* t_col, const I* t_perm,
+                                int64_t rows, const T* dout, int64_t dout_row, const T* q,
+                                int64_t q_row, const T* dz_in, const T* pk_in, int64_t H) {
+  if (t + kPrefetchAhead >= nnz) return;
+  const int64_t in = t_col[t + kPrefetchAhead], pn = t_perm[t + kPrefetchAhead];
+  if (in >= 0 && in < rows) {
+    prefetch_span(dout + in * dout_row, dout_row);
+    if (q) prefetch_span(q + in * q_row, q_row);
+  }
+  if (dz_in && pn >= 0 && pn < nnz) {
+    prefetch_line(dz_in + pn * H);
+    prefetch_line(pk_in + pn * H);
+  }
+}
+
 // Pass 2 from pass 1's scratch with H and Dv fixed (and in dot and GATv2 mode D) and the
 // source's dv [H, Dv] and dk (additive: [H]; else [H, D]) in registers, in entry order as
 // below, instead of through memory where every entry waited on the previous one's store.
@@ -975,17 +994,8 @@ bool backward_cols_vector(const Shape& s, const I* t_rowptr, const I* t_col, con
     const T* kj = k + j * kH * kD;
     for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
       const int64_t i = t_col[t], p = t_perm[t];
-      if (t + kPrefetchAhead < nnz) {  // the rows and scratch of the entry further on
-        const int64_t in = t_col[t + kPrefetchAhead], pn = t_perm[t + kPrefetchAhead];
-        if (in >= 0 && in < s.rows) {
-          prefetch_span(dout + in * kH * kDv, kH * kDv);
-          if (dk) prefetch_span(q + in * kH * kD, kH * kD);
-        }
-        if (pn >= 0 && pn < nnz) {
-          prefetch_line(dz_in + pn * kH);
-          prefetch_line(pk_in + pn * kH);
-        }
-      }
+      prefetch_transposed(t, nnz, t_col, t_perm, s.rows, dout, kH * kDv, dk ? q : nullptr,
+                          kH * kD, dz_in, pk_in, kH);
       if (p < 0 || p >= nnz) {
         bad = true;
         continue;
@@ -1055,17 +1065,8 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
     if (dvj) std::fill(dvj, dvj + H * Dv, T(0));
     for (int64_t t = t_rowptr[j]; t < t_rowptr[j + 1]; ++t) {
       const int64_t i = t_col[t], p = t_perm[t];
-      if (t + kPrefetchAhead < nnz) {  // the rows and scratch of the entry further on
-        const int64_t in = t_col[t + kPrefetchAhead], pn = t_perm[t + kPrefetchAhead];
-        if (in >= 0 && in < s.rows) {
-          prefetch_span(dout + in * H * Dv, H * Dv);
-          if (dk) prefetch_span(q + in * H * D, H * D);
-        }
-        if (dz_in && pn >= 0 && pn < nnz) {
-          prefetch_line(dz_in + pn * H);
-          prefetch_line(pk_in + pn * H);
-        }
-      }
+      prefetch_transposed(t, nnz, t_col, t_perm, s.rows, dout, H * Dv, dk ? q : nullptr, H * D,
+                          dz_in, pk_in, H);
       if (p < 0 || p >= nnz) {
         bad = true;
         continue;
