@@ -316,8 +316,8 @@ inline void load_lanes(V& out, const S* p) {
   }
 }
 
-// Pass 1 of the additive forward takes an entry's H scores as one vector when K fixes H to
-// 1, 2, 4 or 8 (float storage).
+// The passes take an entry's H heads as one vector when K fixes H to 1, 2, 4 or 8 (float
+// computation; float or bfloat16 storage in the forward).
 template <class K, typename T, typename S>
 inline constexpr bool kVectorScores =
     std::is_same_v<T, float> && kFloatLanes<S> && K::heads_fixed > 0 &&
@@ -398,30 +398,54 @@ inline typename FloatVec<kH>::type head_dots(const S* x, const S* y) {
   });
 }
 
-// Dot and GATv2 with H, D and Dv fixed (D a multiple of 8) and the accumulator in
-// registers: an entry's H scores as one vector (entry_scores, through head_sums), in the
-// forward's first pass and in the backward's.
-template <class K, typename T, typename S>
-inline constexpr bool kVectorQK = kVectorScores<K, T, S> && kRegisterAcc<K, T, S> &&
-                                      K::qk_fixed > 0 && K::qk_fixed % 8 == 0;
+// The q/k widths the vector passes take: 1 (additive scores) or a multiple of 8 (dot and
+// GATv2, through head_sums).
+template <class K>
+inline constexpr bool kLaneWidth = K::qk_fixed == 1 || (K::qk_fixed > 0 && K::qk_fixed % 8 == 0);
 
-// z of entry (i, j) for every head, as pre_score computes it per head (Dot or GATv2 mode;
-// bias not added).
+// Whether entry_scores takes this call's score form (K with kLaneWidth): additive scores
+// with D = 1, dot and GATv2 with the wider D.
+template <class K>
+inline bool scores_on_lanes(const Shape& s) {
+  return (K::mode(s) == Mode::Additive) == (K::qk_fixed == 1);
+}
+
+// z of entry (i, j) for every head, as pre_score computes it per head (bias not added); qi
+// and kj are the entry's rows of q and k (scores_on_lanes holds).
 template <class K, typename S>
 inline typename FloatVec<K::heads_fixed>::type entry_scores(const Shape& s, const S* qi,
                                                              const S* kj) {
   constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
-  if (K::mode(s) == Mode::Dot) return float(s.scale) * head_dots<kH, kD>(qi, kj);
-  const float* att = static_cast<const float*>(s.att);
-  const exp_f8 slope = exp_f8{} + float(s.negative_slope), one = exp_f8{} + 1.0f;
-  return head_sums<kH, kD>([&](int64_t h, int64_t d0, exp_f8& term) {
-    exp_f8 a, x, y;
-    std::memcpy(&a, att + h * kD + d0, sizeof(a));
-    load_lanes(x, qi + h * kD + d0);
-    load_lanes(y, kj + h * kD + d0);
-    const exp_f8 u = x + y;
-    term = a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
-  });
+  using VH = typename FloatVec<kH>::type;
+  if (K::mode(s) == Mode::Additive) {
+    VH a, b;
+    load_lanes(a, qi);
+    load_lanes(b, kj);
+    return a + b;
+  }
+  if constexpr (kD > 0 && kD % 8 == 0) {
+    if (K::mode(s) == Mode::Dot) return float(s.scale) * head_dots<kH, kD>(qi, kj);
+    const float* att = static_cast<const float*>(s.att);
+    const exp_f8 slope = exp_f8{} + float(s.negative_slope), one = exp_f8{} + 1.0f;
+    return head_sums<kH, kD>([&](int64_t h, int64_t d0, exp_f8& term) {
+      exp_f8 a, x, y;
+      std::memcpy(&a, att + h * kD + d0, sizeof(a));
+      load_lanes(x, qi + h * kD + d0);
+      load_lanes(y, kj + h * kD + d0);
+      const exp_f8 u = x + y;
+      term = a * (u * (u < 0.0f ? slope : one));  // att * leaky_select(q + k)
+    });
+  }
+  return VH{};  // not reached: scores_on_lanes
+}
+
+// activation_grad per lane: the slope where an additive score is negative, else 1 (the
+// activated score is z times it: leaky_select).
+template <class K, typename VH>
+inline VH activation_grad_lanes(const Shape& s, const VH& z) {
+  const VH one = VH{} + 1.0f;
+  if (K::mode(s) != Mode::Additive) return one;
+  return z < 0.0f ? VH{} + float(s.negative_slope) : one;
 }
 
 // S: the storage of q, k, v and out (T, or bfloat16 with T = float: widened on load, the
@@ -470,35 +494,10 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
       // Pass 1: every entry's score and the row's max per head (a masked entry, score -inf,
       // stays out of the softmax; a NaN score does not move the max).
       bool done = false;
-      if constexpr (kVectorScores<K, T, S>) {
-        if (K::mode(s) == Mode::Additive) {
+      if constexpr (kVectorScores<K, T, S> && kLaneWidth<K>) {
+        if (scores_on_lanes<K>(s)) {
           // H fixed (the JIT): an entry's H scores as one H-lane vector, the same operations
-          // per lane as the scalar loop below (add, bias, LeakyReLU by select, the -inf mask).
-          constexpr int64_t kH = K::heads_fixed;
-          using VH = typename FloatVec<kH>::type;
-          VH qv, mv = VH{} + neg_inf;
-          const VH slope = VH{} + float(s.negative_slope), one = VH{} + 1.0f;
-          load_lanes(qv, q + i * kH);
-          for (int64_t t = 0; t < len; ++t) {
-            const int64_t p = p0 + t;
-            prefetch_ahead(k, col, p, nnz, kH);
-            VH z;
-            load_lanes(z, k + col[p] * kH);
-            z = qv + z;
-            if (bias) {
-              VH bv;
-              std::memcpy(&bv, bias + p * kH, sizeof(bv));
-              z = z + bv;
-            }
-            VH sc = z * (z < 0.0f ? slope : one);
-            sc = z == neg_inf ? VH{} + neg_inf : sc;
-            std::memcpy(w + t * kH, &sc, sizeof(sc));
-            mv = sc > mv ? sc : mv;
-          }
-          for (int64_t h = 0; h < kH; ++h) m[h] = mv[h];
-          done = true;
-        } else if constexpr (K::qk_fixed > 0 && K::qk_fixed % 8 == 0) {
-          // Dot and GATv2: the H scores through entry_scores.
+          // per lane as the scalar loop below (score, bias, activation, the -inf mask).
           constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
           using VH = typename FloatVec<kH>::type;
           VH mv = VH{} + neg_inf;
@@ -512,8 +511,10 @@ void forward(const Shape& shape, const I* rowptr, const I* col, const S* q, cons
               std::memcpy(&bv, bias + p * kH, sizeof(bv));
               z = z + bv;
             }
-            std::memcpy(w + t * kH, &z, sizeof(z));  // -inf stays -inf: masked
-            mv = z > mv ? z : mv;
+            VH sc = z * activation_grad_lanes<K>(s, z);
+            sc = z == neg_inf ? VH{} + neg_inf : sc;
+            std::memcpy(w + t * kH, &sc, sizeof(sc));
+            mv = sc > mv ? sc : mv;
           }
           for (int64_t h = 0; h < kH; ++h) m[h] = mv[h];
           done = true;
@@ -685,75 +686,6 @@ inline void add_score_grad(const Shape& s, const T* __restrict other, const T* _
 // deterministic.
 inline constexpr int64_t kRowBlock = 64;
 
-// Pass 1 in additive mode (GAT) with H fixed to a power of two up to 8 (the JIT), float:
-// an entry's H heads as one vector (score, weight through soft_exp_lanes, dz, dq summed in
-// a register), the same operations per lane as entry_grad, in the same order. Per head and
-// entry, a scalar exp with its branches and dq's add through memory had made this pass ~45%
-// of a GAT layer's attention time.
-template <class K, typename T, typename I>
-void backward_rows_additive(const Shape& s, const I* rowptr, const I* col, const T* q,
-                            const T* k, const T* v, const T* bias, const T* lse,
-                            const T* delta, const T* dout, T* dq, T* dbias, T* dz_out,
-                            T* pk_out) {
-  constexpr int64_t kH = K::heads_fixed;
-  using VH = typename FloatVec<kH>::type;
-  using VI = typename FloatVec<kH>::itype;
-  const int64_t Dv = K::v_width(s), nnz = rowptr[s.rows];
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  const VH slope = VH{} + T(s.negative_slope), one = VH{} + T(1);
-  const bool drop = s.dropout > 0.0;
-#pragma omp parallel for num_threads(s.threads) schedule(dynamic, kRowBlock) if (s.rows * kH > 256)
-  for (int64_t i = 0; i < s.rows; ++i) {
-    VH qv, lv, dl, dqa = VH{};
-    std::memcpy(&qv, q + i * kH, sizeof(qv));
-    std::memcpy(&lv, lse + i * kH, sizeof(lv));
-    std::memcpy(&dl, delta + i * kH, sizeof(dl));
-    const T* g = dout + i * kH * Dv;
-    for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
-      const int64_t j = col[p];
-      prefetch_ahead(k, col, p, nnz, kH, v, kH * Dv);
-      VH z;
-      std::memcpy(&z, k + j * kH, sizeof(z));
-      z = qv + z;
-      if (bias) {
-        VH bv;
-        std::memcpy(&bv, bias + p * kH, sizeof(bv));
-        z = z + bv;
-      }
-      const VI masked = z == neg_inf;
-      const VH ag = z < T(0) ? slope : one;  // activation_grad
-      VH prob;
-      soft_exp_lanes<VH, VI>(z * ag - lv, prob);  // activate: leaky_select
-      VH keep = one, dp;
-      if (drop)
-        for (int64_t h = 0; h < kH; ++h) keep[h] = keep_factor<T>(s, p, h);
-      const T* vj = v + j * kH * Dv;
-      if constexpr (K::v_fixed > 0 && K::v_fixed % 8 == 0) {
-        dp = keep * head_dots<kH, K::v_fixed>(g, vj);
-        dp = keep != T(0) ? dp : VH{};
-      } else {
-        for (int64_t h = 0; h < kH; ++h) {
-          dp[h] = keep[h] != T(0) ? keep[h] * lane_sum<K::v_fixed, T>(Dv, [&](int64_t d) {
-            return g[h * Dv + d] * vj[h * Dv + d];
-          })
-                                  : T(0);
-        }
-      }
-      VH dz = prob * (dp - dl) * ag;
-      VH pk = prob * keep;
-      dz = masked != 0 ? VH{} : dz;
-      pk = masked != 0 ? VH{} : pk;
-      dqa += dz;
-      if (dbias) std::memcpy(dbias + p * kH, &dz, sizeof(dz));
-      if (dz_out) {
-        std::memcpy(dz_out + p * kH, &dz, sizeof(dz));
-        std::memcpy(pk_out + p * kH, &pk, sizeof(pk));
-      }
-    }
-    if (dq) std::memcpy(dq + i * kH, &dqa, sizeof(dqa));
-  }
-}
-
 // add_score_grad on one vector of lanes of head h: dz times d(score)/d(q) (= d/d(k) up to
 // the scale) added to g when want_g, and in GATv2 mode dz * LeakyReLU(q + k) to da when
 // want_da; `other` is k's lanes for dq, q's for dk. The same operations per lane, in the
@@ -781,26 +713,26 @@ inline void score_grad_lanes(Mode mode, T dz, T scale, const T* other, const T* 
   if (want_da) da += dz * (u * (u < T(0) ? slope : one));  // leaky_select
 }
 
-// Pass 1 in dot and GATv2 mode with H, D and Dv fixed (kVectorQK) and dq's row (GATv2 with
-// datt wanted: and datt's block sum too) in registers, each [H, D]; an entry's heads on
-// vectors (scores, weights, dp, dz). Per head and element the same operations in the same
-// order as entry_grad and add_score_grad.
+// Pass 1 with H fixed to 1, 2, 4 or 8 and the q/k width fixed (kLaneWidth), float: an
+// entry's heads on vectors (score, weight through soft_exp_lanes, dp, dz), dq's row summed in
+// registers (and in GATv2 mode with datt wanted, datt's block sum): per lane and element the
+// same operations, in the same order, as entry_grad and add_score_grad. Per head and entry,
+// a scalar exp with its branches and dq's add through memory had made this pass ~45% of a
+// GAT layer's attention time.
 template <class K, typename T, typename I>
-inline constexpr bool kVectorRows = kVectorQK<K, T, T> && K::v_fixed % 8 == 0 &&
-                                    K::heads_fixed * K::qk_fixed <= kRegisterFloats;
-
-template <class K, typename T, typename I>
-void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T* q,
-                          const T* k, const T* v, const T* bias, const T* lse,
-                          const T* delta, const T* dout, T* dq, T* dbias, T* datt, T* dz_out,
-                          T* pk_out) {
-  constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed, kDv = K::v_fixed;
-  constexpr int64_t kWd = kAccWidth<kD>, kRd = kD / kWd, kNd = kH * kRd;
+void backward_rows_lanes(const Shape& s, const I* rowptr, const I* col, const T* q, const T* k,
+                         const T* v, const T* bias, const T* lse, const T* delta,
+                         const T* dout, T* dq, T* dbias, T* datt, T* dz_out, T* pk_out) {
+  constexpr int64_t kH = K::heads_fixed, kD = K::qk_fixed;
+  // dq's row and datt's block: one lane per head in additive mode (D = 1, in dqa), else
+  // [H, D] as vectors of kWd lanes.
+  constexpr int64_t kWd = kD == 1 ? 1 : kAccWidth<kD>, kRd = kD / kWd;
+  constexpr int64_t kNd = kD == 1 ? 1 : kH * kRd;
   using VH = typename FloatVec<kH>::type;
   using VI = typename FloatVec<kH>::itype;
   using VD = typename FloatVec<kWd>::type;
   const Mode mode = K::mode(s);
-  const int64_t nnz = rowptr[s.rows];
+  const int64_t Dv = K::v_width(s), nnz = rowptr[s.rows];
   const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
   std::vector<T> datt_blocks(datt ? blocks * kH * kD : 0, T(0));
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -816,14 +748,14 @@ void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T
     for (int64_t i = b * kRowBlock; i < std::min(s.rows, (b + 1) * kRowBlock); ++i) {
       VD g[kNd];
       for (int64_t r = 0; r < kNd; ++r) g[r] = VD{};
-      const T* qi = q + i * kH * kD;
-      const T* gi = dout + i * kH * kDv;
-      VH lv, dl;
+      VH dqa = VH{}, lv, dl;
       std::memcpy(&lv, lse + i * kH, sizeof(lv));
       std::memcpy(&dl, delta + i * kH, sizeof(dl));
+      const T* qi = q + i * kH * kD;
+      const T* gi = dout + i * kH * Dv;
       for (int64_t p = rowptr[i]; p < rowptr[i + 1]; ++p) {
         const int64_t j = col[p];
-        prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * kDv);
+        prefetch_ahead(k, col, p, nnz, kH * kD, v, kH * Dv);
         const T* kj = k + j * kH * kD;
         VH z = entry_scores<K, T>(s, qi, kj);
         if (bias) {
@@ -832,14 +764,24 @@ void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T
           z = z + bv;
         }
         const VI masked = z == neg_inf;
+        const VH ag = activation_grad_lanes<K>(s, z);
         VH prob;
-        soft_exp_lanes<VH, VI>(z - lv, prob);
-        VH keep = one;
+        soft_exp_lanes<VH, VI>(z * ag - lv, prob);  // activate: z * ag
+        VH keep = one, dp;
         if (drop)
           for (int64_t h = 0; h < kH; ++h) keep[h] = keep_factor<T>(s, p, h);
-        VH dp = keep * head_dots<kH, kDv>(gi, v + j * kH * kDv);
-        dp = keep != T(0) ? dp : VH{};
-        VH dz = prob * (dp - dl) * one;
+        const T* vj = v + j * kH * Dv;
+        if constexpr (K::v_fixed > 0 && K::v_fixed % 8 == 0) {
+          dp = keep * head_dots<kH, K::v_fixed>(gi, vj);
+          dp = keep != T(0) ? dp : VH{};
+        } else {
+          for (int64_t h = 0; h < kH; ++h)
+            dp[h] = keep[h] != T(0) ? keep[h] * lane_sum<K::v_fixed, T>(Dv, [&](int64_t d) {
+              return gi[h * Dv + d] * vj[h * Dv + d];
+            })
+                                    : T(0);
+        }
+        VH dz = prob * (dp - dl) * ag;
         VH pk = prob * keep;
         dz = masked != 0 ? VH{} : dz;
         pk = masked != 0 ? VH{} : pk;
@@ -848,19 +790,29 @@ void backward_rows_vector(const Shape& s, const I* rowptr, const I* col, const T
           std::memcpy(dz_out + p * kH, &dz, sizeof(dz));
           std::memcpy(pk_out + p * kH, &pk, sizeof(pk));
         }
-        if (!dq && !datt) continue;
+        if constexpr (kD == 1) {
+          dqa += dz;  // additive: d(score)/d(q) = 1
+        } else {
+          if (!dq && !datt) continue;
 #pragma GCC unroll 8
-        for (int64_t h = 0; h < kH; ++h)
+          for (int64_t h = 0; h < kH; ++h)
 #pragma GCC unroll 16
-          for (int64_t r = 0; r < kRd; ++r) {
-            const int64_t o = h * kD + r * kWd;
-            score_grad_lanes(mode, dz[h], scale, kj + o, qi + o, kj + o, att + o, slope_d, one_d,
-                             g[h * kRd + r], dq != nullptr, da[h * kRd + r], datt != nullptr);
-          }
+            for (int64_t r = 0; r < kRd; ++r) {
+              const int64_t o = h * kD + r * kWd;
+              score_grad_lanes(mode, dz[h], scale, kj + o, qi + o, kj + o, att + o, slope_d,
+                               one_d, g[h * kRd + r], dq != nullptr, da[h * kRd + r],
+                               datt != nullptr);
+            }
+        }
       }
-      if (dq) std::memcpy(dq + i * kH * kD, g, sizeof(g));
+      if (dq) {
+        if constexpr (kD == 1)
+          std::memcpy(dq + i * kH, &dqa, sizeof(dqa));
+        else
+          std::memcpy(dq + i * kH * kD, g, sizeof(g));
+      }
     }
-    if (datt) std::memcpy(datt_blocks.data() + b * kH * kD, da, sizeof(da));
+    if (datt && kD > 1) std::memcpy(datt_blocks.data() + b * kH * kD, da, sizeof(da));
   }
   if (datt) {
     std::fill(datt, datt + kH * kD, T(0));
@@ -875,20 +827,12 @@ void backward_rows(const Shape& s, const I* rowptr, const I* col, const T* q, co
                    T* dq, T* dbias, T* datt, T* dz_out = nullptr, T* pk_out = nullptr) {
   const int64_t H = K::heads(s), D = K::qk_width(s);
   const Mode mode = K::mode(s);
-  if constexpr (kVectorScores<K, T, T>) {
-    if (mode == Mode::Additive) {  // (datt is GATv2's only)
-      backward_rows_additive<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq,
-                                      dbias, dz_out, pk_out);
-      return;
-    }
-  }
-  if constexpr (kVectorRows<K, T, I>) {
-    // GATv2 with datt keeps two [H, D] sums (dq's row and datt's block): both must fit.
-    const bool fits = !(mode == Mode::GATv2 && datt) ||
-                      2 * K::heads_fixed * K::qk_fixed <= kRegisterFloats;
-    if (mode != Mode::Additive && fits) {
-      backward_rows_vector<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq, dbias,
-                                    datt, dz_out, pk_out);
+  if constexpr (kVectorScores<K, T, T> && kLaneWidth<K>) {
+    // dq's row in registers (with datt in GATv2 mode, datt's block sum too): it must fit.
+    const int64_t sums = (mode == Mode::GATv2 && datt ? 2 : 1) * K::heads_fixed * K::qk_fixed;
+    if (scores_on_lanes<K>(s) && sums <= kRegisterFloats) {
+      backward_rows_lanes<K, T, I>(s, rowptr, col, q, k, v, bias, lse, delta, dout, dq, dbias,
+                                   datt, dz_out, pk_out);
       return;
     }
   }
@@ -961,10 +905,8 @@ inline void prefetch_transposed(int64_t t, int64_t nnz, const I* t_col, const I*
 // below, instead of through memory where every entry waited on the previous one's store.
 template <class K, typename T, typename I>
 inline constexpr bool kVectorCols =
-    kVectorScores<K, T, T> && kRegisterAcc<K, T, T> &&
-    (K::qk_fixed == 1 ||
-     (kVectorQK<K, T, T> &&
-      K::heads_fixed * (K::qk_fixed + K::v_fixed) <= kRegisterFloats));
+    kVectorScores<K, T, T> && kRegisterAcc<K, T, T> && kLaneWidth<K> &&
+    (K::qk_fixed == 1 || K::heads_fixed * (K::qk_fixed + K::v_fixed) <= kRegisterFloats);
 
 template <class K, typename T, typename I>
 bool backward_cols_vector(const Shape& s, const I* t_rowptr, const I* t_col, const I* t_perm,
@@ -1051,7 +993,7 @@ bool backward_cols(const Shape& s, const I* t_rowptr, const I* t_col, const I* t
   const int64_t H = K::heads(s), D = K::qk_width(s), Dv = K::v_width(s);
   const Mode mode = K::mode(s);
   if constexpr (kVectorCols<K, T, I>) {
-    if (dz_in && (mode == Mode::Additive) == (K::qk_fixed == 1))
+    if (dz_in && scores_on_lanes<K>(s))
       return backward_cols_vector<K, T, I>(s, t_rowptr, t_col, t_perm, nnz, q, k, dout, dk, dv,
                                            dz_in, pk_in);
   }

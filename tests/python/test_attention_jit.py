@@ -76,6 +76,7 @@ def _reference(A, mode, inputs, width):
 
 CASES = [  # mode, H, D, Dv
     ("dot", 4, 16, 16), ("dot", 1, 64, 64), ("dot", 2, 7, 5), ("dot", 8, 8, 8),
+    ("dot", 2, 8, 12),  # Dv not a multiple of 8: dp per head, the accumulator in 4 lanes
     # additive: H fixed to a power of two takes the vector score pass, H * Dv up to 64
     # floats (128 with AVX-512) the register accumulator in 16-, 8- or 4-lane vectors.
     ("additive", 4, 1, 16), ("additive", 1, 1, 64), ("additive", 3, 1, 7),
