@@ -181,6 +181,18 @@ def run_filter_conv(records, repeat: int) -> None:
         with torch.no_grad():
             t = _median_ms(lambda: layer(x), repeat=repeat)
         _record(records, "filter_conv", f"conv3x3 {hw}x{hw} 80%", c, "sparse_conv2d", "fwd", t)
+    # Batch 8, ResNet-50's deep shapes at 90%: a 3x3 and 1x1s whose images are smaller than
+    # a whole number of pixel tiles.
+    for c_in, c_out, k, hw in ((256, 256, 3, 14), (1024, 256, 1, 14), (512, 2048, 1, 7)):
+        conv = torch.nn.Conv2d(c_in, c_out, k, padding=k // 2)
+        with torch.no_grad():
+            conv.weight.mul_((torch.rand_like(conv.weight) > 0.9).float())
+        layer = sj.nn.SparseConv2d.from_dense(conv, relu=True)
+        x = torch.randn(8, c_in, hw, hw)
+        with torch.no_grad():
+            t = _median_ms(lambda: layer(x), repeat=repeat)
+        _record(records, "filter_conv", f"conv{k}x{k} {c_in}->{c_out} {hw}x{hw} b8 90%", c_in,
+                "sparse_conv2d", "fwd", t)
     print("filter_conv done", flush=True)
 
 

@@ -102,6 +102,23 @@ void run_case(const Case& k, bool relu, bool with_bias, unsigned seed, bool jit)
       }
     }
   }
+  // A batch runs as one set of tiles (a 1x1's tiles may span images): every image gets the
+  // same bits as when it runs alone.
+  if (g.batch > 1) {
+    std::vector<float> all(want.size(), NAN);
+    fs::forward(g, p, x.data(), bias.empty() ? nullptr : bias.data(), relu, fs::Variant::Generic,
+                all.data());
+    fs::Geometry one = g;
+    one.batch = 1;
+    const int64_t in_img = g.c_in * g.h * g.w, out_img = int64_t(want.size()) / g.batch;
+    for (int64_t n = 0; n < g.batch; ++n) {
+      std::vector<float> y(out_img, NAN);
+      fs::forward(one, p, x.data() + n * in_img, bias.empty() ? nullptr : bias.data(), relu,
+                  fs::Variant::Generic, y.data());
+      ASSERT_EQ(std::memcmp(y.data(), all.data() + n * out_img, sizeof(float) * out_img), 0)
+          << "image " << n << " differs from its batch's";
+    }
+  }
   if (!jit) return;  // (compiles cost ~0.3-2 s each: once per case)
   // The JIT variants add the same products in the same order as the precompiled loop of the
   // same tile (explicit FMA in both): bit-identical, and really compiled where they can be.
@@ -143,6 +160,10 @@ TEST(FilterConv, GeometriesAndVariants) {
       {1, 4, 5, 5, 3, 1, 3, 3, 1, 1, 1, 0.0},      // all-zero weight: bias only
       {1, 3, 1, 1, 2, 1, 1, 1, 1, 0, 1, 0.7},      // one pixel
       {1, 64, 10, 10, 40, 1, 3, 3, 1, 1, 1, 0.1},  // several input-channel chunks
+      {3, 12, 7, 7, 10, 1, 1, 1, 1, 0, 1, 0.3},    // 1x1, 49 pixels: tiles span images
+      {5, 8, 6, 6, 6, 2, 1, 1, 2, 0, 1, 0.5},      // strided 1x1, 9 pixels, groups: spans
+      {4, 300, 9, 9, 20, 1, 1, 1, 1, 0, 1, 0.05},  // 1x1, 81 pixels, chunks, spans images
+      {2, 6, 7, 7, 4, 1, 1, 1, 1, 1, 1, 0.5},      // padded 1x1 (dropped columns): no span
   };
   unsigned seed = 1;
   for (const auto& k : cases) {
