@@ -137,6 +137,16 @@ Variant choose_variant(const Geometry& g, int64_t nnz) {
 
 namespace {
 
+// A cache-line prefetch the compiler cannot drop (GCC 12 at -O3 deletes __builtin_prefetch
+// loops it proves free of side effects: kernels/cpu/attention_kernel.h's prefetch_line).
+inline void prefetch_read(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 0);
+#endif
+}
+
 constexpr int64_t kSlack = 128;  // floats after the phase planes (vector overrun, >= 64)
 // Cache budgets (macros so a tuning build can override them): 32 KiB of input per chunk and
 // 4 KiB of accumulators per block measured best among 8..64 KiB x 4..16 KiB on ResNet-50
@@ -459,6 +469,21 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       const int64_t b_end = std::min(blocks, (part + 1) * blocks_per_part);
       for (int64_t block = part * blocks_per_part; block < b_end; ++block) {
         const int64_t oc0 = block * ocb, oc1 = std::min(g.c_out, oc0 + ocb);
+        // The residual's rows (runs of at most one tile: a new stream every 256 bytes, which
+        // the hardware prefetcher does not follow) are fetched while the block computes.
+        // Alternated in one process at batch 8, 90%: 0.89-0.95x the time on ResNet-50's 1x1
+        // layers with a residual (1.0x on 7x7); also prefetching the output's lines for
+        // writing gained nothing measurable over this.
+        if (residual != nullptr) {
+          for (int64_t oc = oc0; oc < oc1; ++oc) {
+            for (size_t sg = 0; sg < seg.size(); sg += 4) {
+              const char* res = reinterpret_cast<const char*>(
+                  residual + (seg[sg + 1] * g.c_out + oc) * ohw + seg[sg + 2]);
+              for (int64_t b = 0; b < seg[sg + 3] * int64_t(sizeof(float)); b += 64)
+                prefetch_read(res + b);
+            }
+          }
+        }
         BlockLaunch bl{ximg, offs, p.values, cp.data(), acc.data(), oc0, oc1, chunks, cout_g,
                        group_stride};
         if (P.block_fn != nullptr) {
