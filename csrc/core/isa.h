@@ -8,6 +8,8 @@
 // tile loops (kernels/cpu/filter_conv_tiles.h).
 #pragma once
 
+#include <unistd.h>
+
 namespace sparsejit {
 
 // True when the CPU runs AVX2 and FMA (read once).
@@ -29,6 +31,19 @@ inline bool cpu_has_bf16_dot() {
 #else
   return false;
 #endif
+}
+
+// The level-1 data cache of one core in bytes, as the OS reports it (sysconf), 32 KiB where
+// it does not; read once. Cache budgets of the CPU kernels scale with it.
+inline long cpu_l1d_bytes() {
+  static const long bytes = [] {
+    long b = 0;
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+    return b >= 8 * 1024 && b <= 1024 * 1024 ? b : 32 * 1024;
+  }();
+  return bytes;
 }
 
 }  // namespace sparsejit
