@@ -411,6 +411,36 @@ def test_compile_sparse_unet_fullgraph():
     assert model.down.weight.grad is not None and bool(model.down.weight.grad.abs().sum() > 0)
 
 
+class TinyBev(torch.nn.Module):
+    """SECOND's ending: a strided conv, then the sites written into a dense map."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        self.down = spconv.SparseConv3d(c, 6, 3, 2, 1)
+        self.dense = spconv.ToDense()
+
+    def forward(self, feats, indices):
+        d = self.dense(self.down(spconv.SparseConvTensor(feats, indices, [10, 10, 10], 2)))
+        return d.permute(0, 1, 4, 2, 3).reshape(2, -1, 5, 5)
+
+
+def test_compile_to_dense_fullgraph():
+    x = make_input(3, n=200, side=10, c=4, seed=6)
+    model = TinyBev()
+    feats = x.features.clone().requires_grad_(True)
+    ref = model(feats, x.indices)
+    w = torch.randn(ref.shape)
+    (ref * w).sum().backward()
+    want_feats, want_weight = feats.grad.clone(), model.down.weight.grad.clone()
+    feats.grad = None
+    model.down.weight.grad = None
+    out = torch.compile(model, fullgraph=True)(feats, x.indices)
+    torch.testing.assert_close(out, ref)
+    (out * w).sum().backward()
+    torch.testing.assert_close(feats.grad, want_feats)
+    torch.testing.assert_close(model.down.weight.grad, want_weight)
+
+
 # ---- SparseTensor, voxelize, pooling -------------------------------------------------------
 
 def test_sparse_tensor_and_voxelize():
@@ -447,7 +477,21 @@ def test_dense_and_to_dense():
     x = make_input(2, n=20, side=6, c=3)
     d = spconv.ToDense()(x)
     assert d.shape == (2, 3, 6, 6)
+    assert d.is_contiguous()
     torch.testing.assert_close(at_sites(d, x.indices), x.features)
+    # every other entry zero, channels last too, and the features' gradient is the gathered one
+    ref = torch.zeros(2, 6, 6, 3)
+    for (b, i, j), f in zip(x.indices.long().tolist(), x.features):
+        ref[b, i, j] = f
+    assert torch.equal(d, ref.permute(0, 3, 1, 2))
+    last = x.dense(channels_first=False)
+    assert last.shape == (2, 6, 6, 3) and last.is_contiguous() and torch.equal(last, ref)
+    feats = x.features.clone().requires_grad_(True)
+    x2 = x.replace_feature(feats)
+    w = torch.randn(2, 3, 6, 6)
+    (x2.dense() * w).sum().backward()
+    idx = x.indices.long()
+    torch.testing.assert_close(feats.grad, w.permute(0, 2, 3, 1)[idx[:, 0], idx[:, 1], idx[:, 2]])
 
 
 # ---- spconv 2.3.8 itself ---------------------------------------------------------------------
