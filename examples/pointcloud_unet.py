@@ -95,15 +95,31 @@ def voxels(pts, voxel):
     return coords, feats, (coords[:, 1:].max(0).values + 1).tolist()
 
 
-def time_steps(sp, model, coords, feats, shape, steps):
-    ts = []
-    for _ in range(steps + 1):
-        t0 = time.perf_counter()
-        x = sp.SparseConvTensor(feats, coords, shape, 1)  # fresh tensor: maps built each step
-        out = model(x)
-        out.float().square().mean().backward()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts[1:])
+def step_ms(sp, model, coords, feats, shape):
+    t0 = time.perf_counter()
+    x = sp.SparseConvTensor(feats, coords, shape, 1)  # fresh tensor: maps built each step
+    out = model(x)
+    out.float().square().mean().backward()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def time_steps(runs, coords, feats, shape, steps, block=4):
+    """Median step time of each (sp, model) in `runs`. The libraries run in blocks of `block`
+    steps, alternated block by block (the order flipped every round), until each has `steps`
+    timed steps: every library is timed in its own steady state (the first step of a block,
+    after the other library ran, is not timed), and a noisy machine slows them alike."""
+    ts = [[] for _ in runs]
+    r = 0
+    while min(len(t) for t in ts) < steps:
+        order = list(range(len(runs))) if r % 2 == 0 else list(reversed(range(len(runs))))
+        for i in order:
+            sp, model = runs[i]
+            for b in range(block):
+                ms = step_ms(sp, model, coords, feats, shape)
+                if b > 0:
+                    ts[i].append(ms)
+        r += 1
+    return [statistics.median(t) for t in ts]
 
 
 def main():
@@ -133,9 +149,11 @@ def main():
         models = [(name, make(sp)) for name, sp in libs]
         if len(models) == 2:  # same weights: spconv's state dict loads into sparsejit
             models[0][1].load_state_dict(models[1][1].state_dict())
-        row = []
-        for (name, model), (_, sp) in zip(models, libs):
-            row.append(f"{name} {time_steps(sp, model, coords, feats, shape, args.steps):.1f} ms")
+        runs = [(sp, model) for (_, model), (_, sp) in zip(models, libs)]
+        times = time_steps(runs, coords, feats, shape, args.steps)
+        row = [f"{name} {t:.1f} ms" for (name, _), t in zip(models, times)]
+        if len(times) == 2:
+            row.append(f"{times[1] / times[0]:.2f}x")
         print(f"{label}: " + ", ".join(row))
 
 
