@@ -322,6 +322,28 @@ class FunctionalPools(nn.Module):
         return self.conv2(y) + idx.float().sum() * 0
 
 
+def test_pools_off_the_cpu_are_not_measured_or_rewritten():
+    """The channels-last pool rewrite is measured on the CPU: a pool whose input was on
+    another device (here meta; CUDA in practice) or on an unknown one stays as it is."""
+    from sparsejit.families.filter_conv.layers import _channels_last_pools
+    for devices in ({"pool": torch.device("meta")}, {}):
+        gm = torch.fx.symbolic_trace(nn.Sequential(nn.Conv2d(4, 4, 3), nn.MaxPool2d(2)))
+        pool_name = [n for n, m in gm.named_modules() if isinstance(m, nn.MaxPool2d)][0]
+        devs = {pool_name: devices["pool"]} if devices else {}
+        table, rows = {}, []
+        changed = _channels_last_pools(gm, {pool_name: ((2, 4, 9, 9), torch.float32)}, table,
+                                       rows, 0.0, 1, "wall", devs)
+        assert not changed and table == {} and rows == []
+        assert type(dict(gm.named_modules())[pool_name]) is nn.MaxPool2d
+    # the same pool on the CPU is measured (min_speedup 0 applies it)
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.Conv2d(4, 4, 3), nn.MaxPool2d(2)))
+    pool_name = [n for n, m in gm.named_modules() if isinstance(m, nn.MaxPool2d)][0]
+    table, rows = {}, []
+    assert _channels_last_pools(gm, {pool_name: ((2, 4, 9, 9), torch.float32)}, table, rows,
+                                0.0, 1, "wall", {pool_name: torch.device("cpu")})
+    assert isinstance(dict(gm.named_modules())[pool_name], ChannelsLastPool)
+
+
 def test_functional_pools_become_modules_with_the_same_values():
     from sparsejit.conv_fold import functional_pools_as_modules
     torch.manual_seed(5)

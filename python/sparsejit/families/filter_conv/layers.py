@@ -355,7 +355,8 @@ def _residual_unit(mod: nn.Module) -> Optional[nn.Module]:
 
 
 def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
-                min_speedup: float, repeat: int, clock: str) -> bool:
+                min_speedup: float, repeat: int, clock: str,
+                devices: Optional[Dict[str, torch.device]] = None) -> bool:
     """sparsify's fusion pass over a traced model (after the per-layer decisions): residual
     add + ReLU into the sparse convolutions' output write, and each dense conv + max pool
     (the stem) on channels_last where that measures faster. Returns whether `table` (the
@@ -388,22 +389,27 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
         changed |= new
         if won:
             _fold.apply_conv_pool(gm, conv_node, pool_node)
-    changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock)
+    changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock,
+                                    devices or {})
     _fold.finish(gm)
     return changed
 
 
 def _channels_last_pools(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict],
-                         rows: List[dict], min_speedup: float, repeat: int, clock: str) -> bool:
+                         rows: List[dict], min_speedup: float, repeat: int, clock: str,
+                         devices: Dict[str, torch.device]) -> bool:
     """Every other MaxPool2d module of the graph (after a sparse convolution, say) on a CPU
     NCHW input: measured as is against ChannelsLastPool on the shape it saw, replaced where
-    the latter wins by `min_speedup`; cached like the layers."""
+    the latter wins by `min_speedup`; cached like the layers. A pool whose input was on
+    another device (or is not known to be on the CPU) is left as it is: the measurement runs
+    on the CPU and would say nothing about it."""
     changed = False
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
     for name in [t for t in calls if type(modules.get(t)) is nn.MaxPool2d]:
         pool = modules[name]
-        if pool.return_indices or calls[name] != 1 or name not in shapes:
+        if pool.return_indices or calls[name] != 1 or name not in shapes or \
+                getattr(devices.get(name), "type", None) != "cpu":
             continue
         shape, dtype = shapes[name]
         if len(shape) != 4 or shape[1] < 2:
@@ -491,6 +497,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     targets = [(n, m) for n, m in targets  # a ConvReLU's conv is measured as part of it
                if not any(n.startswith(u + ".") and type(um) is ConvReLU for u, um in targets)]
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
+    devices: Dict[str, torch.device] = {}  # each module's input device (the pools' check)
     hooks = []
     do_fuse = (fold_bn if fuse is None else fuse) and isinstance(model, torch.fx.GraphModule)
     if do_fuse:  # functional max pools become modules the pass can measure and rewrite
@@ -501,6 +508,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
         def hook(m, args, name=name):
             if name not in shapes and args and isinstance(args[0], torch.Tensor):
                 shapes[name] = (tuple(args[0].shape), args[0].dtype)
+                devices[name] = args[0].device
         hooks.append(mod.register_forward_pre_hook(hook))
     try:
         with torch.no_grad():
@@ -571,7 +579,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
         rows.append(row)
         bar.step(name)
     if do_fuse:
-        changed |= _fuse_graph(model, shapes, table, rows, min_speedup, repeat, clock)
+        changed |= _fuse_graph(model, shapes, table, rows, min_speedup, repeat, clock, devices)
     if changed:
         _save_decisions(path, table)
     LAST_REPORT[:] = rows
