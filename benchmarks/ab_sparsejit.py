@@ -12,7 +12,8 @@ Cases cover every op family, through the public API only (so any two layouts com
 spmm (SpMM sum/mean/max/min, SDDMM and edge softmax on real and generated graphs), attention
 (fused dot-product attention, forward and forward + backward), rgms (an R-GCN layer's op,
 forward and forward + backward), point_conv (a SubMConv3d with its kernel map built on each
-call, and forward + backward on a cached map) and filter_conv (a pruned 3x3 Conv2d). `--families`
+call, and forward + backward on a cached map) and filter_conv (pruned 3x3 Conv2d layers at batch
+1, and three of ResNet-50's shapes at batch 8 and 90%: a 3x3 and two 1x1s). `--families`
 picks a subset. Generated inputs are seeded, so both builds see the same data.
 """
 
