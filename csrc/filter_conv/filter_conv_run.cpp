@@ -164,7 +164,7 @@ int64_t chunk_budget(bool one_by_one) { return cpu_l1d_bytes() * (one_by_one ? 2
 #ifndef FILTER_CONV_ACC_BYTES
 #define FILTER_CONV_ACC_BYTES (4 * 1024)
 #endif
-constexpr int64_t kAccBytes = FILTER_CONV_ACC_BYTES;      // accumulators of one output-channel block
+constexpr int64_t kAccBytes = FILTER_CONV_ACC_BYTES;  // accumulators of one output-channel block
 
 // The run-time layout of one call: where each tap reads, where each output pixel goes.
 struct Layout {
