@@ -3,11 +3,15 @@
 #include "csrc/filter_conv/filter_conv_run.h"
 
 #include <omp.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "codegen/cpu_filter_conv_spec.h"
 #include "codegen/cpu_jit.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -145,6 +149,42 @@ inline void prefetch_read(const void* p) {
 #else
   __builtin_prefetch(p, 0);
 #endif
+}
+
+// Writes len floats to dst: whole 64-byte lines with non-temporal stores, the rest plainly
+// (a partial line written non-temporally costs a read-modify-write in memory). Plain stores
+// where the target has no SSE streaming store.
+inline void stream_run(float* dst, const float* v, int64_t len) {
+  int64_t i = 0;
+#if defined(__SSE__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0) {
+    const int64_t head = ((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4;
+    for (; i < std::min(head, len); ++i) dst[i] = v[i];
+    for (; i + 16 <= len; i += 16) {
+      _mm_stream_ps(dst + i, _mm_loadu_ps(v + i));
+      _mm_stream_ps(dst + i + 4, _mm_loadu_ps(v + i + 4));
+      _mm_stream_ps(dst + i + 8, _mm_loadu_ps(v + i + 8));
+      _mm_stream_ps(dst + i + 12, _mm_loadu_ps(v + i + 12));
+    }
+  }
+#endif
+  for (; i < len; ++i) dst[i] = v[i];
+}
+
+inline void stream_fence() {
+#if defined(__SSE__)
+  _mm_sfence();
+#endif
+}
+
+std::atomic<int64_t>& stream_slot() {
+  static std::atomic<int64_t> bytes{[] {
+    const char* e = std::getenv("SPARSEJIT_FILTER_CONV_STREAM");
+    if (e != nullptr && std::string(e) == "0") return std::numeric_limits<int64_t>::max();
+    const long l3 = cpu_l3_bytes();
+    return l3 > 0 ? int64_t(l3) / 4 : std::numeric_limits<int64_t>::max();
+  }()};
+  return bytes;
 }
 
 constexpr int64_t kSlack = 128;  // floats after the phase planes (vector overrun, >= 64)
@@ -312,6 +352,12 @@ void attach_jit(const Geometry& g, Prepared& P, bool baked) {
 
 }  // namespace
 
+int64_t stream_output_bytes() { return stream_slot().load(std::memory_order_relaxed); }
+
+int64_t set_stream_output_bytes(int64_t bytes) {
+  return stream_slot().exchange(bytes < 1 ? int64_t{1} : bytes);
+}
+
 std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v) {
   auto out = std::make_shared<Prepared>();
   Prepared& P = *out;
@@ -410,6 +456,14 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
   const bool block_major = parts * g.batch * L.img * 4 < tiles * p.rowptr[p.c_out] * 8;
   const bool avx2 = v != Variant::Scalar && cpu_has_avx2_fma();
   const int64_t ohw = oh * ow;
+  // A 1x1's output of at least a quarter of the L3 cache (stream_output_bytes()) is written
+  // with non-temporal stores: no line is read for ownership before it is overwritten, and the
+  // lines do not push the layer's input and weights out of the caches. Alternated in one
+  // process, ResNet-50 at batch 8 (AMD EPYC, 32 MiB L3): 0.94-0.97x the time of the whole
+  // network in four runs; the 3x3 layers (rows of the phase grid, partial lines) and outputs
+  // of 6.4 MB and less were as often slower as faster, so they keep plain stores.
+  const bool nt = pack && g.r == 1 && g.s == 1 && T <= 64 &&
+                  g.batch * g.c_out * ohw * int64_t(sizeof(float)) >= stream_output_bytes();
 
 #pragma omp parallel
   {
@@ -501,14 +555,15 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
           run_block_generic(bl, v);
         }
         // Epilogue: bias, ReLU, residual, and the tile's runs to their output pixels.
+        alignas(64) float tmp[64];
         for (int64_t oc = oc0; oc < oc1; ++oc) {
           const float b = bias != nullptr ? bias[oc] : 0.0f;
           const float* a = acc.data() + (oc - oc0) * T;
           for (size_t sg = 0; sg < seg.size(); sg += 4) {
             const float* src = a + seg[sg];
             const int64_t yi = (seg[sg + 1] * g.c_out + oc) * ohw + seg[sg + 2];
-            float* dst = y + yi;
             const int64_t len = seg[sg + 3];
+            float* dst = nt ? tmp : y + yi;
             if (residual != nullptr) {
               // (acc + bias) + residual, then ReLU: the sums of an unfused conv, add, relu.
               const float* res = residual + yi;
@@ -524,9 +579,11 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
             } else {
               for (int64_t i = 0; i < len; ++i) dst[i] = src[i] + b;
             }
+            if (nt) stream_run(y + yi, tmp, len);
           }
         }
       }
+      if (nt) stream_fence();
     }
   }
 }

@@ -58,6 +58,13 @@ void compress(const float* w, int64_t rows, int64_t cols, float threshold, int64
 // O(rows + nnz) check of plan arrays handed back to the forward op; empty when valid.
 std::string check_pattern(const Pattern& p, int64_t nnz);
 
+// Outputs of a 1x1 of at least this many bytes are written with non-temporal stores (the
+// same values): a quarter of the L3 cache (sysfs), never where its size is unknown or
+// SPARSEJIT_FILTER_CONV_STREAM=0. set_stream_output_bytes changes it for the process (tests,
+// A/B runs; 1 = every output) and returns the previous value.
+int64_t stream_output_bytes();
+int64_t set_stream_output_bytes(int64_t bytes);
+
 // The planner's choice for a layer (what Auto resolves to).
 Variant choose_variant(const Geometry& g, int64_t nnz);
 

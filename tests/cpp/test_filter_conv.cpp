@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -171,6 +172,58 @@ TEST(FilterConv, GeometriesAndVariants) {
                                       << " stride=" << k.stride << " groups=" << k.groups);
     run_case(k, false, false, seed++, false);
     run_case(k, true, true, seed++, true);
+  }
+}
+
+// Outputs written with non-temporal stores (every output when the threshold is 1) hold the
+// same bits as with plain stores, for tiles within one image, across images, partial tiles,
+// residual and ReLU, and rows that do not start on a cache line.
+TEST(FilterConv, StreamedOutputsMatchPlainStores) {
+  const Case cases[] = {
+      {3, 12, 7, 7, 10, 1, 1, 1, 1, 0, 1, 0.3},     // 49 pixels: tiles span images
+      {2, 16, 9, 9, 24, 1, 1, 1, 1, 0, 1, 0.4},     // 81 pixels: rows off the line
+      {2, 32, 16, 16, 40, 1, 1, 1, 1, 0, 1, 0.2},   // whole 64-pixel tiles
+      {2, 8, 10, 10, 16, 2, 1, 1, 2, 0, 1, 0.5},    // strided, groups
+  };
+  unsigned seed = 77;
+  for (const auto& k : cases) {
+    fs::Geometry g;
+    g.batch = k.batch; g.c_in = k.c_in; g.h = k.h; g.w = k.w; g.c_out = k.c_out;
+    g.groups = k.groups; g.r = k.r; g.s = k.s;
+    g.stride_h = g.stride_w = k.stride;
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const int64_t cols = g.taps_per_channel();
+    std::vector<float> wt(g.c_out * cols), x(g.batch * g.c_in * g.h * g.w), bias(g.c_out);
+    for (auto& v : wt) v = (u(rng) + 1.f) / 2.f < k.density ? u(rng) : 0.f;
+    for (auto& v : x) v = u(rng);
+    for (auto& v : bias) v = u(rng);
+    const int64_t nnz = fs::count_kept(wt.data(), g.c_out, cols, 0.f);
+    std::vector<int64_t> rowptr(g.c_out + 1), taps(nnz);
+    std::vector<float> vals(nnz);
+    fs::compress(wt.data(), g.c_out, cols, 0.f, rowptr.data(), taps.data(), vals.data());
+    fs::Pattern p{rowptr.data(), taps.data(), vals.data(), g.c_out, cols};
+    const int64_t n_out = g.batch * g.c_out * g.out_h() * g.out_w();
+    std::vector<float> res(n_out);
+    for (auto& v : res) v = u(rng);
+    const float* no_residual = nullptr;
+    for (const float* r : {no_residual, static_cast<const float*>(res.data())}) {
+      for (bool relu : {false, true}) {
+        const int64_t before = fs::set_stream_output_bytes(std::numeric_limits<int64_t>::max());
+        std::vector<float> plain(n_out, NAN), streamed(n_out + 3, NAN);
+        fs::forward(g, p, x.data(), bias.data(), relu, fs::Variant::Generic, plain.data(), r);
+        fs::set_stream_output_bytes(1);
+        EXPECT_EQ(fs::stream_output_bytes(), 1);
+        // one float past a line start, so that rows begin inside cache lines
+        float* out = streamed.data() + 1;
+        fs::forward(g, p, x.data(), bias.data(), relu, fs::Variant::Generic, out, r);
+        fs::set_stream_output_bytes(before);
+        ASSERT_EQ(std::memcmp(plain.data(), out, sizeof(float) * n_out), 0)
+            << "c_in=" << k.c_in << " h=" << k.h << " relu=" << relu
+            << " residual=" << (r != nullptr);
+        EXPECT_TRUE(std::isnan(streamed[0]) && std::isnan(streamed[n_out + 1]));
+      }
+    }
   }
 }
 
