@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 
 namespace sparsejit {
 
@@ -35,32 +36,51 @@ inline bool cpu_has_bf16_dot() {
 #endif
 }
 
-// The level-1 data cache of one core in bytes, as the OS reports it (sysconf), 32 KiB where
-// it does not; read once. Cache budgets of the CPU kernels scale with it.
+// The size in bytes of CPU 0's data (or unified) cache of `level` as the kernel describes it
+// (sysfs, /sys/devices/system/cpu/cpu0/cache/index*/), 0 where it does not. Preferred to
+// glibc's CPUID-based sysconf, which under a hypervisor can be far off (an EPYC VM here:
+// sysconf's L3 is 320 MiB, sysfs and lscpu give 32 MiB).
+inline long sysfs_cache_bytes(int level) {
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    FILE* f = std::fopen((dir + "level").c_str(), "r");
+    if (f == nullptr) break;
+    int lv = 0;
+    const bool ok = std::fscanf(f, "%d", &lv) == 1;
+    std::fclose(f);
+    if (!ok || lv != level) continue;
+    char type[16] = {0};
+    if ((f = std::fopen((dir + "type").c_str(), "r")) == nullptr) continue;
+    const bool typed = std::fscanf(f, "%15s", type) == 1;
+    std::fclose(f);
+    if (!typed || std::string(type) == "Instruction") continue;
+    long v = 0;
+    char unit = 0;
+    if ((f = std::fopen((dir + "size").c_str(), "r")) == nullptr) continue;
+    const int got = std::fscanf(f, "%ld%c", &v, &unit);
+    std::fclose(f);
+    if (got >= 1 && v > 0) return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
+  }
+  return 0;
+}
+
+// The level-1 data cache of one core in bytes (sysfs, else sysconf), 32 KiB where neither
+// says; read once. Cache budgets of the CPU kernels scale with it.
 inline long cpu_l1d_bytes() {
   static const long bytes = [] {
-    long b = 0;
+    long b = sysfs_cache_bytes(1);
 #if defined(_SC_LEVEL1_DCACHE_SIZE)
-    b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (b <= 0) b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
 #endif
     return b >= 8 * 1024 && b <= 1024 * 1024 ? b : 32 * 1024;
   }();
   return bytes;
 }
 
-// The L3 cache in bytes: the kernel's cache description (sysfs, index3), else sysconf, else 0;
-// read once. sysfs first: under a hypervisor glibc's CPUID-based sysconf can be far off (an
-// EPYC VM here: 320 MiB from sysconf, 32 MiB in sysfs and lscpu).
+// The L3 cache in bytes (sysfs, else sysconf), 0 where neither says; read once.
 inline long cpu_l3_bytes() {
   static const long bytes = [] {
-    long b = 0;
-    if (FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-      long v = 0;
-      char unit = 0;
-      if (std::fscanf(f, "%ld%c", &v, &unit) >= 1)
-        b = unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
-      std::fclose(f);
-    }
+    long b = sysfs_cache_bytes(3);
 #if defined(_SC_LEVEL3_CACHE_SIZE)
     if (b <= 0) b = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
