@@ -64,29 +64,29 @@ inline long sysfs_cache_bytes(int level) {
   return 0;
 }
 
-// The level-1 data cache of one core in bytes (sysfs, else sysconf), 32 KiB where neither
-// says; read once. Cache budgets of the CPU kernels scale with it.
-inline long cpu_l1d_bytes() {
-  static const long bytes = [] {
-    long b = sysfs_cache_bytes(1);
-#if defined(_SC_LEVEL1_DCACHE_SIZE)
-    if (b <= 0) b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+// The cache of `level` (1: data, 2, 3) in bytes: sysfs, else sysconf, else 0.
+inline long cache_bytes(int level) {
+  long b = sysfs_cache_bytes(level);
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) && \
+    defined(_SC_LEVEL3_CACHE_SIZE)
+  if (b <= 0)
+    b = sysconf(level == 1 ? _SC_LEVEL1_DCACHE_SIZE
+                           : level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE);
 #endif
-    return b >= 8 * 1024 && b <= 1024 * 1024 ? b : 32 * 1024;
-  }();
-  return bytes;
+  return b > 0 ? b : 0;
 }
 
-// The L3 cache in bytes (sysfs, else sysconf), 0 where neither says; read once.
+// The level-1 data cache of one core, 32 KiB where the OS does not say; read once. Cache
+// budgets of the CPU kernels scale with it.
+inline long cpu_l1d_bytes() {
+  static const long b = cache_bytes(1);
+  return b >= 8 * 1024 && b <= 1024 * 1024 ? b : 32 * 1024;
+}
+
+// The L3 cache, 0 where the OS does not say; read once.
 inline long cpu_l3_bytes() {
-  static const long bytes = [] {
-    long b = sysfs_cache_bytes(3);
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-    if (b <= 0) b = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    return b > 0 ? b : 0;
-  }();
-  return bytes;
+  static const long b = cache_bytes(3);
+  return b;
 }
 
 }  // namespace sparsejit

@@ -46,19 +46,46 @@ std::vector<double> reference(const fs::Geometry& g, const std::vector<float>& w
   return y;
 }
 
-void run_case(const Case& k, bool relu, bool with_bias, unsigned seed, bool jit) {
+fs::Geometry geometry(const Case& k) {
   fs::Geometry g;
   g.batch = k.batch; g.c_in = k.c_in; g.h = k.h; g.w = k.w; g.c_out = k.c_out;
   g.groups = k.groups; g.r = k.r; g.s = k.s;
   g.stride_h = g.stride_w = k.stride;
   g.pad_h = g.pad_w = k.pad;
   g.dil_h = g.dil_w = k.dil;
+  return g;
+}
+
+// A random weight of the case's density, compressed; `p` points into the vectors.
+struct RandomWeight {
+  std::vector<float> wt, vals;
+  std::vector<int64_t> rowptr, taps;
+  fs::Pattern p;
+  int64_t nnz = 0;
+  RandomWeight(const fs::Geometry& g, double density, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const int64_t cols = g.taps_per_channel();
+    wt.resize(g.c_out * cols);
+    for (auto& v : wt) v = (u(rng) + 1.f) / 2.f < density ? u(rng) : 0.f;
+    nnz = fs::count_kept(wt.data(), g.c_out, cols, 0.f);
+    rowptr.resize(g.c_out + 1);
+    taps.resize(nnz);
+    vals.resize(nnz);
+    fs::compress(wt.data(), g.c_out, cols, 0.f, rowptr.data(), taps.data(), vals.data());
+    p = fs::Pattern{rowptr.data(), taps.data(), vals.data(), g.c_out, cols};
+  }
+  RandomWeight(const RandomWeight&) = delete;
+};
+
+void run_case(const Case& k, bool relu, bool with_bias, unsigned seed, bool jit) {
+  const fs::Geometry g = geometry(k);
   ASSERT_EQ(fs::check_geometry(g), "");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const int64_t cols = g.taps_per_channel();
-  std::vector<float> wt(g.c_out * cols);
-  for (auto& v : wt) v = (u(rng) + 1.f) / 2.f < k.density ? u(rng) : 0.f;
+  const RandomWeight rw(g, k.density, rng);
+  const std::vector<float>& wt = rw.wt;
+  const fs::Pattern& p = rw.p;
+  const int64_t nnz = rw.nnz;
   std::vector<float> x(g.batch * g.c_in * g.h * g.w);
   for (auto& v : x) v = u(rng);
   std::vector<float> bias;
@@ -66,11 +93,6 @@ void run_case(const Case& k, bool relu, bool with_bias, unsigned seed, bool jit)
     bias.resize(g.c_out);
     for (auto& v : bias) v = u(rng);
   }
-  const int64_t nnz = fs::count_kept(wt.data(), g.c_out, cols, 0.f);
-  std::vector<int64_t> rowptr(g.c_out + 1), taps(nnz);
-  std::vector<float> vals(nnz);
-  fs::compress(wt.data(), g.c_out, cols, 0.f, rowptr.data(), taps.data(), vals.data());
-  fs::Pattern p{rowptr.data(), taps.data(), vals.data(), g.c_out, cols};
   ASSERT_EQ(fs::check_pattern(p, nnz), "");
   const auto want = reference(g, wt, x, bias, relu);
   for (int64_t v = 0; v < fs::kNumVariants; ++v) {
@@ -187,22 +209,14 @@ TEST(FilterConv, StreamedOutputsMatchPlainStores) {
   };
   unsigned seed = 77;
   for (const auto& k : cases) {
-    fs::Geometry g;
-    g.batch = k.batch; g.c_in = k.c_in; g.h = k.h; g.w = k.w; g.c_out = k.c_out;
-    g.groups = k.groups; g.r = k.r; g.s = k.s;
-    g.stride_h = g.stride_w = k.stride;
+    const fs::Geometry g = geometry(k);
     std::mt19937 rng(seed++);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    const int64_t cols = g.taps_per_channel();
-    std::vector<float> wt(g.c_out * cols), x(g.batch * g.c_in * g.h * g.w), bias(g.c_out);
-    for (auto& v : wt) v = (u(rng) + 1.f) / 2.f < k.density ? u(rng) : 0.f;
+    const RandomWeight rw(g, k.density, rng);
+    const fs::Pattern& p = rw.p;
+    std::vector<float> x(g.batch * g.c_in * g.h * g.w), bias(g.c_out);
     for (auto& v : x) v = u(rng);
     for (auto& v : bias) v = u(rng);
-    const int64_t nnz = fs::count_kept(wt.data(), g.c_out, cols, 0.f);
-    std::vector<int64_t> rowptr(g.c_out + 1), taps(nnz);
-    std::vector<float> vals(nnz);
-    fs::compress(wt.data(), g.c_out, cols, 0.f, rowptr.data(), taps.data(), vals.data());
-    fs::Pattern p{rowptr.data(), taps.data(), vals.data(), g.c_out, cols};
     const int64_t n_out = g.batch * g.c_out * g.out_h() * g.out_w();
     std::vector<float> res(n_out);
     for (auto& v : res) v = u(rng);
