@@ -9,6 +9,7 @@
 
 #include "codegen/cpu_filter_conv_spec.h"
 #include "codegen/cpu_jit.h"
+#include "kernels/cpu/common/prefetch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -141,32 +142,16 @@ Variant choose_variant(const Geometry& g, int64_t nnz) {
 
 namespace {
 
-// A cache-line prefetch the compiler cannot drop (GCC 12 at -O3 deletes __builtin_prefetch
-// loops it proves free of side effects: kernels/cpu/attention_kernel.h's prefetch_line).
-inline void prefetch_read(const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 0);
-#endif
-}
-
 // Writes len floats to dst: whole 64-byte lines with non-temporal stores, the rest plainly
 // (a partial line written non-temporally costs a read-modify-write in memory). Plain stores
 // where the target has no SSE streaming store.
 inline void stream_run(float* dst, const float* v, int64_t len) {
   int64_t i = 0;
 #if defined(__SSE__)
-  if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0) {
-    const int64_t head = ((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4;
-    for (; i < std::min(head, len); ++i) dst[i] = v[i];
-    for (; i + 16 <= len; i += 16) {
-      _mm_stream_ps(dst + i, _mm_loadu_ps(v + i));
-      _mm_stream_ps(dst + i + 4, _mm_loadu_ps(v + i + 4));
-      _mm_stream_ps(dst + i + 8, _mm_loadu_ps(v + i + 8));
-      _mm_stream_ps(dst + i + 12, _mm_loadu_ps(v + i + 12));
-    }
-  }
+  const int64_t head = ((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4;
+  for (; i < std::min(head, len); ++i) dst[i] = v[i];
+  for (; i + 16 <= len; i += 16)
+    for (int k = 0; k < 16; k += 4) _mm_stream_ps(dst + i + k, _mm_loadu_ps(v + i + k));
 #endif
   for (; i < len; ++i) dst[i] = v[i];
 }
@@ -462,7 +447,7 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
   // process, ResNet-50 at batch 8 (AMD EPYC, 32 MiB L3): 0.94-0.97x the time of the whole
   // network in four runs; the 3x3 layers (rows of the phase grid, partial lines) and outputs
   // of 6.4 MB and less were as often slower as faster, so they keep plain stores.
-  const bool nt = pack && g.r == 1 && g.s == 1 && T <= 64 &&
+  const bool nt = pack && T <= 64 &&  // (pack: a 1x1; the epilogue's tmp holds 64 floats)
                   g.batch * g.c_out * ohw * int64_t(sizeof(float)) >= stream_output_bytes();
 
 #pragma omp parallel
@@ -536,14 +521,10 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
         // layers with a residual (1.0x on 7x7); also prefetching the output's lines for
         // writing gained nothing measurable over this.
         if (residual != nullptr) {
-          for (int64_t oc = oc0; oc < oc1; ++oc) {
-            for (size_t sg = 0; sg < seg.size(); sg += 4) {
-              const char* res = reinterpret_cast<const char*>(
-                  residual + (seg[sg + 1] * g.c_out + oc) * ohw + seg[sg + 2]);
-              for (int64_t b = 0; b < seg[sg + 3] * int64_t(sizeof(float)); b += 64)
-                prefetch_read(res + b);
-            }
-          }
+          for (int64_t oc = oc0; oc < oc1; ++oc)
+            for (size_t sg = 0; sg < seg.size(); sg += 4)
+              cpu::prefetch_span(residual + (seg[sg + 1] * g.c_out + oc) * ohw + seg[sg + 2],
+                                 seg[sg + 3]);
         }
         BlockLaunch bl{ximg, offs, p.values, cp.data(), acc.data(), oc0, oc1, chunks, cout_g,
                        group_stride};

@@ -43,6 +43,7 @@
 
 #include "kernels/common/types.h"
 #include "kernels/cpu/attention_args.h"
+#include "kernels/cpu/common/prefetch.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -220,24 +221,8 @@ inline void row_weights(T* w, int64_t n, const T* m, int64_t H) {
   for (; t < n; ++t) w[t] = w[t] == neg_inf ? T(0) : soft_exp(w[t] - m[t % H]);
 }
 
-// One cache line's prefetch that the compiler cannot drop. GCC 12 at -O3 deleted
-// __builtin_prefetch under prefetch_ahead's bounds check (a control-dependent call with no
-// side effect to its dead-code pass): the JIT's attention kernels carried no prefetch of the
-// entries' rows at all, and with the per-entry work now short the bfloat16 forward on a
-// 200k-node graph spent 60% of its time on one load of k's row (perf annotate).
-inline void prefetch_line(const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p);
-#endif
-}
-
-template <typename T>
-inline void prefetch_span(const T* p, int64_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) prefetch_line(c + b);
-}
+using cpu::prefetch_line;  // kernels/cpu/common/prefetch.h
+using cpu::prefetch_span;
 
 // Asks for x's row (`row` elements) of the entry kPrefetchAhead positions after p, and
 // v's too when given (see above).
