@@ -356,7 +356,7 @@ def _residual_unit(mod: nn.Module) -> Optional[nn.Module]:
 
 def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
                 min_speedup: float, repeat: int, clock: str,
-                devices: Optional[Dict[str, torch.device]] = None) -> bool:
+                devices: Dict[str, torch.device]) -> bool:
     """sparsify's fusion pass over a traced model (after the per-layer decisions): residual
     add + ReLU into the sparse convolutions' output write, and each dense conv + max pool
     (the stem) on channels_last where that measures faster. Returns whether `table` (the
@@ -390,7 +390,7 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
         if won:
             _fold.apply_conv_pool(gm, conv_node, pool_node)
     changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock,
-                                    devices or {})
+                                    devices)
     _fold.finish(gm)
     return changed
 
