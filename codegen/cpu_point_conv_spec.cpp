@@ -8,12 +8,14 @@ namespace sparsejit::codegen {
 uint64_t CpuPointConvSpec::packed_key() const {
   return pack(OpKind::PointConv,
               static_cast<uint64_t>(dtype) | static_cast<uint64_t>(c_in & 0xfffff) << 2 |
-                  static_cast<uint64_t>(c_out & 0xfffff) << 22);
+                  static_cast<uint64_t>(c_out & 0xfffff) << 22 |
+                  static_cast<uint64_t>(rows & 0xff) << 42);
 }
 
 std::string CpuPointConvSpec::name() const {
   std::ostringstream os;
   os << "point_conv_" << scalar_name(dtype) << "_i" << c_in << "_o" << c_out;
+  if (rows != 1) os << "_r" << rows;
   return os.str();
 }
 
@@ -29,6 +31,9 @@ std::string CpuPointConvSpec::source() const {
     throw std::invalid_argument("sparsejit: conv kernel c_out " + std::to_string(c_out) +
                                 " must be a multiple of " + std::to_string(lanes) + " up to " +
                                 std::to_string(kMaxChannels));
+  if (rows != 1 && rows != 4)
+    throw std::invalid_argument("sparsejit: conv kernel rows " + std::to_string(rows) +
+                                " must be 1 or 4");
   std::ostringstream os;
   os << "// sparsejit generated kernel: " << name() << "\n"
      << "// Output-stationary convolution rows, " << scalar_name(dtype) << ", " << c_in
@@ -37,8 +42,8 @@ std::string CpuPointConvSpec::source() const {
      << "extern \"C\" void sparsejit_entry(const void* launch) {\n"
      << "  sparsejit::cpu::point_conv_detail::rows<"
      << (dtype == ScalarKind::BF16 ? "float" : cpp_scalar_type(dtype)) << ", " << c_in << ", "
-     << c_out << (dtype == ScalarKind::BF16 ? ", uint16_t" : "")
-     << ">(*static_cast<const sparsejit::cpu::ConvOsLaunch*>(launch));\n"
+     << c_out << ", " << (dtype == ScalarKind::BF16 ? "uint16_t" : cpp_scalar_type(dtype))
+     << ", " << rows << ">(*static_cast<const sparsejit::cpu::ConvOsLaunch*>(launch));\n"
      << "}\n";
   return os.str();
 }

@@ -102,6 +102,11 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
 // accumulates. The caller then runs the float32 path on converted tensors.
 bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d);
 
+// Out rows the JIT's output-stationary kernel takes together for these weights (its spec's
+// `rows`): 4 when the num_groups x c_in x c_out weights (elem_bytes each) take more than
+// four times the L1 data cache, else 1.
+int64_t os_rows_together(int64_t num_groups, int64_t c_in, int64_t c_out, int64_t elem_bytes);
+
 // How the weight gradient is computed: rank-1 updates with the dY row in vector registers
 // (compiled for c_out = 16, 32, 64, 128; other widths take Gemm), or gathered tiles of X and
 // dY through the dense GEMM (sgemm with trans_a). Auto asks choose_wgrad_path.

@@ -17,6 +17,7 @@
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/plan/plan_header.h"
 #include "csrc/point_conv/plan_layout.h"
+#include "csrc/point_conv/point_conv_run.h"
 #include "csrc/rgms/plan_layout.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "kernels/cpu/kernels.h"
@@ -101,12 +102,13 @@ py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
   return jit_lookup(spec);
 }
 
-py::dict jit_point_conv(int dtype, int64_t c_in, int64_t c_out) {
+py::dict jit_point_conv(int dtype, int64_t c_in, int64_t c_out, int64_t rows) {
   using namespace sparsejit;
   codegen::CpuPointConvSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.c_in = c_in;
   spec.c_out = c_out;
+  spec.rows = rows;
   return jit_lookup(spec);
 }
 
@@ -313,8 +315,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("jit_sddmm", &jit_sddmm, "Compiles (or finds) a specialized SDDMM; returns what it did",
         py::arg("dtype"), py::arg("index"), py::arg("heads"), py::arg("features"));
   m.def("jit_point_conv", &jit_point_conv, "Compiles (or finds) the point-cloud convolution's "
-        "output-stationary rows for (c_in, c_out); returns what the JIT did",
-        py::arg("dtype"), py::arg("c_in"), py::arg("c_out"));
+        "output-stationary rows for (c_in, c_out), `rows` out rows at a time; returns what "
+        "the JIT did", py::arg("dtype"), py::arg("c_in"), py::arg("c_out"), py::arg("rows") = 1);
+  m.def("point_conv_rows_together", &sparsejit::point_conv::os_rows_together,
+        "Out rows the output-stationary JIT kernel takes together for num_groups x c_in x "
+        "c_out weights of elem_bytes each (4 beyond four times the L1 data cache, else 1)",
+        py::arg("num_groups"), py::arg("c_in"), py::arg("c_out"), py::arg("elem_bytes"));
   m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
         "width (and, width2 > 0, the fused row kernels for that pair of widths); returns "
         "what it did", py::arg("dtype"), py::arg("width"), py::arg("width2") = 0);

@@ -13,7 +13,11 @@
 //     time), for when the JIT is off or the pass is too small to pay for a compile.
 // The row is cut into column blocks of at most 8 vectors (so a block's accumulators and the
 // operands fit the 16 vector registers), and narrow blocks keep several accumulator sets
-// (channel c feeds set c mod S) so that enough independent additions are in flight.
+// (channel c feeds set c mod S) so that enough independent additions are in flight. When the
+// caller asks (MaxRows: the weights outgrow L1) and the registers hold several rows'
+// accumulators (AVX-512: 4 rows), rows are taken together and a kernel offset several of
+// them use is applied to all from one load of its W rows (block_rows). Each row's additions
+// keep their order, so the bits do not change.
 // Standard library and kernels/ headers only: the JIT compiles this file with nothing else on
 // the include path.
 #pragma once
@@ -66,9 +70,9 @@ inline T widen(S v) {
 template <typename V, typename S>
 inline V load_row(const S* p) {
   V v;
-  if constexpr (sizeof(S) * 8 == sizeof(V) / 2) {  // bfloat16: 8 halves -> 8 floats
-    typedef detail::Vec<uint16_t, 16> H;
-    typedef detail::Vec<uint32_t, 32> U;
+  if constexpr (sizeof(S) == 2) {  // bfloat16: halves -> floats
+    typedef detail::Vec<uint16_t, sizeof(V) / 2> H;
+    typedef detail::Vec<uint32_t, sizeof(V)> U;
     H h;
     std::memcpy(&h, p, sizeof(h));
     const U u = __builtin_convertvector(h, U) << 16;
@@ -81,10 +85,10 @@ inline V load_row(const S* p) {
 
 template <typename V, typename S>
 inline void store_row(S* p, V v) {
-  if constexpr (sizeof(S) * 8 == sizeof(V) / 2) {  // 8 floats -> 8 halves
-    typedef detail::Vec<uint16_t, 16> H;
-    typedef detail::Vec<uint32_t, 32> U;
-    typedef detail::Vec<int32_t, 32> I;
+  if constexpr (sizeof(S) == 2) {  // floats -> halves
+    typedef detail::Vec<uint16_t, sizeof(V) / 2> H;
+    typedef detail::Vec<uint32_t, sizeof(V)> U;
+    typedef detail::Vec<int32_t, sizeof(V)> I;
     U u;
     std::memcpy(&u, &v, sizeof(u));
     const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -97,69 +101,58 @@ inline void store_row(S* p, V v) {
   }
 }
 
-// Columns [v0 * L, (v0 + NB) * L) of out row r. CI > 0: c_in at compile time. X and Y are
-// stored as S, W, bias and scale as T; the row accumulates in T.
-template <typename T, int CI, int NB, typename S>
-inline __attribute__((always_inline)) void block(const ConvOsLaunch& l, int64_t r, int v0) {
-  constexpr int L = 32 / static_cast<int>(sizeof(T)), NS = kSets<NB>;
-  typedef detail::Vec<T, 32> V;  // registers; memory through memcpy
-  const int64_t ci = CI > 0 ? CI : l.c_in, co = l.c_out, wstride = ci * co;
-  const S* __restrict x = static_cast<const S*>(l.x);
-  const T* __restrict w = static_cast<const T*>(l.w) + v0 * L;
-  const T* scale = static_cast<const T*>(l.scale);
+// Vector registers of the target: 32 with AVX-512 (ymm16-31 through AVX512VL), 16 with AVX;
+// without AVX a 32-byte vector takes two of the 16 SSE registers.
+#if defined(__AVX512F__)
+inline constexpr int kVecRegisters = 32;
+#elif defined(__AVX__)
+inline constexpr int kVecRegisters = 16;
+#else
+inline constexpr int kVecRegisters = 8;
+#endif
+
+// A column block of NB 32-byte vectors (NB counts 32-byte vectors whatever the registers):
+// rows taken together (R > 1) with AVX-512 hold it as NB / 2 64-byte registers when NB is
+// even. Lane-wise arithmetic, so the values do not depend on the choice.
+template <int NB, int R>
+inline constexpr int kBlockBytes = R > 1 && kVecRegisters == 32 && NB % 2 == 0 ? 64 : 32;
+
+// Out rows taken together (block_rows): up to MaxRows (1 or 4), as many as the registers
+// hold with the rows' accumulators, their broadcasts and one W vector. 4 on AVX-512; on AVX
+// 1, or 2 for one-vector blocks.
+template <int NB, int MaxRows>
+inline constexpr int kRowsTogether = [] {
+  for (int r = MaxRows; r > 1; r /= 2)
+    if (r * kSets<NB> * NB * 32 / kBlockBytes<NB, 2> + r + 1 <= kVecRegisters) return r;
+  return 1;
+}();
+
+// A row's column block starts as y (accumulate), the bias, or 0 in set 0, 0 in the others.
+template <typename T, int NV, int NS, typename V, typename S>
+inline __attribute__((always_inline)) void init_block(const ConvOsLaunch& l, const S* yr,
+                                                      int v0, V (&acc)[NS][NV]) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T)), L32 = 32 / static_cast<int>(sizeof(T));
   const T* bias = static_cast<const T*>(l.bias);
-  // The X row of the pair kAhead places on is asked for early (rows are gathered at random).
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(S)), kAhead = 2;
-  S* yr = static_cast<S*>(l.y) + r * co + v0 * L;
-  V acc[NS][NB];
 #pragma GCC unroll 8
-  for (int v = 0; v < NB; ++v) {
+  for (int v = 0; v < NV; ++v) {
     if (l.accumulate)
       acc[0][v] = load_row<V>(yr + v * L);
     else if (bias != nullptr)
-      std::memcpy(&acc[0][v], bias + v0 * L + v * L, sizeof(V));
+      std::memcpy(&acc[0][v], bias + v0 * L32 + v * L, sizeof(V));
     else
       acc[0][v] = V{};
 #pragma GCC unroll 4
     for (int s = 1; s < NS; ++s) acc[s][v] = V{};
   }
-  const int64_t q0 = l.row_ptr[r], q1 = l.row_ptr[r + 1];
-  for (int64_t q = q0; q < q1; ++q) {
-    const int32_t pair = l.row_pair[q];
-    if (v0 == 0 && q + kAhead < q1) {
-      const S* nx = x + static_cast<int64_t>(l.in_idx[l.row_pair[q + kAhead]]) * ci;
-      for (int64_t c = 0; c < ci; c += kLine) __builtin_prefetch(nx + c);
-    }
-    const S* xi = x + static_cast<int64_t>(l.in_idx[pair]) * ci;
-    const T* wg = w + static_cast<int64_t>(l.pair_group[pair]) * wstride;
-    const T sc = scale != nullptr ? scale[pair] : T(1);
-    int64_t c = 0;
-    for (; c + NS <= ci; c += NS) {
-#pragma GCC unroll 4
-      for (int s = 0; s < NS; ++s) {
-        const T xv = sc * widen<T>(xi[c + s]);
-        const T* wr = wg + (c + s) * co;
+}
+
+// Sums the sets into set 0, applies the ReLU and stores the row's block.
+template <typename T, int NV, int NS, typename V, typename S>
+inline __attribute__((always_inline)) void finish_block(const ConvOsLaunch& l, S* yr,
+                                                        V (&acc)[NS][NV]) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
 #pragma GCC unroll 8
-        for (int v = 0; v < NB; ++v) {
-          V wv;
-          std::memcpy(&wv, wr + v * L, sizeof(V));
-          acc[s][v] += xv * wv;
-        }
-      }
-    }
-    for (; c < ci; ++c) {
-      const T xv = sc * widen<T>(xi[c]);
-      const T* wr = wg + c * co;
-#pragma GCC unroll 8
-      for (int v = 0; v < NB; ++v) {
-        V wv;
-        std::memcpy(&wv, wr + v * L, sizeof(V));
-        acc[0][v] += xv * wv;
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < NB; ++v) {
+  for (int v = 0; v < NV; ++v) {
 #pragma GCC unroll 4
     for (int s = 1; s < NS; ++s) acc[0][v] += acc[s][v];
     if (l.relu) acc[0][v] = acc[0][v] > V{} ? acc[0][v] : V{};
@@ -167,18 +160,173 @@ inline __attribute__((always_inline)) void block(const ConvOsLaunch& l, int64_t 
   }
 }
 
-// Out rows [l.r0, l.r1) with c_out = CO (a multiple of the vector length); a row's column
-// blocks one after the other (its X rows are still in L1 for the second).
-template <typename T, int CI, int CO, typename S = T>
+// For the rows i in MASK: acc[i] += sc[i] * x[i] @ wg (wg at the block's columns). Channel c
+// goes to set c mod NS, channels in increasing order; each W vector is loaded once for all
+// the rows. Per row these are the same operations in the same order whatever MASK is.
+template <typename T, int CI, int NV, int NS, int R, int MASK, typename V, typename S>
+inline __attribute__((always_inline)) void add_rows(V (&acc)[R][NS][NV],
+                                                    const S* const (&x)[R],
+                                                    const T (&sc)[R], const T* __restrict wg,
+                                                    int64_t ci, int64_t co) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
+  int64_t c = 0;
+  for (; c + NS <= ci; c += NS) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) {
+      T xv[R];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i)
+        if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c + s]);
+      const T* wr = wg + (c + s) * co;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        V wv;
+        std::memcpy(&wv, wr + v * L, sizeof(V));
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i)
+          if ((MASK >> i) & 1) acc[i][s][v] += xv[i] * wv;
+      }
+    }
+  }
+  for (; c < ci; ++c) {
+    T xv[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i)
+      if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c]);
+    const T* wr = wg + c * co;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      V wv;
+      std::memcpy(&wv, wr + v * L, sizeof(V));
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i)
+        if ((MASK >> i) & 1) acc[i][0][v] += xv[i] * wv;
+    }
+  }
+}
+
+// add_rows for the MASK known only at run time (1 .. 2^R - 1): a chain of tests from all R
+// rows down (every row of a submanifold convolution has the centre offset), each arm inlined
+// so that the accumulators stay in registers.
+template <typename T, int CI, int NV, int NS, int R, int M = (1 << R) - 1, typename V,
+          typename S>
+inline __attribute__((always_inline)) void add_rows_masked(int mask, V (&acc)[R][NS][NV],
+                                                           const S* const (&x)[R],
+                                                           const T (&sc)[R], const T* wg,
+                                                           int64_t ci, int64_t co) {
+  if constexpr (M >= 1) {
+    if (mask == M)
+      add_rows<T, CI, NV, NS, R, M>(acc, x, sc, wg, ci, co);
+    else
+      add_rows_masked<T, CI, NV, NS, R, M - 1>(mask, acc, x, sc, wg, ci, co);
+  }
+}
+
+// The X row of pair q's in row, asked for early (rows are gathered at random): every line
+// of it, from the first column block only.
+template <typename S>
+inline __attribute__((always_inline)) void prefetch_x(const ConvOsLaunch& l, const S* x,
+                                                      int64_t ci, int64_t q) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(S));
+  const S* nx = x + static_cast<int64_t>(l.in_idx[l.row_pair[q]]) * ci;
+  for (int64_t c = 0; c < ci; c += kLine) __builtin_prefetch(nx + c);
+}
+
+// Columns [v0 * L32, (v0 + NB) * L32) of the R out rows r .. r + R - 1 (L32: lanes of a
+// 32-byte vector). CI > 0: c_in at compile time. X and Y are stored as S, W, bias and scale
+// as T; the rows accumulate in T. The rows' pairs come in group order (index_by_row): a
+// merge takes the smallest group any row has next, and one pass over that W[g] serves every
+// row that uses it (a wide row is bound by loading W, one vector per multiply-add, from L2:
+// 27 offsets of 64 x 64 floats are 432 KiB). Each row still adds its own pairs in its own
+// order, so its values do not depend on R.
+template <typename T, int CI, int NB, int R, typename S>
+inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int64_t r,
+                                                      int v0) {
+  constexpr int VB = kBlockBytes<NB, R>, NV = NB * 32 / VB, NS = kSets<NB>;
+  constexpr int L32 = 32 / static_cast<int>(sizeof(T));
+  typedef detail::Vec<T, VB> V;  // registers; memory through memcpy
+  const int64_t ci = CI > 0 ? CI : l.c_in, co = l.c_out, wstride = ci * co;
+  const S* __restrict x = static_cast<const S*>(l.x);
+  const T* __restrict w = static_cast<const T*>(l.w) + v0 * L32;
+  const T* scale = static_cast<const T*>(l.scale);
+  constexpr int64_t kAhead = 2;
+  V acc[R][NS][NV];
+  int64_t q[R], end[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    init_block<T, NV, NS>(l, static_cast<S*>(l.y) + (r + i) * co + v0 * L32, v0, acc[i]);
+    q[i] = l.row_ptr[r + i];
+    end[i] = l.row_ptr[r + i + 1];
+    if (R > 1 && v0 == 0)  // the rows' first X rows; then each pair asks for the one kAhead on
+      for (int64_t k = q[i]; k < end[i] && k < q[i] + kAhead; ++k) prefetch_x(l, x, ci, k);
+  }
+  if constexpr (R == 1) {  // one row: its pairs in order, no merge
+    for (; q[0] < end[0]; ++q[0]) {
+      const int32_t pair = l.row_pair[q[0]];
+      if (v0 == 0 && q[0] + kAhead < end[0]) prefetch_x(l, x, ci, q[0] + kAhead);
+      const S* xr[1] = {x + static_cast<int64_t>(l.in_idx[pair]) * ci};
+      const T sc[1] = {scale != nullptr ? scale[pair] : T(1)};
+      add_rows<T, CI, NV, NS, 1, 1>(acc, xr, sc,
+                                    w + static_cast<int64_t>(l.pair_group[pair]) * wstride, ci,
+                                    co);
+    }
+  }
+  for (; R > 1;) {
+    int32_t g[R], first = INT32_MAX;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      g[i] = q[i] < end[i] ? l.pair_group[l.row_pair[q[i]]] : INT32_MAX;
+      first = g[i] < first ? g[i] : first;
+    }
+    if (first == INT32_MAX) break;
+    int mask = 0;
+    const S* xr[R];
+    T sc[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      xr[i] = x;
+      sc[i] = T(1);
+      if (g[i] != first) continue;
+      mask |= 1 << i;
+      const int32_t pair = l.row_pair[q[i]];
+      xr[i] = x + static_cast<int64_t>(l.in_idx[pair]) * ci;
+      if (scale != nullptr) sc[i] = scale[pair];
+      if (v0 == 0 && q[i] + kAhead < end[i]) prefetch_x(l, x, ci, q[i] + kAhead);
+      ++q[i];
+    }
+    add_rows_masked<T, CI, NV, NS, R>(mask, acc, xr, sc, w + static_cast<int64_t>(first) * wstride,
+                                      ci, co);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i)
+    finish_block<T, NV, NS>(l, static_cast<S*>(l.y) + (r + i) * co + v0 * L32, acc[i]);
+}
+
+// Out rows [l.r0, l.r1) with c_out = CO (a multiple of the vector length), up to MaxRows of
+// them together; a row's column blocks one after the other (its X rows are still in L1 for
+// the second).
+template <typename T, int CI, int CO, typename S = T, int MaxRows = 1>
 inline __attribute__((always_inline)) void rows(const ConvOsLaunch& l) {
   static_assert(std::is_same_v<S, T> || (std::is_same_v<T, float> && std::is_same_v<S, uint16_t>),
                 "storage is T itself or bfloat16 bits with float");
   constexpr int L = 32 / static_cast<int>(sizeof(T)), NV = CO / L;
   static_assert(CO % L == 0 && NV >= 1, "C_out must be a multiple of the vector length");
-  for (int64_t r = l.r0; r < l.r1; ++r) {
+  constexpr int NT = NV % 8;  // the last block's width (0: none)
+  constexpr int R8 = NV >= 8 ? kRowsTogether<8, MaxRows> : MaxRows;
+  constexpr int RT = NT != 0 ? kRowsTogether<NT, MaxRows> : MaxRows;
+  constexpr int R = R8 < RT ? R8 : RT;
+  int64_t r = l.r0;
+  if constexpr (R > 1) {
+    for (; r + R <= l.r1; r += R) {
+      int v0 = 0;
+      for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, R, S>(l, r, v0);
+      if constexpr (NT != 0) block_rows<T, CI, NT, R, S>(l, r, v0);
+    }
+  }
+  for (; r < l.r1; ++r) {
     int v0 = 0;
-    for (; v0 + 8 <= NV; v0 += 8) block<T, CI, 8, S>(l, r, v0);
-    if constexpr (NV % 8 != 0) block<T, CI, NV % 8, S>(l, r, v0);
+    for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, 1, S>(l, r, v0);
+    if constexpr (NT != 0) block_rows<T, CI, NT, 1, S>(l, r, v0);
   }
 }
 

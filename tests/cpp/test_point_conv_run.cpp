@@ -192,13 +192,10 @@ TEST(PointConvRun, ForwardBothDataflowsFloatAndDouble) {
 // and, at the ahead-of-time widths (c_out 16, 32, 64, 128), bit for bit against the
 // ahead-of-time rows (JIT off).
 template <typename T>
-void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
+void check_os_jit_on(Structure s, int64_t ci, int64_t co, std::mt19937& rng) {
   namespace cg = sparsejit::codegen;
   auto& jit = cg::CpuJit::instance();
   if (!jit.enabled()) GTEST_SKIP() << "SPARSEJIT_JIT=0";
-  // About 1.5 x 2^20 multiply-adds: half the 26 non-centre offsets hit, plus the centre.
-  const int64_t n = std::max<int64_t>(1000, 3 * (int64_t(1) << 20) / (28 * ci * co));
-  auto s = random_structure(rng, 27, n, n, 0.5, true, true);
   auto p = s.pairs();
   ASSERT_GE(static_cast<int64_t>(s.in_idx.size()) * ci * co, int64_t(1) << 20);
   check_forward<T>(s, ci, co, false, true, true, rng);
@@ -206,6 +203,7 @@ void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
   spec.dtype = sizeof(T) == 4 ? sparsejit::ScalarKind::F32 : sparsejit::ScalarKind::F64;
   spec.c_in = ci;
   spec.c_out = co;
+  spec.rows = pc::os_rows_together(p.num_groups, ci, co, sizeof(T));
   cg::JitInfo info;
   ASSERT_NE(jit.lookup(spec, &info), nullptr) << info.error;
   EXPECT_TRUE(info.memory_hit) << "the forward did not load " << spec.name();
@@ -244,6 +242,67 @@ void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
     for (size_t i = 0; i < jitted.size(); ++i)
       if (relu) ASSERT_GE(jitted[i], T(0)) << i;
   }
+}
+
+template <typename T>
+void check_os_jit(int64_t ci, int64_t co, std::mt19937& rng) {
+  // About 1.5 x 2^20 multiply-adds: half the 26 non-centre offsets hit, plus the centre.
+  const int64_t n = std::max<int64_t>(1000, 3 * (int64_t(1) << 20) / (28 * ci * co));
+  check_os_jit_on<T>(random_structure(rng, 27, n, n, 0.5, true, true), ci, co, rng);
+}
+
+// Rows in twos whose groups match fully, alternate, repeat within a row (RGMS), or are
+// empty on one side, and an odd last row: the rows taken together (AVX-512 JIT, weights
+// well beyond L1) merge their groups; every outcome of the merge against the reference and, bit
+// for bit, the one-row ahead-of-time rows.
+Structure row_pair_structure(std::mt19937& rng, int64_t row_pairs) {
+  const int64_t groups = 27, n = 2 * row_pairs + 1;
+  std::vector<std::vector<int>> of_row(static_cast<size_t>(n));
+  for (int64_t k = 0; k < row_pairs; ++k) {
+    auto& a = of_row[size_t(2 * k)];
+    auto& b = of_row[size_t(2 * k + 1)];
+    // Seven kinds (two of them alike), so that blocks of four rows see every pair of kinds,
+    // all four rows with every group among them.
+    switch (k % 7) {
+      case 0:
+      case 6: for (int g = 0; g < groups; ++g) a.push_back(g), b.push_back(g); break;
+      case 1: for (int g = 0; g < groups; ++g) (g % 2 ? b : a).push_back(g); break;
+      case 2: b = {3, 13, 26}; break;
+      case 3: a = {5, 5, 9}, b = {5, 9, 9, 9}; break;
+      case 4: a = {1, 13}; break;
+      case 5: a = {0, 4, 8, 26}, b = {2, 4, 6, 8, 10}; break;
+      default: break;
+    }
+  }
+  of_row[size_t(n - 1)] = {0, 13, 26};
+  Structure s;
+  s.groups = groups;
+  s.n_in = n;
+  s.n_out = n;
+  s.unique = false;
+  s.group_ptr.push_back(0);
+  std::uniform_int_distribution<int32_t> pick_in(0, static_cast<int32_t>(n - 1));
+  for (int g = 0; g < groups; ++g) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int h : of_row[size_t(r)])
+        if (h == g) s.in_idx.push_back(pick_in(rng)), s.out_idx.push_back(int32_t(r));
+    s.group_ptr.push_back(static_cast<int64_t>(s.in_idx.size()));
+  }
+  return s;
+}
+
+TEST(PointConvRun, OutputStationaryRowsTogether) {
+  std::mt19937 rng(12);
+  for (auto [ci, co] : {std::pair<int64_t, int64_t>{64, 64}, {16, 16}, {9, 32}, {32, 128}}) {
+    // At least 2^20 multiply-adds (the JIT's threshold): about 8 pairs per row.
+    const int64_t row_pairs = std::max<int64_t>(600, (int64_t(1) << 21) / (16 * ci * co));
+    auto s = row_pair_structure(rng, row_pairs);
+    // 27 x 64 x 64 floats (432 KiB) are over four times any L1: rows are taken in fours.
+    if (ci * co >= 64 * 64) EXPECT_EQ(pc::os_rows_together(s.groups, ci, co, 4), 4);
+    check_os_jit_on<float>(s, ci, co, rng);
+  }
+  check_os_jit_on<double>(row_pair_structure(rng, 600), 32, 64, rng);
+  check_os_jit_on<double>(row_pair_structure(rng, 2000), 16, 32, rng);
 }
 
 TEST(PointConvRun, OutputStationaryJit) {

@@ -98,7 +98,8 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
         scalar = _core.enums()["scalar"]["f32" if dtype == torch.float32 else "f64"]
         for ci, co in ((c_in, c_out), (c_out, c_in)):  # forward, then feature gradient
             if co % lanes == 0 and info["pairs"] * ci * co >= 1 << 20:
-                got = _core.jit_point_conv(scalar, ci, co)
+                rows = _core.point_conv_rows_together(27, ci, co, x.element_size())
+                got = _core.jit_point_conv(scalar, ci, co, rows)
                 assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
         aot = generic_only(lambda: run(relu))
         for name, a, b_, co in (("y", jitted[0], aot[0], c_out), ("dX", jitted[1], aot[1], c_in)):
@@ -149,7 +150,8 @@ def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
     bf16 = _core.enums()["scalar"]["bf16"]
     for ci, co in ((c_in, c_out), (c_out, c_in)):
         if co % 8 == 0 and info["pairs"] * ci * co >= 1 << 20:
-            got = _core.jit_point_conv(bf16, ci, co)
+            got = _core.jit_point_conv(bf16, ci, co,
+                                       _core.point_conv_rows_together(27, ci, co, 4))
             assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
     for name, a, b_ in zip(("y", "dX", "dW"), native, wide):
         assert a.dtype == torch.bfloat16, name
