@@ -390,8 +390,14 @@ Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t el
   // random at 5 cm; benchmarks/bench_sparse_conv.py): output-stationary 1.0-3.5x faster up to
   // 64 x 64 (442 KiB of float32 weights), gather-GEMM-scatter up to 2.2x faster at 128 x 128
   // (1.7 MiB). Without a register kernel the row loop is plain C++: the GEMM path then.
+  // Beyond that, gather-GEMM-scatter's [M, c_out] products buffer decides: once it is far
+  // beyond L3 it streams through DRAM twice. 128 -> 128 channels, AVX-512 EPYC (32 MiB L3),
+  // cached forward: buffers of 12-39 MiB (random, KITTI) gather-GEMM-scatter 1.2-1.6x
+  // faster; 88-104 MiB (ScanNet) output-stationary 1.5-1.8x faster. Hence twice the L3.
   const bool weights_in_l2 = p.num_groups * c_in * c_out * elem_bytes <= (int64_t{512} << 10);
-  return weights_in_l2 && detail::os_has_registers(p, c_in, c_out, elem_bytes)
+  const int64_t l3 = cpu_l3_bytes();
+  const bool buffer_in_dram = l3 > 0 && p.size() * c_out * elem_bytes > 2 * l3;
+  return (weights_in_l2 || buffer_in_dram) && detail::os_has_registers(p, c_in, c_out, elem_bytes)
              ? Dataflow::OutputStationary
              : Dataflow::GatherGemmScatter;
 }

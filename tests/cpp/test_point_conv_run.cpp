@@ -12,6 +12,7 @@
 #include "csrc/point_conv/point_conv_run.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
+#include "csrc/core/isa.h"
 
 namespace pc = sparsejit::point_conv;
 
@@ -368,6 +369,33 @@ TEST(PointConvRun, WeightGrad) {
       check_weight_grad<double>(random_structure(rng, 8, 150, 120, 0.4, false, false), 32, co,
                                 true, rng, path);
     }
+}
+
+// The cost model: output-stationary while the weights stay in L2; beyond that (128 -> 128
+// channels, 27 offsets) gather-GEMM-scatter, unless its [M, c_out] products buffer is over
+// twice the L3 cache.
+TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
+  std::vector<int64_t> group_ptr(28), row_ptr(2, 0);
+  std::vector<int32_t> dummy(1, 0);
+  pc::Pairs p;
+  p.num_groups = 27;
+  p.group_ptr = group_ptr.data();
+  p.row_ptr = row_ptr.data();
+  p.row_pair = dummy.data();
+  p.pair_group = dummy.data();
+  auto with_pairs = [&](int64_t m) {
+    for (int64_t g = 0; g <= 27; ++g) group_ptr[size_t(g)] = m * g / 27;
+    return p;
+  };
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 64, 64, 4), pc::Dataflow::OutputStationary);
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 128, 128, 4),
+            pc::Dataflow::GatherGemmScatter);
+  const int64_t l3 = sparsejit::cpu_l3_bytes();
+  if (l3 <= 0) GTEST_SKIP() << "the OS does not report an L3 cache";
+  const int64_t over = 2 * l3 / (128 * 4) + 1;  // pairs whose products pass 2 x L3
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(over), 128, 128, 4), pc::Dataflow::OutputStationary);
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(over - 2), 128, 128, 4),
+            pc::Dataflow::GatherGemmScatter);
 }
 
 TEST(PointConvRun, CheckPairsRejectsBadStructures) {
