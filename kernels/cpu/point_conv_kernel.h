@@ -103,13 +103,8 @@ inline void store_row(S* p, V v) {
 
 // Vector registers of the target: 32 with AVX-512 (ymm16-31 through AVX512VL), 16 with AVX;
 // without AVX a 32-byte vector takes two of the 16 SSE registers.
-#if defined(__AVX512F__)
-inline constexpr int kVecRegisters = 32;
-#elif defined(__AVX__)
-inline constexpr int kVecRegisters = 16;
-#else
-inline constexpr int kVecRegisters = 8;
-#endif
+inline constexpr int kVecRegisters =
+    detail::kVecBytes == 64 ? 32 : detail::kVecBytes == 32 ? 16 : 8;
 
 // A column block of NB 32-byte vectors (NB counts 32-byte vectors whatever the registers):
 // rows taken together (R > 1) with AVX-512 hold it as NB / 2 64-byte registers when NB is

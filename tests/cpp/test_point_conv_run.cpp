@@ -48,15 +48,21 @@ struct Structure {
   }
 };
 
-// Random groups; with `unique` each group's out rows are distinct (a random injection).
-Structure random_structure(std::mt19937& rng, int64_t groups, int64_t n_in, int64_t n_out,
-                           double density, bool unique, bool with_identity) {
+// No pairs yet: group_ptr holds its leading 0.
+Structure empty_structure(int64_t groups, int64_t n_in, int64_t n_out, bool unique) {
   Structure s;
   s.groups = groups;
   s.n_in = n_in;
   s.n_out = n_out;
   s.unique = unique;
   s.group_ptr.push_back(0);
+  return s;
+}
+
+// Random groups; with `unique` each group's out rows are distinct (a random injection).
+Structure random_structure(std::mt19937& rng, int64_t groups, int64_t n_in, int64_t n_out,
+                           double density, bool unique, bool with_identity) {
+  Structure s = empty_structure(groups, n_in, n_out, unique);
   std::uniform_real_distribution<double> u(0, 1);
   for (int64_t g = 0; g < groups; ++g) {
     if (with_identity && g == groups / 2) {
@@ -276,12 +282,7 @@ Structure row_pair_structure(std::mt19937& rng, int64_t row_pairs) {
     }
   }
   of_row[size_t(n - 1)] = {0, 13, 26};
-  Structure s;
-  s.groups = groups;
-  s.n_in = n;
-  s.n_out = n;
-  s.unique = false;
-  s.group_ptr.push_back(0);
+  Structure s = empty_structure(groups, n, n, false);
   std::uniform_int_distribution<int32_t> pick_in(0, static_cast<int32_t>(n - 1));
   for (int g = 0; g < groups; ++g) {
     for (int64_t r = 0; r < n; ++r)
