@@ -56,7 +56,7 @@ void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const dou
 // out[i * cols + j] = a[i * lda + j] rounded to bfloat16: cloned for AVX-512 and AVX2 (the
 // library's baseline build would round 4 lanes at a time), picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+__attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -100,6 +100,73 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
   T c = values ? values[pv.perm[p]] : T(1);
   if (mean) c /= T(pv.grp_ptr[g + 1] - pv.grp_ptr[g]);
   return c;
+}
+
+// The transform-first relations' row loops over groups [g0, g1) (slot: each entry's row in
+// the relation's transformed rows t):
+//   kToTargets: y[grp_dst[g]] += (values[perm[q]] * 1/|g|) * t[slot[q]]   (forward)
+//   kToSlots:   t[slot[q]] += (values[perm[q]] / |g|) * dy[grp_dst[g]]    (dW, source side)
+// One row of w columns per entry. Cloned for AVX2 (x86-64-v4 gave the same 256-bit code):
+// this file is compiled for the baseline ISA and without contraction, so both clones compute
+// the same values.
+enum class SlotDir { kToTargets, kToSlots };
+
+template <typename T, SlotDir D>
+inline __attribute__((always_inline)) void slot_rows(const PlanView& pv, const int64_t* slot,
+                                                     const T* values, bool mean, int64_t g0,
+                                                     int64_t g1, T* t, T* y, int64_t w) {
+  for (int64_t g = g0; g < g1; ++g) {
+    T* yg = y + pv.grp_dst[g] * w;
+    const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
+    if constexpr (D == SlotDir::kToTargets) {
+      const T inv = mean ? T(1) / T(p1 - p0) : T(1);
+      for (int64_t q = p0; q < p1; ++q) {
+        const T c = (values ? values[pv.perm[q]] : T(1)) * inv;
+        const T* __restrict row = t + slot[q] * w;
+        for (int64_t j = 0; j < w; ++j) yg[j] += c * row[j];
+      }
+    } else {
+      for (int64_t q = p0; q < p1; ++q) {
+        const T c = coef(pv, values, mean, g, q);
+        T* __restrict o = t + slot[q] * w;
+        for (int64_t j = 0; j < w; ++j) o[j] += c * yg[j];
+      }
+    }
+  }
+}
+
+template <typename T>
+inline __attribute__((always_inline)) void slot_rows_either(SlotDir d, const PlanView& pv,
+                                                            const int64_t* slot,
+                                                            const T* values, bool mean,
+                                                            int64_t g0, int64_t g1, T* t, T* y,
+                                                            int64_t w) {
+  if (d == SlotDir::kToTargets)
+    slot_rows<T, SlotDir::kToTargets>(pv, slot, values, mean, g0, g1, t, y, w);
+  else
+    slot_rows<T, SlotDir::kToSlots>(pv, slot, values, mean, g0, g1, t, y, w);
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void slot_rows_f32(SlotDir d, const PlanView& pv, const int64_t* slot, const float* values,
+                   bool mean, int64_t g0, int64_t g1, float* t, float* y, int64_t w) {
+  slot_rows_either<float>(d, pv, slot, values, mean, g0, g1, t, y, w);
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void slot_rows_f64(SlotDir d, const PlanView& pv, const int64_t* slot, const double* values,
+                   bool mean, int64_t g0, int64_t g1, double* t, double* y, int64_t w) {
+  slot_rows_either<double>(d, pv, slot, values, mean, g0, g1, t, y, w);
+}
+
+// y holds the targets' rows: Y, written (kToTargets), or dY, only read (kToSlots).
+template <typename T>
+void slot_rows_run(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
+                   bool mean, int64_t g0, int64_t g1, T* t, T* y, int64_t w) {
+  if constexpr (std::is_same_v<T, float>)
+    slot_rows_f32(d, pv, slot, values, mean, g0, g1, t, y, w);
+  else
+    slot_rows_f64(d, pv, slot, values, mean, g0, g1, t, y, w);
 }
 
 // The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
@@ -406,17 +473,8 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
         const int64_t ga = lower_bound_dst(pv, pv.rel_ptr[r], pv.rel_ptr[r + 1], row0);
         const int64_t gb = lower_bound_dst(pv, ga, pv.rel_ptr[r + 1], row1);
         if (choice[r] == 2) {  // reduce transformed rows straight into Y
-          const T* t_r = transformed.data() + t_off[r] * fo;
-          for (int64_t g = ga; g < gb; ++g) {
-            T* out = y + pv.grp_dst[g] * fo;
-            const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
-            const T inv = p.mean ? T(1) / T(p1 - p0) : T(1);
-            for (int64_t q = p0; q < p1; ++q) {
-              const T cq = (values ? values[pv.perm[q]] : T(1)) * inv;
-              const T* row = t_r + si->slot[q] * fo;
-              for (int64_t j = 0; j < fo; ++j) out[j] += cq * row[j];
-            }
-          }
+          slot_rows_run(SlotDir::kToTargets, pv, si->slot.data(), values, p.mean, ga, gb,
+                        transformed.data() + t_off[r] * fo, y, fo);
           continue;
         }
         const T* w_r = w + r * fi * fo;
@@ -503,14 +561,8 @@ SourceSide source_side(const Problem& p, const T* x, const T* values, const T* d
       const int64_t s0 = ss.si().src_ptr[r], s_r = ss.si().src_ptr[r + 1] - s0;
       t_r.assign(size_t(s_r * fo), T(0));
       // T_r[slot] += coef * dY[target]: entries in their stored order (deterministic).
-      for (int64_t g = pv.rel_ptr[r]; g < pv.rel_ptr[r + 1]; ++g) {
-        const T* d = dy + pv.grp_dst[g] * fo;
-        for (int64_t q = pv.grp_ptr[g]; q < pv.grp_ptr[g + 1]; ++q) {
-          const T c = coef(pv, values, p.mean, g, q);
-          T* o = t_r.data() + ss.si().slot[size_t(q)] * fo;
-          for (int64_t j = 0; j < fo; ++j) o[j] += c * d[j];
-        }
-      }
+      slot_rows_run(SlotDir::kToSlots, pv, ss.si().slot.data(), values, p.mean,
+                    pv.rel_ptr[r], pv.rel_ptr[r + 1], t_r.data(), const_cast<T*>(dy), fo);
       // dW[r] = X[sources]^T T_r
       xs.resize(size_t(s_r * fi));
       for (int64_t i = 0; i < s_r; ++i)
