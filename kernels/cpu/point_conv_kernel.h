@@ -265,36 +265,45 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
                                     w + static_cast<int64_t>(l.pair_group[pair]) * wstride, ci,
                                     co);
     }
-  }
-  for (; R > 1;) {
-    int32_t g[R], first = INT32_MAX;
+  } else {  // merge: the smallest next group among the rows, for every row that has it
+    for (;;) {
+      int32_t g[R], first = INT32_MAX;
 #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      g[i] = q[i] < end[i] ? l.pair_group[l.row_pair[q[i]]] : INT32_MAX;
-      first = g[i] < first ? g[i] : first;
-    }
-    if (first == INT32_MAX) break;
-    int mask = 0;
-    const S* xr[R];
-    T sc[R];
+      for (int i = 0; i < R; ++i) {
+        g[i] = q[i] < end[i] ? l.pair_group[l.row_pair[q[i]]] : INT32_MAX;
+        first = g[i] < first ? g[i] : first;
+      }
+      if (first == INT32_MAX) break;
+      int mask = 0;
+      const S* xr[R];
+      T sc[R];
 #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      xr[i] = x;
-      sc[i] = T(1);
-      if (g[i] != first) continue;
-      mask |= 1 << i;
-      const int32_t pair = l.row_pair[q[i]];
-      xr[i] = x + static_cast<int64_t>(l.in_idx[pair]) * ci;
-      if (scale != nullptr) sc[i] = scale[pair];
-      if (v0 == 0 && q[i] + kAhead < end[i]) prefetch_x(l, x, ci, q[i] + kAhead);
-      ++q[i];
+      for (int i = 0; i < R; ++i) {
+        xr[i] = x;
+        sc[i] = T(1);
+        if (g[i] != first) continue;
+        mask |= 1 << i;
+        const int32_t pair = l.row_pair[q[i]];
+        xr[i] = x + static_cast<int64_t>(l.in_idx[pair]) * ci;
+        if (scale != nullptr) sc[i] = scale[pair];
+        if (v0 == 0 && q[i] + kAhead < end[i]) prefetch_x(l, x, ci, q[i] + kAhead);
+        ++q[i];
+      }
+      add_rows_masked<T, CI, NV, NS, R>(mask, acc, xr, sc,
+                                        w + static_cast<int64_t>(first) * wstride, ci, co);
     }
-    add_rows_masked<T, CI, NV, NS, R>(mask, acc, xr, sc, w + static_cast<int64_t>(first) * wstride,
-                                      ci, co);
   }
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i)
     finish_block<T, NV, NS>(l, static_cast<S*>(l.y) + (r + i) * co + v0 * L32, acc[i]);
+}
+
+// Every column block of the R out rows from r (blocks of 8 vectors, then the NV % 8 left).
+template <typename T, int CI, int NV, int R, typename S>
+inline __attribute__((always_inline)) void row_blocks(const ConvOsLaunch& l, int64_t r) {
+  int v0 = 0;
+  for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, R, S>(l, r, v0);
+  if constexpr (NV % 8 != 0) block_rows<T, CI, NV % 8, R, S>(l, r, v0);
 }
 
 // Out rows [l.r0, l.r1) with c_out = CO (a multiple of the vector length), up to MaxRows of
@@ -311,18 +320,9 @@ inline __attribute__((always_inline)) void rows(const ConvOsLaunch& l) {
   constexpr int RT = NT != 0 ? kRowsTogether<NT, MaxRows> : MaxRows;
   constexpr int R = R8 < RT ? R8 : RT;
   int64_t r = l.r0;
-  if constexpr (R > 1) {
-    for (; r + R <= l.r1; r += R) {
-      int v0 = 0;
-      for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, R, S>(l, r, v0);
-      if constexpr (NT != 0) block_rows<T, CI, NT, R, S>(l, r, v0);
-    }
-  }
-  for (; r < l.r1; ++r) {
-    int v0 = 0;
-    for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, 1, S>(l, r, v0);
-    if constexpr (NT != 0) block_rows<T, CI, NT, 1, S>(l, r, v0);
-  }
+  if constexpr (R > 1)
+    for (; r + R <= l.r1; r += R) row_blocks<T, CI, NV, R, S>(l, r);
+  for (; r < l.r1; ++r) row_blocks<T, CI, NV, 1, S>(l, r);
 }
 
 }  // namespace point_conv_detail

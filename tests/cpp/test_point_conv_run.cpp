@@ -355,6 +355,18 @@ TEST(PointConvRun, EmptyOneElementAndSkewed) {
   s.group_ptr = {0, 0, 3000, 3000, 3000};
   check_forward<float>(s, 16, 16, false, true, true, rng);
   check_forward<double>(s, 3, 5, true, false, false, rng);
+  // skewed at 27 offsets of 64 x 64 (rows taken together in the JIT): row 0 holds 2000 pairs
+  // of one offset, rows 1-2 a few, the other rows none
+  Structure k = empty_structure(27, 600, 600, false);
+  for (int64_t g = 0; g < 27; ++g) {
+    const int reps = g == 13 ? 2000 : 3;
+    for (int i = 0; i < reps; ++i) {
+      k.in_idx.push_back(int32_t((g * 37 + i) % 600));
+      k.out_idx.push_back(g == 13 ? 0 : 1 + i % 2);
+    }
+    k.group_ptr.push_back(static_cast<int64_t>(k.in_idx.size()));
+  }
+  check_forward<float>(k, 64, 64, false, true, true, rng);
 }
 
 TEST(PointConvRun, WeightGrad) {
