@@ -103,33 +103,36 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
 }
 
 // The transform-first relations' row loops over groups [g0, g1) (slot: each entry's row in
-// the relation's transformed rows t):
-//   kToTargets: y[grp_dst[g]] += (values[perm[q]] * 1/|g|) * t[slot[q]]   (forward)
-//   kToSlots:   t[slot[q]] += (values[perm[q]] / |g|) * dy[grp_dst[g]]    (dW, source side)
-// One row of w columns per entry. Cloned for AVX2 (x86-64-v4 gave the same 256-bit code):
-// this file is compiled for the baseline ISA and without contraction, so both clones compute
-// the same values.
+// the relation's transformed rows), rows of w columns, from `in` to `out`:
+//   kToTargets: out[grp_dst[g]] += (values[perm[q]] * 1/|g|) * in[slot[q]]  (forward: in the
+//               transformed rows, out Y)
+//   kToSlots:   out[slot[q]] += (values[perm[q]] / |g|) * in[grp_dst[g]]    (dW, source side:
+//               in dY, out the relation's rows)
+// Cloned for AVX2 (x86-64-v4 gave the same 256-bit code): this file is compiled for the
+// baseline ISA and without contraction, so both clones compute the same values.
 enum class SlotDir { kToTargets, kToSlots };
 
 template <typename T, SlotDir D>
 inline __attribute__((always_inline)) void slot_rows(const PlanView& pv, const int64_t* slot,
                                                      const T* values, bool mean, int64_t g0,
-                                                     int64_t g1, T* t, T* y, int64_t w) {
+                                                     int64_t g1, const T* in, T* out,
+                                                     int64_t w) {
   for (int64_t g = g0; g < g1; ++g) {
-    T* yg = y + pv.grp_dst[g] * w;
     const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
     if constexpr (D == SlotDir::kToTargets) {
+      T* __restrict o = out + pv.grp_dst[g] * w;
       const T inv = mean ? T(1) / T(p1 - p0) : T(1);
       for (int64_t q = p0; q < p1; ++q) {
         const T c = (values ? values[pv.perm[q]] : T(1)) * inv;
-        const T* __restrict row = t + slot[q] * w;
-        for (int64_t j = 0; j < w; ++j) yg[j] += c * row[j];
+        const T* __restrict row = in + slot[q] * w;
+        for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
       }
     } else {
+      const T* __restrict row = in + pv.grp_dst[g] * w;
       for (int64_t q = p0; q < p1; ++q) {
         const T c = coef(pv, values, mean, g, q);
-        T* __restrict o = t + slot[q] * w;
-        for (int64_t j = 0; j < w; ++j) o[j] += c * yg[j];
+        T* __restrict o = out + slot[q] * w;
+        for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
       }
     }
   }
@@ -139,34 +142,34 @@ template <typename T>
 inline __attribute__((always_inline)) void slot_rows_either(SlotDir d, const PlanView& pv,
                                                             const int64_t* slot,
                                                             const T* values, bool mean,
-                                                            int64_t g0, int64_t g1, T* t, T* y,
-                                                            int64_t w) {
+                                                            int64_t g0, int64_t g1, const T* in,
+                                                            T* out, int64_t w) {
   if (d == SlotDir::kToTargets)
-    slot_rows<T, SlotDir::kToTargets>(pv, slot, values, mean, g0, g1, t, y, w);
+    slot_rows<T, SlotDir::kToTargets>(pv, slot, values, mean, g0, g1, in, out, w);
   else
-    slot_rows<T, SlotDir::kToSlots>(pv, slot, values, mean, g0, g1, t, y, w);
+    slot_rows<T, SlotDir::kToSlots>(pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void slot_rows_f32(SlotDir d, const PlanView& pv, const int64_t* slot, const float* values,
-                   bool mean, int64_t g0, int64_t g1, float* t, float* y, int64_t w) {
-  slot_rows_either<float>(d, pv, slot, values, mean, g0, g1, t, y, w);
+                   bool mean, int64_t g0, int64_t g1, const float* in, float* out, int64_t w) {
+  slot_rows_either<float>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void slot_rows_f64(SlotDir d, const PlanView& pv, const int64_t* slot, const double* values,
-                   bool mean, int64_t g0, int64_t g1, double* t, double* y, int64_t w) {
-  slot_rows_either<double>(d, pv, slot, values, mean, g0, g1, t, y, w);
+                   bool mean, int64_t g0, int64_t g1, const double* in, double* out,
+                   int64_t w) {
+  slot_rows_either<double>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
-// y holds the targets' rows: Y, written (kToTargets), or dY, only read (kToSlots).
 template <typename T>
 void slot_rows_run(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
-                   bool mean, int64_t g0, int64_t g1, T* t, T* y, int64_t w) {
+                   bool mean, int64_t g0, int64_t g1, const T* in, T* out, int64_t w) {
   if constexpr (std::is_same_v<T, float>)
-    slot_rows_f32(d, pv, slot, values, mean, g0, g1, t, y, w);
+    slot_rows_f32(d, pv, slot, values, mean, g0, g1, in, out, w);
   else
-    slot_rows_f64(d, pv, slot, values, mean, g0, g1, t, y, w);
+    slot_rows_f64(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 // The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
@@ -562,7 +565,7 @@ SourceSide source_side(const Problem& p, const T* x, const T* values, const T* d
       t_r.assign(size_t(s_r * fo), T(0));
       // T_r[slot] += coef * dY[target]: entries in their stored order (deterministic).
       slot_rows_run(SlotDir::kToSlots, pv, ss.si().slot.data(), values, p.mean,
-                    pv.rel_ptr[r], pv.rel_ptr[r + 1], t_r.data(), const_cast<T*>(dy), fo);
+                    pv.rel_ptr[r], pv.rel_ptr[r + 1], dy, t_r.data(), fo);
       // dW[r] = X[sources]^T T_r
       xs.resize(size_t(s_r * fi));
       for (int64_t i = 0; i < s_r; ++i)
