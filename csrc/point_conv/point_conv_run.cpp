@@ -320,14 +320,17 @@ constexpr int64_t kOsTile = 256;  // out rows per task
 
 // Tiles of kOsTile out rows in parallel through the JIT's entry `fn`, or (null) the
 // ahead-of-time rows; W already as [G, c_in, c_out].
+// `w_pairs`: bfloat16 storage only, W as bfloat16 channel pairs (ConvOsLaunch::w_pairs) or null.
 template <typename T>
-void os_tiles(const Pairs& p, const PointConvArgs<T>& a, const T* w, codegen::EntryFn fn) {
+void os_tiles(const Pairs& p, const PointConvArgs<T>& a, const T* w, codegen::EntryFn fn,
+              const uint16_t* w_pairs = nullptr) {
   const int64_t tiles = (p.num_out + kOsTile - 1) / kOsTile;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r0 = t * kOsTile, r1 = std::min(p.num_out, r0 + kOsTile);
     if (fn != nullptr) {
-      const cpu::ConvOsLaunch l = detail::os_launch(p, a, w, r0, r1);
+      cpu::ConvOsLaunch l = detail::os_launch(p, a, w, r0, r1);
+      l.w_pairs = w_pairs;
       fn(&l);
     } else {
       os_tile(p, a, w, r0, r1);
@@ -421,7 +424,8 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
   return d;
 }
 
-bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d) {
+bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d,
+                            bool weights_bf16) {
   if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(float));
   if (d != Dataflow::OutputStationary || !row_indexed(p) || a.c_in == 0 || a.c_out == 0 ||
       p.num_out == 0 || p.size() == 0 || a.accumulate)
@@ -429,7 +433,28 @@ bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataf
   const codegen::EntryFn fn = os_jit_fn(p, a.c_in, a.c_out, ScalarKind::BF16);
   if (fn == nullptr) return false;
   std::vector<float> wt;
-  os_tiles(p, a, weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt), fn);
+  const float* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
+  // Channel pairs for CPUs with AVX512-BF16: W[g][2k + h][j] at [g][k][j][1 - h] (the rows
+  // swap the halves of X's words to match). The values are bfloat16 exactly (weights_bf16),
+  // so their high halves are the bits (no rounding).
+  std::vector<uint16_t> pairs;
+  if (weights_bf16 && a.scale == nullptr && a.c_in >= 2 && cpu_has_bf16_dot()) {
+    const int64_t ci = a.c_in, co = a.c_out, np = ci / 2;
+    pairs.resize(static_cast<size_t>(p.num_groups * np * co * 2));
+#pragma omp parallel for schedule(static) if (p.num_groups * ci * co >= (int64_t{1} << 16))
+    for (int64_t g = 0; g < p.num_groups; ++g)
+      for (int64_t k = 0; k < np; ++k)
+        for (int64_t h = 0; h < 2; ++h) {
+          const float* src = w + (g * ci + 2 * k + h) * co;
+          uint16_t* dst = pairs.data() + (g * np + k) * co * 2 + (1 - h);
+          for (int64_t j = 0; j < co; ++j) {
+            uint32_t u;
+            std::memcpy(&u, src + j, sizeof(u));
+            dst[2 * j] = static_cast<uint16_t>(u >> 16);
+          }
+        }
+  }
+  os_tiles(p, a, w, fn, pairs.empty() ? nullptr : pairs.data());
   return true;
 }
 

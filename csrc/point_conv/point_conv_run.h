@@ -99,8 +99,12 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
 // compiles for bfloat16 storage (the same bits as the float32 rows on the widened features,
 // rounded to nearest even); returns false, having written nothing, when `d` (Auto: the
 // float32 cost model) is not output-stationary, the JIT does not take the pass, or `a`
-// accumulates. The caller then runs the float32 path on converted tensors.
-bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d);
+// accumulates. The caller then runs the float32 path on converted tensors. `weights_bf16`:
+// every weight is a bfloat16 value (the caller's weights were bfloat16); on CPUs with
+// AVX512-BF16 the rows then multiply channel pairs with vdpbf16ps (the same bits, except that
+// the instruction takes subnormal inputs and results as zero).
+bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d,
+                            bool weights_bf16 = false);
 
 // Out rows the JIT's output-stationary kernel takes together for these weights (its spec's
 // `rows`): 4 when the num_groups x c_in x c_out weights (elem_bytes each) take more than

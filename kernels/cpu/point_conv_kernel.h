@@ -8,7 +8,8 @@
 //   - by the JIT (codegen/cpu_point_conv_spec), with C_in and C_out as constants: the channel loop
 //     unrolls into straight-line code per pair; also with bfloat16 features and output
 //     (float weights, float accumulation: the same bits as the float32 rows run on the
-//     widened features, then rounded);
+//     widened features, then rounded; with bfloat16 weights and AVX512-BF16, two channels
+//     per vdpbf16ps, still the same bits);
 //   - ahead of time in csrc/point_conv/register_kernels.cpp for C_out = 16, 32, 64, 128 (C_in at run
 //     time), for when the JIT is off or the pass is too small to pay for a compile.
 // The row is cut into column blocks of at most 8 vectors (so a block's accumulators and the
@@ -27,6 +28,11 @@
 #include <type_traits>
 
 #include "kernels/cpu/common/vec.h"
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
+#include <immintrin.h>
+#define SPARSEJIT_OS_BF16_PAIRS 1
+#endif
 
 namespace sparsejit::cpu {
 
@@ -40,6 +46,11 @@ struct ConvOsLaunch {
   const void* bias = nullptr;           // T [c_out], or null
   const void* scale = nullptr;          // T [M] per-pair factor, or null
   void* y = nullptr;                    // S [num_out, c_out]
+  // bfloat16 storage only, optional: W as bfloat16 channel pairs [G, c_in / 2, c_out, 2]
+  // (pair k: channel 2k + 1 in the even half, 2k in the odd one), given when `w` holds
+  // bfloat16 values exactly. With AVX512-BF16 and no `scale` the rows then multiply pairs
+  // with vdpbf16ps (same bits).
+  const uint16_t* w_pairs = nullptr;
   int64_t c_in = 0, c_out = 0;
   int64_t r0 = 0, r1 = 0;  // the out rows of this call
   int32_t accumulate = 0;  // 1: y += ..., 0: y = bias + ...
@@ -155,49 +166,116 @@ inline __attribute__((always_inline)) void finish_block(const ConvOsLaunch& l, S
   }
 }
 
-// For the rows i in MASK: acc[i] += sc[i] * x[i] @ wg (wg at the block's columns). Channel c
-// goes to set c mod NS, channels in increasing order; each W vector is loaded once for all
-// the rows. Per row these are the same operations in the same order whatever MASK is.
+// Channel c's contribution to the rows i in MASK: acc[i][s] += sc[i] * x[i][c] * W row c.
+template <typename T, int NV, int NS, int R, int MASK, typename V, typename S>
+inline __attribute__((always_inline)) void add_channel(V (&acc)[R][NS][NV],
+                                                       const S* const (&x)[R],
+                                                       const T (&sc)[R], const T* __restrict wg,
+                                                       int64_t c, int s, int64_t co) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
+  T xv[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i)
+    if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c]);
+  const T* wr = wg + c * co;
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    V wv;
+    std::memcpy(&wv, wr + v * L, sizeof(V));
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i)
+      if ((MASK >> i) & 1) acc[i][s][v] += xv[i] * wv;
+  }
+}
+
+#ifdef SPARSEJIT_OS_BF16_PAIRS
+// Channel pair k (channels 2k, 2k + 1) of bfloat16 rows with bfloat16 weights: one vdpbf16ps
+// per W vector. Per float lane the instruction adds the product of its odd halves, then of its
+// even halves (each product exact in float32, each add rounded to nearest even); with the X
+// word's halves swapped and W packed swapped (ConvOsLaunch::w_pairs) that is add_channel for
+// 2k, then 2k + 1, except that subnormal inputs and results are taken as zero. `wp` is W[g]'s
+// pairs at the block's columns: [c_in / 2, c_out, 2].
+template <int NV, int NS, int R, int MASK, typename V>
+inline __attribute__((always_inline)) void add_pair_bf16(V (&acc)[R][NS][NV],
+                                                         const uint16_t* const (&x)[R],
+                                                         const uint16_t* __restrict wp, int64_t k,
+                                                         int s, int64_t co) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  typedef detail::Vec<uint32_t, sizeof(V)> U;
+  U xb[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    if ((MASK >> i) & 1) {
+      uint32_t word;
+      std::memcpy(&word, x[i] + 2 * k, sizeof(word));
+      xb[i] = U{} + ((word >> 16) | (word << 16));
+    }
+  }
+  const uint16_t* wr = wp + k * co * 2;
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    U wv;
+    std::memcpy(&wv, wr + v * L * 2, sizeof(U));
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      if ((MASK >> i) & 1) {
+        if constexpr (sizeof(V) == 64)
+          acc[i][s][v] = reinterpret_cast<V>(_mm512_dpbf16_ps(
+              reinterpret_cast<__m512>(acc[i][s][v]), reinterpret_cast<__m512bh>(xb[i]),
+              reinterpret_cast<__m512bh>(wv)));
+        else
+          acc[i][s][v] = reinterpret_cast<V>(_mm256_dpbf16_ps(
+              reinterpret_cast<__m256>(acc[i][s][v]), reinterpret_cast<__m256bh>(xb[i]),
+              reinterpret_cast<__m256bh>(wv)));
+      }
+    }
+  }
+}
+#endif
+
+// For the rows i in MASK: acc[i] += sc[i] * x[i] @ wg (wg at the block's columns). Channels
+// in increasing order, in pairs (2k, 2k + 1): pair k goes to set k mod NS (so that bfloat16
+// rows with bfloat16 weights, `wp`, can take a pair in one vdpbf16ps where the target has it,
+// with the same bits), an odd last channel alone to the next set. Each W vector is loaded
+// once for all the rows; per row these are the same operations in the same order whatever
+// MASK is.
 template <typename T, int CI, int NV, int NS, int R, int MASK, typename V, typename S>
 inline __attribute__((always_inline)) void add_rows(V (&acc)[R][NS][NV],
                                                     const S* const (&x)[R],
                                                     const T (&sc)[R], const T* __restrict wg,
-                                                    int64_t ci, int64_t co) {
-  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
+                                                    const uint16_t* __restrict wp, int64_t ci,
+                                                    int64_t co) {
+#ifdef SPARSEJIT_OS_BF16_PAIRS
+  if constexpr (sizeof(S) == 2) {
+    if (wp != nullptr) {  // (no per-pair scale: the caller passes wp only then)
+      int64_t k = 0;
+      const int64_t pairs = ci / 2;
+      for (; k + NS <= pairs; k += NS) {
+#pragma GCC unroll 4
+        for (int s = 0; s < NS; ++s) add_pair_bf16<NV, NS, R, MASK>(acc, x, wp, k + s, s, co);
+      }
+      int s = 0;
+      for (; k < pairs; ++k, ++s) add_pair_bf16<NV, NS, R, MASK>(acc, x, wp, k, s, co);
+      if (ci % 2 != 0) add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, ci - 1, s, co);
+      return;
+    }
+  }
+#endif
+  (void)wp;
   int64_t c = 0;
-  for (; c + NS <= ci; c += NS) {
+  for (; c + 2 * NS <= ci; c += 2 * NS) {
 #pragma GCC unroll 4
     for (int s = 0; s < NS; ++s) {
-      T xv[R];
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i)
-        if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c + s]);
-      const T* wr = wg + (c + s) * co;
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        V wv;
-        std::memcpy(&wv, wr + v * L, sizeof(V));
-#pragma GCC unroll 4
-        for (int i = 0; i < R; ++i)
-          if ((MASK >> i) & 1) acc[i][s][v] += xv[i] * wv;
-      }
+      add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 2 * s, s, co);
+      add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 2 * s + 1, s, co);
     }
   }
-  for (; c < ci; ++c) {
-    T xv[R];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i)
-      if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c]);
-    const T* wr = wg + c * co;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      V wv;
-      std::memcpy(&wv, wr + v * L, sizeof(V));
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i)
-        if ((MASK >> i) & 1) acc[i][0][v] += xv[i] * wv;
-    }
+  int s = 0;
+  for (; c + 2 <= ci; c += 2, ++s) {
+    add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c, s, co);
+    add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 1, s, co);
   }
+  if (c < ci) add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c, s, co);
 }
 
 // add_rows for the MASK known only at run time (1 .. 2^R - 1): a chain of tests from all R
@@ -208,12 +286,13 @@ template <typename T, int CI, int NV, int NS, int R, int M = (1 << R) - 1, typen
 inline __attribute__((always_inline)) void add_rows_masked(int mask, V (&acc)[R][NS][NV],
                                                            const S* const (&x)[R],
                                                            const T (&sc)[R], const T* wg,
-                                                           int64_t ci, int64_t co) {
+                                                           const uint16_t* wp, int64_t ci,
+                                                           int64_t co) {
   if constexpr (M >= 1) {
     if (mask == M)
-      add_rows<T, CI, NV, NS, R, M>(acc, x, sc, wg, ci, co);
+      add_rows<T, CI, NV, NS, R, M>(acc, x, sc, wg, wp, ci, co);
     else
-      add_rows_masked<T, CI, NV, NS, R, M - 1>(mask, acc, x, sc, wg, ci, co);
+      add_rows_masked<T, CI, NV, NS, R, M - 1>(mask, acc, x, sc, wg, wp, ci, co);
   }
 }
 
@@ -244,6 +323,10 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
   const S* __restrict x = static_cast<const S*>(l.x);
   const T* __restrict w = static_cast<const T*>(l.w) + v0 * L32;
   const T* scale = static_cast<const T*>(l.scale);
+  // bfloat16 weight pairs at the block's columns (only without a per-pair scale)
+  const uint16_t* wp = l.w_pairs != nullptr && scale == nullptr ? l.w_pairs + v0 * L32 * 2
+                                                                 : nullptr;
+  const int64_t pstride = ci / 2 * co * 2;
   constexpr int64_t kAhead = 2;
   V acc[R][NS][NV];
   int64_t q[R], end[R];
@@ -261,9 +344,9 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
       if (v0 == 0 && q[0] + kAhead < end[0]) prefetch_x(l, x, ci, q[0] + kAhead);
       const S* xr[1] = {x + static_cast<int64_t>(l.in_idx[pair]) * ci};
       const T sc[1] = {scale != nullptr ? scale[pair] : T(1)};
-      add_rows<T, CI, NV, NS, 1, 1>(acc, xr, sc,
-                                    w + static_cast<int64_t>(l.pair_group[pair]) * wstride, ci,
-                                    co);
+      const int64_t g = l.pair_group[pair];
+      add_rows<T, CI, NV, NS, 1, 1>(acc, xr, sc, w + g * wstride,
+                                    wp != nullptr ? wp + g * pstride : nullptr, ci, co);
     }
   } else {  // merge: the smallest next group among the rows, for every row that has it
     for (;;) {
@@ -290,7 +373,8 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
         ++q[i];
       }
       add_rows_masked<T, CI, NV, NS, R>(mask, acc, xr, sc,
-                                        w + static_cast<int64_t>(first) * wstride, ci, co);
+                                        w + static_cast<int64_t>(first) * wstride,
+                                        wp != nullptr ? wp + first * pstride : nullptr, ci, co);
     }
   }
 #pragma GCC unroll 4

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -314,6 +316,73 @@ TEST(PointConvRun, OutputStationaryJit) {
     check_os_jit<float>(ci, co, rng);
   for (auto [ci, co] : {std::pair<int64_t, int64_t>{16, 16}, {7, 12}, {32, 32}})
     check_os_jit<double>(ci, co, rng);
+}
+
+// bfloat16 bits of a float, rounded to nearest even (NaN is not used here).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// bfloat16 features through output_stationary_bf16, forward and (W transposed) the feature
+// gradient's form: bit for bit the float32 rows on the widened features, rounded, whether the
+// weights are declared bfloat16 (channel pairs on vdpbf16ps where the CPU has AVX512-BF16:
+// rows alone and four together, an odd C_in) or not (float32 weights that bfloat16 cannot
+// hold, which must not be rounded).
+void check_os_bf16(Structure s, int64_t ci, int64_t co, std::mt19937& rng) {
+  namespace cg = sparsejit::codegen;
+  if (!cg::CpuJit::instance().enabled()) GTEST_SKIP() << "SPARSEJIT_JIT=0";
+  auto p = s.pairs();
+  ASSERT_GE(static_cast<int64_t>(s.in_idx.size()) * ci * co, int64_t(1) << 20);
+  std::vector<uint16_t> xb(s.n_in * ci);
+  for (auto& h : xb) h = to_bf16(random_vec<float>(rng, 1)[0]);
+  std::vector<float> xw(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) xw[i] = from_bf16(xb[i]);
+  const auto bias = random_vec<float>(rng, co);
+  for (bool trans : {false, true}) {
+    for (bool exact : {true, false}) {
+      auto w = random_vec<float>(rng, s.groups * ci * co);
+      for (auto& v : w) v = exact ? from_bf16(to_bf16(v)) : v * (1.0f + 0x1p-12f);
+      std::vector<float> wide(s.n_out * co, std::numeric_limits<float>::quiet_NaN());
+      pc::PointConvArgs<float> a;
+      a.x = xw.data();
+      a.c_in = ci;
+      a.w = w.data();
+      a.trans_w = trans;
+      a.c_out = co;
+      a.bias = bias.data();
+      a.y = wide.data();
+      pc::gather_gemm_scatter<float>(p, a, pc::Dataflow::OutputStationary);
+      std::vector<uint16_t> y(s.n_out * co, 0xffff);
+      a.x = reinterpret_cast<const float*>(xb.data());
+      a.y = reinterpret_cast<float*>(y.data());
+      ASSERT_TRUE(pc::output_stationary_bf16(p, a, pc::Dataflow::OutputStationary, exact))
+          << ci << " x " << co;
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], to_bf16(wide[i])) << ci << " x " << co << " trans " << trans
+                                          << " bf16 weights " << exact << " entry " << i;
+    }
+  }
+}
+
+TEST(PointConvRun, OutputStationaryBfloat16Pairs) {
+  std::mt19937 rng(21);
+  if (!sparsejit::cpu_has_bf16_dot())
+    std::printf("(no AVX512-BF16 here: the rows widen every channel; same bits expected)\n");
+  for (auto [ci, co] : {std::pair<int64_t, int64_t>{64, 64}, {16, 16}, {5, 16}, {33, 32}}) {
+    const int64_t row_pairs = std::max<int64_t>(600, (int64_t(1) << 21) / (16 * ci * co));
+    check_os_bf16(row_pair_structure(rng, row_pairs), ci, co, rng);
+  }
+  const int64_t n = 3 * (int64_t(1) << 20) / (28 * 24 * 40);
+  check_os_bf16(random_structure(rng, 27, n, n, 0.5, true, true), 24, 40, rng);
 }
 
 TEST(PointConvRun, TransposedWeightsScalesAndRepeatedOutRows) {

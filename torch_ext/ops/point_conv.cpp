@@ -496,7 +496,9 @@ tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
     // (when the output-stationary rows take the pass; else the float32 path below).
     const auto xb = x_in.contiguous();
     auto yb = new_output({num_out, w.size(2)}, xb.options());
-    if (point_conv::output_stationary_bf16(p, bf16_args(xb, w, bias, yb, false, relu), d)) return yb;
+    if (point_conv::output_stationary_bf16(p, bf16_args(xb, w, bias, yb, false, relu), d,
+                                           w_in.scalar_type() == tx::kBFloat16))
+      return yb;
   }
   const auto x = x_in.to(ct).contiguous();
   auto y = new_output({num_out, w.size(2)}, x.options());
@@ -536,7 +538,8 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
   if (need_x && x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16) {
     const auto dyb = dy_in.contiguous();
     auto dxb = new_output({x_in.size(0), x_in.size(1)}, dyb.options());
-    if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false), d))
+    if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false),
+                                           d, w_in.scalar_type() == tx::kBFloat16))
       dx_native = dxb;
   }
   const bool fp_x = need_x && !dx_native.defined();
