@@ -1,8 +1,14 @@
 """bfloat16 against float32, per family that takes bfloat16, same inputs, inputs cast
 beforehand (the issue's target: bfloat16 at least 1.5x its own float32 on a CPU with
-AVX512-BF16 / AMX). Forward only; medians of --repeat calls; prints the CPU line.
+AVX512-BF16 / AMX). Forward only (the point-cloud convolution also its feature gradient);
+medians of --repeat calls; prints the CPU line.
 
-    python3 benchmarks/bench_bf16.py [--repeat 15]
+    python3 benchmarks/bench_bf16.py [--repeat 15] [--families spmm attention rgms point_conv
+                                                               filter_conv]
+
+The point-cloud rows run on KITTI scan 000000 at 5 cm from SPARSEJIT_DATA (default
+../shared/data), else on a generated surface cloud of about the same size; the filter-sparse
+layer is a 90%-pruned 3x3 of ResNet-50's layer3 shape at batch 8.
 """
 
 from __future__ import annotations
@@ -16,16 +22,47 @@ from sparsejit.info import cpu_line
 from sparsejit.runtime.timing import median_ms
 from sparsejit.tools.data import load_graph
 
+FAMILIES = ("spmm", "attention", "rgms", "point_conv", "filter_conv")
+
+
+def _cloud():
+    """(coords [N, 4] int32, spatial shape, name): KITTI 000000 voxelized at 5 cm, or a
+    generated surface cloud (seeded) when the data is not there."""
+    import os
+    from pathlib import Path
+    root = Path(os.environ.get("SPARSEJIT_DATA",
+                               Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
+    scan = root / "pointclouds" / "kitti_pointpillars" / "000000.bin"
+    if scan.exists():
+        import numpy as np
+        pts = torch.from_numpy(np.fromfile(scan, dtype=np.float32).reshape(-1, 4))
+        coords, _, _ = sj.voxelize(pts, 0.05)
+        name = "KITTI 000000 at 5 cm"
+    else:
+        g = torch.Generator().manual_seed(0)
+        xy = torch.randint(0, 800, (40000, 2), generator=g)
+        z = (xy[:, 0] // 16 + xy[:, 1] // 32) % 64
+        coords = torch.unique(torch.stack([torch.zeros_like(z), xy[:, 0], xy[:, 1], z], 1), dim=0)
+        name = "generated surface cloud"
+    coords = coords.int()
+    shape = (coords[:, 1:].max(0).values + 1).tolist()
+    return coords, shape, f"{name}, {coords.shape[0]} sites"
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", default="powerlaw:n=200000,avg=12,alpha=2.1,seed=1")
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--families", nargs="*", default=list(FAMILIES), choices=FAMILIES)
     args = ap.parse_args()
+    fam = set(args.families)
     torch.set_num_threads(args.threads)
-    g = load_graph(args.graph)
-    A = sj.SparseMatrix.from_edge_index(g.edge_index, g.num_nodes)
+    graph = ""
+    if fam & {"spmm", "attention"}:
+        g = load_graph(args.graph)
+        A = sj.SparseMatrix.from_edge_index(g.edge_index, g.num_nodes)
+        graph = f"; graph {args.graph} ({g.num_nodes} nodes, {A.nnz} entries)"
     gen = torch.Generator().manual_seed(0)
     rows = []
 
@@ -33,27 +70,56 @@ def main() -> None:
         a, b = median_ms(f32, rep, 3), median_ms(bf16, rep, 3)
         rows.append((name, a, b))
 
-    for F in (64, 128):
+    for F in (64, 128) if "spmm" in fam else ():
         X, Q = torch.randn(g.num_nodes, F, generator=gen), torch.randn(g.num_nodes, F, generator=gen)
         Xb, Qb = X.bfloat16(), Q.bfloat16()
         for red in ("sum", "max"):
             pair(f"spmm {red}, F={F}", lambda: sj.spmm(A, X, red), lambda: sj.spmm(A, Xb, red))
         pair(f"sddmm, F={F}", lambda: sj.sddmm(A, Q, X), lambda: sj.sddmm(A, Qb, Xb))
-    q = torch.randn(g.num_nodes, 4, 32, generator=gen)
-    qb = q.bfloat16()
-    pair("sparse_attention, H=4, D=32", lambda: sj.sparse_attention(A, q, q, q),
-         lambda: sj.sparse_attention(A, qb, qb, qb), max(args.repeat // 3, 3))
-    n, e, r = 100_000, 1_000_000, 50
-    ei, et = torch.randint(0, n, (2, e), generator=gen), torch.randint(0, r, (e,), generator=gen)
-    T = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    for f in (16, 64):
-        x, w = torch.randn(n, f, generator=gen), torch.randn(r, f, f, generator=gen)
-        xb, wb = x.bfloat16(), w.bfloat16()
-        pair(f"rgms mean, 100k nodes / 1M edges / 50 relations, F={f}",
-             lambda: sj.rgms(T, x, w, reduce="mean"), lambda: sj.rgms(T, xb, wb, reduce="mean"),
-             max(args.repeat // 2, 3))
-    print(f"CPU: {cpu_line()}; {args.threads} threads; graph {args.graph} "
-          f"({g.num_nodes} nodes, {A.nnz} entries)\n")
+    if "attention" in fam:
+        q = torch.randn(g.num_nodes, 4, 32, generator=gen)
+        qb = q.bfloat16()
+        pair("sparse_attention, H=4, D=32", lambda: sj.sparse_attention(A, q, q, q),
+             lambda: sj.sparse_attention(A, qb, qb, qb), max(args.repeat // 3, 3))
+    if "rgms" in fam:
+        n, e, r = 100_000, 1_000_000, 50
+        ei = torch.randint(0, n, (2, e), generator=gen)
+        et = torch.randint(0, r, (e,), generator=gen)
+        T = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+        for f in (16, 64):
+            x, w = torch.randn(n, f, generator=gen), torch.randn(r, f, f, generator=gen)
+            xb, wb = x.bfloat16(), w.bfloat16()
+            pair(f"rgms mean, 100k nodes / 1M edges / 50 relations, F={f}",
+                 lambda: sj.rgms(T, x, w, reduce="mean"),
+                 lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
+    if "point_conv" in fam:
+        from sparsejit.families.point_conv.ops import conv_plan
+        coords, shape, cloud = _cloud()
+        plan, _ = conv_plan(coords, shape, 1, "subm", 3)
+        n = coords.shape[0]
+        conv = torch.ops.sparsejit.sparse_conv
+        back = torch.ops.sparsejit.sparse_conv_backward
+        for c in (16, 32, 64):  # the widths the cost model runs output-stationary
+            x, w = torch.randn(n, c, generator=gen), torch.randn(27, c, c, generator=gen) / c
+            gy = torch.randn(n, c, generator=gen)
+            xb, wb, gb = x.bfloat16(), w.bfloat16(), gy.bfloat16()
+            pair(f"SubMConv3d {c} -> {c}, {cloud}: forward",
+                 lambda: conv(x, w, None, plan, n, False, 0, False),
+                 lambda: conv(xb, wb, None, plan, n, False, 0, False))
+            pair(f"SubMConv3d {c} -> {c}, {cloud}: feature gradient",
+                 lambda: back(x, w, gy, plan, False, 0, True, False),
+                 lambda: back(xb, wb, gb, plan, False, 0, True, False))
+    if "filter_conv" in fam:
+        from sparsejit.nn import SparseConv2d
+        wt = torch.randn(256, 256, 3, 3, generator=gen)
+        wt = wt * (torch.rand(wt.shape, generator=gen) >= 0.9)
+        mod = SparseConv2d(wt, torch.randn(256, generator=gen), 1, 1)
+        x = torch.randn(8, 256, 14, 14, generator=gen)
+        xb = x.bfloat16()
+        with torch.no_grad():
+            pair("SparseConv2d 3x3 256 -> 256, 14 x 14, batch 8, 90% pruned",
+                 lambda: mod(x), lambda: mod(xb))
+    print(f"CPU: {cpu_line()}; {args.threads} threads{graph}\n")
     print("| op | float32 | bfloat16 | bfloat16 speed-up |")
     print("|---|---|---|---|")
     for name, a, b in rows:
