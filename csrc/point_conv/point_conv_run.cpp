@@ -107,6 +107,53 @@ std::string check_pairs(const Pairs& p, bool full) {
   return {};
 }
 
+std::string check_pairs_both_ways(const Pairs& p, const int64_t* in_row_ptr,
+                                  const int32_t* in_row_pair) {
+  if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
+  if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    if (p.group_ptr[g + 1] < p.group_ptr[g]) return "group_ptr decreases at group " + std::to_string(g);
+  const int64_t m = p.size();
+  if (p.identity_group >= 0 &&
+      (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
+       p.group_ptr[p.identity_group + 1] - p.group_ptr[p.identity_group] != p.num_in))
+    return "the identity group does not cover every row once";
+  const bool rows = p.row_ptr != nullptr;
+  if (rows != (in_row_ptr != nullptr) || rows != (p.row_pair != nullptr) ||
+      rows != (in_row_pair != nullptr))
+    return "row index of one direction only";
+  if (rows && (p.row_ptr[0] != 0 || p.row_ptr[p.num_out] != m || in_row_ptr[0] != 0 ||
+               in_row_ptr[p.num_in] != m))
+    return "row index does not cover the pairs";
+  // Branch-free passes (vectorized) over the arrays both directions read, each once; where a
+  // failure is, is looked up only then.
+  const uint32_t ni = static_cast<uint32_t>(p.num_in), no = static_cast<uint32_t>(p.num_out);
+  const uint32_t um = static_cast<uint32_t>(m), ug = static_cast<uint32_t>(p.num_groups);
+  uint32_t bad_in = 0, bad_out = 0, bad_rows = 0;
+  const int32_t* in_idx = p.in_idx;
+  const int32_t* out_idx = p.out_idx;
+  for (int64_t q = 0; q < m; ++q) {
+    bad_in |= static_cast<uint32_t>(in_idx[q]) >= ni;
+    bad_out |= static_cast<uint32_t>(out_idx[q]) >= no;
+  }
+  if (rows) {
+    const int32_t* a = p.row_pair;
+    const int32_t* b = in_row_pair;
+    for (int64_t q = 0; q < m; ++q)
+      bad_rows |= (static_cast<uint32_t>(a[q]) >= um) | (static_cast<uint32_t>(b[q]) >= um);
+    if (const int32_t* g = p.pair_group)
+      for (int64_t q = 0; q < m; ++q) bad_rows |= static_cast<uint32_t>(g[q]) >= ug;
+  }
+  if (bad_in) return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
+  if (bad_out) return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
+  if (rows) {
+    for (int64_t r = 0; r < p.num_out; ++r) bad_rows |= p.row_ptr[r + 1] < p.row_ptr[r];
+    for (int64_t r = 0; r < p.num_in; ++r) bad_rows |= in_row_ptr[r + 1] < in_row_ptr[r];
+  }
+  if (bad_rows) return "row index or pair groups out of range";
+  return {};
+}
+
 namespace {
 
 // The output-stationary dataflow needs the pairs indexed by out row, with their groups.

@@ -69,6 +69,12 @@ void index_by_row(const int64_t* group_ptr, int64_t num_groups, const int32_t* r
 // group is the identity, the row index and pair groups agree with the pairs.
 std::string check_pairs(const Pairs& p, bool full = true);
 
+// check_pairs(p, false) and check_pairs(swapped(p, in_row_ptr, in_row_pair, ...), false) in
+// one pass (in_row_ptr and in_row_pair: the index by input row, or both null when p has no row
+// index): the checks every call of the ops runs on a plan.
+std::string check_pairs_both_ways(const Pairs& p, const int64_t* in_row_ptr,
+                                  const int32_t* in_row_pair);
+
 template <typename T>
 struct PointConvArgs {
   const T* x = nullptr;  // [num_in, c_in]

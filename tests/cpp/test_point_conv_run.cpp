@@ -494,3 +494,52 @@ TEST(PointConvRun, CheckPairsRejectsBadStructures) {
   s.group_ptr[2] = s.group_ptr[1] - 1;
   EXPECT_NE(pc::check_pairs(p).find("decreases"), std::string::npos);
 }
+
+// The ops' per-call check of both directions in one pass agrees with check_pairs run on each
+// direction: valid structures (small and past the parallel threshold) pass, and every single
+// corruption of an array either direction reads is reported.
+TEST(PointConvRun, CheckPairsBothWaysMatchesEachDirection) {
+  std::mt19937 rng(6);
+  for (int64_t n : {int64_t(60), int64_t(40000)}) {
+    auto s = random_structure(rng, 27, n, n, 0.1, true, true);
+    auto p = s.pairs();
+    std::vector<int64_t> in_ptr(n + 1);
+    std::vector<int32_t> in_pair(s.in_idx.size());
+    pc::index_by_row(s.group_ptr.data(), s.groups, s.in_idx.data(), n, in_ptr.data(),
+                     in_pair.data(), nullptr);
+    auto both = [&] { return pc::check_pairs_both_ways(p, in_ptr.data(), in_pair.data()); };
+    auto each = [&] {
+      const std::string a = pc::check_pairs(p, false);
+      return a.empty() ? pc::check_pairs(pc::swapped(p, in_ptr.data(), in_pair.data(), true),
+                                         false)
+                       : a;
+    };
+    ASSERT_EQ(both(), "");
+    ASSERT_EQ(each(), "");
+    const int64_t m = static_cast<int64_t>(s.in_idx.size());
+    std::uniform_int_distribution<int64_t> at(0, m - 1);
+    // (array, bad value) for each array: out of range after the last valid value
+    std::vector<std::pair<int32_t*, int32_t>> cases = {
+        {&s.in_idx[at(rng)], int32_t(n)},       {&s.out_idx[at(rng)], -1},
+        {&s.row_pair[at(rng)], int32_t(m)},     {&in_pair[at(rng)], -7},
+        {&s.pair_group[at(rng)], int32_t(27)}};
+    for (auto [slot, value] : cases) {
+      const int32_t keep = *slot;
+      *slot = value;
+      EXPECT_NE(both(), "") << "n " << n << " value " << value;
+      EXPECT_NE(each(), "") << "n " << n << " value " << value;
+      *slot = keep;
+    }
+    for (auto* ptr : {&s.row_ptr, &in_ptr}) {
+      const int64_t r = 1 + at(rng) % (n - 1);
+      const int64_t keep = (*ptr)[r];
+      (*ptr)[r] = (*ptr)[r + 1] + 1;  // decreasing
+      EXPECT_NE(both(), "") << "n " << n << " row " << r;
+      (*ptr)[r] = keep;
+    }
+    in_ptr[n] = m - 1;
+    EXPECT_NE(both(), "");
+    in_ptr[n] = m;
+    ASSERT_EQ(both(), "");
+  }
+}
