@@ -389,8 +389,12 @@ template <typename T>
 void run_output_stationary(const Pairs& p, const PointConvArgs<T>& a) {
   std::vector<T> wt;
   const T* w = weights_by_input(p, a.w, a.trans_w, a.c_in, a.c_out, wt);
+  // The JIT's rows take no per-pair scale (kernels/cpu/point_conv_kernel.h): with one, the
+  // ahead-of-time rows.
   os_tiles(p, a, w,
-           os_jit_fn(p, a.c_in, a.c_out, sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64));
+           a.scale != nullptr
+               ? nullptr
+               : os_jit_fn(p, a.c_in, a.c_out, sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64));
 }
 
 // ---- weight gradient ---------------------------------------------------------------------
@@ -475,7 +479,7 @@ bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataf
                             bool weights_bf16) {
   if (d == Dataflow::Auto) d = choose_dataflow(p, a.c_in, a.c_out, sizeof(float));
   if (d != Dataflow::OutputStationary || !row_indexed(p) || a.c_in == 0 || a.c_out == 0 ||
-      p.num_out == 0 || p.size() == 0 || a.accumulate)
+      p.num_out == 0 || p.size() == 0 || a.accumulate || a.scale != nullptr)
     return false;
   const codegen::EntryFn fn = os_jit_fn(p, a.c_in, a.c_out, ScalarKind::BF16);
   if (fn == nullptr) return false;
@@ -485,7 +489,7 @@ bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataf
   // swap the halves of X's words to match). The values are bfloat16 exactly (weights_bf16),
   // so their high halves are the bits (no rounding).
   std::vector<uint16_t> pairs;
-  if (weights_bf16 && a.scale == nullptr && a.c_in >= 2 && cpu_has_bf16_dot()) {
+  if (weights_bf16 && a.c_in >= 2 && cpu_has_bf16_dot()) {
     const int64_t ci = a.c_in, co = a.c_out, np = ci / 2;
     pairs.resize(static_cast<size_t>(p.num_groups * np * co * 2));
 #pragma omp parallel for schedule(static) if (p.num_groups * ci * co >= (int64_t{1} << 16))

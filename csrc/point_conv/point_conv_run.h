@@ -105,7 +105,7 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
 // compiles for bfloat16 storage (the same bits as the float32 rows on the widened features,
 // rounded to nearest even); returns false, having written nothing, when `d` (Auto: the
 // float32 cost model) is not output-stationary, the JIT does not take the pass, or `a`
-// accumulates. The caller then runs the float32 path on converted tensors. `weights_bf16`:
+// accumulates or has a per-pair scale. The caller then runs the float32 path on converted tensors. `weights_bf16`:
 // every weight is a bfloat16 value (the caller's weights were bfloat16); on CPUs with
 // AVX512-BF16 the rows then multiply channel pairs with vdpbf16ps (the same bits, except that
 // the instruction takes subnormal inputs and results as zero).

@@ -28,9 +28,10 @@
 #include <type_traits>
 
 #include "kernels/cpu/common/vec.h"
+// vdpbf16ps through inline assembly rather than <immintrin.h>, whose parsing alone would add
+// a third of a second to every JIT compile of these rows.
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__)
-#include <immintrin.h>
+    defined(__AVX512VL__) && defined(__x86_64__)
 #define SPARSEJIT_OS_BF16_PAIRS 1
 #endif
 
@@ -44,7 +45,8 @@ struct ConvOsLaunch {
   const void* x = nullptr;              // S [num_in, c_in] (S: T, or bfloat16 bits)
   const void* w = nullptr;              // T [G, c_in, c_out]
   const void* bias = nullptr;           // T [c_out], or null
-  const void* scale = nullptr;          // T [M] per-pair factor, or null
+  const void* scale = nullptr;          // T [M] per-pair factor, or null (always null for the
+                                        // JIT's rows, which do not read it)
   void* y = nullptr;                    // S [num_out, c_out]
   // bfloat16 storage only, optional: W as bfloat16 channel pairs [G, c_in / 2, c_out, 2]
   // (pair k: channel 2k + 1 in the even half, 2k in the odd one), given when `w` holds
@@ -166,8 +168,9 @@ inline __attribute__((always_inline)) void finish_block(const ConvOsLaunch& l, S
   }
 }
 
-// Channel c's contribution to the rows i in MASK: acc[i][s] += sc[i] * x[i][c] * W row c.
-template <typename T, int NV, int NS, int R, int MASK, typename V, typename S>
+// Channel c's contribution to the rows i in MASK: acc[i][s] += sc[i] * x[i][c] * W row c
+// (kScaled false: no per-pair scale, sc all 1: x[i][c] itself, the same value).
+template <typename T, int NV, int NS, int R, int MASK, bool kScaled, typename V, typename S>
 inline __attribute__((always_inline)) void add_channel(V (&acc)[R][NS][NV],
                                                        const S* const (&x)[R],
                                                        const T (&sc)[R], const T* __restrict wg,
@@ -176,7 +179,7 @@ inline __attribute__((always_inline)) void add_channel(V (&acc)[R][NS][NV],
   T xv[R];
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i)
-    if ((MASK >> i) & 1) xv[i] = sc[i] * widen<T>(x[i][c]);
+    if ((MASK >> i) & 1) xv[i] = kScaled ? sc[i] * widen<T>(x[i][c]) : widen<T>(x[i][c]);
   const T* wr = wg + c * co;
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
@@ -218,16 +221,8 @@ inline __attribute__((always_inline)) void add_pair_bf16(V (&acc)[R][NS][NV],
     std::memcpy(&wv, wr + v * L * 2, sizeof(U));
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      if ((MASK >> i) & 1) {
-        if constexpr (sizeof(V) == 64)
-          acc[i][s][v] = reinterpret_cast<V>(_mm512_dpbf16_ps(
-              reinterpret_cast<__m512>(acc[i][s][v]), reinterpret_cast<__m512bh>(xb[i]),
-              reinterpret_cast<__m512bh>(wv)));
-        else
-          acc[i][s][v] = reinterpret_cast<V>(_mm256_dpbf16_ps(
-              reinterpret_cast<__m256>(acc[i][s][v]), reinterpret_cast<__m256bh>(xb[i]),
-              reinterpret_cast<__m256bh>(wv)));
-      }
+      if ((MASK >> i) & 1)  // acc += pairs of xb . wv (ymm or zmm by the operands' size)
+        asm("vdpbf16ps %2, %1, %0" : "+v"(acc[i][s][v]) : "v"(xb[i]), "v"(wv));
     }
   }
 }
@@ -239,7 +234,8 @@ inline __attribute__((always_inline)) void add_pair_bf16(V (&acc)[R][NS][NV],
 // with the same bits), an odd last channel alone to the next set. Each W vector is loaded
 // once for all the rows; per row these are the same operations in the same order whatever
 // MASK is.
-template <typename T, int CI, int NV, int NS, int R, int MASK, typename V, typename S>
+template <typename T, int CI, int NV, int NS, int R, int MASK, bool kScaled, typename V,
+          typename S>
 inline __attribute__((always_inline)) void add_rows(V (&acc)[R][NS][NV],
                                                     const S* const (&x)[R],
                                                     const T (&sc)[R], const T* __restrict wg,
@@ -247,16 +243,23 @@ inline __attribute__((always_inline)) void add_rows(V (&acc)[R][NS][NV],
                                                     int64_t co) {
 #ifdef SPARSEJIT_OS_BF16_PAIRS
   if constexpr (sizeof(S) == 2) {
-    if (wp != nullptr) {  // (no per-pair scale: the caller passes wp only then)
+    if (wp != nullptr) {  // (the JIT's rows: no per-pair scale)
       int64_t k = 0;
       const int64_t pairs = ci / 2;
       for (; k + NS <= pairs; k += NS) {
 #pragma GCC unroll 4
         for (int s = 0; s < NS; ++s) add_pair_bf16<NV, NS, R, MASK>(acc, x, wp, k + s, s, co);
       }
-      int s = 0;
-      for (; k < pairs; ++k, ++s) add_pair_bf16<NV, NS, R, MASK>(acc, x, wp, k, s, co);
-      if (ci % 2 != 0) add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, ci - 1, s, co);
+      // the rest (fewer than NS pairs) to sets 0, 1, ..., an odd last channel alone to the next
+#pragma GCC unroll 4
+      for (int s = 0; s < NS; ++s) {
+        if (k < pairs) {
+          add_pair_bf16<NV, NS, R, MASK>(acc, x, wp, k++, s, co);
+        } else {
+          if (ci % 2 != 0) add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, ci - 1, s, co);
+          break;
+        }
+      }
       return;
     }
   }
@@ -266,23 +269,30 @@ inline __attribute__((always_inline)) void add_rows(V (&acc)[R][NS][NV],
   for (; c + 2 * NS <= ci; c += 2 * NS) {
 #pragma GCC unroll 4
     for (int s = 0; s < NS; ++s) {
-      add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 2 * s, s, co);
-      add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 2 * s + 1, s, co);
+      add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, c + 2 * s, s, co);
+      add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, c + 2 * s + 1, s, co);
     }
   }
-  int s = 0;
-  for (; c + 2 <= ci; c += 2, ++s) {
-    add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c, s, co);
-    add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c + 1, s, co);
+  // the rest (fewer than 2 NS channels): pairs to sets 0, 1, ..., an odd last channel alone to
+  // the next (each set a constant of its unrolled copy, so the accumulators stay in registers)
+#pragma GCC unroll 4
+  for (int s = 0; s < NS; ++s) {
+    if (c + 2 <= ci) {
+      add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, c, s, co);
+      add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, c + 1, s, co);
+      c += 2;
+    } else {
+      if (c < ci) add_channel<T, NV, NS, R, MASK, kScaled>(acc, x, sc, wg, c, s, co);
+      break;
+    }
   }
-  if (c < ci) add_channel<T, NV, NS, R, MASK>(acc, x, sc, wg, c, s, co);
 }
 
 // add_rows for the MASK known only at run time (1 .. 2^R - 1): a chain of tests from all R
 // rows down (every row of a submanifold convolution has the centre offset), each arm inlined
 // so that the accumulators stay in registers.
-template <typename T, int CI, int NV, int NS, int R, int M = (1 << R) - 1, typename V,
-          typename S>
+template <typename T, int CI, int NV, int NS, int R, bool kScaled, int M = (1 << R) - 1,
+          typename V, typename S>
 inline __attribute__((always_inline)) void add_rows_masked(int mask, V (&acc)[R][NS][NV],
                                                            const S* const (&x)[R],
                                                            const T (&sc)[R], const T* wg,
@@ -290,9 +300,9 @@ inline __attribute__((always_inline)) void add_rows_masked(int mask, V (&acc)[R]
                                                            int64_t co) {
   if constexpr (M >= 1) {
     if (mask == M)
-      add_rows<T, CI, NV, NS, R, M>(acc, x, sc, wg, wp, ci, co);
+      add_rows<T, CI, NV, NS, R, M, kScaled>(acc, x, sc, wg, wp, ci, co);
     else
-      add_rows_masked<T, CI, NV, NS, R, M - 1>(mask, acc, x, sc, wg, wp, ci, co);
+      add_rows_masked<T, CI, NV, NS, R, kScaled, M - 1>(mask, acc, x, sc, wg, wp, ci, co);
   }
 }
 
@@ -313,7 +323,7 @@ inline __attribute__((always_inline)) void prefetch_x(const ConvOsLaunch& l, con
 // row that uses it (a wide row is bound by loading W, one vector per multiply-add, from L2:
 // 27 offsets of 64 x 64 floats are 432 KiB). Each row still adds its own pairs in its own
 // order, so its values do not depend on R.
-template <typename T, int CI, int NB, int R, typename S>
+template <typename T, int CI, int NB, int R, typename S, bool kScaled>
 inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int64_t r,
                                                       int v0) {
   constexpr int VB = kBlockBytes<NB, R>, NV = NB * 32 / VB, NS = kSets<NB>;
@@ -345,7 +355,7 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
       const S* xr[1] = {x + static_cast<int64_t>(l.in_idx[pair]) * ci};
       const T sc[1] = {scale != nullptr ? scale[pair] : T(1)};
       const int64_t g = l.pair_group[pair];
-      add_rows<T, CI, NV, NS, 1, 1>(acc, xr, sc, w + g * wstride,
+      add_rows<T, CI, NV, NS, 1, 1, kScaled>(acc, xr, sc, w + g * wstride,
                                     wp != nullptr ? wp + g * pstride : nullptr, ci, co);
     }
   } else {  // merge: the smallest next group among the rows, for every row that has it
@@ -372,7 +382,7 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
         if (v0 == 0 && q[i] + kAhead < end[i]) prefetch_x(l, x, ci, q[i] + kAhead);
         ++q[i];
       }
-      add_rows_masked<T, CI, NV, NS, R>(mask, acc, xr, sc,
+      add_rows_masked<T, CI, NV, NS, R, kScaled>(mask, acc, xr, sc,
                                         w + static_cast<int64_t>(first) * wstride,
                                         wp != nullptr ? wp + first * pstride : nullptr, ci, co);
     }
@@ -383,11 +393,11 @@ inline __attribute__((always_inline)) void block_rows(const ConvOsLaunch& l, int
 }
 
 // Every column block of the R out rows from r (blocks of 8 vectors, then the NV % 8 left).
-template <typename T, int CI, int NV, int R, typename S>
+template <typename T, int CI, int NV, int R, typename S, bool kScaled>
 inline __attribute__((always_inline)) void row_blocks(const ConvOsLaunch& l, int64_t r) {
   int v0 = 0;
-  for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, R, S>(l, r, v0);
-  if constexpr (NV % 8 != 0) block_rows<T, CI, NV % 8, R, S>(l, r, v0);
+  for (; v0 + 8 <= NV; v0 += 8) block_rows<T, CI, 8, R, S, kScaled>(l, r, v0);
+  if constexpr (NV % 8 != 0) block_rows<T, CI, NV % 8, R, S, kScaled>(l, r, v0);
 }
 
 // Out rows [l.r0, l.r1) with c_out = CO (a multiple of the vector length), up to MaxRows of
@@ -403,10 +413,14 @@ inline __attribute__((always_inline)) void rows(const ConvOsLaunch& l) {
   constexpr int R8 = NV >= 8 ? kRowsTogether<8, MaxRows> : MaxRows;
   constexpr int RT = NT != 0 ? kRowsTogether<NT, MaxRows> : MaxRows;
   constexpr int R = R8 < RT ? R8 : RT;
+  // The JIT's rows (CI > 0) take no per-pair scale (its callers run the ahead-of-time rows
+  // when there is one): each channel's X value is then broadcast as it is, a load with no
+  // multiply by 1 (the same values).
+  constexpr bool kScaled = CI == 0;
   int64_t r = l.r0;
   if constexpr (R > 1)
-    for (; r + R <= l.r1; r += R) row_blocks<T, CI, NV, R, S>(l, r);
-  for (; r < l.r1; ++r) row_blocks<T, CI, NV, 1, S>(l, r);
+    for (; r + R <= l.r1; r += R) row_blocks<T, CI, NV, R, S, kScaled>(l, r);
+  for (; r < l.r1; ++r) row_blocks<T, CI, NV, 1, S, kScaled>(l, r);
 }
 
 }  // namespace point_conv_detail
