@@ -109,6 +109,20 @@ def main() -> None:
             pair(f"SubMConv3d {c} -> {c}, {cloud}: feature gradient",
                  lambda: back(x, w, gy, plan, False, 0, True, False),
                  lambda: back(xb, wb, gb, plan, False, 0, True, False))
+        # The layer as a model trains it: sparsejit.spconv.SubMConv3d (its weights in the
+        # features' dtype), forward + backward (features and weight gradients), map cached.
+        from sparsejit import spconv
+        for c in (32, 64):
+            feats = torch.randn(n, c, generator=gen)
+            layer = spconv.SubMConv3d(c, c, 3, indice_key="bf16")
+            layer_b = spconv.SubMConv3d(c, c, 3, indice_key="bf16").bfloat16()
+            st = spconv.SparseConvTensor(feats.clone().requires_grad_(), coords, shape, 1)
+            st_b = spconv.SparseConvTensor(feats.bfloat16().requires_grad_(), coords, shape, 1)
+
+            def step(mod, t):
+                mod(t).features.sum().backward()
+            pair(f"SubMConv3d layer {c} -> {c}, {cloud}: forward + backward (map cached)",
+                 lambda: step(layer, st), lambda: step(layer_b, st_b))
     if "filter_conv" in fam:
         from sparsejit.nn import SparseConv2d
         wt = torch.randn(256, 256, 3, 3, generator=gen)

@@ -518,6 +518,51 @@ WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out) {
   return c_in <= 16 && c_out <= 16 ? WgradPath::Registers : WgradPath::Gemm;
 }
 
+bool weight_grad_bf16(const Pairs& p, const uint16_t* x, int64_t ci, const uint16_t* dy,
+                      int64_t co, float* dw, WgradPath path) {
+  if (path == WgradPath::Auto) path = choose_wgrad_path(p, ci, co);
+  if (path != WgradPath::Gemm || !dense::gemm_bf16_native()) return false;
+  if (ci == 0 || co == 0 || p.num_groups == 0) return true;  // nothing to write
+  const int64_t tile = tile_rows<uint16_t>(ci, co);
+  const bf16* xb = reinterpret_cast<const bf16*>(x);
+  const bf16* yb = reinterpret_cast<const bf16*>(dy);
+  FirstError errors;
+#pragma omp parallel
+  {
+    std::vector<bf16> xbuf(tile * ci), ybuf(tile * co);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t g = 0; g < p.num_groups; ++g) {
+      float* dwg = dw + g * ci * co;
+      const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
+      if (n == 0) {
+        std::fill(dwg, dwg + ci * co, 0.f);
+        continue;
+      }
+      if (g == p.identity_group) {  // (r, r) for every row: X and dY as they are
+        errors.guard([&] {
+          dense::gemm_bf16(true, false, ci, co, n, 1.f, xb, ci, yb, co, 0.f, dwg, co);
+        });
+        continue;
+      }
+      for (int64_t q0 = p0; q0 < p0 + n; q0 += tile) {
+        const int64_t m = std::min(tile, p0 + n - q0);
+        for (int64_t j = 0; j < m; ++j) {
+          std::memcpy(&xbuf[j * ci], xb + static_cast<int64_t>(p.in_idx[q0 + j]) * ci,
+                      ci * sizeof(bf16));
+          std::memcpy(&ybuf[j * co], yb + static_cast<int64_t>(p.out_idx[q0 + j]) * co,
+                      co * sizeof(bf16));
+        }
+        errors.guard([&] {
+          dense::gemm_bf16(true, false, ci, co, m, 1.f, xbuf.data(), ci, ybuf.data(), co,
+                           q0 == p0 ? 0.f : 1.f, dwg, co);
+        });
+      }
+    }
+  }
+  errors.rethrow();
+  return true;
+}
+
 template <typename T>
 void weight_grad(const Pairs& p, const T* x, int64_t c_in, const T* dy, int64_t c_out,
                  const T* scale, T* dw, WgradPath path) {

@@ -105,10 +105,10 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
 // compiles for bfloat16 storage (the same bits as the float32 rows on the widened features,
 // rounded to nearest even); returns false, having written nothing, when `d` (Auto: the
 // float32 cost model) is not output-stationary, the JIT does not take the pass, or `a`
-// accumulates or has a per-pair scale. The caller then runs the float32 path on converted tensors. `weights_bf16`:
-// every weight is a bfloat16 value (the caller's weights were bfloat16); on CPUs with
-// AVX512-BF16 the rows then multiply channel pairs with vdpbf16ps (the same bits, except that
-// the instruction takes subnormal inputs and results as zero).
+// accumulates or has a per-pair scale. The caller then runs the float32 path on converted
+// tensors. `weights_bf16`: every weight is a bfloat16 value (the caller's weights were
+// bfloat16); on CPUs with AVX512-BF16 the rows then multiply channel pairs with vdpbf16ps
+// (the same bits, except that the instruction takes subnormal inputs and results as zero).
 bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d,
                             bool weights_bf16 = false);
 
@@ -122,6 +122,14 @@ int64_t os_rows_together(int64_t num_groups, int64_t c_in, int64_t c_out, int64_
 // dY through the dense GEMM (sgemm with trans_a). Auto asks choose_wgrad_path.
 enum class WgradPath : int64_t { Auto = 0, Registers = 1, Gemm = 2 };
 WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out);
+
+// weight_grad for bfloat16 X and dY (bits, uint16) into a float32 dW: gathered bfloat16 tiles
+// through oneDNN's bfloat16 GEMM (float32 accumulation). Runs where that GEMM runs natively
+// (dense::gemm_bf16_native(): AVX512-BF16 / AMX) and the path is Gemm (Auto asks
+// choose_wgrad_path), and returns true; else writes nothing and returns false (the caller
+// then converts to float32). The products are exact; the order of the sums is oneDNN's.
+bool weight_grad_bf16(const Pairs& p, const uint16_t* x, int64_t c_in, const uint16_t* dy,
+                      int64_t c_out, float* dw, WgradPath path = WgradPath::Auto);
 
 // dW[g] = sum_{p in g} scale_p * X[in_p]^T dY[out_p]  ([G, c_in, c_out], overwritten).
 // Parallel over groups; deterministic.

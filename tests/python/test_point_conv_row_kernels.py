@@ -121,10 +121,11 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
 def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
     """bfloat16 features run natively in the JIT-compiled output-stationary rows (bfloat16 in
     and out, float32 weights and accumulation): bit for bit the float32 rows on the widened
-    features, rounded to nearest even as PyTorch rounds, forward and feature gradient; the
-    weight gradient is the float32 one, rounded. With bfloat16 weights on a CPU with
-    AVX512-BF16 the rows multiply channel pairs with vdpbf16ps (an odd C_in leaves one channel
-    alone): the same bits."""
+    features, rounded to nearest even as PyTorch rounds, forward and feature gradient. With
+    bfloat16 weights on a CPU with AVX512-BF16 the rows multiply channel pairs with vdpbf16ps
+    (an odd C_in leaves one channel alone): the same bits. The weight gradient is the float32
+    one, rounded, except where oneDNN's bfloat16 GEMM takes it (AVX512-BF16 / AMX, the
+    gathered-tile path): then the sums are in oneDNN's order, checked against float64."""
     if not _core.jit_enabled():
         pytest.skip("SPARSEJIT_JIT=0")
     coords = sites(6000, 24, seed=c_in + 3 * c_out)
@@ -156,7 +157,25 @@ def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
             got = _core.jit_point_conv(bf16, ci, co,
                                        _core.point_conv_rows_together(27, ci, co, 4))
             assert got["ok"] and got["memory_hit"], (ci, co, got["error"])
+    # The weight gradient's path: registers (float32) up to 16 x 16 channels, else the
+    # gathered tiles, on oneDNN's bfloat16 GEMM where it runs natively.
+    dw_gemm_bf16 = _core.gemm_bf16_native() and not (c_in <= 16 and c_out <= 16)
+    if dw_gemm_bf16:
+        ptr, i_idx, o_idx = plan_pairs(plan)
+        gyr = gy.double()
+        if relu:  # the gradient reaches W through the ReLU's mask (the output > 0)
+            gyr = gyr * (native[0].double() > 0)
+        want = torch.stack([x.double()[i_idx[int(ptr[k]):int(ptr[k + 1])]].T
+                            @ gyr[o_idx[int(ptr[k]):int(ptr[k + 1])]] for k in range(27)])
+        assert native[2].dtype == torch.bfloat16
+        scale = want.nan_to_num(0).abs().max().item()  # (x[0, 0] is NaN: its row of dW too)
+        torch.testing.assert_close(native[2].double(), want, rtol=2e-2, atol=2e-2 * scale,
+                                   equal_nan=True)
+        torch.testing.assert_close(native[2].float(), wide[2].float(), rtol=2e-2,
+                                   atol=1e-2 * scale, equal_nan=True)
     for name, a, b_ in zip(("y", "dX", "dW"), native, wide):
+        if name == "dW" and dw_gemm_bf16:
+            continue
         assert a.dtype == torch.bfloat16, name
         want = b_.bfloat16()
         assert torch.equal(a.isnan(), want.isnan()), name

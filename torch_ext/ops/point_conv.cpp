@@ -541,12 +541,22 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
                                            d, w_in.scalar_type() == tx::kBFloat16))
       dx_native = dxb;
   }
+  tx::Tensor dw_native;  // float32 dW from bfloat16 X and dY (oneDNN's bfloat16 GEMM)
+  if (need_w && x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16) {
+    const auto xb = x_in.contiguous(), dyb = dy_in.contiguous();
+    auto dwf = tx::empty_like(w);  // float32
+    if (point_conv::weight_grad_bf16(p, static_cast<const uint16_t*>(xb.const_data_ptr()),
+                                     xb.size(1), static_cast<const uint16_t*>(dyb.const_data_ptr()),
+                                     dyb.size(1), ptr<float>(dwf), wpath))
+      dw_native = dwf;
+  }
   const bool fp_x = need_x && !dx_native.defined();
-  const auto x = need_w ? x_in.to(ct).contiguous() : tx::empty({0, x_in.size(1)}, w.options());
-  const auto dy = need_w || fp_x ? dy_in.to(ct).contiguous() : tx::empty({0}, w.options());
+  const bool fp_w = need_w && !dw_native.defined();
+  const auto x = fp_w ? x_in.to(ct).contiguous() : tx::empty({0, x_in.size(1)}, w.options());
+  const auto dy = fp_w || fp_x ? dy_in.to(ct).contiguous() : tx::empty({0}, w.options());
   auto dx = fp_x ? new_output({x_in.size(0), x_in.size(1)}, w.options())
                  : tx::empty({0}, w.options());
-  auto dw = need_w ? tx::empty_like(w) : tx::empty({0}, w.options());
+  auto dw = fp_w ? tx::empty_like(w) : tx::empty({0}, w.options());
   SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
     if (fp_x) {
       point_conv::PointConvArgs<scalar_t> a;
@@ -558,12 +568,12 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
       a.y = ptr<scalar_t>(dx);
       point_conv::gather_gemm_scatter<scalar_t>(back, a, d);
     }
-    if (need_w)
+    if (fp_w)
       point_conv::weight_grad<scalar_t>(p, ptr<scalar_t>(x), x.size(1), ptr<scalar_t>(dy), dy.size(1),
                                  nullptr, ptr<scalar_t>(dw), wpath);
   });
   return {dx_native.defined() ? dx_native : dx.to(x_in.scalar_type()),
-          dw.to(x_in.scalar_type())};
+          (dw_native.defined() ? dw_native : dw).to(x_in.scalar_type())};
 }
 
 }  // namespace
