@@ -112,7 +112,8 @@ std::string check_pairs_both_ways(const Pairs& p, const int64_t* in_row_ptr,
   if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
   if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
   for (int64_t g = 0; g < p.num_groups; ++g)
-    if (p.group_ptr[g + 1] < p.group_ptr[g]) return "group_ptr decreases at group " + std::to_string(g);
+    if (p.group_ptr[g + 1] < p.group_ptr[g])
+      return "group_ptr decreases at group " + std::to_string(g);
   const int64_t m = p.size();
   if (p.identity_group >= 0 &&
       (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
