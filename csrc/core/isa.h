@@ -83,6 +83,12 @@ inline long cpu_l1d_bytes() {
   return b >= 8 * 1024 && b <= 1024 * 1024 ? b : 32 * 1024;
 }
 
+// The level-2 cache of one core, 512 KiB where the OS does not say; read once.
+inline long cpu_l2_bytes() {
+  static const long b = cache_bytes(2);
+  return b >= 64 * 1024 ? b : 512 * 1024;
+}
+
 // The L3 cache, 0 where the OS does not say; read once.
 inline long cpu_l3_bytes() {
   static const long b = cache_bytes(3);

@@ -103,14 +103,19 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
 // bfloat16 features and output, float32 weights, bias and accumulation: `a.x` and `a.y` hold
 // bfloat16 bits (uint16) although typed float*. Runs only the output-stationary rows the JIT
 // compiles for bfloat16 storage (the same bits as the float32 rows on the widened features,
-// rounded to nearest even); returns false, having written nothing, when `d` (Auto: the
-// float32 cost model) is not output-stationary, the JIT does not take the pass, or `a`
+// rounded to nearest even); returns false, having written nothing, when `d` (Auto:
+// choose_dataflow_bf16) is not output-stationary, the JIT does not take the pass, or `a`
 // accumulates or has a per-pair scale. The caller then runs the float32 path on converted
 // tensors. `weights_bf16`: every weight is a bfloat16 value (the caller's weights were
 // bfloat16); on CPUs with AVX512-BF16 the rows then multiply channel pairs with vdpbf16ps
 // (the same bits, except that the instruction takes subnormal inputs and results as zero).
 bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d,
                             bool weights_bf16 = false);
+
+// output_stationary_bf16's Auto: choose_dataflow's float32 choice, except that with bfloat16
+// weights on a CPU with AVX512-BF16 (channel pairs) output-stationary is also taken while the
+// bfloat16 weights fit in L2 (128 -> 128 channels at 27 offsets with a 1 MiB L2).
+Dataflow choose_dataflow_bf16(const Pairs& p, int64_t c_in, int64_t c_out, bool weights_bf16);
 
 // Out rows the JIT's output-stationary kernel takes together for these weights (its spec's
 // `rows`): 4 when the num_groups x c_in x c_out weights (elem_bytes each) take more than

@@ -482,6 +482,36 @@ TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
             pc::Dataflow::GatherGemmScatter);
 }
 
+// bfloat16 with bfloat16 weights: output-stationary also while the bfloat16 weights fit in L2
+// on a CPU with AVX512-BF16 (channel pairs); otherwise, or with float32 weights, the float32
+// choice.
+TEST(PointConvRun, DataflowBfloat16PairsWhileWeightsFitL2) {
+  std::vector<int64_t> group_ptr(28), row_ptr(2, 0);
+  std::vector<int32_t> dummy(1, 0);
+  pc::Pairs p;
+  p.num_groups = 27;
+  p.group_ptr = group_ptr.data();
+  p.row_ptr = row_ptr.data();
+  p.row_pair = dummy.data();
+  p.pair_group = dummy.data();
+  for (int64_t g = 0; g <= 27; ++g) group_ptr[size_t(g)] = 50000 * g / 27;
+  for (int64_t c : {int64_t(64), int64_t(128), int64_t(256)}) {
+    const pc::Dataflow f32 = pc::choose_dataflow(p, c, c, 4);
+    EXPECT_EQ(pc::choose_dataflow_bf16(p, c, c, false), f32) << c;
+    const bool pairs_fit = sparsejit::cpu_has_bf16_dot() &&
+                           27 * c * c * 2 <= sparsejit::cpu_l2_bytes();
+    EXPECT_EQ(pc::choose_dataflow_bf16(p, c, c, true),
+              pairs_fit ? pc::Dataflow::OutputStationary : f32)
+        << c << " channels, L2 " << sparsejit::cpu_l2_bytes();
+  }
+  // 256 channels (3.4 MiB of bfloat16 weights) stay with the float32 choice below a 4 MiB L2
+  if (sparsejit::cpu_l2_bytes() < (4 << 20))
+    EXPECT_EQ(pc::choose_dataflow_bf16(p, 256, 256, true), pc::Dataflow::GatherGemmScatter);
+  // without a row index there are no output-stationary rows
+  p.row_ptr = nullptr;
+  EXPECT_EQ(pc::choose_dataflow_bf16(p, 64, 64, true), pc::Dataflow::GatherGemmScatter);
+}
+
 TEST(PointConvRun, CheckPairsRejectsBadStructures) {
   std::mt19937 rng(5);
   auto s = random_structure(rng, 4, 50, 50, 0.5, true, true);
