@@ -458,19 +458,25 @@ TEST(PointConvRun, WeightGrad) {
 // The cost model: output-stationary while the weights stay in L2; beyond that (128 -> 128
 // channels, 27 offsets) gather-GEMM-scatter, unless its [M, c_out] products buffer is over
 // twice the L3 cache.
-TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
-  std::vector<int64_t> group_ptr(28), row_ptr(2, 0);
-  std::vector<int32_t> dummy(1, 0);
-  pc::Pairs p;
-  p.num_groups = 27;
-  p.group_ptr = group_ptr.data();
-  p.row_ptr = row_ptr.data();
-  p.row_pair = dummy.data();
-  p.pair_group = dummy.data();
-  auto with_pairs = [&](int64_t m) {
+// 27 offsets' group sizes and a row index, for the cost models (which read only the sizes).
+struct SizesOnly {
+  std::vector<int64_t> group_ptr = std::vector<int64_t>(28), row_ptr = {0, 0};
+  std::vector<int32_t> dummy = {0};
+  pc::Pairs with_pairs(int64_t m) {
     for (int64_t g = 0; g <= 27; ++g) group_ptr[size_t(g)] = m * g / 27;
+    pc::Pairs p;
+    p.num_groups = 27;
+    p.group_ptr = group_ptr.data();
+    p.row_ptr = row_ptr.data();
+    p.row_pair = dummy.data();
+    p.pair_group = dummy.data();
     return p;
-  };
+  }
+};
+
+TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
+  SizesOnly sizes;
+  auto with_pairs = [&](int64_t m) { return sizes.with_pairs(m); };
   EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 64, 64, 4), pc::Dataflow::OutputStationary);
   EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 128, 128, 4),
             pc::Dataflow::GatherGemmScatter);
@@ -486,15 +492,8 @@ TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
 // on a CPU with AVX512-BF16 (channel pairs); otherwise, or with float32 weights, the float32
 // choice.
 TEST(PointConvRun, DataflowBfloat16PairsWhileWeightsFitL2) {
-  std::vector<int64_t> group_ptr(28), row_ptr(2, 0);
-  std::vector<int32_t> dummy(1, 0);
-  pc::Pairs p;
-  p.num_groups = 27;
-  p.group_ptr = group_ptr.data();
-  p.row_ptr = row_ptr.data();
-  p.row_pair = dummy.data();
-  p.pair_group = dummy.data();
-  for (int64_t g = 0; g <= 27; ++g) group_ptr[size_t(g)] = 50000 * g / 27;
+  SizesOnly sizes;
+  pc::Pairs p = sizes.with_pairs(50000);
   for (int64_t c : {int64_t(64), int64_t(128), int64_t(256)}) {
     const pc::Dataflow f32 = pc::choose_dataflow(p, c, c, 4);
     EXPECT_EQ(pc::choose_dataflow_bf16(p, c, c, false), f32) << c;
