@@ -53,45 +53,56 @@ void index_by_row(const int64_t* group_ptr, int64_t num_groups, const int32_t* r
         pair_group[p] = static_cast<int32_t>(g);
 }
 
-std::string check_pairs(const Pairs& p, bool full) {
+namespace {
+
+// Branch-free range checks (they vectorize); where a failure is, is looked up only then.
+uint32_t out_of_range(const int32_t* a, int64_t n, int64_t bound) {
+  const uint32_t b = static_cast<uint32_t>(bound);
+  uint32_t bad = 0;
+  for (int64_t q = 0; q < n; ++q) bad |= static_cast<uint32_t>(a[q]) >= b;
+  return bad;
+}
+
+// A row index [rows + 1] from 0 to m, never decreasing: "" or what is wrong.
+std::string check_row_ptr(const int64_t* ptr, int64_t rows, int64_t m) {
+  if (ptr[0] != 0 || ptr[rows] != m) return "row index does not cover the pairs";
+  uint32_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) bad |= ptr[r + 1] < ptr[r];
+  return bad ? "row index or pair groups out of range" : "";
+}
+
+// What check_pairs and check_pairs_both_ways check first: group_ptr from 0 and never
+// decreasing, every input and output index in range, the identity group's size.
+std::string check_groups_and_indices(const Pairs& p) {
   if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
   if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
   for (int64_t g = 0; g < p.num_groups; ++g)
-    if (p.group_ptr[g + 1] < p.group_ptr[g]) return "group_ptr decreases at group " + std::to_string(g);
+    if (p.group_ptr[g + 1] < p.group_ptr[g])
+      return "group_ptr decreases at group " + std::to_string(g);
   const int64_t m = p.size();
-  // Branch-free range checks (vectorize); the position is looked up only on failure.
-  uint32_t bad_in = 0, bad_out = 0;
-  const uint32_t ni = static_cast<uint32_t>(p.num_in), no = static_cast<uint32_t>(p.num_out);
-  for (int64_t q = 0; q < m; ++q) {
-    bad_in |= static_cast<uint32_t>(p.in_idx[q]) >= ni;
-    bad_out |= static_cast<uint32_t>(p.out_idx[q]) >= no;
-  }
-  if (bad_in) return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
-  if (bad_out) return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
+  if (out_of_range(p.in_idx, m, p.num_in))
+    return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
+  if (out_of_range(p.out_idx, m, p.num_out))
+    return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
   if (p.identity_group >= 0 &&
       (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
        p.group_ptr[p.identity_group + 1] - p.group_ptr[p.identity_group] != p.num_in))
     return "the identity group does not cover every row once";
+  return {};
+}
+
+}  // namespace
+
+std::string check_pairs(const Pairs& p, bool full) {
+  if (std::string err = check_groups_and_indices(p); !err.empty()) return err;
+  const int64_t m = p.size();
   if (p.row_ptr != nullptr) {
-    if (p.row_ptr[0] != 0 || p.row_ptr[p.num_out] != m) return "row index does not cover the pairs";
-    uint32_t bad = 0;
-    for (int64_t r = 0; r < p.num_out; ++r) bad |= p.row_ptr[r + 1] < p.row_ptr[r];
-    const uint32_t um = static_cast<uint32_t>(m), ug = static_cast<uint32_t>(p.num_groups);
-    for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.row_pair[q]) >= um;
-    if (p.pair_group != nullptr)
-      for (int64_t q = 0; q < m; ++q) bad |= static_cast<uint32_t>(p.pair_group[q]) >= ug;
+    if (std::string err = check_row_ptr(p.row_ptr, p.num_out, m); !err.empty()) return err;
+    uint32_t bad = out_of_range(p.row_pair, m, m);
+    if (p.pair_group != nullptr) bad |= out_of_range(p.pair_group, m, p.num_groups);
     if (bad) return "row index or pair groups out of range";
   }
   if (!full) return {};
-  if (p.identity_group >= 0) {
-    const int64_t g = p.identity_group;
-    if (g >= p.num_groups || p.num_in != p.num_out ||
-        p.group_ptr[g + 1] - p.group_ptr[g] != p.num_in)
-      return "the identity group does not cover every row once";
-    for (int64_t r = 0; r < p.num_in; ++r)
-      if (p.in_idx[p.group_ptr[g] + r] != r || p.out_idx[p.group_ptr[g] + r] != r)
-        return "the identity group is not the identity";
-  }
   if (p.identity_group >= 0)
     for (int64_t r = 0; r < p.num_in; ++r)
       if (p.in_idx[p.group_ptr[p.identity_group] + r] != r ||
@@ -111,50 +122,18 @@ std::string check_pairs(const Pairs& p, bool full) {
 
 std::string check_pairs_both_ways(const Pairs& p, const int64_t* in_row_ptr,
                                   const int32_t* in_row_pair) {
-  if (p.num_groups < 0 || p.group_ptr == nullptr) return "no groups";
-  if (p.group_ptr[0] != 0) return "group_ptr[0] must be 0";
-  for (int64_t g = 0; g < p.num_groups; ++g)
-    if (p.group_ptr[g + 1] < p.group_ptr[g])
-      return "group_ptr decreases at group " + std::to_string(g);
-  const int64_t m = p.size();
-  if (p.identity_group >= 0 &&
-      (p.identity_group >= p.num_groups || p.num_in != p.num_out ||
-       p.group_ptr[p.identity_group + 1] - p.group_ptr[p.identity_group] != p.num_in))
-    return "the identity group does not cover every row once";
+  if (std::string err = check_groups_and_indices(p); !err.empty()) return err;
   const bool rows = p.row_ptr != nullptr;
   if (rows != (in_row_ptr != nullptr) || rows != (p.row_pair != nullptr) ||
       rows != (in_row_pair != nullptr))
     return "row index of one direction only";
-  if (rows && (p.row_ptr[0] != 0 || p.row_ptr[p.num_out] != m || in_row_ptr[0] != 0 ||
-               in_row_ptr[p.num_in] != m))
-    return "row index does not cover the pairs";
-  // Branch-free passes (vectorized) over the arrays both directions read, each once; where a
-  // failure is, is looked up only then.
-  const uint32_t ni = static_cast<uint32_t>(p.num_in), no = static_cast<uint32_t>(p.num_out);
-  const uint32_t um = static_cast<uint32_t>(m), ug = static_cast<uint32_t>(p.num_groups);
-  uint32_t bad_in = 0, bad_out = 0, bad_rows = 0;
-  const int32_t* in_idx = p.in_idx;
-  const int32_t* out_idx = p.out_idx;
-  for (int64_t q = 0; q < m; ++q) {
-    bad_in |= static_cast<uint32_t>(in_idx[q]) >= ni;
-    bad_out |= static_cast<uint32_t>(out_idx[q]) >= no;
-  }
-  if (rows) {
-    const int32_t* a = p.row_pair;
-    const int32_t* b = in_row_pair;
-    for (int64_t q = 0; q < m; ++q)
-      bad_rows |= (static_cast<uint32_t>(a[q]) >= um) | (static_cast<uint32_t>(b[q]) >= um);
-    if (const int32_t* g = p.pair_group)
-      for (int64_t q = 0; q < m; ++q) bad_rows |= static_cast<uint32_t>(g[q]) >= ug;
-  }
-  if (bad_in) return "an input index is outside [0, " + std::to_string(p.num_in) + ")";
-  if (bad_out) return "an output index is outside [0, " + std::to_string(p.num_out) + ")";
-  if (rows) {
-    for (int64_t r = 0; r < p.num_out; ++r) bad_rows |= p.row_ptr[r + 1] < p.row_ptr[r];
-    for (int64_t r = 0; r < p.num_in; ++r) bad_rows |= in_row_ptr[r + 1] < in_row_ptr[r];
-  }
-  if (bad_rows) return "row index or pair groups out of range";
-  return {};
+  if (!rows) return {};
+  const int64_t m = p.size();
+  if (std::string err = check_row_ptr(p.row_ptr, p.num_out, m); !err.empty()) return err;
+  if (std::string err = check_row_ptr(in_row_ptr, p.num_in, m); !err.empty()) return err;
+  uint32_t bad = out_of_range(p.row_pair, m, m) | out_of_range(in_row_pair, m, m);
+  if (p.pair_group != nullptr) bad |= out_of_range(p.pair_group, m, p.num_groups);
+  return bad ? "row index or pair groups out of range" : "";
 }
 
 namespace {
