@@ -464,9 +464,19 @@ Dataflow gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a, Dataflow
   return d;
 }
 
+namespace {
+
+// Whether the bfloat16 rows multiply channel pairs (vdpbf16ps): bfloat16 weights, at least one
+// pair, and a CPU with AVX512-BF16 / AMX-BF16.
+bool bf16_channel_pairs(int64_t c_in, bool weights_bf16) {
+  return weights_bf16 && c_in >= 2 && cpu_has_bf16_dot();
+}
+
+}  // namespace
+
 Dataflow choose_dataflow_bf16(const Pairs& p, int64_t c_in, int64_t c_out, bool weights_bf16) {
   const Dataflow d = choose_dataflow(p, c_in, c_out, sizeof(float));
-  if (d == Dataflow::OutputStationary || !weights_bf16 || c_in < 2 || !cpu_has_bf16_dot() ||
+  if (d == Dataflow::OutputStationary || !bf16_channel_pairs(c_in, weights_bf16) ||
       !row_indexed(p) || !detail::os_has_registers(p, c_in, c_out, sizeof(float)))
     return d;
   // Channel pairs on vdpbf16ps stream half the weight bytes with a quarter of the
@@ -492,7 +502,7 @@ bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataf
   // swap the halves of X's words to match). The values are bfloat16 exactly (weights_bf16),
   // so their high halves are the bits (no rounding).
   std::vector<uint16_t> pairs;
-  if (weights_bf16 && a.c_in >= 2 && cpu_has_bf16_dot()) {
+  if (bf16_channel_pairs(a.c_in, weights_bf16)) {
     const int64_t ci = a.c_in, co = a.c_out, np = ci / 2;
     pairs.resize(static_cast<size_t>(p.num_groups * np * co * 2));
 #pragma omp parallel for schedule(static) if (p.num_groups * ci * co >= (int64_t{1} << 16))
