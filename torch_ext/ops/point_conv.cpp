@@ -533,17 +533,18 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
   const auto wpath = static_cast<point_conv::WgradPath>(dataflow >> 2);
   // dX = the same pairs read backwards with W^T (in rows are distinct within an offset too).
   const point_conv::Pairs back = pairs_of(check_plan(op, plan_t), !swap);
+  const bool bf16 = x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16;
+  const auto dyb = bf16 ? dy_in.contiguous() : dy_in;
   tx::Tensor dx_native;  // bfloat16 dX straight from bfloat16 dY (see sparse_conv_cpu)
-  if (need_x && x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16) {
-    const auto dyb = dy_in.contiguous();
+  if (need_x && bf16) {
     auto dxb = new_output({x_in.size(0), x_in.size(1)}, dyb.options());
     if (point_conv::output_stationary_bf16(back, bf16_args(dyb, w, std::nullopt, dxb, true, false),
                                            d, w_in.scalar_type() == tx::kBFloat16))
       dx_native = dxb;
   }
   tx::Tensor dw_native;  // float32 dW from bfloat16 X and dY (oneDNN's bfloat16 GEMM)
-  if (need_w && x_in.scalar_type() == tx::kBFloat16 && dy_in.scalar_type() == tx::kBFloat16) {
-    const auto xb = x_in.contiguous(), dyb = dy_in.contiguous();
+  if (need_w && bf16) {
+    const auto xb = x_in.contiguous();
     auto dwf = tx::empty_like(w);  // float32
     if (point_conv::weight_grad_bf16(p, static_cast<const uint16_t*>(xb.const_data_ptr()),
                                      xb.size(1), static_cast<const uint16_t*>(dyb.const_data_ptr()),
