@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sparsejit::filter_conv {
@@ -238,13 +239,14 @@ Layout make_layout(const Geometry& g) {
 // Padded, phase-split copy of the input (the phases some tap reads). Rows are short (16 to
 // 58 floats on ResNet-50), so the zeros and the copy are plain loops: GCC would otherwise turn
 // each into a memset / memcpy call, three calls a row, 7% of a 14x14 3x3 layer (perf).
+template <typename T>
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #endif
-void fill_planes(const Geometry& g, const Layout& L, const float* x, float* planes) {
+void fill_planes(const Geometry& g, const Layout& L, const T* x, float* planes) {
 #pragma omp parallel for schedule(static)
   for (int64_t nc = 0; nc < g.batch * g.c_in; ++nc) {
-    const float* src = x + nc * g.h * g.w;
+    const T* src = x + nc * g.h * g.w;
     float* dst = planes + nc * L.plane_c;
     for (int64_t ph = 0; ph < g.stride_h; ++ph) {
       for (int64_t pw = 0; pw < g.stride_w; ++pw) {
@@ -258,18 +260,18 @@ void fill_planes(const Geometry& g, const Layout& L, const float* x, float* plan
             for (int64_t j = 0; j < L.wq; ++j) out[j] = 0.0f;
             continue;
           }
-          const float* in = src + hi * g.w;
+          const T* in = src + hi * g.w;
           if (g.stride_w == 1) {  // a padded row: zeros, the row, zeros
             const int64_t lead = std::min(L.wq, g.pad_w);
             const int64_t n = std::max<int64_t>(0, std::min(g.w, L.wq - lead));
             for (int64_t j = 0; j < lead; ++j) out[j] = 0.0f;
-            for (int64_t j = 0; j < n; ++j) out[lead + j] = in[j];
+            for (int64_t j = 0; j < n; ++j) out[lead + j] = static_cast<float>(in[j]);
             for (int64_t j = lead + n; j < L.wq; ++j) out[j] = 0.0f;
             continue;
           }
           for (int64_t j = 0; j < L.wq; ++j) {
             const int64_t wi = pw + j * g.stride_w - g.pad_w;
-            out[j] = (wi >= 0 && wi < g.w) ? in[wi] : 0.0f;
+            out[j] = (wi >= 0 && wi < g.w) ? static_cast<float>(in[wi]) : 0.0f;
           }
         }
       }
@@ -394,8 +396,27 @@ void forward(const Geometry& g, const Pattern& p, const float* x, const float* b
   forward(*prepare(g, p, v), g, p, x, bias, relu, y, residual);
 }
 
-void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
-             const float* bias, bool relu, float* y, const float* residual) {
+namespace {
+
+// n input elements widened to float32 (exact); a plain copy for float32.
+template <typename T>
+inline void copy_widen(float* dst, const T* src, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, sizeof(float) * n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  }
+}
+
+// The forward for input, residual and output elements of type E (float, or bf16: read and
+// widened where the input is staged into the planes or the 1x1 panel, the residual widened
+// in the epilogue, each output rounded once to nearest even from the float32 sum). Every
+// bfloat16 value widens exactly, so a bfloat16 call gives the bits of the float32 call on
+// the widened tensors, rounded, without the float32 copies of x, the residual and y.
+template <typename E>
+void forward_io(const Prepared& P, const Geometry& g, const Pattern& p, const E* x,
+                const float* bias, bool relu, E* y, const E* residual) {
+  constexpr bool kFloat = std::is_same_v<E, float>;
   const int64_t oh = g.out_h(), ow = g.out_w();
   if (g.batch == 0 || g.c_out == 0 || oh * ow == 0) return;
   const Variant v = P.variant;
@@ -404,7 +425,7 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
   const int64_t chunks = P.chunks;
   const Layout L = make_layout(g);
   std::unique_ptr<float[]> planes;  // every element written by fill_planes or zeroed here
-  const float* xin = x;
+  const float* xin = nullptr;  // the planes; a 1x1 in place reads x through its panel
   if (!P.in_place) {
     planes.reset(new float[g.batch * L.img + kSlack]);
     std::fill(planes.get() + g.batch * L.img, planes.get() + g.batch * L.img + kSlack, 0.0f);
@@ -447,7 +468,9 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
   // process, ResNet-50 at batch 8 (AMD EPYC, 32 MiB L3): 0.94-0.97x the time of the whole
   // network in four runs; the 3x3 layers (rows of the phase grid, partial lines) and outputs
   // of 6.4 MB and less were as often slower as faster, so they keep plain stores.
-  const bool nt = pack && T <= 64 &&  // (pack: a 1x1; the epilogue's tmp holds 64 floats)
+  // bfloat16 outputs are stored plainly: streamed, they were slower (a 1x1 64 -> 256 at 56 x
+  // 56, batch 8, 1 thread: 6.0-7.0 ms against 5.4 ms plainly).
+  const bool nt = kFloat && pack && T <= 64 &&  // (pack: a 1x1; the epilogue's tmp: 64 floats)
                   g.batch * g.c_out * ohw * int64_t(sizeof(float)) >= stream_output_bytes();
 
 #pragma omp parallel
@@ -467,6 +490,7 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       seg.clear();
       int64_t valid;
       const float* ximg;
+      int64_t ibase = 0;  // the tile's first input element (planes, or x in place)
       if (span) {
         const int64_t g0 = tile * T;
         valid = std::min(T, g.batch * L.len - g0);
@@ -480,7 +504,8 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       } else {
         const int64_t n = tile / tiles_per_image, q0 = (tile % tiles_per_image) * T;
         valid = std::min(T, L.len - q0);
-        ximg = xin + n * L.img + q0;
+        ibase = n * L.img + q0;
+        ximg = xin != nullptr ? xin + ibase : nullptr;
         if (L.out_direct) {
           seg.insert(seg.end(), {0, n, q0, valid});
         } else {
@@ -499,12 +524,19 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
       if (pack) {
         for (int64_t c = 0; c < g.c_in; ++c) {
           float* dst = panel + c * T;
+          // (a span covers a 1x1 in place: its runs are read from x)
+          auto copy = [&](float* d, int64_t at, int64_t n) {
+            if (xin != nullptr) {
+              std::memcpy(d, xin + at, sizeof(float) * n);
+            } else {
+              copy_widen(d, x + at, n);
+            }
+          };
           if (span) {
             for (size_t sg = 0; sg < seg.size(); sg += 4)
-              std::memcpy(dst + seg[sg], xin + seg[sg + 1] * L.img + c * L.plane_c + seg[sg + 2],
-                          sizeof(float) * seg[sg + 3]);
+              copy(dst + seg[sg], seg[sg + 1] * L.img + c * L.plane_c + seg[sg + 2], seg[sg + 3]);
           } else {
-            std::memcpy(dst, ximg + c * L.plane_c, sizeof(float) * valid);
+            copy(dst, ibase + c * L.plane_c, valid);
           }
           std::fill(dst + valid, dst + T, 0.0f);
         }
@@ -544,12 +576,14 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
             const float* src = a + seg[sg];
             const int64_t yi = (seg[sg + 1] * g.c_out + oc) * ohw + seg[sg + 2];
             const int64_t len = seg[sg + 3];
-            float* dst = nt ? tmp : y + yi;
+            // float32 output straight to y unless streamed; bfloat16 through tmp, rounded
+            // once below (len <= T <= 64)
+            float* dst = kFloat && !nt ? reinterpret_cast<float*>(y + yi) : tmp;
             if (residual != nullptr) {
               // (acc + bias) + residual, then ReLU: the sums of an unfused conv, add, relu.
-              const float* res = residual + yi;
+              const E* res = residual + yi;
               for (int64_t i = 0; i < len; ++i) {
-                const float z = (src[i] + b) + res[i];
+                const float z = (src[i] + b) + static_cast<float>(res[i]);
                 dst[i] = relu ? (z > 0.0f ? z : 0.0f) : z;
               }
             } else if (relu) {
@@ -560,13 +594,29 @@ void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float
             } else {
               for (int64_t i = 0; i < len; ++i) dst[i] = src[i] + b;
             }
-            if (nt) stream_run(y + yi, tmp, len);
+            if constexpr (kFloat) {
+              if (nt) stream_run(y + yi, tmp, len);
+            } else {
+              for (int64_t i = 0; i < len; ++i) y[yi + i] = E(tmp[i]);
+            }
           }
         }
       }
       if (nt) stream_fence();
     }
   }
+}
+
+}  // namespace
+
+void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
+             const float* bias, bool relu, float* y, const float* residual) {
+  forward_io(P, g, p, x, bias, relu, y, residual);
+}
+
+void forward(const Prepared& P, const Geometry& g, const Pattern& p, const bf16* x,
+             const float* bias, bool relu, bf16* y, const bf16* residual) {
+  forward_io(P, g, p, x, bias, relu, y, residual);
 }
 
 }  // namespace sparsejit::filter_conv

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "csrc/core/isa.h"
+#include "kernels/common/types.h"
 #include "kernels/cpu/filter_conv_args.h"
 
 namespace sparsejit::filter_conv {
@@ -97,6 +98,11 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
 // geometry (but any batch) and pattern.
 void forward(const Prepared& P, const Geometry& g, const Pattern& p, const float* x,
              const float* bias, bool relu, float* y, const float* residual = nullptr);
+// The same with bfloat16 x, residual and y (weights and bias stay float32): each input value
+// widened where it is staged, sums in float32, each output rounded once to nearest even, so
+// the bits of the float32 forward on the widened tensors, rounded.
+void forward(const Prepared& P, const Geometry& g, const Pattern& p, const bf16* x,
+             const float* bias, bool relu, bf16* y, const bf16* residual = nullptr);
 // prepare() then forward() (tests, one-off calls).
 void forward(const Geometry& g, const Pattern& p, const float* x, const float* bias, bool relu,
              Variant v, float* y, const float* residual = nullptr);

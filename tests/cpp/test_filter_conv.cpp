@@ -241,6 +241,57 @@ TEST(FilterConv, StreamedOutputsMatchPlainStores) {
   }
 }
 
+// bfloat16 x, residual and y: the float32 forward on the widened values, each output rounded
+// once (the same bits), every variant, tiles within and across images, residual and ReLU;
+// y poisoned beforehand, one guard element past its end.
+TEST(FilterConv, Bfloat16IoMatchesFloat32Rounded) {
+  using sparsejit::bf16;
+  const Case cases[] = {
+      {1, 4, 9, 9, 5, 1, 1, 1, 1, 0, 1, 0.5},      // 1x1 in place, partial last tile
+      {3, 12, 7, 7, 10, 1, 1, 1, 1, 0, 1, 0.3},    // 1x1, tiles span images
+      {5, 8, 6, 6, 6, 2, 1, 1, 2, 0, 1, 0.5},      // strided 1x1, groups
+      {2, 5, 11, 11, 7, 1, 3, 3, 2, 1, 1, 0.3},    // 3x3 stride 2
+      {1, 6, 12, 12, 6, 3, 3, 3, 1, 2, 2, 0.6},    // groups 3, dilation 2
+      {1, 64, 10, 10, 40, 1, 3, 3, 1, 1, 1, 0.1},  // several input-channel chunks
+      {1, 3, 1, 1, 2, 1, 1, 1, 1, 0, 1, 0.7},      // one pixel
+      {1, 4, 5, 5, 3, 1, 3, 3, 1, 1, 1, 0.0},      // all-zero weight
+  };
+  unsigned seed = 301;
+  for (const auto& k : cases) {
+    const fs::Geometry g = geometry(k);
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> u(-4.f, 4.f);
+    const RandomWeight rw(g, k.density, rng);
+    const int64_t n_in = g.batch * g.c_in * g.h * g.w;
+    const int64_t n_out = g.batch * g.c_out * g.out_h() * g.out_w();
+    std::vector<bf16> xb(n_in), rb(n_out);
+    std::vector<float> xf(n_in), rf(n_out), bias(g.c_out);
+    for (int64_t i = 0; i < n_in; ++i) xf[i] = float(xb[i] = bf16(u(rng)));
+    for (int64_t i = 0; i < n_out; ++i) rf[i] = float(rb[i] = bf16(u(rng)));
+    for (auto& v : bias) v = u(rng);
+    for (int64_t v = 0; v < fs::kNumVariants; ++v) {
+      if (v == int64_t(fs::Variant::Auto)) continue;
+      const auto P = fs::prepare(g, rw.p, static_cast<fs::Variant>(v));
+      for (bool res : {false, true}) {
+        for (bool relu : {false, true}) {
+          std::vector<float> yf(n_out, NAN);
+          fs::forward(*P, g, rw.p, xf.data(), bias.data(), relu, yf.data(),
+                      res ? rf.data() : nullptr);
+          std::vector<uint16_t> yb(n_out + 1, 0xffff);  // bfloat16 NaN poison, a guard
+          fs::forward(*P, g, rw.p, xb.data(), bias.data(), relu,
+                      reinterpret_cast<bf16*>(yb.data()), res ? rb.data() : nullptr);
+          for (int64_t i = 0; i < n_out; ++i)
+            ASSERT_EQ(yb[i], bf16(yf[i]).bits)
+                << "c_in=" << k.c_in << " r=" << k.r << " variant=" << fs::variant_name(
+                       static_cast<fs::Variant>(v)) << " residual=" << res << " relu=" << relu
+                << " at " << i;
+          EXPECT_EQ(yb[n_out], 0xffff);
+        }
+      }
+    }
+  }
+}
+
 TEST(FilterConv, PatternAndGeometryErrors) {
   fs::Geometry g;
   g.batch = 1; g.c_in = 6; g.h = g.w = 5; g.c_out = 4; g.groups = 4;

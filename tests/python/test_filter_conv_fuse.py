@@ -389,3 +389,69 @@ def test_sparsify_runs_functional_pools_on_channels_last(tmp_path):
         torch.testing.assert_close(kept(x), want, rtol=1e-4, atol=1e-4)
     plain = sparsify(m, x, min_speedup=0.0, fuse=False, **kw)  # no pass: functions stay
     assert not any(isinstance(mod, nn.MaxPool2d) for mod in plain.modules())
+
+
+def _bf16_edges(shape, seed):
+    """bfloat16 values with NaN, infinities, signed zeros and subnormals among normal ones."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(shape, generator=g)
+    flat = t.view(-1)
+    edge = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -3e-39])
+    if flat.numel() >= 4 * edge.numel():
+        at = torch.randperm(flat.numel(), generator=g)[:edge.numel()]
+        flat[at] = edge
+    return t.bfloat16()
+
+
+def same_bf16(a, b):
+    """The same bfloat16 bits, NaN matching any NaN (torch's own float32 -> bfloat16 keeps a
+    NaN's sign and payload on some paths; sparsejit writes the quiet NaN 0x7fc0)."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.view(torch.int16)[~nan],
+                                                       b.view(torch.int16)[~nan])
+
+
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "x".join(map(str, g)))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_bfloat16_native_equals_float32_rounded(geom, batch):
+    """bfloat16 x and residual go through the kernel without float32 copies; each output is
+    the float32 call on the widened tensors, rounded once: the same bits, every variant (the
+    1x1 in place at batch 3 spans images within one tile), with and without the residual and
+    ReLU, NaN / infinity / subnormal inputs included."""
+    c_in, c_out, h, w, k, stride, padding, dilation, groups = geom
+    wt = pruned_weight((c_out, c_in // groups, k, k), "unstructured", 21 + batch)
+    mod = SparseConv2d(wt, torch.randn(c_out), stride, padding, dilation, groups)
+    xb = _bf16_edges((batch, c_in, h, w), 5 + batch)
+    y0 = conv_op(mod, xb.float(), False, None)
+    rb = _bf16_edges(y0.shape, 7 + batch)
+    for v in PRECOMPILED + ("jit",):
+        for relu in (False, True):
+            for res in (None, rb):
+                got = conv_op(mod, xb, relu, res, VARIANTS[v])
+                assert got.dtype == torch.bfloat16 and got.shape == y0.shape
+                want = conv_op(mod, xb.float(), relu, None if res is None else res.float(),
+                               VARIANTS[v]).bfloat16()
+                assert same_bf16(got, want), (v, relu)
+
+
+def test_bfloat16_layouts_mixed_residual_and_empty():
+    wt = pruned_weight((6, 4, 3, 3), "skewed", 5)
+    mod = SparseConv2d(wt, torch.randn(6), padding=1)
+    xb = torch.randn(2, 4, 7, 5).bfloat16()
+    res = torch.randn(2, 6, 7, 5)
+    want = conv_op(mod, xb.float(), True, res.bfloat16().float()).bfloat16()
+    # channels_last bfloat16 in: channels_last bfloat16 out, the same bits
+    got = conv_op(mod, xb.contiguous(memory_format=torch.channels_last), True,
+                  res.bfloat16().contiguous(memory_format=torch.channels_last))
+    assert got.dtype == torch.bfloat16
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert same_bf16(got.contiguous(), want)
+    # a float32 residual with bfloat16 x is added unrounded (the float32 path), then rounded
+    mixed = conv_op(mod, xb, True, res)
+    assert mixed.dtype == torch.bfloat16
+    assert same_bf16(mixed, conv_op(mod, xb.float(), True, res).bfloat16())
+    # empty batch, one pixel
+    assert conv_op(mod, xb[:0], True, res[:0].bfloat16()).shape == (0, 6, 7, 5)
+    one = SparseConv2d(pruned_weight((3, 2, 1, 1), "unstructured", 4))
+    x1 = torch.randn(1, 2, 1, 1).bfloat16()
+    assert same_bf16(conv_op(one, x1, False, None), conv_op(one, x1.float(), False, None).bfloat16())

@@ -305,6 +305,20 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
                   plan::check_header(words, plan_c.numel(), OpKind::FilterConv, hit->stamp, &herr),
                   "plan: ", herr);
 
+  // bfloat16 x (and residual, if any) in, bfloat16 out, without float32 copies: the kernel
+  // widens where it stages its input and rounds each output once (the float32 path's bits).
+  if (x_in.scalar_type() == tx::kBFloat16 &&
+      (!residual_in.has_value() || residual_in->scalar_type() == tx::kBFloat16)) {
+    const auto xb = x_in.contiguous();
+    auto yb = new_output({g.batch, c_out, g.out_h(), g.out_w()}, xb.options());
+    tx::Tensor rb;
+    if (residual_in.has_value()) rb = residual_in->contiguous();
+    filter_conv::forward(*hit->prepared, g, p, ptr<bf16>(xb),
+                         bias.defined() ? ptr<float>(bias) : nullptr, relu, ptr<bf16>(yb),
+                         rb.defined() ? ptr<bf16>(rb) : nullptr);
+    if (channels_last_input(x_in)) yb = yb.contiguous(tx::MemoryFormat::ChannelsLast);
+    return yb;
+  }
   const auto x = x_in.to(tx::kFloat).contiguous();
   auto y = new_output({g.batch, c_out, g.out_h(), g.out_w()}, x.options());
   // The residual as float32 NCHW rows, like y (a copy unless it already is one; it never

@@ -37,8 +37,9 @@ def _pair(v) -> Tuple[int, int]:
 class SparseConv2d(nn.Module):
     """A Conv2d whose weight's zeros are skipped: the weight compressed per output channel
     (``sparsejit::filter_conv_plan``), bias and an optional ReLU fused into the output write.
-    Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16,
-    float16 and float64 results converted back); returns NCHW. The compressed weight is built
+    Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16
+    read and written by the kernel itself, float16 and float64 results converted back);
+    returns NCHW. The compressed weight is built
     on the host and its buffers placed on `weight`'s device; on a GPU the op runs the CUDA
     kernel (kernels/cuda/filter_conv.cuh; float32 accumulation, results in x's dtype)."""
 
