@@ -71,3 +71,23 @@ def test_filter_conv_batch_split_two_layers(tmp_path):
     assert set(rec["whole"]) == {"whole", "chunks of 1"}
     assert "| layer1.0.conv1 |" in r.stdout
 
+
+
+def test_filter_conv_pairs_counts_channel_partners():
+    spec = importlib.util.spec_from_file_location("filter_conv_pairs",
+                                                  BENCH / "filter_conv_pairs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import numpy as np
+    # row 0: (c0, t2) and (c1, t2) are partners, (c2, t5) has none; row 1: (c3, t5) alone
+    # (its partner c2 is stored in row 0 only); row 2 empty
+    rowptr = np.array([0, 3, 4, 4])
+    cols = np.array([0 * 9 + 2, 1 * 9 + 2, 2 * 9 + 5, 3 * 9 + 5])
+    assert mod.paired_fraction(rowptr, cols, 9) == 0.5
+    assert mod.paired_fraction(np.array([0]), np.array([], dtype=np.int64), 9) == 0.0
+    r = run("filter_conv_pairs.py", timeout=300)
+    assert r.returncode == 0, r.stderr
+    last = [line for line in r.stdout.splitlines() if line.startswith("uniform random 90%")]
+    assert len(last) == 1
+    p = float(last[0].split("paired ")[1].split(":")[0])
+    assert 0.08 < p < 0.12  # a kept tap's partner is kept with probability 0.1
