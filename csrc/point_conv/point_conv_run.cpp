@@ -425,24 +425,42 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
 
 }  // namespace
 
-Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
-  if (!row_indexed(p)) return Dataflow::GatherGemmScatter;
-  // Output-stationary keeps the output row in vector registers and streams W[g] for every
-  // pair, so it wins while all of W (K * c_in * c_out) stays in L2 and a register kernel
-  // exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
-  // random at 5 cm; benchmarks/bench_sparse_conv.py): output-stationary 1.0-3.5x faster up to
-  // 64 x 64 (442 KiB of float32 weights), gather-GEMM-scatter up to 2.2x faster at 128 x 128
-  // (1.7 MiB). Without a register kernel the row loop is plain C++: the GEMM path then.
-  // Beyond that, gather-GEMM-scatter's [M, c_out] products buffer decides: once it is far
-  // beyond L3 it streams through DRAM twice. 128 -> 128 channels, AVX-512 EPYC (32 MiB L3),
-  // cached forward: buffers of 12-39 MiB (random, KITTI) gather-GEMM-scatter 1.2-1.6x
-  // faster; 88-104 MiB (ScanNet) output-stationary 1.5-1.8x faster. Hence twice the L3.
-  const bool weights_in_l2 = p.num_groups * c_in * c_out * elem_bytes <= (int64_t{512} << 10);
+namespace {
+
+// Output-stationary keeps the output row in vector registers and streams W[g] for every
+// pair, so it wins while all of W (K * c_in * c_out) stays in (half of) L2 and a register
+// kernel exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
+// random at 5 cm; benchmarks/bench_sparse_conv.py, 1 MiB L2): output-stationary 1.0-3.5x
+// faster up to 64 x 64 (442 KiB of float32 weights), gather-GEMM-scatter up to 2.2x faster
+// at 128 x 128 (1.7 MiB). Without a register kernel the row loop is plain C++: the GEMM path
+// then. Beyond that, gather-GEMM-scatter's [M, c_out] products buffer decides: once it is
+// far beyond L3 it streams through DRAM twice. 128 -> 128 channels, AVX-512 EPYC (32 MiB L3),
+// cached forward: buffers of 12-39 MiB (random, KITTI) gather-GEMM-scatter 1.2-1.6x faster;
+// 88-104 MiB (ScanNet) output-stationary 1.5-1.8x faster. Hence twice the L3.
+bool os_by_weights(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
+  const bool weights_in_l2 = p.num_groups * c_in * c_out * elem_bytes <= cpu_l2_bytes() / 2;
   const int64_t l3 = cpu_l3_bytes();
   const bool buffer_in_dram = l3 > 0 && p.size() * c_out * elem_bytes > 2 * l3;
-  return (weights_in_l2 || buffer_in_dram) && detail::os_has_registers(p, c_in, c_out, elem_bytes)
-             ? Dataflow::OutputStationary
-             : Dataflow::GatherGemmScatter;
+  return (weights_in_l2 || buffer_in_dram) && detail::os_has_registers(p, c_in, c_out, elem_bytes);
+}
+
+}  // namespace
+
+Dataflow choose_dataflow(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_bytes) {
+  if (!row_indexed(p)) return Dataflow::GatherGemmScatter;
+  if (!os_by_weights(p, c_in, c_out, elem_bytes)) return Dataflow::GatherGemmScatter;
+  // Since the products buffer is written without zero-filling it first (and advised onto
+  // huge pages), gather-GEMM-scatter also wins at 32 and 64 channels while that buffer stays
+  // in L3. Cached float32 forward, 2 threads, AVX-512 EPYC (32 MiB L3), best of three
+  // alternated rounds, gather-GEMM-scatter over output-stationary: 32 -> 32 channels
+  // 0.64-0.95 on KITTI, random, Open3D and ScanNet at 5 and 10 cm (buffers 0.9-26 MiB; once
+  // 1.03 on ScanNet at 10 cm); 64 -> 64 0.82-0.96 on KITTI, random and Open3D (1.8-19 MiB),
+  // 1.39-1.56 on ScanNet (44-52 MiB); at 16 channels output-stationary won on all but the
+  // random cloud (GEMMs that narrow run far below the machine's rate).
+  const int64_t l3 = cpu_l3_bytes();
+  const bool buffer_in_l3 = l3 > 0 && p.size() * c_out * elem_bytes <= l3;
+  if (c_in >= 32 && c_out >= 32 && buffer_in_l3) return Dataflow::GatherGemmScatter;
+  return Dataflow::OutputStationary;
 }
 
 template <typename T>
@@ -475,7 +493,11 @@ bool bf16_channel_pairs(int64_t c_in, bool weights_bf16) {
 }  // namespace
 
 Dataflow choose_dataflow_bf16(const Pairs& p, int64_t c_in, int64_t c_out, bool weights_bf16) {
-  const Dataflow d = choose_dataflow(p, c_in, c_out, sizeof(float));
+  // The bfloat16 rows keep output-stationary wherever the weights alone would pick it (the
+  // float32 rule's carve-out for gather-GEMM-scatter was measured on float32 only).
+  const Dataflow d = !row_indexed(p) || !os_by_weights(p, c_in, c_out, sizeof(float))
+                         ? Dataflow::GatherGemmScatter
+                         : Dataflow::OutputStationary;
   if (d == Dataflow::OutputStationary || !bf16_channel_pairs(c_in, weights_bf16) ||
       !row_indexed(p) || !detail::os_has_registers(p, c_in, c_out, sizeof(float)))
     return d;

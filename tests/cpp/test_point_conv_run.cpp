@@ -477,25 +477,43 @@ struct SizesOnly {
 TEST(PointConvRun, DataflowFollowsWeightsAndProductsBuffer) {
   SizesOnly sizes;
   auto with_pairs = [&](int64_t m) { return sizes.with_pairs(m); };
-  EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 64, 64, 4), pc::Dataflow::OutputStationary);
-  EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 128, 128, 4),
-            pc::Dataflow::GatherGemmScatter);
-  const int64_t l3 = sparsejit::cpu_l3_bytes();
+  const int64_t l2 = sparsejit::cpu_l2_bytes(), l3 = sparsejit::cpu_l3_bytes();
+  // 16 channels: output-stationary (the weights fit in any L2 the rule accepts)
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(50000), 16, 16, 4), pc::Dataflow::OutputStationary);
+  // weights beyond half of L2 (and a buffer below 2 x L3): gather-GEMM-scatter
+  const int64_t wide = 27 * 128 * 128 * 4 > l2 / 2 ? 128 : 512;
+  EXPECT_EQ(pc::choose_dataflow(with_pairs(1000), wide, wide, 4), pc::Dataflow::GatherGemmScatter);
   if (l3 <= 0) GTEST_SKIP() << "the OS does not report an L3 cache";
+  // weights in half of L2 at 32 and 64 channels: gather-GEMM-scatter while the [pairs, c_out]
+  // products fit in L3, output-stationary beyond
+  for (int64_t c : {int64_t(32), int64_t(64)}) {
+    if (27 * c * c * 4 > l2 / 2) continue;
+    const int64_t fit = l3 / (c * 4);  // pairs whose products just fit in L3
+    EXPECT_EQ(pc::choose_dataflow(with_pairs(fit), c, c, 4), pc::Dataflow::GatherGemmScatter)
+        << c;
+    EXPECT_EQ(pc::choose_dataflow(with_pairs(fit + 1), c, c, 4), pc::Dataflow::OutputStationary)
+        << c;
+    // one side below 32 channels: output-stationary
+    EXPECT_EQ(pc::choose_dataflow(with_pairs(fit), 16, c, 4), pc::Dataflow::OutputStationary);
+  }
+  if (27 * 128 * 128 * 4 <= l2 / 2) return;
   const int64_t over = 2 * l3 / (128 * 4) + 1;  // pairs whose products pass 2 x L3
   EXPECT_EQ(pc::choose_dataflow(with_pairs(over), 128, 128, 4), pc::Dataflow::OutputStationary);
   EXPECT_EQ(pc::choose_dataflow(with_pairs(over - 2), 128, 128, 4),
             pc::Dataflow::GatherGemmScatter);
 }
 
-// bfloat16 with bfloat16 weights: output-stationary also while the bfloat16 weights fit in L2
-// on a CPU with AVX512-BF16 (channel pairs); otherwise, or with float32 weights, the float32
-// choice.
+// bfloat16: output-stationary where the float32 weights alone pick it (half of L2; no carve-out
+// for gather-GEMM-scatter at 32 / 64 channels), and with bfloat16 weights also while those fit
+// in L2 on a CPU with AVX512-BF16 (channel pairs).
 TEST(PointConvRun, DataflowBfloat16PairsWhileWeightsFitL2) {
   SizesOnly sizes;
   pc::Pairs p = sizes.with_pairs(50000);
-  for (int64_t c : {int64_t(64), int64_t(128), int64_t(256)}) {
-    const pc::Dataflow f32 = pc::choose_dataflow(p, c, c, 4);
+  const int64_t l2 = sparsejit::cpu_l2_bytes(), l3 = sparsejit::cpu_l3_bytes();
+  for (int64_t c : {int64_t(32), int64_t(64), int64_t(128), int64_t(256)}) {
+    const bool dram = l3 > 0 && 50000 * c * 4 > 2 * l3;
+    const pc::Dataflow f32 = 27 * c * c * 4 <= l2 / 2 || dram ? pc::Dataflow::OutputStationary
+                                                               : pc::Dataflow::GatherGemmScatter;
     EXPECT_EQ(pc::choose_dataflow_bf16(p, c, c, false), f32) << c;
     const bool pairs_fit = sparsejit::cpu_has_bf16_dot() &&
                            27 * c * c * 2 <= sparsejit::cpu_l2_bytes();
