@@ -10,7 +10,7 @@
 namespace sparsejit::dense {
 
 void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
-                   const float* w, int64_t f_out, float* y, int num_threads) {
+                   const float* w, int64_t f_out, float* y, int num_threads, const float* bias) {
   constexpr int64_t kRows = 256;
   std::vector<int64_t> items;  // (segment, first row)
   for (int64_t k = 0; k < segments; ++k)
@@ -30,6 +30,12 @@ void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t
       } else {
         sgemm(false, false, r1 - r0, f_out, f_in, 1.f, x + r0 * f_in, f_in, w + k * f_in * f_out,
               std::max<int64_t>(f_out, 1), 0.f, y + r0 * f_out, std::max<int64_t>(f_out, 1));
+      }
+      if (bias != nullptr) {
+        for (int64_t r = r0; r < r1; ++r) {
+          float* row = y + r * f_out;
+          for (int64_t j = 0; j < f_out; ++j) row[j] += bias[j];
+        }
       }
     });
   }

@@ -18,7 +18,8 @@ from sparsejit.families import point_conv as _point_conv, rgms as _rgms, spmm as
 from sparsejit.families.attention import gat_attention, gatv2_attention, sparse_attention
 from sparsejit.families.filter_conv import sparsify
 from sparsejit.families.point_conv import SparseTensor, voxelize
-from sparsejit.families.rgms import TypedSparseMatrix, gather_matmul, rgms, segment_matmul
+from sparsejit.families.rgms import (TypedSparseMatrix, gather_matmul, linear, rgms,
+                                      segment_matmul)
 from sparsejit.families.spmm import SparseMatrix, edge_softmax, fingerprint, sddmm, spmm
 from sparsejit.runtime.tuners import explain, tune
 from sparsejit import nn  # noqa: E402
@@ -66,7 +67,7 @@ def row_stats(A: SparseMatrix) -> dict:
 
 
 __all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix",
-           "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul",
+           "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "linear",
            "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention",
            "gat_attention", "gatv2_attention", "SparseTensor", "voxelize", "spconv"]
 

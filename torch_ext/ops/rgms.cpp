@@ -12,6 +12,10 @@
 //   -> (dx, dw, dvalues), each empty when not needed.
 // segment_matmul(x, ptr, w) -> rows ptr[k]:ptr[k+1] of x times w[k];
 // segment_matmul_backward_w(x, ptr, grad_y) -> dw[k] = x_k^T grad_y_k.
+// linear(x, weight, bias?) -> x @ weight^T (+ bias): float32 on the CPU, on the dense layer's
+//   GEMM (oneDNN) in blocks of rows over every thread, the bias added per block in cache; the
+//   PyG-signature layers' Linears take it where it is faster than torch's (see
+//   sparsejit.linear). Its gradients are segment_matmul calls with one segment.
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
 #include "torch_ext/tensor_api.h"
@@ -47,6 +51,7 @@ SJ_LIBRARY_FRAGMENT(m) {
         "int strategy=0, Tensor? root=None) -> (Tensor, Tensor, Tensor)");
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
   m.def("segment_matmul_backward_w(Tensor x, Tensor ptr, Tensor grad_y) -> Tensor");
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
 }
 
 namespace sparsejit {
@@ -786,6 +791,44 @@ tx::Tensor segment_matmul_backward_w_impl(const tx::Tensor& x_in, const tx::Tens
   return dw.to(x_in.scalar_type());
 }
 
+tx::Tensor linear_impl(const tx::Tensor& x_in, const tx::Tensor& w_in,
+                       const std::optional<tx::Tensor>& b_in) {
+  SJ_CHECK_TYPE(x_in.scalar_type() == tx::kFloat, "sparsejit.linear: x must be float32; got ",
+                x_in.scalar_type(), " (torch.nn.functional.linear takes the other dtypes)");
+  SJ_CHECK_TYPE(w_in.scalar_type() == tx::kFloat, "sparsejit.linear: weight must be float32; got ",
+                w_in.scalar_type());
+  SPARSEJIT_CHECK("linear", x_in.dim() == 2, "x must be [N, F_in]; got shape ", x_in.sizes());
+  SPARSEJIT_CHECK("linear", w_in.dim() == 2, "weight must be [F_out, F_in]; got shape ",
+                  w_in.sizes());
+  SPARSEJIT_CHECK("linear", w_in.size(1) == x_in.size(1), "weight has F_in = ", w_in.size(1),
+                  " but x has ", x_in.size(1), " features");
+  SPARSEJIT_CHECK("linear", x_in.device().is_cpu(), "x must be on the CPU; got ", x_in.device());
+  check_same_device(w_in, x_in, "weight", "x");
+  const int64_t n = x_in.size(0), fi = x_in.size(1), fo = w_in.size(0);
+  tx::Tensor b;
+  if (b_in.has_value()) {
+    SJ_CHECK_TYPE(b_in->scalar_type() == tx::kFloat, "sparsejit.linear: bias must be float32; got ",
+                  b_in->scalar_type());
+    SPARSEJIT_CHECK("linear", b_in->dim() == 1 && b_in->size(0) == fo,
+                    "bias must be [F_out] = [", fo, "]; got shape ", b_in->sizes());
+    check_same_device(*b_in, x_in, "bias", "x");
+    b = b_in->contiguous();
+  }
+  const auto x = x_in.contiguous();
+  const auto w = w_in.contiguous();
+  // weight^T [F_in, F_out] (row-major, as segment_sgemm takes it): F_in * F_out floats
+  std::vector<float> wt(size_t(std::max<int64_t>(fi * fo, 1)));
+  const float* wp = ptr<float>(w);
+  for (int64_t o = 0; o < fo; ++o)
+    for (int64_t i = 0; i < fi; ++i) wt[size_t(i * fo + o)] = wp[o * fi + i];
+  auto y = new_output({n, fo}, x.options());
+  if (n == 0 || fo == 0) return y;
+  const int64_t seg[2] = {0, n};
+  dense::segment_sgemm(seg, 1, ptr<float>(x), fi, wt.data(), fo, ptr<float>(y),
+                       tx::get_num_threads(), b.defined() ? ptr<float>(b) : nullptr);
+  return y;
+}
+
 }  // namespace
 
 SJ_LIBRARY_IMPL(CPU, m) {
@@ -795,6 +838,7 @@ SJ_LIBRARY_IMPL(CPU, m) {
   m.impl("rgms_explain", SJ_KERNEL(&rgms_explain_cpu));
   m.impl("segment_matmul", SJ_KERNEL(&segment_matmul_impl));
   m.impl("segment_matmul_backward_w", SJ_KERNEL(&segment_matmul_backward_w_impl));
+  m.impl("linear", SJ_KERNEL(&linear_impl));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA

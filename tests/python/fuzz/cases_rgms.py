@@ -1,5 +1,5 @@
 """Fuzz case kinds for RGMS and segment_matmul: the raw ops (``rgms_plan``, ``rgms``,
-``rgms_backward``, ``segment_matmul``) with corrupted plans, relation ids, dense operands,
+``rgms_backward``, ``segment_matmul``, ``linear``) with corrupted plans, relation ids, dense operands,
 root terms and schedule arguments, and valid draws checked against float64 references."""
 
 from __future__ import annotations
@@ -267,6 +267,42 @@ def segment_matmul_draws(r: Rand) -> Case:
                 f"segment_matmul {kind}", dict(kind=kind, n=n, k=k))
 
 
+def linear_draws(r: Rand) -> Case:
+    """sparsejit::linear (x @ weight^T + bias on the dense GEMM layer): valid shapes from
+    empty to a few row blocks against float64, and bad ranks, widths, bias shapes and dtypes,
+    which must raise naming the argument."""
+    n = r.choice([0, 1, r.randint(2, 300), r.randint(250, 700)])
+    f_in, f_out = r.randint(0, 9), r.randint(0, 9)
+    x = r.data((n, f_in), torch.float32)
+    w = r.data((f_out, f_in), torch.float32)
+    b = r.data((f_out,), torch.float32) if r.coin() else None
+    kind = r.choice(["valid", "valid", "valid", "x_1d", "w_3d", "width", "bias_shape",
+                     "x_dtype", "w_dtype", "bias_dtype"])
+    if kind == "valid":
+        ref = x.double() @ w.double().t()
+        if b is not None:
+            ref = ref + b.double()
+        return Case("valid", lambda: torch.ops.sparsejit.linear(x, w, b),
+                    _check_close(ref, torch.float32), "valid linear",
+                    dict(n=n, f=(f_in, f_out), bias=b is not None))
+    if kind == "x_1d":
+        x = x.reshape(-1)
+    elif kind == "w_3d":
+        w = w[None]
+    elif kind == "width":
+        w = r.data((f_out, f_in + 1), torch.float32)
+    elif kind == "bias_shape":
+        b = r.data((f_out + 1,), torch.float32)
+    elif kind == "x_dtype":
+        x = x.double()
+    elif kind == "w_dtype":
+        w = w.half()
+    elif kind == "bias_dtype":
+        b = r.data((f_out,), torch.float64)
+    return Case("invalid", lambda: torch.ops.sparsejit.linear(x, w, b), None, f"linear {kind}",
+                dict(kind=kind, n=n, f=(f_in, f_out)))
+
+
 def rgms_plan_device_generic(r: Rand) -> Case:
     """rgms_plan through the device-generic builder the CUDA op runs
     (SPARSEJIT_STRUCTURE_ATEN=1): equal to the counting sorts' plan on valid edges; the bad
@@ -290,4 +326,4 @@ def rgms_plan_device_generic(r: Rand) -> Case:
 
 RGMS_CASES = [rgms_valid, rgms_bad_plan_or_operands, rgms_bad_plan_or_operands,
               rgms_plan_bad_relations, rgms_backward_draws, segment_matmul_draws,
-              rgms_plan_device_generic]
+              rgms_plan_device_generic, linear_draws]

@@ -439,6 +439,13 @@ def _segment_matmul_backward_w_fake(x, ptr, grad_y):
     return x.new_empty(ptr.shape[0] - 1, x.shape[1], grad_y.shape[1])
 
 
+@torch.library.register_fake("sparsejit::linear")
+def _linear_fake(x, weight, bias=None):
+    if x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1]:
+        raise ValueError("sparsejit.linear: x must be [N, F_in] and weight [F_out, F_in]")
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
 # ---- autograd -----------------------------------------------------------------------------
 
 def _rgms_setup(ctx, inputs, output):
@@ -478,3 +485,86 @@ def _segment_matmul_backward(ctx, grad):
 
 torch.library.register_autograd("sparsejit::segment_matmul", _segment_matmul_backward,
                                 setup_context=_segment_matmul_setup)
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad):
+    """dx = grad @ weight and dw = grad^T @ x as one-segment segment_matmul calls (the same
+    GEMM layer as the forward), db = grad summed over the rows."""
+    x, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    grad = grad.contiguous()
+    ptr = torch.arange(2, dtype=torch.long) * x.shape[0]  # [0, N] (symbolic N under compile)
+    dx = torch.ops.sparsejit.segment_matmul(grad, ptr, weight.unsqueeze(0)) if need[0] else None
+    dw = torch.ops.sparsejit.segment_matmul_backward_w(grad, ptr, x)[0] if need[1] else None
+    db = grad.sum(0) if ctx.has_bias and need[2] else None
+    return dx, dw, db
+
+
+torch.library.register_autograd("sparsejit::linear", _linear_backward,
+                                setup_context=_linear_setup)
+
+# ---- linear: the dense GEMM layer or torch's, whichever this CPU runs faster ---------------
+
+# Rows below which the two GEMMs measured alike (AMD EPYC with AVX-512: [2708, 128] x [128,
+# 128] 1.58 vs 1.60 ms forward + backward) and a call's fixed cost decides.
+_LINEAR_MIN_ROWS = 1024
+_linear_choice: Dict[str, bool] = {}
+
+
+def _linear_faster() -> bool:
+    """Whether sparsejit's GEMM layer (oneDNN in blocks of rows over every thread) ran a
+    Linear faster than torch's (MKL, OpenBLAS, ...) on this machine: measured once per process
+    on [8192, 128] x [128, 128], forward + backward; SPARSEJIT_LINEAR=0 / 1 decides instead.
+    On the AMD EPYC with AVX-512 torch's MKL took 1.2-1.9x longer on tall [N, 64-128]
+    products (`benchmarks/RESULTS.md`, "PyG layers' Linears on the dense GEMM layer")."""
+    import os
+    env = os.environ.get("SPARSEJIT_LINEAR", "")
+    if env in ("0", "1"):
+        return env == "1"
+    if "probe" in _linear_choice:
+        return _linear_choice["probe"]
+    if not _core.gemm_backend().startswith("onednn"):
+        _linear_choice["probe"] = False
+        return False
+    import time
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, 128, generator=gen, requires_grad=True)
+    w = torch.randn(128, 128, generator=gen, requires_grad=True)
+    b = torch.randn(128, generator=gen, requires_grad=True)
+    gy = torch.randn(8192, 128, generator=gen)
+
+    def best(fn, reps=5):
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+    ours = best(lambda: torch.ops.sparsejit.linear(x, w, b).backward(gy))
+    theirs = best(lambda: torch.nn.functional.linear(x, w, b).backward(gy))
+    _linear_choice["probe"] = ours < 0.9 * theirs
+    return _linear_choice["probe"]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor,
+           bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.nn.functional.linear(x, weight, bias)``, on sparsejit's dense GEMM layer where
+    that is faster: float32 CPU inputs of at least 1024 rows, when a one-time measurement
+    found it faster than torch's GEMM on this machine (see :func:`_linear_faster`); else
+    ``F.linear``, and always ``F.linear`` under ``torch.compile`` / ``torch.export`` (no guard
+    on the number of rows). The same values up to the GEMMs' order of summation;
+    differentiable."""
+    if not torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() == 2 and \
+            weight.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and \
+            weight.dtype == torch.float32 and weight.device.type == "cpu" and \
+            (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu")) and \
+            x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster():
+        return torch.ops.sparsejit.linear(x, weight, bias)
+    return torch.nn.functional.linear(x, weight, bias)

@@ -1,0 +1,130 @@
+"""sparsejit.linear and its op ``sparsejit::linear``: x @ weight^T + bias on the dense GEMM
+layer (row blocks over every thread, the bias added per block), against float64 on fresh
+random inputs (empty, one row, partial and whole 256-row blocks), gradients against
+torch's, named errors, the op's registrations (opcheck, compile), the choice between the two
+GEMMs, and the PyG-signature layers computing the same with either."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sparsejit as sj
+from sparsejit.families.rgms import ops as rgms_ops
+
+OP = torch.ops.sparsejit.linear
+
+
+def ref(x, w, b):
+    y = x.double() @ w.double().t()
+    return y if b is None else y + b.double()
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1500])
+@pytest.mark.parametrize("f_in,f_out", [(0, 3), (1, 1), (7, 33), (128, 64)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_values_and_gradients_against_float64(n, f_in, f_out, bias):
+    g = torch.Generator().manual_seed(n * 131 + f_in * 7 + f_out)
+    x = torch.randn(n, f_in, generator=g, requires_grad=True)
+    w = torch.randn(f_out, f_in, generator=g, requires_grad=True)
+    b = torch.randn(f_out, generator=g, requires_grad=True) if bias else None
+    y = OP(x, w, b)
+    assert y.shape == (n, f_out) and y.dtype == torch.float32
+    want = ref(x, w, b)
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+    gy = torch.randn(n, f_out, generator=g)
+    y.backward(gy)
+    got = [x.grad, w.grad] + ([b.grad] if bias else [])
+    x.grad = w.grad = None
+    if bias:
+        b.grad = None
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    bd = b.detach().double().requires_grad_() if bias else None
+    F.linear(xd, wd, bd).backward(gy.double())
+    for a, e in zip(got, [xd.grad, wd.grad] + ([bd.grad] if bias else [])):
+        torch.testing.assert_close(a.double(), e, rtol=1e-5, atol=1e-3)
+
+
+def test_non_contiguous_inputs():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(600, 40, generator=g)[:, ::2]
+    w = torch.randn(20, 30, generator=g).t()  # [30, 20], not contiguous
+    b = torch.randn(60, generator=g)[::2]
+    torch.testing.assert_close(OP(x, w, b).double(), ref(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("args,err,match", [
+    ((torch.randn(5), torch.randn(3, 5), None), ValueError, "x must be"),
+    ((torch.randn(4, 5), torch.randn(3, 5, 1), None), ValueError, "weight must be"),
+    ((torch.randn(4, 5), torch.randn(3, 6), None), ValueError, "F_in"),
+    ((torch.randn(4, 5), torch.randn(3, 5), torch.randn(4)), ValueError, "bias must be"),
+    ((torch.randn(4, 5).double(), torch.randn(3, 5), None), TypeError, "x must be float32"),
+    ((torch.randn(4, 5), torch.randn(3, 5).half(), None), TypeError, "weight must be float32"),
+    ((torch.randn(4, 5), torch.randn(3, 5), torch.randn(3).double()), TypeError, "bias must"),
+])
+def test_bad_input_names_the_argument(args, err, match):
+    with pytest.raises(err, match=match):
+        sj._library.restores_type_errors(OP)(*args)
+
+
+def test_opcheck_and_compile():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(300, 16, generator=g, requires_grad=True)
+    w = torch.randn(8, 16, generator=g, requires_grad=True)
+    b = torch.randn(8, generator=g, requires_grad=True)
+    torch.library.opcheck(OP, (x, w, b))
+    torch.library.opcheck(OP, (x, w, None))
+    f = torch.compile(lambda a, c, d: OP(a, c, d).relu(), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(f(x, w, b), OP(x, w, b).relu())
+
+
+def test_choice_between_the_two_gemms(monkeypatch):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2000, 24, generator=g, requires_grad=True)
+    w = torch.randn(12, 24, generator=g)
+    b = torch.randn(12, generator=g)
+    monkeypatch.setenv("SPARSEJIT_LINEAR", "0")
+    y = sj.linear(x, w, b)
+    assert torch.equal(y, F.linear(x, w, b))  # torch's GEMM: the same call, the same bits
+    assert "sparsejit" not in type(y.grad_fn).__name__
+    monkeypatch.setenv("SPARSEJIT_LINEAR", "1")
+    y = sj.linear(x, w, b)
+    assert "sparsejit_linear" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y.double(), ref(x, w, b), rtol=1e-5, atol=1e-4)
+    # below the row threshold, other dtypes and devices: torch's
+    small = sj.linear(x[:100], w, b)
+    assert "sparsejit" not in type(small.grad_fn).__name__
+    y64 = sj.linear(x.double(), w.double(), b.double())
+    assert y64.dtype == torch.float64
+    # the measurement itself picks one and keeps it for the process
+    monkeypatch.delenv("SPARSEJIT_LINEAR")
+    monkeypatch.setattr(rgms_ops, "_linear_choice", {})
+    first = rgms_ops._linear_faster()
+    assert isinstance(first, bool) and rgms_ops._linear_faster() == first
+    assert rgms_ops._linear_choice == {"probe": first}
+
+
+@pytest.mark.parametrize("layer", ["SAGEConv", "GraphConv", "GCNConv", "GATConv",
+                                   "TransformerConv"])
+def test_layers_agree_with_either_gemm(layer, monkeypatch):
+    """A layer on 1500 nodes (above the row threshold) gives the same outputs and gradients,
+    up to rounding, whether its Linears run on torch's GEMM or sparsejit's."""
+    g = torch.Generator().manual_seed(11)
+    n, f = 1500, 32
+    ei = torch.randint(0, n, (2, 9000), generator=g)
+    x = torch.randn(n, f, generator=g)
+    make = {"SAGEConv": lambda: sj.nn.SAGEConv(f, f), "GraphConv": lambda: sj.nn.GraphConv(f, f),
+            "GCNConv": lambda: sj.nn.GCNConv(f, f),
+            "GATConv": lambda: sj.nn.GATConv(f, f // 4, heads=4),
+            "TransformerConv": lambda: sj.nn.TransformerConv(f, f // 4, heads=4)}[layer]
+    torch.manual_seed(0)
+    mod = make()
+    outs = []
+    for env in ("0", "1"):
+        monkeypatch.setenv("SPARSEJIT_LINEAR", env)
+        xi = x.clone().requires_grad_()
+        mod.zero_grad(set_to_none=True)
+        y = mod(xi, ei)
+        y.square().sum().backward()
+        outs.append([y.detach(), xi.grad] + [p.grad for p in mod.parameters()])
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
