@@ -22,7 +22,7 @@ from sparsejit.families.spmm.edge_softmax import edge_softmax
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.attention.ops import gat_attention, gatv2_attention, sparse_attention
 from sparsejit.families.spmm import graph as G
-from sparsejit.families.spmm.layers import _no_kwargs, glorot_, linear, pair, sizes
+from sparsejit.families.spmm.layers import _no_kwargs, apply_linear, glorot_, linear, pair, sizes
 
 
 def _loop_structure(edges: G.Edges):
@@ -150,9 +150,10 @@ class GATConv(nn.Module):
             if self.res is not None:
                 res = self.res(x)
             if self.lin is not None:
-                x_src = x_dst = self.lin(x).view(-1, H, C)
+                x_src = x_dst = apply_linear(self.lin, x).view(-1, H, C)
             else:
-                x_src, x_dst = self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C)
+                x_src = apply_linear(self.lin_src, x).view(-1, H, C)
+                x_dst = apply_linear(self.lin_dst, x).view(-1, H, C)
         else:
             x_src, x_dst = pair(x)
             if x_dst is not None and self.res is not None:
@@ -225,9 +226,9 @@ class GATv2Conv(nn.Module):
         H, C = self.heads, self.out_channels
         x_in_l, x_in_r = pair(x)
         res = self.res(x_in_r) if self.res is not None and x_in_r is not None else None
-        x_l = self.lin_l(x_in_l).view(-1, H, C)
+        x_l = apply_linear(self.lin_l, x_in_l).view(-1, H, C)
         x_r = x_l if (self.share_weights and isinstance(x, torch.Tensor)) else \
-            self.lin_r(x_in_r).view(-1, H, C)
+            apply_linear(self.lin_r, x_in_r).view(-1, H, C)
         edges = G.edges_of(edge_index, (x_l.size(0), x_r.size(0)))
         A, perm, row, col, old_loop, mask, e = _graph(edges, self.add_self_loops, edge_attr,
                                                       self.fill_value)
@@ -283,9 +284,9 @@ class TransformerConv(nn.Module):
                 return_attention_weights: Optional[bool] = None):
         H, C = self.heads, self.out_channels
         x_src, x_dst = pair(x)
-        query = self.lin_query(x_dst).view(-1, H, C)
-        key = self.lin_key(x_src).view(-1, H, C)
-        value = self.lin_value(x_src).view(-1, H, C)
+        query = apply_linear(self.lin_query, x_dst).view(-1, H, C)
+        key = apply_linear(self.lin_key, x_src).view(-1, H, C)
+        value = apply_linear(self.lin_value, x_src).view(-1, H, C)
         edges = G.edges_of(edge_index, (key.size(0), query.size(0)))
         A, perm, row, col = G.structure(edges)
         p = self.dropout if self.training else 0.0
@@ -305,7 +306,7 @@ class TransformerConv(nn.Module):
             out, alpha = got if want else (got, None)
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if self.root_weight:
-            x_r = self.lin_skip(x_dst)
+            x_r = apply_linear(self.lin_skip, x_dst)
             if self.lin_beta is not None:
                 b = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
                 out = b * x_r + (1 - b) * out

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparsejit.families.rgms.ops import linear as dense_linear
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
@@ -57,6 +58,14 @@ def sizes(x_src: torch.Tensor, x_dst: Optional[torch.Tensor], size=None) -> Tupl
     return x_src.size(0), (x_dst if x_dst is not None else x_src).size(0)
 
 
+def apply_linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``lin(x)``; a plain ``nn.Linear`` runs through :func:`sparsejit.linear` (the faster of
+    sparsejit's GEMM layer and torch's on this machine, for large float32 inputs)."""
+    if type(lin) is nn.Linear:
+        return dense_linear(x, lin.weight, lin.bias)
+    return lin(x)
+
+
 def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
     """``lin(reduce_j x_j)`` (``lin`` optional): for sum / mean with a Linear that does not
     widen the features, ``reduce_j lin_w(x_j) + b`` instead, the bias fused into the SpMM."""
@@ -64,8 +73,8 @@ def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
         return spmm(A, x, reduce)
     linear_ok = reduce in ("sum", "mean") and isinstance(lin, nn.Linear)
     if linear_ok and lin.out_features <= lin.in_features:
-        return spmm(A, F.linear(x, lin.weight), reduce, bias=lin.bias)
-    return lin(spmm(A, x, reduce))
+        return spmm(A, dense_linear(x, lin.weight), reduce, bias=lin.bias)
+    return apply_linear(lin, spmm(A, x, reduce))
 
 
 def add_linear(out: torch.Tensor, lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -137,14 +146,14 @@ def aggregate_rows(A: SparseMatrix, m: int, x_src: torch.Tensor, reduce: str, li
     first = n_src * dense + _GATHER_MADDS * (nnz + m) * c_out
     after = m * dense + _GATHER_MADDS * (nnz + m) * c_in
     if reduce in ("sum", "mean") and first < after:
-        h = spmm(Am, F.linear(x_src, lin.weight), reduce)
+        h = spmm(Am, dense_linear(x_src, lin.weight), reduce)
     else:
-        h = F.linear(spmm(Am, x_src, reduce), lin.weight)
+        h = dense_linear(spmm(Am, x_src, reduce), lin.weight)
     bias = lin.bias
     if root is not None:
         if root.bias is not None:
             bias = root.bias if bias is None else bias + root.bias
-        out = F.linear(x_dst, root.weight, bias)
+        out = dense_linear(x_dst, root.weight, bias)
     elif bias is not None:
         out = bias.expand(n, c_out).clone()
     else:
@@ -289,8 +298,8 @@ class GCNConv(nn.Module):
         if A.values is not None and A.values.dtype != x.dtype:
             A = A.with_values(A.values.to(x.dtype))
         if self.out_channels <= self.in_channels:
-            return spmm(A, self.lin(x), "sum", bias=self.bias)
-        out = self.lin(spmm(A, x, "sum"))
+            return spmm(A, apply_linear(self.lin, x), "sum", bias=self.bias)
+        out = apply_linear(self.lin, spmm(A, x, "sum"))
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
@@ -334,7 +343,7 @@ class SAGEConv(nn.Module):
     def forward(self, x, edge_index, size=None) -> torch.Tensor:
         x_src, x_dst = pair(x)
         if self.project:
-            x_src = self.lin(x_src).relu()
+            x_src = apply_linear(self.lin, x_src).relu()
         edges = G.edges_of(edge_index, sizes(x_src, x_dst, size))
         A, _, _, _ = G.structure(edges)
         root = self.lin_r if self.root_weight and x_dst is not None else None
