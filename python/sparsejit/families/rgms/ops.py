@@ -13,6 +13,7 @@ A typed structure's plan (entries grouped by relation, then by target) is built 
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Optional, Tuple, Union
 
 import torch
@@ -23,6 +24,7 @@ from sparsejit import _core
 from sparsejit.families.rgms import schedules
 from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
 from sparsejit.runtime.caches import LruCache, content_key
+from sparsejit.runtime.timing import median_ms
 
 _REDUCES = ("sum", "mean")
 _STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
@@ -520,10 +522,10 @@ _linear_choice: Dict[str, bool] = {}
 def _linear_faster() -> bool:
     """Whether sparsejit's GEMM layer (oneDNN in blocks of rows over every thread) ran a
     Linear faster than torch's (MKL, OpenBLAS, ...) on this machine: measured once per process
-    on [8192, 128] x [128, 128], forward + backward; SPARSEJIT_LINEAR=0 / 1 decides instead.
+    on [8192, 128] x [128, 128], forward + backward (median of 5 calls each);
+    SPARSEJIT_LINEAR=0 / 1 decides instead.
     On the AMD EPYC with AVX-512 torch's MKL took 1.2-1.9x longer on tall [N, 64-128]
     products (`benchmarks/RESULTS.md`, "PyG layers' Linears on the dense GEMM layer")."""
-    import os
     env = os.environ.get("SPARSEJIT_LINEAR", "")
     if env in ("0", "1"):
         return env == "1"
@@ -532,23 +534,13 @@ def _linear_faster() -> bool:
     if not _core.gemm_backend().startswith("onednn"):
         _linear_choice["probe"] = False
         return False
-    import time
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(8192, 128, generator=gen, requires_grad=True)
     w = torch.randn(128, 128, generator=gen, requires_grad=True)
     b = torch.randn(128, generator=gen, requires_grad=True)
     gy = torch.randn(8192, 128, generator=gen)
-
-    def best(fn, reps=5):
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
-    ours = best(lambda: torch.ops.sparsejit.linear(x, w, b).backward(gy))
-    theirs = best(lambda: torch.nn.functional.linear(x, w, b).backward(gy))
+    ours = median_ms(lambda: torch.ops.sparsejit.linear(x, w, b).backward(gy), 5)
+    theirs = median_ms(lambda: torch.nn.functional.linear(x, w, b).backward(gy), 5)
     _linear_choice["probe"] = ours < 0.9 * theirs
     return _linear_choice["probe"]
 
@@ -561,10 +553,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     ``F.linear``, and always ``F.linear`` under ``torch.compile`` / ``torch.export`` (no guard
     on the number of rows). The same values up to the GEMMs' order of summation;
     differentiable."""
-    if not torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() == 2 and \
-            weight.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and \
-            weight.dtype == torch.float32 and weight.device.type == "cpu" and \
-            (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu")) and \
-            x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster():
+    if _dense_linear_applies(x, weight, bias) and x.shape[0] >= _LINEAR_MIN_ROWS and \
+            _linear_faster():
         return torch.ops.sparsejit.linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
+
+
+def _dense_linear_applies(x, weight, bias) -> bool:
+    """Eager mode, and float32 CPU tensors of the op's ranks (x and weight 2-D)."""
+    def cpu_f32(t):
+        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.float32
+    return not torch.compiler.is_compiling() and cpu_f32(x) and cpu_f32(weight) and \
+        x.dim() == 2 and weight.dim() == 2 and (bias is None or cpu_f32(bias))
