@@ -423,10 +423,6 @@ void run_weight_grad(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_
   errors.rethrow();
 }
 
-}  // namespace
-
-namespace {
-
 // Output-stationary keeps the output row in vector registers and streams W[g] for every
 // pair, so it wins while all of W (K * c_in * c_out) stays in (half of) L2 and a register
 // kernel exists for c_out. Measured (2 threads, oneDNN tiles, subm 3x3x3 on KITTI / ScanNet /
@@ -493,21 +489,21 @@ bool bf16_channel_pairs(int64_t c_in, bool weights_bf16) {
 }  // namespace
 
 Dataflow choose_dataflow_bf16(const Pairs& p, int64_t c_in, int64_t c_out, bool weights_bf16) {
+  if (!row_indexed(p)) return Dataflow::GatherGemmScatter;
   // The bfloat16 rows keep output-stationary wherever the weights alone would pick it (the
   // float32 rule's carve-out for gather-GEMM-scatter was measured on float32 only).
-  const Dataflow d = !row_indexed(p) || !os_by_weights(p, c_in, c_out, sizeof(float))
-                         ? Dataflow::GatherGemmScatter
-                         : Dataflow::OutputStationary;
-  if (d == Dataflow::OutputStationary || !bf16_channel_pairs(c_in, weights_bf16) ||
-      !row_indexed(p) || !detail::os_has_registers(p, c_in, c_out, sizeof(float)))
-    return d;
+  if (os_by_weights(p, c_in, c_out, sizeof(float))) return Dataflow::OutputStationary;
+  if (!bf16_channel_pairs(c_in, weights_bf16) ||
+      !detail::os_has_registers(p, c_in, c_out, sizeof(float)))
+    return Dataflow::GatherGemmScatter;
   // Channel pairs on vdpbf16ps stream half the weight bytes with a quarter of the
   // instructions, while gather-GEMM-scatter would run on float32 copies. Measured on the
   // AVX-512 EPYC (1 MiB L2), KITTI 000000, 128 -> 128 channels (884 KiB of bfloat16 weights),
   // cached forward: output-stationary 8.6-8.7 ms at 5 cm and 11.6-11.8 ms at 10 cm; the
   // float32 forward (gather-GEMM-scatter) 9.9-10.4 and 15-19 ms, before the conversions. So
   // output-stationary while the bfloat16 weights fit in L2.
-  return p.num_groups * c_in * c_out * 2 <= cpu_l2_bytes() ? Dataflow::OutputStationary : d;
+  return p.num_groups * c_in * c_out * 2 <= cpu_l2_bytes() ? Dataflow::OutputStationary
+                                                           : Dataflow::GatherGemmScatter;
 }
 
 bool output_stationary_bf16(const Pairs& p, const PointConvArgs<float>& a, Dataflow d,
