@@ -522,16 +522,17 @@ void forward_io(const Prepared& P, const Geometry& g, const Pattern& p, const E*
       const int32_t* offs = off.data();
       int64_t group_stride = cin_g * L.plane_c;
       if (pack) {
+        // n input elements at `at` (image-major) into the panel: from the planes, or, for a
+        // 1x1 in place (no planes), from x, widened
+        auto copy = [&](float* d, int64_t at, int64_t n) {
+          if (xin != nullptr) {
+            std::memcpy(d, xin + at, sizeof(float) * n);
+          } else {
+            copy_widen(d, x + at, n);
+          }
+        };
         for (int64_t c = 0; c < g.c_in; ++c) {
           float* dst = panel + c * T;
-          // (a span covers a 1x1 in place: its runs are read from x)
-          auto copy = [&](float* d, int64_t at, int64_t n) {
-            if (xin != nullptr) {
-              std::memcpy(d, xin + at, sizeof(float) * n);
-            } else {
-              copy_widen(d, x + at, n);
-            }
-          };
           if (span) {
             for (size_t sg = 0; sg < seg.size(); sg += 4)
               copy(dst + seg[sg], seg[sg + 1] * L.img + c * L.plane_c + seg[sg + 2], seg[sg + 3]);
