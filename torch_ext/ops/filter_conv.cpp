@@ -12,8 +12,9 @@
 //   variant >= 0 forces a tile variant (tests), -1 takes the plan's.
 //   (Not named `kernel`: Inductor's fallback passes its own `kernel` argument.)
 //
-// Inference only (no autograd). float32 natively; bfloat16 / float16 / float64 inputs are
-// computed in float32 and the result converted back to the input's dtype. channels_last
+// Inference only (no autograd). float32 natively; bfloat16 x (and residual) read and written
+// by the kernel, computed in float32; float16 / float64 inputs (and bfloat16 x with another
+// residual dtype) computed in float32 and the result converted back to x's dtype. channels_last
 // inputs are read through a contiguous NCHW copy and give a channels_last output.
 #include "torch_ext/tensor_api.h"
 
