@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Sequence
 
 
 def _sync(device: str) -> None:
@@ -29,6 +29,23 @@ def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1,
         times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def paired_median_ms(fns: Sequence[Callable[[], object]], repeat: int,
+                     warmup: int = 2) -> List[float]:
+    """Median wall milliseconds of each of `fns`, their calls interleaved (a, b, a, b, ...)
+    after `warmup` calls of each, so that a drift in the machine's state (threads spinning
+    up, first page faults, a neighbour's load) reaches all of them alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return [sorted(ts)[len(ts) // 2] for ts in times]
 
 
 class Progress:
