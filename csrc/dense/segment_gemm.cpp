@@ -10,7 +10,8 @@
 namespace sparsejit::dense {
 
 void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
-                   const float* w, int64_t f_out, float* y, int num_threads, const float* bias) {
+                   const float* w, int64_t f_out, float* y, int num_threads, const float* bias,
+                   bool accumulate) {
   constexpr int64_t kRows = 256;
   std::vector<int64_t> items;  // (segment, first row)
   for (int64_t k = 0; k < segments; ++k)
@@ -26,10 +27,11 @@ void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t
     const int64_t r1 = std::min(ptr[k + 1], r0 + kRows);
     fe.guard([&] {
       if (f_in == 0) {
-        std::memset(y + r0 * f_out, 0, sizeof(float) * (r1 - r0) * f_out);
+        if (!accumulate) std::memset(y + r0 * f_out, 0, sizeof(float) * (r1 - r0) * f_out);
       } else {
         sgemm(false, false, r1 - r0, f_out, f_in, 1.f, x + r0 * f_in, f_in, w + k * f_in * f_out,
-              std::max<int64_t>(f_out, 1), 0.f, y + r0 * f_out, std::max<int64_t>(f_out, 1));
+              std::max<int64_t>(f_out, 1), accumulate ? 1.f : 0.f, y + r0 * f_out,
+              std::max<int64_t>(f_out, 1));
       }
       if (bias != nullptr) {
         for (int64_t r = r0; r < r1; ++r) {

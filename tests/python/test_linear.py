@@ -2,7 +2,9 @@
 layer (row blocks over every thread, the bias added per block), against float64 on fresh
 random inputs (empty, one row, partial and whole 256-row blocks), gradients against
 torch's, named errors, the op's registrations (opcheck, compile), the choice between the two
-GEMMs, and the PyG-signature layers computing the same with either."""
+GEMMs, and the PyG-signature layers computing the same with either. The same for the
+in-place ``sparsejit::linear_add_`` (out += x @ weight^T, the layers' root terms) and GIN's
+user MLP (a plain Sequential's Linears)."""
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ import sparsejit as sj
 from sparsejit.families.rgms import ops as rgms_ops
 
 OP = torch.ops.sparsejit.linear
+ADD = torch.ops.sparsejit.linear_add_
 
 
 def ref(x, w, b):
@@ -103,8 +106,65 @@ def test_choice_between_the_two_gemms(monkeypatch):
     assert rgms_ops._linear_choice == {"probe": first}
 
 
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1500])
+@pytest.mark.parametrize("f_in,f_out", [(0, 3), (1, 1), (7, 33), (128, 64)])
+def test_linear_add_against_float64(n, f_in, f_out):
+    """The op adds onto out (poisoned rows would show: out starts random, not zero); the
+    autograd wrapper's gradients (out passes through) against float64."""
+    g = torch.Generator().manual_seed(n * 17 + f_in * 5 + f_out)
+    x = torch.randn(n, f_in, generator=g)
+    w = torch.randn(f_out, f_in, generator=g)
+    out0 = torch.randn(n, f_out, generator=g)
+    out = out0.clone()
+    ADD(out, x, w)
+    want = out0.double() + x.double() @ w.double().t()
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-4)
+    # autograd: through _LinearAdd on a fresh, non-leaf out
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    base = out0.clone().requires_grad_()
+    y = rgms_ops._LinearAdd.apply(base * 1.0, xr, wr)
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+    gy = torch.randn(n, f_out, generator=g)
+    y.backward(gy)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    (xd @ wd.t()).backward(gy.double())
+    torch.testing.assert_close(base.grad, gy)
+    torch.testing.assert_close(xr.grad.double(), xd.grad, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(wr.grad.double(), wd.grad, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("args,err,match", [
+    ((torch.zeros(4, 3), torch.randn(5), torch.randn(3, 5)), ValueError, "x must be"),
+    ((torch.zeros(4, 3), torch.randn(4, 5), torch.randn(3, 6)), ValueError, "F_in"),
+    ((torch.zeros(4, 2), torch.randn(4, 5), torch.randn(3, 5)), ValueError, "out must be"),
+    ((torch.zeros(5, 3), torch.randn(4, 5), torch.randn(3, 5)), ValueError, "out must be"),
+    ((torch.zeros(3, 4).t(), torch.randn(4, 5), torch.randn(3, 5)), ValueError, "contiguous"),
+    ((torch.zeros(4, 3).double(), torch.randn(4, 5), torch.randn(3, 5)), TypeError, "out must"),
+    ((torch.zeros(4, 3), torch.randn(4, 5).half(), torch.randn(3, 5)), TypeError, "x must"),
+])
+def test_linear_add_bad_input_names_the_argument(args, err, match):
+    with pytest.raises(err, match=match):
+        sj._library.restores_type_errors(ADD)(*args)
+
+
+def test_linear_add_opcheck_and_choice(monkeypatch):
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(1200, 16, generator=g)
+    w = torch.randn(8, 16, generator=g)
+    torch.library.opcheck(ADD, (torch.randn(1200, 8, generator=g), x, w))
+    out0 = torch.randn(1200, 8, generator=g)
+    for env, ours in (("0", False), ("1", True)):
+        monkeypatch.setenv("SPARSEJIT_LINEAR", env)
+        xr = x.clone().requires_grad_()
+        y = rgms_ops.linear_add_(out0.clone() * 1.0, xr, w)
+        assert ("LinearAdd" in type(y.grad_fn).__name__) == ours
+        torch.testing.assert_close(y, torch.addmm(out0, x, w.t()), rtol=1e-5, atol=1e-4)
+    small = rgms_ops.linear_add_(out0[:100].clone(), x[:100], w)  # below the row threshold
+    torch.testing.assert_close(small, torch.addmm(out0[:100], x[:100], w.t()))
+
+
 @pytest.mark.parametrize("layer", ["SAGEConv", "GraphConv", "GCNConv", "GATConv",
-                                   "TransformerConv"])
+                                   "TransformerConv", "GINConv", "GINConv-hooked"])
 def test_layers_agree_with_either_gemm(layer, monkeypatch):
     """A layer on 1500 nodes (above the row threshold) gives the same outputs and gradients,
     up to rounding, whether its Linears run on torch's GEMM or sparsejit's."""
@@ -115,9 +175,18 @@ def test_layers_agree_with_either_gemm(layer, monkeypatch):
     make = {"SAGEConv": lambda: sj.nn.SAGEConv(f, f), "GraphConv": lambda: sj.nn.GraphConv(f, f),
             "GCNConv": lambda: sj.nn.GCNConv(f, f),
             "GATConv": lambda: sj.nn.GATConv(f, f // 4, heads=4),
-            "TransformerConv": lambda: sj.nn.TransformerConv(f, f // 4, heads=4)}[layer]
+            "TransformerConv": lambda: sj.nn.TransformerConv(f, f // 4, heads=4),
+            "GINConv": lambda: sj.nn.GINConv(mlp()), "GINConv-hooked": lambda: sj.nn.GINConv(mlp())
+            }[layer]
+
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(f, f), torch.nn.ReLU(), torch.nn.Linear(f, f))
+
     torch.manual_seed(0)
     mod = make()
+    seen = []
+    if layer == "GINConv-hooked":  # a hooked MLP is called as it is: the hook sees its input
+        mod.nn.register_forward_hook(lambda m, i, o: seen.append(i[0].shape))
     outs = []
     for env in ("0", "1"):
         monkeypatch.setenv("SPARSEJIT_LINEAR", env)
@@ -126,5 +195,21 @@ def test_layers_agree_with_either_gemm(layer, monkeypatch):
         y = mod(xi, ei)
         y.square().sum().backward()
         outs.append([y.detach(), xi.grad] + [p.grad for p in mod.parameters()])
+        names = {type(fn).__name__ for fn in _grad_fns(y)}
+        uses_ours = any("sparsejit_linear" in nm or "LinearAdd" in nm for nm in names)
+        assert uses_ours == (env == "1" and layer != "GINConv-hooked"), names
+    assert seen == ([(n, f)] * 2 if layer == "GINConv-hooked" else [])
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+
+
+def _grad_fns(y):
+    """Every node of y's autograd graph."""
+    todo, seen = [y.grad_fn], set()
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        yield fn
+        todo.extend(nxt for nxt, _ in fn.next_functions)

@@ -16,6 +16,9 @@
 //   GEMM (oneDNN) in blocks of rows over every thread, the bias added per block in cache; the
 //   PyG-signature layers' Linears take it where it is faster than torch's (see
 //   sparsejit.linear). Its gradients are segment_matmul calls with one segment.
+// linear_add_(out, x, weight): out += x @ weight^T in place, on the same GEMM (beta = 1): the
+//   layers' root terms summed onto a fresh aggregation (sparsejit.linear_add_ gives it
+//   autograd).
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
 #include "torch_ext/tensor_api.h"
@@ -28,6 +31,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/plan_layout.h"
@@ -52,6 +56,7 @@ SJ_LIBRARY_FRAGMENT(m) {
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
   m.def("segment_matmul_backward_w(Tensor x, Tensor ptr, Tensor grad_y) -> Tensor");
   m.def("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("linear_add_(Tensor(a!) out, Tensor x, Tensor weight) -> ()");
 }
 
 namespace sparsejit {
@@ -791,42 +796,68 @@ tx::Tensor segment_matmul_backward_w_impl(const tx::Tensor& x_in, const tx::Tens
   return dw.to(x_in.scalar_type());
 }
 
+// x [N, F_in] and weight [F_out, F_in] checked (float32, CPU, ranks, widths) for `op`; x made
+// contiguous and weight^T [F_in, F_out] copied out row-major, as segment_sgemm takes it.
+struct LinearOperands {
+  tx::Tensor x;
+  std::vector<float> wt;
+  int64_t n, fi, fo;
+};
+
+LinearOperands linear_operands(const tx::Tensor& x_in, const tx::Tensor& w_in, const char* op) {
+  SJ_CHECK_TYPE(x_in.scalar_type() == tx::kFloat, "sparsejit.", op, ": x must be float32; got ",
+                x_in.scalar_type(), " (torch.nn.functional.linear takes the other dtypes)");
+  SJ_CHECK_TYPE(w_in.scalar_type() == tx::kFloat, "sparsejit.", op,
+                ": weight must be float32; got ", w_in.scalar_type());
+  SPARSEJIT_CHECK(op, x_in.dim() == 2, "x must be [N, F_in]; got shape ", x_in.sizes());
+  SPARSEJIT_CHECK(op, w_in.dim() == 2, "weight must be [F_out, F_in]; got shape ",
+                  w_in.sizes());
+  SPARSEJIT_CHECK(op, w_in.size(1) == x_in.size(1), "weight has F_in = ", w_in.size(1),
+                  " but x has ", x_in.size(1), " features");
+  SPARSEJIT_CHECK(op, x_in.device().is_cpu(), "x must be on the CPU; got ", x_in.device());
+  check_same_device(w_in, x_in, "weight", "x");
+  LinearOperands o{x_in.contiguous(), {}, x_in.size(0), x_in.size(1), w_in.size(0)};
+  const auto w = w_in.contiguous();
+  o.wt.resize(size_t(std::max<int64_t>(o.fi * o.fo, 1)));
+  const float* wp = ptr<float>(w);
+  for (int64_t r = 0; r < o.fo; ++r)
+    for (int64_t i = 0; i < o.fi; ++i) o.wt[size_t(i * o.fo + r)] = wp[r * o.fi + i];
+  return o;
+}
+
 tx::Tensor linear_impl(const tx::Tensor& x_in, const tx::Tensor& w_in,
                        const std::optional<tx::Tensor>& b_in) {
-  SJ_CHECK_TYPE(x_in.scalar_type() == tx::kFloat, "sparsejit.linear: x must be float32; got ",
-                x_in.scalar_type(), " (torch.nn.functional.linear takes the other dtypes)");
-  SJ_CHECK_TYPE(w_in.scalar_type() == tx::kFloat, "sparsejit.linear: weight must be float32; got ",
-                w_in.scalar_type());
-  SPARSEJIT_CHECK("linear", x_in.dim() == 2, "x must be [N, F_in]; got shape ", x_in.sizes());
-  SPARSEJIT_CHECK("linear", w_in.dim() == 2, "weight must be [F_out, F_in]; got shape ",
-                  w_in.sizes());
-  SPARSEJIT_CHECK("linear", w_in.size(1) == x_in.size(1), "weight has F_in = ", w_in.size(1),
-                  " but x has ", x_in.size(1), " features");
-  SPARSEJIT_CHECK("linear", x_in.device().is_cpu(), "x must be on the CPU; got ", x_in.device());
-  check_same_device(w_in, x_in, "weight", "x");
-  const int64_t n = x_in.size(0), fi = x_in.size(1), fo = w_in.size(0);
+  auto o = linear_operands(x_in, w_in, "linear");
   tx::Tensor b;
   if (b_in.has_value()) {
     SJ_CHECK_TYPE(b_in->scalar_type() == tx::kFloat, "sparsejit.linear: bias must be float32; got ",
                   b_in->scalar_type());
-    SPARSEJIT_CHECK("linear", b_in->dim() == 1 && b_in->size(0) == fo,
-                    "bias must be [F_out] = [", fo, "]; got shape ", b_in->sizes());
+    SPARSEJIT_CHECK("linear", b_in->dim() == 1 && b_in->size(0) == o.fo,
+                    "bias must be [F_out] = [", o.fo, "]; got shape ", b_in->sizes());
     check_same_device(*b_in, x_in, "bias", "x");
     b = b_in->contiguous();
   }
-  const auto x = x_in.contiguous();
-  const auto w = w_in.contiguous();
-  // weight^T [F_in, F_out] (row-major, as segment_sgemm takes it): F_in * F_out floats
-  std::vector<float> wt(size_t(std::max<int64_t>(fi * fo, 1)));
-  const float* wp = ptr<float>(w);
-  for (int64_t o = 0; o < fo; ++o)
-    for (int64_t i = 0; i < fi; ++i) wt[size_t(i * fo + o)] = wp[o * fi + i];
-  auto y = new_output({n, fo}, x.options());
-  if (n == 0 || fo == 0) return y;
-  const int64_t seg[2] = {0, n};
-  dense::segment_sgemm(seg, 1, ptr<float>(x), fi, wt.data(), fo, ptr<float>(y),
+  auto y = new_output({o.n, o.fo}, o.x.options());
+  if (o.n == 0 || o.fo == 0) return y;
+  const int64_t seg[2] = {0, o.n};
+  dense::segment_sgemm(seg, 1, ptr<float>(o.x), o.fi, o.wt.data(), o.fo, ptr<float>(y),
                        tx::get_num_threads(), b.defined() ? ptr<float>(b) : nullptr);
   return y;
+}
+
+// out += x @ weight^T in place: out must be a contiguous float32 [N, F_out] CPU tensor.
+void linear_add_impl(const tx::Tensor& out, const tx::Tensor& x_in, const tx::Tensor& w_in) {
+  auto o = linear_operands(x_in, w_in, "linear_add_");
+  SJ_CHECK_TYPE(out.scalar_type() == tx::kFloat, "sparsejit.linear_add_: out must be float32; got ",
+                out.scalar_type());
+  SPARSEJIT_CHECK("linear_add_", out.dim() == 2 && out.size(0) == o.n && out.size(1) == o.fo,
+                  "out must be [N, F_out] = [", o.n, ", ", o.fo, "]; got shape ", out.sizes());
+  SPARSEJIT_CHECK("linear_add_", out.is_contiguous(), "out must be contiguous");
+  check_same_device(out, x_in, "out", "x");
+  if (o.n == 0 || o.fo == 0 || o.fi == 0) return;
+  const int64_t seg[2] = {0, o.n};
+  dense::segment_sgemm(seg, 1, ptr<float>(o.x), o.fi, o.wt.data(), o.fo, ptr<float>(out),
+                       tx::get_num_threads(), nullptr, /*accumulate=*/true);
 }
 
 }  // namespace
@@ -839,6 +870,7 @@ SJ_LIBRARY_IMPL(CPU, m) {
   m.impl("segment_matmul", SJ_KERNEL(&segment_matmul_impl));
   m.impl("segment_matmul_backward_w", SJ_KERNEL(&segment_matmul_backward_w_impl));
   m.impl("linear", SJ_KERNEL(&linear_impl));
+  m.impl("linear_add_", SJ_KERNEL(&linear_add_impl));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA

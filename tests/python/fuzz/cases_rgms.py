@@ -1,6 +1,7 @@
 """Fuzz case kinds for RGMS and segment_matmul: the raw ops (``rgms_plan``, ``rgms``,
-``rgms_backward``, ``segment_matmul``, ``linear``) with corrupted plans, relation ids, dense operands,
-root terms and schedule arguments, and valid draws checked against float64 references."""
+``rgms_backward``, ``segment_matmul``, ``linear``, ``linear_add_``) with corrupted plans,
+relation ids, dense operands, root terms and schedule arguments, and valid draws checked
+against float64 references."""
 
 from __future__ import annotations
 
@@ -303,6 +304,43 @@ def linear_draws(r: Rand) -> Case:
                 dict(kind=kind, n=n, f=(f_in, f_out)))
 
 
+def linear_add_draws(r: Rand) -> Case:
+    """sparsejit::linear_add_ (out += x @ weight^T in place): valid shapes against float64 on a
+    random out, and bad ranks, widths, out shapes, layouts and dtypes, which must raise
+    naming the argument."""
+    n = r.choice([0, 1, r.randint(2, 300), r.randint(250, 700)])
+    f_in, f_out = r.randint(0, 9), r.randint(0, 9)
+    x = r.data((n, f_in), torch.float32)
+    w = r.data((f_out, f_in), torch.float32)
+    out = r.data((n, f_out), torch.float32)
+    kind = r.choice(["valid", "valid", "valid", "x_1d", "width", "out_shape", "out_strided",
+                     "out_dtype", "x_dtype"])
+    if kind == "valid":
+        ref = out.double() + x.double() @ w.double().t()
+
+        def run():
+            torch.ops.sparsejit.linear_add_(out, x, w)
+            return out
+        return Case("valid", run, _check_close(ref, torch.float32), "valid linear_add_",
+                    dict(n=n, f=(f_in, f_out)))
+    if kind == "x_1d":
+        x = x.reshape(-1)
+    elif kind == "width":
+        w = r.data((f_out, f_in + 1), torch.float32)
+    elif kind == "out_shape":
+        out = r.data((n + 1, f_out), torch.float32)
+    elif kind == "out_strided":
+        out = r.data((f_out + 1, n), torch.float32).t()[:, :f_out]
+        if out.is_contiguous():
+            out = r.data((n, f_out + 1), torch.float32)
+    elif kind == "out_dtype":
+        out = out.double()
+    elif kind == "x_dtype":
+        x = x.half()
+    return Case("invalid", lambda: torch.ops.sparsejit.linear_add_(out, x, w), None,
+                f"linear_add_ {kind}", dict(kind=kind, n=n, f=(f_in, f_out)))
+
+
 def rgms_plan_device_generic(r: Rand) -> Case:
     """rgms_plan through the device-generic builder the CUDA op runs
     (SPARSEJIT_STRUCTURE_ATEN=1): equal to the counting sorts' plan on valid edges; the bad
@@ -326,4 +364,4 @@ def rgms_plan_device_generic(r: Rand) -> Case:
 
 RGMS_CASES = [rgms_valid, rgms_bad_plan_or_operands, rgms_bad_plan_or_operands,
               rgms_plan_bad_relations, rgms_backward_draws, segment_matmul_draws,
-              rgms_plan_device_generic, linear_draws]
+              rgms_plan_device_generic, linear_draws, linear_add_draws]

@@ -448,6 +448,14 @@ def _linear_fake(x, weight, bias=None):
     return x.new_empty(x.shape[0], weight.shape[0])
 
 
+@torch.library.register_fake("sparsejit::linear_add_")
+def _linear_add_fake(out, x, weight):
+    if x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or \
+            tuple(out.shape) != (x.shape[0], weight.shape[0]):
+        raise ValueError("sparsejit.linear_add_: out must be [N, F_out], x [N, F_in] and "
+                         "weight [F_out, F_in]")
+
+
 # ---- autograd -----------------------------------------------------------------------------
 
 def _rgms_setup(ctx, inputs, output):
@@ -560,6 +568,42 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
             _linear_faster():
         return torch.ops.sparsejit.linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
+
+
+class _LinearAdd(torch.autograd.Function):
+    """``out += x @ weight^T`` in place (``sparsejit::linear_add_``) on a fresh ``out`` that
+    autograd has not saved; its gradient passes through, dx and dw are one-segment
+    segment_matmul calls as :func:`linear`'s."""
+
+    @staticmethod
+    def forward(ctx, out, x, weight):
+        torch.ops.sparsejit.linear_add_(out, x, weight)
+        ctx.mark_dirty(out)
+        ctx.save_for_backward(x, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        g = grad.contiguous() if need[1] or need[2] else grad
+        ptr = torch.tensor([0, x.shape[0]], dtype=torch.long)
+        dx = torch.ops.sparsejit.segment_matmul(g, ptr, weight.unsqueeze(0)) if need[1] else None
+        dw = torch.ops.sparsejit.segment_matmul_backward_w(g, ptr, x)[0] if need[2] else None
+        return grad, dx, dw
+
+
+def linear_add_(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``out.addmm_(x, weight.t())``: a Linear's product summed onto ``out`` in place, on
+    sparsejit's GEMM layer where :func:`linear` would take it (float32 CPU, at least 1024 rows,
+    the faster GEMM on this machine, eager mode; ``out`` contiguous), else torch's ``addmm_``.
+    For a fresh ``out`` that autograd has not saved (an aggregation's result); differentiable
+    in x, weight and ``out``."""
+    if _dense_linear_applies(x, weight, None) and x.shape[0] >= _LINEAR_MIN_ROWS and \
+            out.dtype == torch.float32 and out.is_contiguous() and \
+            out.device.type == "cpu" and _linear_faster():
+        return _LinearAdd.apply(out, x, weight)
+    return out.addmm_(x, weight.t())
 
 
 def _dense_linear_applies(x, weight, bias) -> bool:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparsejit.families.rgms.ops import linear as dense_linear
+from sparsejit.families.rgms.ops import linear as dense_linear, linear_add_
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
@@ -58,12 +58,34 @@ def sizes(x_src: torch.Tensor, x_dst: Optional[torch.Tensor], size=None) -> Tupl
     return x_src.size(0), (x_dst if x_dst is not None else x_src).size(0)
 
 
+def _unhooked(m: nn.Module) -> bool:
+    """No forward / backward hooks on `m` nor global ones: calling its parts directly is
+    then the same as calling it."""
+    from torch.nn.modules import module as _m
+    return not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
+                m._backward_pre_hooks or _m._global_forward_hooks or
+                _m._global_forward_pre_hooks or _m._global_backward_hooks or
+                _m._global_backward_pre_hooks)
+
+
 def apply_linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``lin(x)``; a plain ``nn.Linear`` runs through :func:`sparsejit.linear` (the faster of
-    sparsejit's GEMM layer and torch's on this machine, for large float32 inputs)."""
-    if type(lin) is nn.Linear:
+    """``lin(x)``; a plain ``nn.Linear`` (no hooks) runs through :func:`sparsejit.linear`
+    (the faster of sparsejit's GEMM layer and torch's on this machine, for large float32
+    inputs)."""
+    if type(lin) is nn.Linear and _unhooked(lin):
         return dense_linear(x, lin.weight, lin.bias)
     return lin(x)
+
+
+def apply_module(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``mod(x)`` for a user's module (GIN's ``nn``): a plain ``nn.Sequential`` (no hooks)
+    runs its children one by one so that its plain ``nn.Linear``s take
+    :func:`apply_linear`; any other module is called as it is."""
+    if type(mod) is nn.Sequential and _unhooked(mod):
+        for child in mod:
+            x = apply_linear(child, x)
+        return x
+    return mod(x)
 
 
 def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
@@ -80,12 +102,13 @@ def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
 def add_linear(out: torch.Tensor, lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``out + lin(x)`` for a fresh ``out`` that autograd has not saved (the aggregation's
     result); for a plain 2-D Linear the product accumulates onto ``out`` in place
-    (``addmm_``: no [N, F] add, copy or temporary, forward or backward)."""
+    (``addmm_``, or sparsejit's GEMM with beta = 1 where :func:`sparsejit.linear` would take
+    it: no [N, F] add, copy or temporary, forward or backward)."""
     if type(lin) is nn.Linear and out.dim() == 2 and x.dim() == 2 and \
             out.dtype == x.dtype == lin.weight.dtype and out.is_contiguous():
         if lin.bias is not None:
             out = out.add_(lin.bias)
-        return out.addmm_(x, lin.weight.t())
+        return linear_add_(out, x, lin.weight)
     return out + lin(x)
 
 
@@ -430,14 +453,15 @@ class GINConv(nn.Module):
             # no separate [N, F] scale and add, forward or backward.
             A, is_loop = _gin_structure(edges)
             if not torch.compiler.is_compiling() and float(self.eps) == 0.0:
-                return self.nn(spmm(A, x, "sum"))  # PyG's default eps: no values at all
+                # PyG's default eps: no values at all
+                return apply_module(self.nn, spmm(A, x, "sum"))
             vals = (is_loop * self.eps.to(x.dtype) + 1).to(x.dtype)
-            return self.nn(spmm(A.with_values(vals), x, "sum"))
+            return apply_module(self.nn, spmm(A.with_values(vals), x, "sum"))
         A, _, _, _ = G.structure(edges)
         out = spmm(A, x_src, "sum")
         if x_dst is not None:
             out = out + (1 + self.eps) * x_dst
-        return self.nn(out)
+        return apply_module(self.nn, out)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(nn={self.nn})"
@@ -481,7 +505,7 @@ class GINEConv(GINConv):
         out = msg.new_zeros((A.shape[0], msg.shape[1])).index_add_(0, row, msg)
         if x_dst is not None:
             out = out + (1 + self.eps) * x_dst
-        return self.nn(out)
+        return apply_module(self.nn, out)
 
 
 def gcn_norm(A: SparseMatrix, add_self_loops: bool = True, dtype=torch.float32,
