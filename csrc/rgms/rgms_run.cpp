@@ -109,14 +109,17 @@ inline T coef(const PlanView& pv, const T* values, bool mean, int64_t g, int64_t
 //   kToSlots:   out[slot[q]] += (values[perm[q]] / |g|) * in[grp_dst[g]]    (dW, source side:
 //               in dY, out the relation's rows)
 // Cloned for AVX2 (x86-64-v4 gave the same 256-bit code): this file is compiled for the
-// baseline ISA and without contraction, so both clones compute the same values.
+// baseline ISA and without contraction, so both clones compute the same values. Widths 8, 16,
+// 32 and 64 get their own copies with the row length known at compile time (W; 0: `w` at run
+// time), so a row is a few whole vectors with no loop around them.
 enum class SlotDir { kToTargets, kToSlots };
 
-template <typename T, SlotDir D>
+template <typename T, SlotDir D, int W>
 inline __attribute__((always_inline)) void slot_rows(const PlanView& pv, const int64_t* slot,
                                                      const T* values, bool mean, int64_t g0,
                                                      int64_t g1, const T* in, T* out,
-                                                     int64_t w) {
+                                                     int64_t w_run) {
+  const int64_t w = W > 0 ? W : w_run;
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t p0 = pv.grp_ptr[g], p1 = pv.grp_ptr[g + 1];
     if constexpr (D == SlotDir::kToTargets) {
@@ -129,13 +132,26 @@ inline __attribute__((always_inline)) void slot_rows(const PlanView& pv, const i
       }
     } else {
       const T* __restrict row = in + pv.grp_dst[g] * w;
+      // Without values every pair of the group has coef's 1 (/ |g|): computed once.
+      const T same = values ? T(0) : coef(pv, values, mean, g, p0);
       for (int64_t q = p0; q < p1; ++q) {
-        const T c = coef(pv, values, mean, g, q);
+        const T c = values ? coef(pv, values, mean, g, q) : same;
         T* __restrict o = out + slot[q] * w;
         for (int64_t j = 0; j < w; ++j) o[j] += c * row[j];
       }
     }
   }
+}
+
+template <typename T, int W>
+inline __attribute__((always_inline)) void slot_rows_dir(SlotDir d, const PlanView& pv,
+                                                         const int64_t* slot, const T* values,
+                                                         bool mean, int64_t g0, int64_t g1,
+                                                         const T* in, T* out, int64_t w) {
+  if (d == SlotDir::kToTargets)
+    slot_rows<T, SlotDir::kToTargets, W>(pv, slot, values, mean, g0, g1, in, out, w);
+  else
+    slot_rows<T, SlotDir::kToSlots, W>(pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 template <typename T>
@@ -144,10 +160,13 @@ inline __attribute__((always_inline)) void slot_rows_either(SlotDir d, const Pla
                                                             const T* values, bool mean,
                                                             int64_t g0, int64_t g1, const T* in,
                                                             T* out, int64_t w) {
-  if (d == SlotDir::kToTargets)
-    slot_rows<T, SlotDir::kToTargets>(pv, slot, values, mean, g0, g1, in, out, w);
-  else
-    slot_rows<T, SlotDir::kToSlots>(pv, slot, values, mean, g0, g1, in, out, w);
+  switch (w) {
+    case 8: return slot_rows_dir<T, 8>(d, pv, slot, values, mean, g0, g1, in, out, w);
+    case 16: return slot_rows_dir<T, 16>(d, pv, slot, values, mean, g0, g1, in, out, w);
+    case 32: return slot_rows_dir<T, 32>(d, pv, slot, values, mean, g0, g1, in, out, w);
+    case 64: return slot_rows_dir<T, 64>(d, pv, slot, values, mean, g0, g1, in, out, w);
+    default: return slot_rows_dir<T, 0>(d, pv, slot, values, mean, g0, g1, in, out, w);
+  }
 }
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))

@@ -676,6 +676,43 @@ def test_rgms_tiles_and_threads(tile, threads, reduce, strategy, poison_empty):
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("f_out", [8, 16, 32, 64])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_rgms_transform_first_row_widths(f_out, reduce, weighted, poison_empty):
+    """Transform first (strategy 2) at the output widths whose row loops (the reduction of
+    transformed rows into Y, the spread of dY rows for dW) have compile-time copies; forward
+    and gradients against float64, with a hub target, an empty relation and 2 threads."""
+    g = torch.Generator().manual_seed(f_out * 3 + weighted)
+    n, e, r, f_in = 300, 2500, 6, 12
+    et = torch.multinomial(torch.tensor([6.0, 3, 1, 0, 2, 0.5]), e, True, generator=g)
+    ei = torch.stack([torch.randint(0, n, (e,), generator=g),
+                      torch.randint(0, n, (e,), generator=g)])
+    ei[1, : e // 5] = 7
+    X = torch.randn(n, f_in, generator=g, dtype=torch.float64)
+    W = torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64)
+    values = torch.rand(e, generator=g, dtype=torch.float64)
+    if not weighted:
+        values = torch.ones_like(values)
+    dY = torch.randn(n, f_out, generator=g, dtype=torch.float64)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    ref = _grads_reference(ei, et, n, X, W, values, reduce, dY)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
+            x, w, dy = X.to(dtype), W.to(dtype), dY.to(dtype)
+            v = values.to(dtype) if weighted else None
+            Y = torch.ops.sparsejit.rgms(A.plan, x, w, v, reduce, n, 0, 0, 2)
+            dx, dw, _ = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, reduce, True,
+                                                          True, False, 0, 0, 2)
+            for got, want in zip((Y, dx, dw), ref[:3]):
+                scale = max(1.0, want.abs().max().item())
+                torch.testing.assert_close(got.double(), want, atol=tol * scale, rtol=tol)
+    finally:
+        torch.set_num_threads(old)
+
+
 @pytest.mark.parametrize("gemm", [1, 2, 3])
 @pytest.mark.parametrize("strategy", [1, 2])
 def test_rgms_each_gemm_kernel(gemm, strategy):
