@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as Fn
 
 import sparsejit as sj
+from sparsejit.runtime.timing import Progress
 from sparsejit.tools.data import load_graph
 
 
@@ -174,12 +175,12 @@ def main() -> None:
             step(m_sj, o_sj, x, ei, y, args.batch)
             step(m_pyg, o_pyg, x, ei, y, args.batch)
         t_first, t_again, t_pyg = [], [], []
-        for i, (x, ei, y) in enumerate(data[2:]):
+        bar = Progress(len(data) - 2, kind)  # drawn on a terminal only
+        for x, ei, y in data[2:]:
             t_first.append(timed(lambda: step(m_sj, o_sj, x, ei, y, args.batch)))
             t_again.append(timed(lambda: step(m_sj, o_sj, x, ei, y, args.batch)))
             t_pyg.append(timed(lambda: step(m_pyg, o_pyg, x, ei, y, args.batch)))
-            print(f"\r{kind}: step {i + 1}/{args.steps}", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+            bar.step()
         first, again, pyg = (statistics.median(t) for t in (t_first, t_again, t_pyg))
         # The preparation alone, on subgraphs no layer has seen (their own sample).
         fresh = [sampler.sample(args.batch) for _ in range(args.steps)]
