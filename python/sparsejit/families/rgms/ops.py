@@ -503,15 +503,23 @@ def _linear_setup(ctx, inputs, output):
     ctx.has_bias = bias is not None
 
 
-def _linear_backward(ctx, grad):
-    """dx = grad @ weight and dw = grad^T @ x as one-segment segment_matmul calls (the same
-    GEMM layer as the forward), db = grad summed over the rows."""
-    x, weight = ctx.saved_tensors
-    need = ctx.needs_input_grad
+def _product_grads(grad, x, weight, need_x: bool, need_w: bool):
+    """The gradients of x @ weight^T: dx = grad @ weight and dw = grad^T @ x as one-segment
+    segment_matmul calls (the same GEMM layer as the forward); None where not needed."""
+    if not (need_x or need_w):
+        return None, None
     grad = grad.contiguous()
     ptr = torch.arange(2, dtype=torch.long) * x.shape[0]  # [0, N] (symbolic N under compile)
-    dx = torch.ops.sparsejit.segment_matmul(grad, ptr, weight.unsqueeze(0)) if need[0] else None
-    dw = torch.ops.sparsejit.segment_matmul_backward_w(grad, ptr, x)[0] if need[1] else None
+    dx = torch.ops.sparsejit.segment_matmul(grad, ptr, weight.unsqueeze(0)) if need_x else None
+    dw = torch.ops.sparsejit.segment_matmul_backward_w(grad, ptr, x)[0] if need_w else None
+    return dx, dw
+
+
+def _linear_backward(ctx, grad):
+    """dx and dw from :func:`_product_grads`, db = grad summed over the rows."""
+    x, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dx, dw = _product_grads(grad, x, weight, need[0], need[1])
     db = grad.sum(0) if ctx.has_bias and need[2] else None
     return dx, dw, db
 
@@ -533,7 +541,8 @@ def _linear_faster() -> bool:
     (~0.2 s) on a [32768, 128] x [128, 128] forward, 7 calls of each interleaved, medians
     compared; SPARSEJIT_LINEAR=0 / 1 decides instead. (The backward's products run on the
     same two GEMMs. A smaller probe, [8192, 128] forward + backward, measured 0.75-0.93 of
-    torch's time on the AMD EPYC and flipped between processes; this one measured 0.62-0.73.)
+    torch's time on the AMD EPYC and flipped between processes; this one measured 0.55-0.83
+    in ten.)
     On that CPU torch's MKL took 1.2-1.9x longer on tall [N, 64-128] products
     (`benchmarks/RESULTS.md`, "PyG layers' Linears on the dense GEMM layer")."""
     env = os.environ.get("SPARSEJIT_LINEAR", "")
@@ -572,8 +581,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
 
 class _LinearAdd(torch.autograd.Function):
     """``out += x @ weight^T`` in place (``sparsejit::linear_add_``) on a fresh ``out`` that
-    autograd has not saved; its gradient passes through, dx and dw are one-segment
-    segment_matmul calls as :func:`linear`'s."""
+    autograd has not saved; its gradient passes through, dx and dw as :func:`linear`'s
+    (:func:`_product_grads`)."""
 
     @staticmethod
     def forward(ctx, out, x, weight):
@@ -586,10 +595,7 @@ class _LinearAdd(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
         need = ctx.needs_input_grad
-        g = grad.contiguous() if need[1] or need[2] else grad
-        ptr = torch.tensor([0, x.shape[0]], dtype=torch.long)
-        dx = torch.ops.sparsejit.segment_matmul(g, ptr, weight.unsqueeze(0)) if need[1] else None
-        dw = torch.ops.sparsejit.segment_matmul_backward_w(g, ptr, x)[0] if need[2] else None
+        dx, dw = _product_grads(grad, x, weight, need[1], need[2])
         return grad, dx, dw
 
 
