@@ -80,10 +80,18 @@ def apply_linear(lin: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def apply_module(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``mod(x)`` for a user's module (GIN's ``nn``): a plain ``nn.Sequential`` (no hooks)
     runs its children one by one so that its plain ``nn.Linear``s take
-    :func:`apply_linear`; any other module is called as it is."""
+    :func:`apply_linear`, and a plain ``nn.ReLU`` right after one of them runs in place on
+    that Linear's fresh output (no one else holds it, and neither GEMM's backward reads it):
+    one [N, F] tensor fewer to allocate and to keep for the backward. Any other module is
+    called as it is."""
     if type(mod) is nn.Sequential and _unhooked(mod):
+        fresh = False  # x is the output of an unhooked Linear of this walk
         for child in mod:
-            x = apply_linear(child, x)
+            if fresh and type(child) is nn.ReLU and _unhooked(child):
+                x = torch.relu_(x)
+            else:
+                x = apply_linear(child, x)
+            fresh = type(child) is nn.Linear and _unhooked(child)
         return x
     return mod(x)
 
