@@ -573,8 +573,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     ``F.linear``, and always ``F.linear`` under ``torch.compile`` / ``torch.export`` (no guard
     on the number of rows). The same values up to the GEMMs' order of summation;
     differentiable."""
-    if _dense_linear_applies(x, weight, bias) and x.shape[0] >= _LINEAR_MIN_ROWS and \
-            _linear_faster():
+    if _takes_dense_layer(x, weight, bias):
         return torch.ops.sparsejit.linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
 
@@ -605,16 +604,18 @@ def linear_add_(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> tor
     the faster GEMM on this machine, eager mode; ``out`` contiguous), else torch's ``addmm_``.
     For a fresh ``out`` that autograd has not saved (an aggregation's result); differentiable
     in x, weight and ``out``."""
-    if _dense_linear_applies(x, weight, None) and x.shape[0] >= _LINEAR_MIN_ROWS and \
-            out.dtype == torch.float32 and out.is_contiguous() and \
-            out.device.type == "cpu" and _linear_faster():
+    if out.dtype == torch.float32 and out.device.type == "cpu" and out.is_contiguous() and \
+            _takes_dense_layer(x, weight, None):
         return _LinearAdd.apply(out, x, weight)
     return out.addmm_(x, weight.t())
 
 
-def _dense_linear_applies(x, weight, bias) -> bool:
-    """Eager mode, and float32 CPU tensors of the op's ranks (x and weight 2-D)."""
+def _takes_dense_layer(x, weight, bias) -> bool:
+    """Whether :func:`linear` (and :func:`linear_add_`) take sparsejit's GEMM layer: eager
+    mode, float32 CPU tensors of the op's ranks (x and weight 2-D), at least
+    _LINEAR_MIN_ROWS rows, and the faster GEMM on this machine (:func:`_linear_faster`)."""
     def cpu_f32(t):
         return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.float32
     return not torch.compiler.is_compiling() and cpu_f32(x) and cpu_f32(weight) and \
-        x.dim() == 2 and weight.dim() == 2 and (bias is None or cpu_f32(bias))
+        x.dim() == 2 and weight.dim() == 2 and (bias is None or cpu_f32(bias)) and \
+        x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster()
