@@ -16,6 +16,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _m
 
 from sparsejit.families.rgms.ops import linear as dense_linear, linear_add_
 from sparsejit.families.spmm.spmm import spmm
@@ -61,7 +62,6 @@ def sizes(x_src: torch.Tensor, x_dst: Optional[torch.Tensor], size=None) -> Tupl
 def _unhooked(m: nn.Module) -> bool:
     """No forward / backward hooks on `m` nor global ones: calling its parts directly is
     then the same as calling it."""
-    from torch.nn.modules import module as _m
     return not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
                 m._backward_pre_hooks or _m._global_forward_hooks or
                 _m._global_forward_pre_hooks or _m._global_backward_hooks or
