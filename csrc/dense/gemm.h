@@ -52,10 +52,10 @@ namespace sparsejit::dense {
 // pyg-lib's segment_matmul on raw pointers (float32): rows ptr[k]:ptr[k+1] of x times w[k]
 // (+ bias[f_out] on every row where bias is not null, added to each block of rows right after
 // its product, while it is in cache). y[N, f_out] is fully written, or with `accumulate` added
-// to (y += x_k w[k] (+ bias): a root term summed onto an aggregation in place). Work items are (segment,
-// block of <= 256 rows), spread over `num_threads` in one parallel region, so many small
-// segments cost no dispatch each, and one large segment (a Linear) runs its row blocks on
-// every thread.
+// to (y += x_k w[k] (+ bias): a root term summed onto an aggregation in place). Work items
+// are (segment, block of <= 256 rows), spread over `num_threads` in one parallel region, so
+// many small segments cost no dispatch each, and one large segment (a Linear) runs its row
+// blocks on every thread.
 void segment_sgemm(const int64_t* ptr, int64_t segments, const float* x, int64_t f_in,
                    const float* w, int64_t f_out, float* y, int num_threads,
                    const float* bias = nullptr, bool accumulate = false);

@@ -17,8 +17,8 @@
 //   PyG-signature layers' Linears take it where it is faster than torch's (see
 //   sparsejit.linear). Its gradients are segment_matmul calls with one segment.
 // linear_add_(out, x, weight): out += x @ weight^T in place, on the same GEMM (beta = 1): the
-//   layers' root terms summed onto a fresh aggregation (sparsejit.linear_add_ gives it
-//   autograd).
+//   layers' root terms summed onto a fresh aggregation (autograd and the choice between the
+//   two GEMMs: sparsejit.families.rgms.ops.linear_add_).
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
 #include "torch_ext/tensor_api.h"
