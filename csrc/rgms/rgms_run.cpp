@@ -646,8 +646,56 @@ void backward_x_transposed(const Problem& p, const T* w, const T* values, const 
   forward<T>(q, dy, wt.data(), c.empty() ? nullptr : c.data(), dx, rt);
 }
 
-// dW[r][i0:i1, :] = sum over tiles of agg[:, i0:i1]^T @ dYg; thread t owns rows [i0, i1).
-// Source-side relations were written by source_side.
+// One relation's dW[r][i0:i0 + wd, :] (rows i0.. of it, every column): zeroed, then the sum
+// over tiles of agg[:, i0:i0 + wd]^T @ dYg (or the fused kind-4 rows). agg [tile, wd] and
+// dyg [tile, fo] are the caller's scratch.
+template <typename T>
+void relation_dw(FirstError& fe, const Problem& p, TileFn fn, bool fused, int64_t r, int64_t i0,
+                 int64_t wd, const T* x, const T* values, const T* dy, T* dw, T* agg, T* dyg) {
+  const PlanView& pv = p.plan;
+  const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
+  T* dw_r = dw + r * fi * fo + i0 * fo;
+  if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
+  if (pv.rel_ptr[r + 1] <= pv.rel_ptr[r] || fo == 0) return;
+  if (fused) {  // per group: dW[r] rows += (reduced own columns) x dY[target]
+    auto l = tile_launch(p, 4, values, x, dw_r, i0, wd, pv.rel_ptr[r], pv.rel_ptr[r + 1]);
+    l.ld_in = fi;
+    l.prefetch_end = pv.grp_ptr[pv.rel_ptr[r + 1]];
+    l.grp_dst = pv.grp_dst;
+    l.aux = dy;
+    l.width2 = fo;
+    fn(&l);
+    return;
+  }
+  for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1]; g0 += tile) {
+    const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
+    gather_reduce(fn, p, values, x, fi, i0, wd, g0, g1, agg);
+    gather_targets(pv, dy, fo, g0, g1, dyg);
+    gemm(fe, p.gemm, true, false, wd, fo, m, agg, wd, dyg, fo, T(1), dw_r, fo);
+  }
+}
+
+// Whether grad W gives whole relations to threads (dynamic schedule, largest first) rather
+// than splitting every relation's rows of dW between them: when no relation holds more than
+// a quarter of one thread's share of the entries, so the schedule stays balanced. Whole
+// relations gather each dY row once (the row split gathers it once per thread) and run
+// [F_in, F_out] products instead of [F_in / threads, F_out] ones.
+bool grad_w_by_relation(const Problem& p, const std::vector<int8_t>& side) {
+  const PlanView& pv = p.plan;
+  const int64_t nt = std::max(1, p.num_threads);
+  if (nt == 1) return false;
+  int64_t total = 0, largest = 0;
+  for (int64_t r = 0; r < pv.r; ++r) {
+    if (side[size_t(r)] == 2) continue;
+    const int64_t e_r = pv.grp_ptr[pv.rel_ptr[r + 1]] - pv.grp_ptr[pv.rel_ptr[r]];
+    total += e_r;
+    largest = std::max(largest, e_r);
+  }
+  return total > 0 && largest * 4 * nt <= total;
+}
+
+// dW[r][i0:i1, :] = sum over tiles of agg[:, i0:i1]^T @ dYg; thread t owns rows [i0, i1), or
+// (grad_w_by_relation) whole relations. Source-side relations were written by source_side.
 template <typename T>
 void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* dw,
                 const std::vector<int8_t>& side) {
@@ -655,6 +703,28 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
   const int64_t fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   FirstError fe;
   const bool fused = use_fused(p, Pass::kGradW);
+  if (grad_w_by_relation(p, side)) {
+    std::vector<int64_t> rels;
+    for (int64_t r = 0; r < pv.r; ++r)
+      if (!(side[size_t(r)] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r])) rels.push_back(r);
+    const auto entries = [&](int64_t r) {
+      return pv.grp_ptr[pv.rel_ptr[r + 1]] - pv.grp_ptr[pv.rel_ptr[r]];
+    };
+    std::stable_sort(rels.begin(), rels.end(),
+                     [&](int64_t a, int64_t b) { return entries(a) > entries(b); });
+    const TileFn fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
+    const int64_t n_rels = int64_t(rels.size());
+#pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n_rels > 1 && pv.e * fi > 4096)
+    {
+      std::vector<T> agg(size_t(tile * fi)), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t k = 0; k < n_rels; ++k)
+        relation_dw(fe, p, fn, fused, rels[size_t(k)], 0, fi, x, values, dy, dw, agg.data(),
+                    dyg.data());
+    }
+    fe.rethrow();
+    return;
+  }
   const auto fns = share_fns<T>(p, fi, 1, pv.e * fi, fused ? fo : 0);
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (pv.e * fi > 4096 && fi >= 2)
   {
@@ -665,25 +735,7 @@ void backward_w(const Problem& p, const T* x, const T* values, const T* dy, T* d
     std::vector<T> agg(size_t(tile * std::max<int64_t>(wd, 1))), dyg(size_t(tile * std::max<int64_t>(fo, 1)));
     for (int64_t r = 0; r < pv.r && wd > 0; ++r) {
       if (side[r] == 2 && pv.rel_ptr[r + 1] > pv.rel_ptr[r]) continue;
-      T* dw_r = dw + r * fi * fo + i0 * fo;
-      if (fo > 0) std::memset(dw_r, 0, sizeof(T) * wd * fo);
-      if (fused) {  // per group: dW[r] rows += (reduced own columns) x dY[target]
-        if (pv.rel_ptr[r + 1] <= pv.rel_ptr[r]) continue;
-        auto l = tile_launch(p, 4, values, x, dw_r, i0, wd, pv.rel_ptr[r], pv.rel_ptr[r + 1]);
-        l.ld_in = fi;
-        l.prefetch_end = pv.grp_ptr[pv.rel_ptr[r + 1]];
-        l.grp_dst = pv.grp_dst;
-        l.aux = dy;
-        l.width2 = fo;
-        fn(&l);
-        continue;
-      }
-      for (int64_t g0 = pv.rel_ptr[r]; g0 < pv.rel_ptr[r + 1] && fo > 0; g0 += tile) {
-        const int64_t g1 = std::min(pv.rel_ptr[r + 1], g0 + tile), m = g1 - g0;
-        gather_reduce(fn, p, values, x, fi, i0, wd, g0, g1, agg.data());
-        gather_targets(pv, dy, fo, g0, g1, dyg.data());
-        gemm(fe, p.gemm, true, false, wd, fo, m, agg.data(), wd, dyg.data(), fo, T(1), dw_r, fo);
-      }
+      relation_dw(fe, p, fn, fused, r, i0, wd, x, values, dy, dw, agg.data(), dyg.data());
     }
   }
   fe.rethrow();

@@ -11,7 +11,9 @@
 //               split into chunks like Y's, with the forward's cost model per relation.
 //               (Until 2026-11 the columns of dX were split between threads, each walking
 //               every entry: at 16-32 columns two threads ran 2-3x slower than one.)
-//   grad W      rows of every dW[r] split between threads (F_in): gather-reduce the thread's
+//   grad W      whole relations per thread (dynamic, largest first) when no relation holds
+//               more than a quarter of a thread's share of the entries; else rows of every
+//               dW[r] split between threads (F_in). Per tile: gather-reduce the thread's
 //               columns of X, GEMM (transposed) with the gathered dY rows, accumulate.
 //   source side relations the forward computes transform-first (few distinct sources) get
 //               dW on their sources instead, before the pass above: per relation (dynamic

@@ -766,6 +766,61 @@ def test_rgms_results_do_not_depend_on_threads():
         assert torch.equal(a, b)
 
 
+def _many_relations_graph(seed, dominant):
+    """30 relations of similar sizes (relation 7 empty, relation 3 fanning out of 2 sources, so
+    the forward computes it transform-first and grad W takes it on its sources); with
+    `dominant`, relation 0 holds ~40% of the entries."""
+    g = torch.Generator().manual_seed(seed)
+    n, e, r = 500, 8000, 30
+    weights = torch.ones(r)
+    weights[7] = 0.0
+    if dominant:
+        weights[0] = 20.0
+    et = torch.multinomial(weights, e, True, generator=g)
+    src = torch.randint(0, n, (e,), generator=g)
+    src[et == 3] = torch.randint(0, 2, (int((et == 3).sum()),), generator=g)
+    dst = torch.randint(0, n, (e,), generator=g)
+    return torch.stack([src, dst]), et, n, r
+
+
+@pytest.mark.parametrize("dominant", [False, True])
+@pytest.mark.parametrize("gemm", [0, 2, 3])
+@pytest.mark.parametrize("strategy", [0, 1])
+def test_rgms_grad_w_whole_relations_or_row_split(dominant, gemm, strategy, poison_empty):
+    """grad W with 2 threads gives whole relations to threads when no relation dominates
+    (largest <= a quarter of a thread's share of the entries), else splits each dW[r]'s rows:
+    both against float64, with values and the mean, widths off the vector lengths; with the
+    built-in GEMM and the fused rows the same bits as one thread (each dW[r] element is summed
+    in the relation's group order on any thread)."""
+    ei, et, n, r = _many_relations_graph(5 + int(dominant), dominant)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    g = torch.Generator().manual_seed(9)
+    f_in, f_out = 24, 19
+    X = torch.randn(n, f_in, generator=g, dtype=torch.float64)
+    W = torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64)
+    values = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
+    dY = torch.randn(n, f_out, generator=g, dtype=torch.float64)
+    ref_w = _grads_reference(ei, et, n, X, W, values, "mean", dY)[2]
+    assert ref_w[7].abs().max() == 0 and ref_w[3].abs().max() > 0
+    old, got = torch.get_num_threads(), {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
+                x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
+                dw = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", False,
+                                                       True, False, gemm, 0, strategy)[1]
+                torch.testing.assert_close(dw.double(), ref_w,
+                                           atol=tol * max(1.0, ref_w.abs().max().item()),
+                                           rtol=tol)
+                got[threads, dtype] = dw
+    finally:
+        torch.set_num_threads(old)
+    if gemm in (2, 3):
+        for dtype in (torch.float64, torch.float32):
+            assert torch.equal(got[1, dtype], got[2, dtype])
+
+
 def test_rgms_bad_gemm_and_tile_arguments():
     ei, et, n, _, r = typed_graph("uniform")
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
