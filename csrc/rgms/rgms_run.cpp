@@ -417,9 +417,38 @@ RelationPlan relation_plan(const Problem& p) {
   return plan_from_sources(p, sources_of(p, own));
 }
 
+namespace {
+
+// The weight gradient taken inside grad X's pass (backward_x_transposed, "grad W in grad X"
+// in docs/RGMS.md). That pass is the forward on the transposed structure: its
+// aggregate-first tiles hold, per group (relation r, source s), agg_s = sum of coef * dY
+// rows of s's targets, and dW[r] = sum over s of X[s]^T agg_s. So each such tile also gathers
+// its groups' X rows (the pass's own output rows: one chunk's range of X, in cache) and adds
+// one GEMM into its slab's partial dW[r], which saves the separate pass's two random gathers
+// per entry. Chunks and slabs (runs of chunks, each one thread's, in order) are fixed by the
+// problem, not the thread count, and the slabs are summed in order: the same bits on any
+// number of threads.
 template <typename T>
-void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
-             const RootTerm<T>& rt) {
+struct GradWSink {
+  const T* x = nullptr;          // the original X [rows of the transposed problem, width]
+  int64_t width = 0;             // the original F_in
+  const int8_t* want = nullptr;  // [R]: relations whose dW is still needed
+  std::vector<int8_t> done;      // [R]: set by the pass (wanted and aggregated first there)
+  std::vector<T> partial;        // [slabs, R, width, the pass's f_in (original F_out)]
+  int64_t slabs = 0, chunks = 0;
+};
+
+// Chunks of rows of Y for the forward's pass: small enough for their rows to stay in L2
+// across the relations (256 KiB), at least 8 per thread for balance.
+int64_t forward_chunks(int64_t n, int64_t fo, int64_t elem, int nt) {
+  const int64_t by_cache = (n * fo * elem + (256 << 10) - 1) / (256 << 10);
+  return std::clamp<int64_t>(std::max<int64_t>(by_cache, nt == 1 ? 1 : 8 * nt), 1,
+                             std::max<int64_t>(n, 1));
+}
+
+template <typename T>
+void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* y,
+                  const RootTerm<T>& rt, GradWSink<T>* sink) {
   const PlanView& pv = p.plan;
   const int64_t n = p.num_rows, fi = p.f_in, fo = p.f_out, tile = tile_of(p);
   // Relations computed transform-first: their distinct sources' rows times W[r], once.
@@ -475,19 +504,27 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
   }
   const bool fused = use_fused(p, Pass::kForward);
   const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
+  if (sink) {
+    sink->done.assign(size_t(pv.r), 0);
+    for (int64_t r = 0; r < pv.r && !fused; ++r)
+      sink->done[size_t(r)] = int8_t(sink->want[r] != 0 && choice[size_t(r)] == 1);
+  }
   FirstError fe;
 #pragma omp parallel num_threads(std::max(1, p.num_threads)) if (n * fo > 4096)
   {
-    const int nt = thread_count();
-    // Every relation adds into the chunk's rows of Y: chunks small enough for those rows to
-    // stay in L2 across the relations (256 KiB), and at least 8 per thread for balance.
-    const int64_t by_cache = (n * fo * int64_t(sizeof(T)) + (256 << 10) - 1) / (256 << 10);
-    const int64_t chunks = std::clamp<int64_t>(
-        std::max<int64_t>(by_cache, nt == 1 ? 1 : 8 * nt), 1, std::max<int64_t>(n, 1));
+    // Every relation adds into the chunk's rows of Y (forward_chunks). With a sink the
+    // chunks run in its fixed slabs, one slab per task.
+    const int64_t chunks =
+        sink ? sink->chunks : forward_chunks(n, fo, int64_t(sizeof(T)), thread_count());
+    const int64_t units = sink ? sink->slabs : chunks;
     std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
+    std::vector<T> xs(sink ? size_t(tile * sink->width) : 0);  // the sink's X rows
     std::vector<bf16> abuf;  // a tile in bfloat16 (p.w_bf16)
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t u = 0; u < units; ++u)
+    for (int64_t c = sink ? chunks * u / units : u,
+                 c_end = sink ? chunks * (u + 1) / units : u + 1;
+         c < c_end; ++c) {
       const int64_t row0 = n * c / chunks, row1 = n * (c + 1) / chunks;
       if (fo == 0) continue;
       init_rows(fe, p, rt, row0, row1, y);
@@ -529,11 +566,27 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
             const T* in = prod.data() + (g - g0) * fo;
             for (int64_t j = 0; j < fo; ++j) out[j] += in[j];
           }
+          if (sink && sink->done[size_t(r)]) {  // partial dW[r] += X[rows]^T agg
+            const int64_t wx = sink->width;
+            for (int64_t g = g0; g < g1; ++g)
+              std::memcpy(xs.data() + (g - g0) * wx, sink->x + pv.grp_dst[g] * wx,
+                          sizeof(T) * wx);
+            gemm(fe, p.gemm, true, false, wx, fi, m, xs.data(), wx, agg.data(), fi, T(1),
+                 sink->partial.data() + (u * pv.r + r) * wx * fi, fi);
+          }
         }
       }
     }
   }
   fe.rethrow();
+}
+
+}  // namespace
+
+template <typename T>
+void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
+             const RootTerm<T>& rt) {
+  forward_impl<T>(p, x, w, values, y, rt, nullptr);
 }
 
 namespace {
@@ -600,16 +653,11 @@ SourceSide source_side(const Problem& p, const T* x, const T* values, const T* d
 // dX = RGMS(A^T, dY, W^T) (+ dY @ root^T): the forward on the transposed structure, with
 // each entry's coefficient (values, 1/|group| for the mean) in a vector by plan position.
 template <typename T>
-void backward_x_transposed(const Problem& p, const T* w, const T* values, const T* dy, T* dx,
-                           const T* root) {
+void backward_x_transposed(const Problem& p, const TransposedPlan* tp, const T* w,
+                           const T* values, const T* dy, T* dx, const T* root,
+                           GradWSink<T>* sink) {
   const PlanView& pv = p.plan;
   const int64_t fi = p.f_in, fo = p.f_out;
-  TransposedPlan own;
-  const TransposedPlan* tp = p.transposed;
-  if (!tp) {
-    own = transpose_plan(p);
-    tp = &own;
-  }
   Problem q = p;
   q.plan = tp->view(pv.r, pv.e);
   q.num_rows = p.num_src;
@@ -643,7 +691,26 @@ void backward_x_transposed(const Problem& p, const T* w, const T* values, const 
     rt.x_root = dy;
     rt.root = root_t.data();
   }
-  forward<T>(q, dy, wt.data(), c.empty() ? nullptr : c.data(), dx, rt);
+  forward_impl<T>(q, dy, wt.data(), c.empty() ? nullptr : c.data(), dx, rt, sink);
+}
+
+// Whether dW runs inside grad X's pass (GradWSink) for these widths and this structure: the
+// transposed pass runs GEMM tiles (not the fused rows, no bfloat16), its tiles average at
+// least 32 groups per (chunk, relation) (smaller ones make poor GEMMs for dW), and the
+// partials fit in 32 MiB. Depends on the problem, never on the thread count.
+template <typename T>
+bool grad_w_in_grad_x(const Problem& p, const TransposedPlan& tp, int64_t chunks, int64_t slabs) {
+  const int64_t fi = p.f_in, fo = p.f_out;
+  if (p.w_bf16 != nullptr || p.x_bf16 != nullptr || !forward_runs_tiles(fo, fi, p.gemm))
+    return false;
+  // kAggregateFirst makes the transposed pass transform-first everywhere: no tiles to share.
+  if (p.strategy == Strategy::kAggregateFirst) return false;
+  int64_t active = 0;
+  for (int64_t r = 0; r < p.plan.r; ++r)
+    active += tp.rel_ptr[size_t(r + 1)] > tp.rel_ptr[size_t(r)];
+  const int64_t groups = tp.rel_ptr[size_t(p.plan.r)];
+  const double bytes = double(slabs) * double(p.plan.r) * double(fi) * double(fo) * sizeof(T);
+  return active > 0 && groups >= 32 * chunks * active && bytes <= double(32 << 20);
 }
 
 // One relation's dW[r][i0:i0 + wd, :] (rows i0.. of it, every column): zeroed, then the sum
@@ -786,16 +853,56 @@ void backward_values(const Problem& p, const T* x, const T* w, const T* dy, T* d
 template <typename T>
 void backward(const Problem& p, const T* x, const T* w, const T* values, const T* dy, T* dx,
               T* dw, T* dvalues, const T* root) {
+  const PlanView& pv = p.plan;
   const bool want_w = dw && p.f_in > 0 && p.f_out > 0;
   const auto ss = source_side(p, x, values, dy, want_w ? dw : nullptr);
+  std::vector<int8_t> side = ss.side;  // 2: dW[r] written before backward_w
   if (dx) {
-    if (p.f_out == 0 || (p.plan.e == 0 && !root)) {
+    if (p.f_out == 0 || (pv.e == 0 && !root)) {
       std::memset(dx, 0, sizeof(T) * p.num_src * p.f_in);
     } else {
-      backward_x_transposed(p, w, values, dy, dx, root);
+      TransposedPlan own;
+      const TransposedPlan* tp = p.transposed;
+      if (!tp) {
+        own = transpose_plan(p);
+        tp = &own;
+      }
+      // The transposed pass's chunks when it carries dW: fixed by the problem (at least 32).
+      const int64_t chunks = std::clamp<int64_t>(
+          forward_chunks(p.num_src, p.f_in, int64_t(sizeof(T)), 1), 32,
+          std::max<int64_t>(p.num_src, 1));
+      const int64_t slabs = std::min<int64_t>(16, chunks);
+      GradWSink<T> sink;
+      const bool with_w = want_w && grad_w_in_grad_x<T>(p, *tp, chunks, slabs);
+      std::vector<int8_t> want(size_t(pv.r));
+      if (with_w) {
+        for (int64_t r = 0; r < pv.r; ++r) want[size_t(r)] = int8_t(ss.side[size_t(r)] != 2);
+        sink.x = x;
+        sink.width = p.f_in;
+        sink.want = want.data();
+        sink.chunks = chunks;
+        sink.slabs = slabs;
+        sink.partial.assign(size_t(slabs * pv.r * p.f_in * p.f_out), T(0));
+      }
+      backward_x_transposed(p, tp, w, values, dy, dx, root, with_w ? &sink : nullptr);
+      if (with_w) {  // dW[r] = the slabs' partials, summed in slab order
+        const int64_t block = p.f_in * p.f_out;
+#pragma omp parallel for num_threads(std::max(1, p.num_threads)) schedule(static)
+        for (int64_t r = 0; r < pv.r; ++r) {
+          if (!sink.done[size_t(r)]) continue;
+          T* out = dw + r * block;
+          std::memcpy(out, sink.partial.data() + r * block, sizeof(T) * block);
+          for (int64_t u = 1; u < slabs; ++u) {
+            const T* part = sink.partial.data() + (u * pv.r + r) * block;
+            for (int64_t k = 0; k < block; ++k) out[k] += part[k];
+          }
+        }
+        for (int64_t r = 0; r < pv.r; ++r)
+          if (sink.done[size_t(r)]) side[size_t(r)] = 2;
+      }
     }
   }
-  if (want_w) backward_w(p, x, values, dy, dw, ss.side);
+  if (want_w) backward_w(p, x, values, dy, dw, side);
   if (dvalues) backward_values(p, x, w, dy, dvalues);
 }
 

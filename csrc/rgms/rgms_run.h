@@ -11,10 +11,17 @@
 //               split into chunks like Y's, with the forward's cost model per relation.
 //               (Until 2026-11 the columns of dX were split between threads, each walking
 //               every entry: at 16-32 columns two threads ran 2-3x slower than one.)
-//   grad W      whole relations per thread (dynamic, largest first) when no relation holds
-//               more than a quarter of a thread's share of the entries; else rows of every
-//               dW[r] split between threads (F_in). Per tile: gather-reduce the thread's
-//               columns of X, GEMM (transposed) with the gathered dY rows, accumulate.
+//   grad W      with dX also wanted, GEMM tiles (widths above 32) and large enough tiles
+//               (at least 32 groups per chunk and relation on average): inside grad X's
+//               pass, whose tiles already hold coef * dY reduced per (relation, source): each
+//               such tile adds X[sources]^T @ tile into its slab's partial dW[r] (16 slabs of
+//               chunks fixed by the problem, summed in order, so the same bits on any thread
+//               count; partials at most 32 MiB). The relations left: whole relations per
+//               thread (dynamic, largest first) when no relation holds more than a quarter of
+//               a thread's share of the entries; else rows of every dW[r] split between
+//               threads (F_in). Per tile: gather-reduce the thread's columns of X, GEMM
+//               (transposed) with the gathered dY rows, accumulate. dW alone (no dX) always
+//               takes that separate pass, so it can differ from dW with dX by rounding.
 //   source side relations the forward computes transform-first (few distinct sources) get
 //               dW on their sources instead, before the pass above: per relation (dynamic
 //               schedule), reduce coef * dY rows onto the distinct sources (T_r, S_r rows),

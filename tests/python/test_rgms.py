@@ -821,6 +821,59 @@ def test_rgms_grad_w_whole_relations_or_row_split(dominant, gemm, strategy, pois
             assert torch.equal(got[1, dtype], got[2, dtype])
 
 
+@pytest.mark.parametrize("gemm", [0, 1, 2])
+@pytest.mark.parametrize("strategy", [0, 2])
+def test_rgms_grad_w_inside_grad_x(gemm, strategy, poison_empty):
+    """With dX and dW both wanted, GEMM tiles (widths above 32) and tiles of at least 32
+    groups per (chunk, relation), dW is taken inside grad X's pass on the transposed structure
+    (slab partials). Relations 0-2 random, 3 fanning out of 2 sources (the forward's
+    transform-first: its dW is taken on its sources instead), 4 empty: dX and dW against
+    float64, with values and the mean; the same bits with 1 and 2 threads on the built-in
+    GEMM, and on every run with oneDNN; dW alone (its own pass) agrees to rounding."""
+    g = torch.Generator().manual_seed(21)
+    n, per, r, f_in, f_out = 3000, 4000, 5, 40, 36
+    src = [torch.randint(0, n, (per,), generator=g) for _ in range(3)]
+    src.append(torch.randint(0, 2, (1500,), generator=g))
+    dst = [torch.randint(0, n, (len(s_),), generator=g) for s_ in src]
+    et = torch.cat([torch.full((len(s_),), k) for k, s_ in enumerate(src)])
+    ei = torch.stack([torch.cat(src), torch.cat(dst)])
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
+    X = torch.randn(n, f_in, generator=g, dtype=torch.float64)
+    W = torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64)
+    values = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
+    dY = torch.randn(n, f_out, generator=g, dtype=torch.float64)
+    _, ref_x, ref_w, _ = _grads_reference(ei, et, n, X, W, values, "mean", dY)
+    assert ref_w[4].abs().max() == 0
+    old, got = torch.get_num_threads(), {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
+                x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
+                dx, dw, _ = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
+                                                              True, True, False, gemm, 0,
+                                                              strategy)
+                for a, b in ((dx, ref_x), (dw, ref_w)):
+                    torch.testing.assert_close(a.double(), b,
+                                               atol=tol * max(1.0, b.abs().max().item()),
+                                               rtol=tol)
+                again = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", True,
+                                                          True, False, gemm, 0, strategy)
+                assert torch.equal(again[0], dx) and torch.equal(again[1], dw)
+                dw_alone = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
+                                                             False, True, False, gemm, 0,
+                                                             strategy)[1]
+                torch.testing.assert_close(dw_alone, dw, atol=tol * max(1.0, dw.abs().max()),
+                                           rtol=tol)
+                got[threads, dtype] = (dx, dw)
+    finally:
+        torch.set_num_threads(old)
+    if gemm == 2:
+        for dtype in (torch.float64, torch.float32):
+            for a, b in zip(got[1, dtype], got[2, dtype]):
+                assert torch.equal(a, b)
+
+
 def test_rgms_bad_gemm_and_tile_arguments():
     ei, et, n, _, r = typed_graph("uniform")
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
