@@ -902,8 +902,8 @@ void backward(const Problem& p, const T* x, const T* w, const T* values, const T
         tp = &own;
       }
       // The transposed pass's chunks when it carries dW: fixed by the problem (at least 32).
-      const int64_t chunks = std::clamp<int64_t>(
-          forward_chunks(p.num_src, p.f_in, int64_t(sizeof(T)), 1), 32,
+      const int64_t chunks = std::min<int64_t>(
+          std::max<int64_t>(forward_chunks(p.num_src, p.f_in, int64_t(sizeof(T)), 1), 32),
           std::max<int64_t>(p.num_src, 1));
       const int64_t slabs = std::min<int64_t>(16, chunks);
       GradWSink<T> sink;
