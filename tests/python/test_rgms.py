@@ -766,6 +766,27 @@ def test_rgms_results_do_not_depend_on_threads():
         assert torch.equal(a, b)
 
 
+def _f64_operands(g, n, r, f_in, f_out, e):
+    """Random float64 X [n, f_in], W [r, f_in, f_out], values [e] and dY [n, f_out]."""
+    return (torch.randn(n, f_in, generator=g, dtype=torch.float64),
+            torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64),
+            torch.rand(e, generator=g, dtype=torch.float64),
+            torch.randn(n, f_out, generator=g, dtype=torch.float64))
+
+
+def _threads_and_dtypes(*tensors):
+    """(threads, dtype, tolerance, the tensors in that dtype) for 1 and 2 threads, float64 and
+    float32; the caller's thread count is restored afterwards."""
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
+                yield threads, dtype, tol, [t.to(dtype) for t in tensors]
+    finally:
+        torch.set_num_threads(old)
+
+
 def _many_relations_graph(seed, dominant):
     """30 relations of similar sizes (relation 7 empty, relation 3 fanning out of 2 sources, so
     the forward computes it transform-first and grad W takes it on its sources); with
@@ -794,28 +815,17 @@ def test_rgms_grad_w_whole_relations_or_row_split(dominant, gemm, strategy, pois
     in the relation's group order on any thread)."""
     ei, et, n, r = _many_relations_graph(5 + int(dominant), dominant)
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    g = torch.Generator().manual_seed(9)
-    f_in, f_out = 24, 19
-    X = torch.randn(n, f_in, generator=g, dtype=torch.float64)
-    W = torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64)
-    values = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
-    dY = torch.randn(n, f_out, generator=g, dtype=torch.float64)
+    X, W, values, dY = _f64_operands(torch.Generator().manual_seed(9), n, r, 24, 19,
+                                     ei.shape[1])
     ref_w = _grads_reference(ei, et, n, X, W, values, "mean", dY)[2]
     assert ref_w[7].abs().max() == 0 and ref_w[3].abs().max() > 0
-    old, got = torch.get_num_threads(), {}
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
-                x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-                dw = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", False,
-                                                       True, False, gemm, 0, strategy)[1]
-                torch.testing.assert_close(dw.double(), ref_w,
-                                           atol=tol * max(1.0, ref_w.abs().max().item()),
-                                           rtol=tol)
-                got[threads, dtype] = dw
-    finally:
-        torch.set_num_threads(old)
+    got = {}
+    for threads, dtype, tol, (x, w, v, dy) in _threads_and_dtypes(X, W, values, dY):
+        dw = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", False, True, False,
+                                               gemm, 0, strategy)[1]
+        torch.testing.assert_close(dw.double(), ref_w,
+                                   atol=tol * max(1.0, ref_w.abs().max().item()), rtol=tol)
+        got[threads, dtype] = dw
     if gemm in (2, 3):
         for dtype in (torch.float64, torch.float32):
             assert torch.equal(got[1, dtype], got[2, dtype])
@@ -838,36 +848,27 @@ def test_rgms_grad_w_inside_grad_x(gemm, strategy, poison_empty):
     et = torch.cat([torch.full((len(s_),), k) for k, s_ in enumerate(src)])
     ei = torch.stack([torch.cat(src), torch.cat(dst)])
     A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
-    X = torch.randn(n, f_in, generator=g, dtype=torch.float64)
-    W = torch.randn(r, f_in, f_out, generator=g, dtype=torch.float64)
-    values = torch.rand(ei.shape[1], generator=g, dtype=torch.float64)
-    dY = torch.randn(n, f_out, generator=g, dtype=torch.float64)
+    X, W, values, dY = _f64_operands(g, n, r, f_in, f_out, ei.shape[1])
     _, ref_x, ref_w, _ = _grads_reference(ei, et, n, X, W, values, "mean", dY)
     assert ref_w[4].abs().max() == 0
-    old, got = torch.get_num_threads(), {}
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-4)):
-                x, w, v, dy = X.to(dtype), W.to(dtype), values.to(dtype), dY.to(dtype)
-                dx, dw, _ = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
-                                                              True, True, False, gemm, 0,
-                                                              strategy)
-                for a, b in ((dx, ref_x), (dw, ref_w)):
-                    torch.testing.assert_close(a.double(), b,
-                                               atol=tol * max(1.0, b.abs().max().item()),
-                                               rtol=tol)
-                again = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", True,
-                                                          True, False, gemm, 0, strategy)
-                assert torch.equal(again[0], dx) and torch.equal(again[1], dw)
-                dw_alone = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
-                                                             False, True, False, gemm, 0,
-                                                             strategy)[1]
-                torch.testing.assert_close(dw_alone, dw, atol=tol * max(1.0, dw.abs().max()),
-                                           rtol=tol)
-                got[threads, dtype] = (dx, dw)
-    finally:
-        torch.set_num_threads(old)
+    got = {}
+    for threads, dtype, tol, (x, w, v, dy) in _threads_and_dtypes(X, W, values, dY):
+        dx, dw, _ = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
+                                                      True, True, False, gemm, 0,
+                                                      strategy)
+        for a, b in ((dx, ref_x), (dw, ref_w)):
+            torch.testing.assert_close(a.double(), b,
+                                       atol=tol * max(1.0, b.abs().max().item()),
+                                       rtol=tol)
+        again = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean", True,
+                                                  True, False, gemm, 0, strategy)
+        assert torch.equal(again[0], dx) and torch.equal(again[1], dw)
+        dw_alone = torch.ops.sparsejit.rgms_backward(A.plan, x, w, v, dy, "mean",
+                                                     False, True, False, gemm, 0,
+                                                     strategy)[1]
+        torch.testing.assert_close(dw_alone, dw, atol=tol * max(1.0, dw.abs().max()),
+                                   rtol=tol)
+        got[threads, dtype] = (dx, dw)
     if gemm == 2:
         for dtype in (torch.float64, torch.float32):
             for a, b in zip(got[1, dtype], got[2, dtype]):
