@@ -185,41 +185,6 @@ void slot_rows_f64(SlotDir d, const PlanView& pv, const int64_t* slot, const dou
   slot_rows_either<double>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
-// y[dst[t]] += prod[t] for the m rows of a tile's products (width fo): cloned for AVX-512 and
-// AVX2 (the library's baseline build adds 4 lanes at a time: 5% of a forward at 1M entries,
-// F = 64, perf). Element by element, so the same bits on every clone.
-template <typename T>
-inline __attribute__((always_inline)) void add_rows(const int64_t* dst, int64_t m,
-                                                    const T* prod, int64_t fo, T* y) {
-  for (int64_t t = 0; t < m; ++t) {
-    T* out = y + dst[t] * fo;
-    const T* in = prod + t * fo;
-    for (int64_t j = 0; j < fo; ++j) out[j] += in[j];
-  }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void add_rows_f32(const int64_t* dst, int64_t m, const float* prod, int64_t fo, float* y) {
-  add_rows<float>(dst, m, prod, fo, y);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void add_rows_f64(const int64_t* dst, int64_t m, const double* prod, int64_t fo, double* y) {
-  add_rows<double>(dst, m, prod, fo, y);
-}
-
-template <typename T>
-void add_rows_run(const int64_t* dst, int64_t m, const T* prod, int64_t fo, T* y) {
-  if constexpr (std::is_same_v<T, float>)
-    add_rows_f32(dst, m, prod, fo, y);
-  else
-    add_rows_f64(dst, m, prod, fo, y);
-}
-
 template <typename T>
 void slot_rows_run(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
                    bool mean, int64_t g0, int64_t g1, const T* in, T* out, int64_t w) {
@@ -468,11 +433,10 @@ namespace {
 // number of threads.
 template <typename T>
 struct GradWSink {
-  const T* x = nullptr;          // the original X [rows of the transposed problem, width]
-  int64_t width = 0;             // the original F_in
+  const T* x = nullptr;          // the original X: [the pass's rows, the pass's f_out]
   const int8_t* want = nullptr;  // [R]: relations whose dW is still needed
   std::vector<int8_t> done;      // [R]: set by the pass (wanted and aggregated first there)
-  std::vector<T> partial;        // [slabs, R, width, the pass's f_in (original F_out)]
+  std::vector<T> partial;        // [slabs, R, the pass's f_out, its f_in]: partial dW
   int64_t slabs = 0, chunks = 0;
 };
 
@@ -542,6 +506,9 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
   }
   const bool fused = use_fused(p, Pass::kForward);
   const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
+  // Rows of width fo: the tiles' products added into Y, and the sink's X rows (its width is
+  // this pass's f_out).
+  const TileFn rows_fn = fused ? nullptr : tile_fn<T>(fo, n * fo);
   if (sink) {
     sink->done.assign(size_t(pv.r), 0);
     for (int64_t r = 0; r < pv.r && !fused; ++r)
@@ -556,7 +523,7 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
         sink ? sink->chunks : forward_chunks(n, fo, int64_t(sizeof(T)), thread_count());
     const int64_t units = sink ? sink->slabs : chunks;
     std::vector<T> agg(size_t(tile * std::max<int64_t>(fi, 1))), prod(size_t(tile * std::max<int64_t>(fo, 1)));
-    std::vector<T> xs(sink ? size_t(tile * sink->width) : 0);  // the sink's X rows
+    std::vector<T> xs(sink ? size_t(tile * fo) : 0);  // the sink's X rows
     std::vector<bf16> abuf;  // a tile in bfloat16 (p.w_bf16)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u)
@@ -599,14 +566,12 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
             gather_reduce(gather_fn, p, values, x, fi, 0, fi, g0, g1, agg.data());
           }
           tile_product(fe, p, abuf, m, agg.data(), w, r, prod.data());
-          add_rows_run(pv.grp_dst + g0, m, prod.data(), fo, y);
+          rows::scatter_add_rows(rows_fn, prod.data(), fo, pv.grp_dst + g0, m, y, fo);
           if (sink && sink->done[size_t(r)]) {  // partial dW[r] += X[rows]^T agg
-            const int64_t wx = sink->width;
-            for (int64_t g = g0; g < g1; ++g)
-              std::memcpy(xs.data() + (g - g0) * wx, sink->x + pv.grp_dst[g] * wx,
-                          sizeof(T) * wx);
-            gemm(fe, p.gemm, true, false, wx, fi, m, xs.data(), wx, agg.data(), fi, T(1),
-                 sink->partial.data() + (u * pv.r + r) * wx * fi, fi);
+            rows::gather_rows(rows_fn, sink->x, fo, 0, fo, pv.grp_dst + g0,
+                              static_cast<const T*>(nullptr), m, xs.data());
+            gemm(fe, p.gemm, true, false, fo, fi, m, xs.data(), fo, agg.data(), fi, T(1),
+                 sink->partial.data() + (u * pv.r + r) * fo * fi, fi);
           }
         }
       }
@@ -912,7 +877,6 @@ void backward(const Problem& p, const T* x, const T* w, const T* values, const T
       if (with_w) {
         for (int64_t r = 0; r < pv.r; ++r) want[size_t(r)] = int8_t(ss.side[size_t(r)] != 2);
         sink.x = x;
-        sink.width = p.f_in;
         sink.want = want.data();
         sink.chunks = chunks;
         sink.slabs = slabs;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/rgms_kernel.h"
 
@@ -22,23 +23,29 @@ TileFn generic_fn();
 template <typename T>
 TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0);
 
-// Rows t < n of a kind 5 / 6 launch through idx.
+// Rows t < n of a kind 5 / 6 launch through idx (int32_t or int64_t).
+template <typename I>
 inline cpu::RgmsTileLaunch row_launch(int32_t kind, const void* in, void* out, int64_t w,
-                                      const int32_t* idx, int64_t n) {
+                                      const I* idx, int64_t n) {
+  static_assert(std::is_same_v<I, int32_t> || std::is_same_v<I, int64_t>);
   cpu::RgmsTileLaunch l;
   l.kind = kind;
   l.in = in;
   l.out = out;
   l.width = w;
-  l.idx32 = idx;
+  if constexpr (std::is_same_v<I, int32_t>) {
+    l.idx32 = idx;
+  } else {
+    l.idx64 = idx;
+  }
   l.g0 = 0;
   l.g1 = n;
   return l;
 }
 
 // out[r, 0:w] = (scale ? scale[r] : 1) * x[idx[r] * ld + c0 + 0:w], r < n   (kind 5)
-template <typename T>
-void gather_rows(TileFn fn, const T* x, int64_t ld, int64_t c0, int64_t w, const int32_t* idx,
+template <typename T, typename I>
+void gather_rows(TileFn fn, const T* x, int64_t ld, int64_t c0, int64_t w, const I* idx,
                  const T* scale, int64_t n, T* out) {
   auto l = row_launch(5, x, out, w, idx, n);
   l.ld_in = ld;
@@ -48,8 +55,8 @@ void gather_rows(TileFn fn, const T* x, int64_t ld, int64_t c0, int64_t w, const
 }
 
 // y[idx[r] * ld + 0:w] += in[r, 0:w], r < n   (kind 6)
-template <typename T>
-void scatter_add_rows(TileFn fn, const T* in, int64_t w, const int32_t* idx, int64_t n, T* y,
+template <typename T, typename I>
+void scatter_add_rows(TileFn fn, const T* in, int64_t w, const I* idx, int64_t n, T* y,
                       int64_t ld) {
   auto l = row_launch(6, in, y, w, idx, n);
   l.ld_out = ld;

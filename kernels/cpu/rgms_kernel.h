@@ -24,9 +24,10 @@ namespace sparsejit::cpu {
 //   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
 //           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
 //   kind 5, gather rows (the point-cloud convolution's gather, csrc/point_conv): for t in [g0, g1)
-//           out[(t - g0) * width + 0:width] = scale_t * in[idx32[t] * ld_in + c0 + 0:width]
+//           out[(t - g0) * width + 0:width] = scale_t * in[idx[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
-//   kind 6, scatter-add rows:  out[idx32[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
+//   kind 6, scatter-add rows:  out[idx[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
+//           (kinds 5-6: idx = idx32, or idx64 when idx32 is null)
 //   kind 7, kind 0 with `in` in bfloat16 (float kernels only; widened exactly)
 // (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
@@ -53,6 +54,7 @@ struct RgmsTileLaunch {
   int64_t width2 = 0, ld_w = 0;
   // Kinds 5-6.
   const int32_t* idx32 = nullptr;
+  const int64_t* idx64 = nullptr;  // when idx32 is null
   const void* scale = nullptr;  // T, or null
 };
 
@@ -262,6 +264,11 @@ inline void fused_grad_w(const RgmsTileLaunch& l) {
   for (int64_t i = 0; i < w * w2; ++i) dw[i] += acc[i];
 }
 
+// Row t's index for kinds 5-6.
+inline int64_t row_index(const RgmsTileLaunch& l, int64_t t) {
+  return l.idx32 != nullptr ? int64_t(l.idx32[t]) : l.idx64[t];
+}
+
 template <typename T, int W>
 inline void gather_rows(const RgmsTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
@@ -269,8 +276,8 @@ inline void gather_rows(const RgmsTileLaunch& l) {
   const T* scale = static_cast<const T*>(l.scale);
   T* out = static_cast<T*>(l.out);
   for (int64_t t = l.g0; t < l.g1; ++t) {
-    if (t + 6 < l.g1) __builtin_prefetch(x + int64_t(l.idx32[t + 6]) * l.ld_in + l.c0);
-    const T* row = x + int64_t(l.idx32[t]) * l.ld_in + l.c0;
+    if (t + 6 < l.g1) __builtin_prefetch(x + row_index(l, t + 6) * l.ld_in + l.c0);
+    const T* row = x + row_index(l, t) * l.ld_in + l.c0;
     T* o = out + (t - l.g0) * w;
     if (scale) {
       const T s = scale[t];
@@ -287,8 +294,8 @@ inline void scatter_add_rows(const RgmsTileLaunch& l) {
   const T* in = static_cast<const T*>(l.in);
   T* y = static_cast<T*>(l.out);
   for (int64_t t = l.g0; t < l.g1; ++t) {
-    if (t + 6 < l.g1) __builtin_prefetch(y + int64_t(l.idx32[t + 6]) * l.ld_out, 1);
-    T* o = y + int64_t(l.idx32[t]) * l.ld_out;
+    if (t + 6 < l.g1) __builtin_prefetch(y + row_index(l, t + 6) * l.ld_out, 1);
+    T* o = y + row_index(l, t) * l.ld_out;
     const T* row = in + (t - l.g0) * w;
     for (int64_t j = 0; j < w; ++j) o[j] += row[j];
   }
