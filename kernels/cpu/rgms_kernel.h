@@ -23,7 +23,7 @@ namespace sparsejit::cpu {
 //           out[grp_dst[g] * ld_out + 0:width2] += (sum_q coef_q * in[src[q] * ld_in + 0:width]) @ w
 //   kind 4, fused grad W (aux = dY [*, width2]; out = dW[r] rows c0 .. c0 + width, row stride
 //           width2): out[c, :] += sum_g (sum_q coef_q * in[src[q] * ld_in + c0 + c]) * aux[grp_dst[g], :]
-//   kind 5, gather rows (the point-cloud convolution's gather, csrc/point_conv): for t in [g0, g1)
+//   kind 5, gather rows (the point-cloud convolution's gather; RGMS's sink rows): t in [g0, g1)
 //           out[(t - g0) * width + 0:width] = scale_t * in[idx[t] * ld_in + c0 + 0:width]
 //           (scale_t = scale[t], or a plain copy without scale)
 //   kind 6, scatter-add rows:  out[idx[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
