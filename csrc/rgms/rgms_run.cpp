@@ -508,7 +508,7 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
   const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
   // Rows of width fo: the tiles' products added into Y, and the sink's X rows (its width is
   // this pass's f_out).
-  const TileFn rows_fn = fused ? nullptr : tile_fn<T>(fo, n * fo);
+  const TileFn rows_fn = fused ? nullptr : tile_fn<T>(fo, pv.e * fo);
   if (sink) {
     sink->done.assign(size_t(pv.r), 0);
     for (int64_t r = 0; r < pv.r && !fused; ++r)
