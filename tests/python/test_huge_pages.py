@@ -84,7 +84,7 @@ def test_small_outputs_are_left_alone():
 
 def test_default_threshold_and_bad_value():
     d = _run(100, 8, {"SPARSEJIT_HUGE_PAGES": "lots"})  # not a number: the default
-    assert d["threshold"] == (0 if "[never]" in thp_modes else 32 << 20)
+    assert d["threshold"] == (0 if "[never]" in thp_modes else 4 << 20)
 
 
 @pytest.mark.skipif("[never]" in thp_modes, reason="the OS has transparent huge pages off")
