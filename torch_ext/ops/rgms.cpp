@@ -663,7 +663,7 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> rgms_backward_impl(
         rgms_backward_composite(a, x, w, values, dy, need_x, need_w, need_values, root);
     return {dx.to(out_t), dw.to(out_t), dv.to(out_t)};
   }
-  auto dx = need_x ? tx::empty_like(x) : tx::empty({0}, x.options());
+  auto dx = need_x ? new_output_like(x) : tx::empty({0}, x.options());
   auto dw = need_w ? tx::zeros_like(w) : tx::empty({0}, x.options());
   auto dv = need_values ? tx::empty({a.e}, x.options()) : tx::empty({0}, x.options());
   auto p = make_problem(a, num_rows, x.size(0), f_in, f_out, gemm, tile);
