@@ -197,13 +197,35 @@ def run_filter_conv(records, repeat: int) -> None:
     print("filter_conv done", flush=True)
 
 
+def _cpu() -> str:
+    """The CPU line of the benchmark tables (sparsejit.info.cpu_line), or the model name where
+    the build under test predates it."""
+    try:
+        from sparsejit.info import cpu_line
+        return cpu_line()
+    except ImportError:
+        import platform
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        return line.partition(":")[2].strip()
+        except OSError:
+            pass
+        return platform.processor() or platform.machine()
+
+
 def run(out: str, features, repeat: int, families) -> None:
+    cpu = _cpu()
+    print(f"CPU: {cpu}", flush=True)
     records = []
     for fam in families:
         if fam == "spmm":
             run_spmm(records, features, repeat)
         else:
             globals()[f"run_{fam}"](records, repeat)
+    for r in records:
+        r["cpu"] = cpu
     with open(out, "w") as f:
         json.dump(records, f)
 
@@ -235,6 +257,14 @@ def compare(a_files, b_files) -> None:
                 d[k] = min(d.get(k, math.inf), r["ms"])
         return d
     a, b = best(a_files), best(b_files)
+    cpus = {side: sorted({r.get("cpu", "(not recorded)")
+                          for fn in files for r in json.load(open(fn))})
+            for side, files in (("A", a_files), ("B", b_files))}
+    for side, names in cpus.items():
+        print(f"{side} CPU: {'; '.join(names)}")
+    recorded = [set(n) - {"(not recorded)"} for n in cpus.values()]
+    if all(recorded) and recorded[0] != recorded[1]:
+        print("warning: the two sides ran on different CPUs")
     groups = defaultdict(list)
     for k in a.keys() & b.keys():
         groups[(k[0], k[3], k[4])].append(b[k] / a[k])

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 import sparsejit as sj
+from sparsejit.info import cpu_line
 from sparsejit.tools.data import load_graph
 from torch_geometric import nn as pnn
 
@@ -170,7 +171,7 @@ def markdown(rows, geo) -> str:
             cells.append(" / ".join(f"{by_f[f]:.1f}" for f in sorted(by_f)))
         lines.append(f"| {name} | " + " | ".join(cells) +
                      f" | {geo[name]:.2f} | {TARGETS.get(name, '')} |")
-    return "\n".join(lines) + "\n"
+    return f"CPU: {cpu_line()}\n\n" + "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -226,13 +227,14 @@ def main(argv=None) -> int:
         s = [r["speedup"] for r in rows if r["layer"] == name]
         geo[name] = math.exp(sum(map(math.log, s)) / len(s))
         print(f"geomean {name:<16} x{geo[name]:.2f} over {len(s)} runs")
-    result = dict(threads=args.threads, load_average=os.getloadavg(), repeats=args.repeats, torch=torch.__version__,
+    result = dict(cpu=cpu_line(), threads=args.threads, load_average=os.getloadavg(),
+                  repeats=args.repeats, torch=torch.__version__,
                   note="forward+backward of one layer, medians; shared noisy 2-core machine",
                   rows=rows, geomean_speedup=geo, gat_peak_memory=peaks)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     Path(args.out).with_suffix(".md").write_text(markdown(rows, geo))
-    print(f"wrote {args.out} and its .md table")
+    print(f"CPU: {cpu_line()}; wrote {args.out} and its .md table")
     return 0
 
 

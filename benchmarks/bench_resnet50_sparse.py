@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 import sparsejit as sj  # noqa: E402
 import sparsejit.filter_conv as fc  # noqa: E402
+from sparsejit.info import cpu_line  # noqa: E402
 
 
 class Bottleneck(nn.Module):
@@ -181,10 +182,11 @@ def main():
                                 layers=rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(meta=dict(torch=torch.__version__, clock=args.clock,
+    out.write_text(json.dumps(dict(meta=dict(cpu=cpu_line(), torch=torch.__version__,
+                                             clock=args.clock,
                                              repeat=args.repeat, load_average=os.getloadavg()),
                                    results=results), indent=1))
-    print(f"wrote {out}")
+    print(f"CPU: {cpu_line()}; wrote {out}")
 
 
 if __name__ == "__main__":

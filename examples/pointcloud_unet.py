@@ -26,6 +26,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import sparsejit as sj  # noqa: E402
 import sparsejit.spconv as sjspconv  # noqa: E402
+from sparsejit.info import cpu_line  # noqa: E402
 from sparsejit.tools.data import data_dir  # noqa: E402
 
 
@@ -131,6 +132,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(2)
+    print(f"CPU: {cpu_line()}, 2 threads")
     pts = load_scan(args.scan, args.voxel)
     # The UNet at --voxel; the middle encoder (which ends in a dense BEV map) at 4x coarser.
     grids = {"unet": voxels(pts, args.voxel), "second": voxels(pts, 4 * args.voxel)}

@@ -1,5 +1,6 @@
-"""The A/B runner's comparison: ratios per (family, op), and the guards against globs that
-match nothing, match the same file twice, or sweep in a stale run."""
+"""The A/B runner's comparison: ratios per (family, op), the CPU each side ran on, and the
+guards against globs that match nothing, match the same file twice, sweep in a stale run, or
+compare runs from two CPUs."""
 
 import json
 import os
@@ -13,9 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import ab_sparsejit  # noqa: E402
 
 
-def _write(path, ms, age_h=0.0):
+def _write(path, ms, age_h=0.0, cpu=None):
     rec = [{"family": "spmm", "graph": "g", "F": 8, "op": "spmm", "reduce": "sum", "ms": ms},
            {"family": "spmm", "graph": "h", "F": 8, "op": "spmm", "reduce": "sum", "ms": 2 * ms}]
+    if cpu is not None:
+        for r in rec:
+            r["cpu"] = cpu
     path.write_text(json.dumps(rec))
     t = time.time() - age_h * 3600
     os.utime(path, (t, t))
@@ -42,3 +46,19 @@ def test_compare_refuses_empty_or_overlapping_globs(tmp_path):
         ab_sparsejit.compare([], b)
     with pytest.raises(SystemExit, match="matched both globs"):
         ab_sparsejit.compare(b, b)
+
+
+def test_compare_names_each_sides_cpu_and_warns_when_they_differ(tmp_path, capsys):
+    a = [_write(tmp_path / "a1.json", 2.0, cpu="EPYC, 2 cores, ISA: avx2")]
+    b = [_write(tmp_path / "b1.json", 1.0, cpu="EPYC, 2 cores, ISA: avx2")]
+    ab_sparsejit.compare(a, b)
+    out = capsys.readouterr().out
+    assert "A CPU: EPYC, 2 cores, ISA: avx2" in out and "B CPU: EPYC, 2 cores, ISA: avx2" in out
+    assert "different CPUs" not in out
+    b.append(_write(tmp_path / "b2.json", 1.0, cpu="Xeon, 2 cores, ISA: avx512f amx"))
+    ab_sparsejit.compare(a, b)
+    assert "warning: the two sides ran on different CPUs" in capsys.readouterr().out
+    # files from before the field: named as such, no warning
+    ab_sparsejit.compare(a, [_write(tmp_path / "b3.json", 1.0)])
+    out = capsys.readouterr().out
+    assert "B CPU: (not recorded)" in out and "different CPUs" not in out
