@@ -57,6 +57,8 @@ def _forward(A, mode, q, k, v, att):
 
 
 def main(argv=None) -> int:
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", default="powerlaw:n=200000,avg=10,alpha=2.1,seed=1")
     ap.add_argument("--features", nargs="*", type=int, default=[64, 128])

@@ -34,6 +34,8 @@ LAYERS = [(3, 16, 3, 32, 0.3), (16, 16, 3, 56, 0.1), (16, 16, 3, 32, 0.2),
 
 
 def main():
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu")

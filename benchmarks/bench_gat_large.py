@@ -97,6 +97,8 @@ def run_side(side: str, args) -> dict:
 
 
 def main(argv=None) -> int:
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=2_000_000)
     ap.add_argument("--edges", type=int, default=20_000_000)

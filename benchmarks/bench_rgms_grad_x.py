@@ -24,6 +24,8 @@ ops = torch.ops.sparsejit
 
 
 def main():
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     graphs = {}
     aifb = b.aifb_graph()
     if aifb is not None:

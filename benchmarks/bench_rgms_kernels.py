@@ -35,6 +35,8 @@ def median_ms(fn, repeat, clock):
 
 
 def main(argv=None):
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=25)

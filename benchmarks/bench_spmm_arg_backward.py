@@ -23,6 +23,8 @@ def aten_path(col, arg, grad, x_rows):
 
 
 def main():
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ops = torch.ops.sparsejit
     print("| graph | F | threads | native (ms) | ATen scatter (ms) | speed-up |")
     print("|---|---|---|---|---|---|")

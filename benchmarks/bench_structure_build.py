@@ -35,6 +35,8 @@ def median_ms(fn, cases, warmup=3):
 
 
 def main() -> None:
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--label", default="this build")
     ap.add_argument("--batches", type=int, default=20)

@@ -48,6 +48,8 @@ def dlmc_layers():
 
 
 def main() -> None:
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     total = paired = 0
     rows = []
     for name, n, m, rowptr, cols in dlmc_layers():

@@ -61,6 +61,8 @@ def probe(cache_dir):
 
 
 def main(argv=None):
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-json")
     args = ap.parse_args(argv)

@@ -78,6 +78,8 @@ def split(layer, x, ei, repeats):
 
 
 def main(argv=None) -> int:
+    from sparsejit.info import cpu_line
+    print(f"CPU: {cpu_line()}", flush=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graphs", nargs="*", default=["powerlaw:n=200000,avg=10,alpha=2.1,seed=1"])
     ap.add_argument("--features", type=int, default=64)

@@ -65,6 +65,8 @@ def test_structure_build_bench_runs_end_to_end():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.strip()]
+    assert rows[0].startswith("CPU: "), r.stdout  # the table names its CPU first
+    rows = rows[1:]
     assert len(rows) == 8, r.stdout
     for name in ("gcn_adjacency, sampled subgraph", "csr_transpose, 50000 entries",
                  "content hash of edge_index", "spmm_plan, new structure"):
