@@ -6,6 +6,7 @@ blocks of 4, alternated block by block (the first step of each block untimed), a
 ratio of the medians is printed.
 
     python examples/pointcloud_unet.py [--scan 000000] [--steps 3] [--voxel 0.05]
+        [--processes N]   # the whole comparison in N fresh processes; median ratios
 
 Reads $SPARSEJIT_DATA/pointclouds/kitti_pointpillars/<scan>.bin (default data folder:
 <repo>/../shared/data); with no data it uses a random cloud.
@@ -130,7 +131,13 @@ def main():
     ap.add_argument("--scan", default="000000")
     ap.add_argument("--voxel", type=float, default=0.05)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="run the comparison in this many fresh processes and print each "
+                         "ratio and the median (a shared machine moves one process's ratio a lot)")
     args = ap.parse_args()
+    if args.processes > 1:
+        across_processes(args)
+        return
     torch.set_num_threads(2)
     print(f"CPU: {cpu_line()}, 2 threads")
     pts = load_scan(args.scan, args.voxel)
@@ -159,6 +166,31 @@ def main():
         if len(times) == 2:
             row.append(f"{times[1] / times[0]:.2f}x")
         print(f"{label}: " + ", ".join(row))
+
+
+def across_processes(args):
+    import re
+    import subprocess
+    ratios = {}
+    for i in range(args.processes):
+        r = subprocess.run([sys.executable, __file__, "--scan", args.scan, "--voxel",
+                            str(args.voxel), "--steps", str(args.steps)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"process {i} failed:\n{r.stderr[-3000:]}")
+        for line in r.stdout.splitlines():
+            m = re.match(r"(.+ fwd\+bwd): .*, ([0-9.]+)x$", line)
+            if m:
+                ratios.setdefault(m.group(1), []).append(float(m.group(2)))
+            if line.startswith("CPU: ") and i == 0:
+                print(line)
+        print(f"process {i}: " + ", ".join(f"{k} {v[-1]:.2f}x" for k, v in ratios.items()),
+              flush=True)
+    for k, v in ratios.items():
+        print(f"{k}: sparsejit over spconv per process {', '.join(f'{x:.2f}x' for x in v)}; "
+              f"median {statistics.median(v):.2f}x")
+    if not ratios:
+        print("no ratios: spconv not installed")
 
 
 if __name__ == "__main__":
