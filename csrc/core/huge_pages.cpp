@@ -46,17 +46,6 @@ std::atomic<std::size_t>& threshold_slot() {
   return t;
 }
 
-}  // namespace
-
-std::size_t huge_page_threshold() { return threshold_slot().load(std::memory_order_relaxed); }
-
-std::size_t set_huge_page_threshold(std::size_t bytes) {
-  if (bytes != 0 && !os_allows_thp()) bytes = 0;
-  return threshold_slot().exchange(bytes, std::memory_order_relaxed);
-}
-
-namespace {
-
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 // Advises the huge pages of [lo, hi) (2 MiB-aligned) none of whose base pages is resident yet;
 // returns whether it advised any. Where mincore fails, advises the whole range.
@@ -91,6 +80,13 @@ bool advise_fresh(std::uintptr_t lo, std::uintptr_t hi) {
 #endif
 
 }  // namespace
+
+std::size_t huge_page_threshold() { return threshold_slot().load(std::memory_order_relaxed); }
+
+std::size_t set_huge_page_threshold(std::size_t bytes) {
+  if (bytes != 0 && !os_allows_thp()) bytes = 0;
+  return threshold_slot().exchange(bytes, std::memory_order_relaxed);
+}
 
 bool advise_huge_pages(void* p, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

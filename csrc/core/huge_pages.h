@@ -9,8 +9,8 @@
 //
 // Only the 2 MiB pages inside the buffer none of whose 4 KiB pages is resident yet (mincore)
 // are advised: memory glibc recycles is already backed, has no faults left to save, and is left
-// as it is. Only buffers sparsejit allocates, only from the threshold up, and only where the OS runs THP in "always" or "madvise" mode; nothing else
-// in the process changes.
+// as it is. Only buffers sparsejit allocates, only from the threshold up, and only where the
+// OS runs THP in "always" or "madvise" mode; nothing else in the process changes.
 //
 // SPARSEJIT_HUGE_PAGES: unset -> default threshold (4 MiB); 0 -> off; N -> threshold N MiB.
 #pragma once
