@@ -198,20 +198,13 @@ def run_filter_conv(records, repeat: int) -> None:
 
 
 def _cpu() -> str:
-    """The CPU line of the benchmark tables (sparsejit.info.cpu_line), or the model name where
-    the build under test predates it."""
+    """The CPU line of the benchmark tables (sparsejit.info.cpu_line); Python's processor name
+    where the build under test predates it."""
     try:
         from sparsejit.info import cpu_line
         return cpu_line()
     except ImportError:
         import platform
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("model name"):
-                        return line.partition(":")[2].strip()
-        except OSError:
-            pass
         return platform.processor() or platform.machine()
 
 
@@ -249,21 +242,18 @@ def compare(a_files, b_files) -> None:
     _describe("A", a_files)
     _describe("B", b_files)
 
-    def best(files):
-        d = {}
+    def best(side, files):
+        """Each case's best time over the side's files; prints the CPUs they name."""
+        d, cpus = {}, set()
         for fn in files:
             for r in json.load(open(fn)):
                 k = (r.get("family", "spmm"), r["graph"], r["F"], r["op"], r["reduce"])
                 d[k] = min(d.get(k, math.inf), r["ms"])
-        return d
-    a, b = best(a_files), best(b_files)
-    cpus = {side: sorted({r.get("cpu", "(not recorded)")
-                          for fn in files for r in json.load(open(fn))})
-            for side, files in (("A", a_files), ("B", b_files))}
-    for side, names in cpus.items():
-        print(f"{side} CPU: {'; '.join(names)}")
-    recorded = [set(n) - {"(not recorded)"} for n in cpus.values()]
-    if all(recorded) and recorded[0] != recorded[1]:
+                cpus.add(r.get("cpu", "(not recorded)"))
+        print(f"{side} CPU: {'; '.join(sorted(cpus))}")
+        return d, cpus - {"(not recorded)"}
+    (a, a_cpus), (b, b_cpus) = best("A", a_files), best("B", b_files)
+    if a_cpus and b_cpus and a_cpus != b_cpus:
         print("warning: the two sides ran on different CPUs")
     groups = defaultdict(list)
     for k in a.keys() & b.keys():

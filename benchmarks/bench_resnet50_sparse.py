@@ -182,11 +182,12 @@ def main():
                                 layers=rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(meta=dict(cpu=cpu_line(), torch=torch.__version__,
+    cpu = cpu_line()
+    out.write_text(json.dumps(dict(meta=dict(cpu=cpu, torch=torch.__version__,
                                              clock=args.clock,
                                              repeat=args.repeat, load_average=os.getloadavg()),
                                    results=results), indent=1))
-    print(f"CPU: {cpu_line()}; wrote {out}")
+    print(f"CPU: {cpu}; wrote {out}")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,7 @@ def main():
 def across_processes(args):
     import re
     import subprocess
+    print(f"CPU: {cpu_line()}, 2 threads")
     ratios = {}
     for i in range(args.processes):
         r = subprocess.run([sys.executable, __file__, "--scan", args.scan, "--voxel",
@@ -182,8 +183,6 @@ def across_processes(args):
             m = re.match(r"(.+ fwd\+bwd): .*, ([0-9.]+)x$", line)
             if m:
                 ratios.setdefault(m.group(1), []).append(float(m.group(2)))
-            if line.startswith("CPU: ") and i == 0:
-                print(line)
         print(f"process {i}: " + ", ".join(f"{k} {v[-1]:.2f}x" for k, v in ratios.items()),
               flush=True)
     for k, v in ratios.items():
