@@ -7,13 +7,17 @@
 #include "csrc/dense/gemm_packed.h"
 #undef SPARSEJIT_ISA_NS
 
+#include <dlfcn.h>
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #ifdef SPARSEJIT_WITH_ONEDNN
-#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <mutex>
@@ -179,10 +183,91 @@ const OneDnn& onednn() {
 }  // namespace
 #endif
 
+// ---- oneDNN's brgemm micro-kernel, as PyTorch ships it ------------------------------------
+//
+// PyTorch's CPU builds carry oneDNN with its ukernel API and export a float32 entry,
+// at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, add_C, A, B, C, is_vnni): one
+// single-threaded C[M, N] (+)= A[M, K] B[K, N], row-major, B unpacked, a kernel generated per
+// shape (oneDNN's AVX2 / AVX-512 code, as this CPU has it) and cached per thread. It is found
+// at run time in the libtorch_cpu already loaded, by its mangled name, which encodes the
+// signature: a torch whose entry differs is simply not found. No torch in the process (the C++
+// tests), or SPARSEJIT_GEMM_UKERNEL=0: the paths below run as before.
+namespace {
+
+using UkernelFn = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                           const float*, const float*, float*, bool);
+
+UkernelFn torch_ukernel() {
+  static const UkernelFn fn = []() -> UkernelFn {
+    void* h = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (h == nullptr) return nullptr;
+    void* f = dlsym(h, "_ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb");
+    dlclose(h);  // only the reference RTLD_NOLOAD took: torch stays loaded
+    return reinterpret_cast<UkernelFn>(f);
+  }();
+  return fn;
+}
+
+// -1: not decided yet (SPARSEJIT_GEMM_UKERNEL, default on); 0 / 1 afterwards.
+std::atomic<int> g_ukernel{-1};
+
+bool ukernel_enabled() {
+  int v = g_ukernel.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("SPARSEJIT_GEMM_UKERNEL");
+    v = (env != nullptr && std::string(env) == "0") ? 0 : 1;
+    g_ukernel.store(v, std::memory_order_relaxed);
+  }
+  return v == 1 && torch_ukernel() != nullptr;
+}
+
+// Widths up to which the micro-kernel ran sparsejit's products faster than oneDNN's sgemm
+// (AMD EPYC Zen 4, oneDNN at AVX-512 and held to AVX2; benchmarks/RESULTS.md, "oneDNN's
+// brgemm micro-kernel"): a Linear's row blocks on two threads at 0.71-0.93 of the time for
+// K <= 64 and N <= 128, but 1.06-1.16 for K = 128 (alone on one thread, in cache, it tied or
+// won there: the difference is streaming A from memory); wider products keep the sgemm.
+constexpr int64_t kUkernelMaxN = 128, kUkernelMaxK = 64;
+// Rows per call. Kernels are generated per M, so M takes few values: blocks of 256 rows, then
+// the remainder in halving blocks (128, 64, ..., 1): at most 9 kernels per (N, K, ld's).
+constexpr int64_t kUkernelRows = 256;
+
+bool ukernel_fits(bool ta, bool tb, int64_t n, int64_t k, float alpha, float beta) {
+  return !ta && !tb && alpha == 1.f && (beta == 0.f || beta == 1.f) && k > 0 &&
+         n <= kUkernelMaxN && k <= kUkernelMaxK &&
+         (omp_in_parallel() || omp_get_max_threads() == 1) && ukernel_enabled();
+}
+
+void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, bool add_c, float* c, int64_t ldc) {
+  const UkernelFn fn = torch_ukernel();
+  int64_t i = 0;
+  for (; i + kUkernelRows <= m; i += kUkernelRows)
+    fn(kUkernelRows, n, k, lda, ldb, ldc, add_c, a + i * lda, b, c + i * ldc, false);
+  for (int64_t rows = kUkernelRows / 2; rows >= 1; rows /= 2) {
+    if (m - i < rows) continue;
+    fn(rows, n, k, lda, ldb, ldc, add_c, a + i * lda, b, c + i * ldc, false);
+    i += rows;
+  }
+}
+
+}  // namespace
+
+bool gemm_ukernel() { return ukernel_enabled(); }
+
+bool set_gemm_ukernel(bool on) {
+  const bool was = ukernel_enabled();
+  g_ukernel.store(on ? 1 : 0, std::memory_order_relaxed);
+  return was;
+}
+
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
+  if (ukernel_fits(ta, tb, n, k, alpha, beta)) {
+    ukernel_gemm(m, n, k, a, lda, b, ldb, beta == 1.f, c, ldc);
+    return;
+  }
 #ifdef SPARSEJIT_WITH_ONEDNN
   if (k > 0 && onednn().sgemm) {
     const dnnl_status_t st = onednn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda,

@@ -45,6 +45,15 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 // "onednn <version>" or "builtin".
 const char* gemm_backend();
 
+// Whether sgemm runs its small single-threaded products (inside a parallel region, or with
+// one thread; no transposes, alpha 1, beta 0 or 1, N <= 128, K <= 64) on oneDNN's brgemm
+// micro-kernel as the PyTorch in this process exports it (at::native::cpublas::brgemm, found
+// at run time; gemm.cpp). False without torch or with SPARSEJIT_GEMM_UKERNEL=0.
+bool gemm_ukernel();
+// Turns that on or off for the process (it stays off where torch lacks the entry); returns
+// the previous state.
+bool set_gemm_ukernel(bool on);
+
 }  // namespace sparsejit::dense
 
 namespace sparsejit::dense {

@@ -363,6 +363,11 @@ PYBIND11_MODULE(_core, m) {
         "Sets that threshold for the rest of the process (0: off); returns the previous one.");
   m.def("gemm_backend", [] { return std::string(sparsejit::dense::gemm_backend()); },
         "Where dense products run: \"onednn <version>\" or \"builtin\" (csrc/dense/gemm.h)");
+  m.def("gemm_ukernel", [] { return sparsejit::dense::gemm_ukernel(); },
+        "Whether small float32 tile products run on oneDNN's brgemm micro-kernel as this "
+        "process's PyTorch exports it (csrc/dense/gemm.h; SPARSEJIT_GEMM_UKERNEL=0: off)");
+  m.def("set_gemm_ukernel", [](bool on) { return sparsejit::dense::set_gemm_ukernel(on); },
+        py::arg("on"), "Turns that on or off for the process; returns the previous state.");
   m.def("gemm_bf16_native", [] { return sparsejit::dense::gemm_bf16_native(); },
         "Whether bfloat16 products run on oneDNN's bfloat16 GEMM here (oneDNN loaded, CPU with "
         "AVX512-BF16 or AMX): RGMS's bfloat16 tile products use it (csrc/dense/gemm.h)");

@@ -136,6 +136,7 @@ def collect() -> Dict[str, object]:
         "threads": {"torch": torch.get_num_threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)")},
         "dense_products": _try(_core.gemm_backend),
+        "dense_tiles_on_brgemm_ukernel": _try(_core.gemm_ukernel),
         "huge_pages": _huge_pages(_core),
         "cuda": _cuda(torch),
     }

@@ -1,0 +1,127 @@
+"""The dense layer's small products on oneDNN's brgemm micro-kernel, as the PyTorch in the
+process exports it (``at::native::cpublas::brgemm``, found at run time; csrc/dense/gemm.cpp):
+the detection agrees with what libtorch_cpu exports, the switch turns it on and off, and the
+products that take it (inside a parallel region or on one thread; no transposes; N <= 128,
+K <= 64; beta 0 or 1) agree with float64 with it on and off, on row counts that exercise the
+256-row blocks and every halving tail, and on widths on both sides of its limits."""
+
+import ctypes
+import os
+
+import pytest
+import torch
+
+import sparsejit  # noqa: F401  (loads the op library)
+from sparsejit import _core
+
+LINEAR = torch.ops.sparsejit.linear
+ADD = torch.ops.sparsejit.linear_add_
+SEGMENT = torch.ops.sparsejit.segment_matmul
+SYMBOL = "_ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb"
+
+
+def torch_exports_brgemm() -> bool:
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    return hasattr(lib, SYMBOL)
+
+
+@pytest.fixture
+def ukernel():
+    """Yields a setter for the micro-kernel switch and the thread count; both restored."""
+    was, threads = _core.gemm_ukernel(), torch.get_num_threads()
+
+    def set_state(on: bool, num_threads: int):
+        _core.set_gemm_ukernel(on)
+        torch.set_num_threads(num_threads)
+
+    yield set_state
+    _core.set_gemm_ukernel(was)
+    torch.set_num_threads(threads)
+
+
+def poisoned_heap(*shape):
+    """Frees a NaN-filled block of this shape first, so that an output the op allocates next
+    (often the same heap block) holds NaNs wherever the product fails to write."""
+    t = torch.full(shape, float("nan"))
+    del t
+
+
+def test_detection_follows_torch_and_the_switch(ukernel):
+    if os.environ.get("SPARSEJIT_GEMM_UKERNEL") == "0":
+        pytest.skip("SPARSEJIT_GEMM_UKERNEL=0 in the environment")
+    assert _core.gemm_ukernel() == torch_exports_brgemm()
+    ukernel(False, 2)
+    assert _core.gemm_ukernel() is False
+    assert _core.set_gemm_ukernel(True) is False
+    assert _core.gemm_ukernel() == torch_exports_brgemm()
+
+
+ROWS = [1, 3, 127, 255, 256, 257, 511, 1000]
+WIDTHS = [(1, 1), (5, 7), (16, 16), (64, 64), (64, 128), (3, 100),  # take the micro-kernel
+          (65, 8), (128, 64), (8, 129)]                              # above its limits
+
+
+@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("f_in,f_out", WIDTHS)
+def test_linear_and_linear_add_against_float64(ukernel, on, threads, f_in, f_out):
+    ukernel(on, threads)
+    for n in ROWS:
+        g = torch.Generator().manual_seed(n * 1009 + f_in * 31 + f_out)
+        x = torch.randn(n, f_in, generator=g)
+        w = torch.randn(f_out, f_in, generator=g)
+        b = torch.randn(f_out, generator=g)
+        want = x.double() @ w.double().t()
+        poisoned_heap(n, f_out)
+        y = LINEAR(x, w, b)
+        torch.testing.assert_close(y.double(), want + b.double(), rtol=1e-5, atol=1e-4)
+        out = torch.randn(n, f_out, generator=g)  # beta = 1: added onto, not overwritten
+        start = out.double()
+        ADD(out, x, w)
+        torch.testing.assert_close(out.double(), start + want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("f_in,f_out", [(16, 16), (64, 32), (7, 128), (96, 16)])
+def test_segment_matmul_skewed_segments_against_float64(ukernel, on, f_in, f_out):
+    """Many segments (one parallel region over (segment, row block) items): empty ones, one
+    row, a 256-row block plus tails, one large one holding most rows."""
+    ukernel(on, 2)
+    sizes = [0, 1, 300, 0, 5, 2600, 256, 129, 1]
+    g = torch.Generator().manual_seed(f_in * 17 + f_out)
+    ptr = torch.tensor([0] + sizes).cumsum(0)
+    n = int(ptr[-1])
+    x = torch.randn(n, f_in, generator=g)
+    w = torch.randn(len(sizes), f_in, f_out, generator=g)
+    poisoned_heap(n, f_out)
+    y = SEGMENT(x, ptr, w)
+    want = torch.cat([x[ptr[k]:ptr[k + 1]].double() @ w[k].double() for k in range(len(sizes))])
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_layers_agree_with_the_micro_kernel_on_and_off(ukernel):
+    """One R-GCN layer forward + backward (its tiles and its Linear-like products) gives the
+    same values either way."""
+    import sparsejit.nn as sjnn
+
+    g = torch.Generator().manual_seed(5)
+    n, r, f = 700, 6, 32
+    ei = torch.randint(0, n, (2, 5000), generator=g)
+    et = torch.randint(0, r, (5000,), generator=g)
+    x0 = torch.randn(n, f, generator=g)
+    gy = torch.randn(n, f, generator=g)
+    torch.manual_seed(0)
+    layer = sjnn.RGCNConv(f, f, r, aggr="mean")
+    results = []
+    for on in (True, False):
+        ukernel(on, 2)
+        layer.zero_grad(set_to_none=True)
+        x = x0.clone().requires_grad_()
+        y = layer(x, ei, et)
+        y.backward(gy)
+        results.append((y.detach(), x.grad, [p.grad.clone() for p in layer.parameters()]))
+    (y1, dx1, dp1), (y0, dx0, dp0) = results
+    torch.testing.assert_close(y1, y0, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(dx1, dx0, rtol=1e-5, atol=1e-4)
+    for a, b in zip(dp1, dp0):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
