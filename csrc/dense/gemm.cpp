@@ -231,10 +231,13 @@ constexpr int64_t kUkernelMaxN = 128, kUkernelMaxK = 64;
 // the remainder in halving blocks (128, 64, ..., 1): at most 9 kernels per (N, K, ld's).
 constexpr int64_t kUkernelRows = 256;
 
+bool ukernel_widths(int64_t n, int64_t k) {
+  return k > 0 && n <= kUkernelMaxN && k <= kUkernelMaxK && ukernel_enabled();
+}
+
 bool ukernel_fits(bool ta, bool tb, int64_t n, int64_t k, float alpha, float beta) {
-  return !ta && !tb && alpha == 1.f && (beta == 0.f || beta == 1.f) && k > 0 &&
-         n <= kUkernelMaxN && k <= kUkernelMaxK &&
-         (omp_in_parallel() || omp_get_max_threads() == 1) && ukernel_enabled();
+  return !ta && !tb && alpha == 1.f && (beta == 0.f || beta == 1.f) &&
+         (omp_in_parallel() || omp_get_max_threads() == 1) && ukernel_widths(n, k);
 }
 
 void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -253,6 +256,8 @@ void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
 }  // namespace
 
 bool gemm_ukernel() { return ukernel_enabled(); }
+
+bool gemm_ukernel_takes(int64_t n, int64_t k) { return ukernel_widths(n, k); }
 
 bool set_gemm_ukernel(bool on) {
   const bool was = ukernel_enabled();

@@ -50,6 +50,10 @@ const char* gemm_backend();
 // micro-kernel as the PyTorch in this process exports it (at::native::cpublas::brgemm, found
 // at run time; gemm.cpp). False without torch or with SPARSEJIT_GEMM_UKERNEL=0.
 bool gemm_ukernel();
+// Whether sgemm would run a single-threaded, untransposed product of these widths (N columns,
+// K inner) on that micro-kernel: callers whose B is transposed can copy it out untransposed
+// once and multiply their tiles that way.
+bool gemm_ukernel_takes(int64_t n, int64_t k);
 // Turns that on or off for the process (it stays off where torch lacks the entry); returns
 // the previous state.
 bool set_gemm_ukernel(bool on);

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "codegen/cpu_point_conv_spec.h"
@@ -167,6 +168,33 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
   dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
+// W[g] as [c_in, c_out] rows, as the output-stationary rows read it: w itself, or (trans_w)
+// a transposed copy in `buf`.
+template <typename T>
+const T* weights_by_input(const Pairs& p, const T* w, bool trans_w, int64_t ci, int64_t co,
+                          std::vector<T>& buf) {
+  if (!trans_w) return w;
+  buf.resize(p.num_groups * ci * co);
+  for (int64_t g = 0; g < p.num_groups; ++g)
+    for (int64_t c = 0; c < ci; ++c)
+      for (int64_t j = 0; j < co; ++j) buf[(g * ci + c) * co + j] = w[(g * co + j) * ci + c];
+  return buf.data();
+}
+
+// The gather-GEMM-scatter tiles multiply by W[g], or (trans_w: the feature gradient) by
+// W[g]^T. dense::sgemm's micro-kernel takes no transposes: where it would run these tiles
+// (float32, its widths), W^T is copied out once per call (G * c_in * c_out values, against
+// pairs * c_in * c_out multiply-adds) and the tiles multiply it untransposed. Sets `w` and
+// returns whether the tiles still transpose.
+template <typename T>
+bool tile_weights(const Pairs& p, const PointConvArgs<T>& a, std::vector<T>& buf, const T*& w) {
+  w = a.w;
+  if (!a.trans_w || !std::is_same_v<T, float> || !dense::gemm_ukernel_takes(a.c_out, a.c_in))
+    return a.trans_w;
+  w = weights_by_input(p, a.w, true, a.c_in, a.c_out, buf);
+  return false;
+}
+
 // ---- gather-GEMM-scatter ------------------------------------------------------------------
 
 // Row gathers and scatter-adds through the row-loop family RGMS uses (csrc/rgms/row_tiles.h:
@@ -186,7 +214,10 @@ void scatter_add_tile(rows::TileFn fn, const T* buf, int64_t c, const int32_t* i
 template <typename T>
 void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
   const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
-  const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  std::vector<T> w_buf;
+  const T* w;
+  const bool trans_w = tile_weights(p, a, w_buf, w);
+  const int64_t wstride = ci * co, ldw = trans_w ? ci : co;
   std::vector<T> group_prod;  // [largest group, co], only when out rows repeat in a group
   if (!p.unique_out_per_group) {
     int64_t largest = 0;
@@ -206,7 +237,7 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
     }
     for (int64_t g = 0; g < p.num_groups; ++g) {
       const int64_t p0 = p.group_ptr[g], n = p.group_ptr[g + 1] - p0;
-      const T* wg = a.w + g * wstride;
+      const T* wg = w + g * wstride;
       const int64_t tiles = (n + tile - 1) / tile;
       if (g == p.identity_group && a.scale == nullptr) {
         // Centre offset: rows map to themselves, Y[r0:r1] += X[r0:r1] @ W, no gather.
@@ -214,7 +245,7 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t r0 = t * tile, m = std::min(tile, n - r0);
           errors.guard([&] {
-            gemm(false, a.trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
+            gemm(false, trans_w, m, co, ci, a.x + r0 * ci, ci, wg, ldw, T(1), a.y + r0 * co, co);
           });
         }
         continue;
@@ -226,7 +257,7 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
           gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
                       xbuf.data());
           errors.guard([&] {
-            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
+            gemm(false, trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0), ybuf.data(), co);
           });
           scatter_add_tile(sfn, ybuf.data(), co, p.out_idx + q0, m, a.y);
         }
@@ -239,7 +270,7 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
           gather_tile(gfn, a.x, ci, p.in_idx + q0, a.scale ? a.scale + q0 : nullptr, m,
                       xbuf.data());
           errors.guard([&] {
-            gemm(false, a.trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
+            gemm(false, trans_w, m, co, ci, xbuf.data(), ci, wg, ldw, T(0),
                  group_prod.data() + (q0 - p0) * co, co);
           });
         }
@@ -261,7 +292,10 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
 template <typename T>
 void run_gemm_then_reduce(const Pairs& p, const PointConvArgs<T>& a) {
   const int64_t ci = a.c_in, co = a.c_out, tile = tile_rows<T>(ci, co);
-  const int64_t wstride = ci * co, ldw = a.trans_w ? ci : co;
+  std::vector<T> w_buf;
+  const T* w;
+  const bool trans_w = tile_weights(p, a, w_buf, w);
+  const int64_t wstride = ci * co, ldw = trans_w ? ci : co;
   struct Task { int64_t g, q0, m; };
   std::vector<Task> tasks;
   for (int64_t g = 0; g < p.num_groups; ++g)
@@ -284,7 +318,7 @@ void run_gemm_then_reduce(const Pairs& p, const PointConvArgs<T>& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
       const Task& k = tasks[t];
-      const T* wg = a.w + k.g * wstride;
+      const T* wg = w + k.g * wstride;
       const T* xs;
       if (k.g == p.identity_group && a.scale == nullptr) {
         xs = a.x + (k.q0 - p.group_ptr[k.g]) * ci;  // centre offset: rows in order, no gather
@@ -294,7 +328,7 @@ void run_gemm_then_reduce(const Pairs& p, const PointConvArgs<T>& a) {
         xs = xbuf.data();
       }
       errors.guard([&] {
-        gemm(false, a.trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod + k.q0 * co, co);
+        gemm(false, trans_w, k.m, co, ci, xs, ci, wg, ldw, T(0), prod + k.q0 * co, co);
       });
     }
 #pragma omp for schedule(dynamic, 256)
@@ -337,19 +371,6 @@ codegen::EntryFn os_jit_fn(const Pairs& p, int64_t c_in, int64_t c_out, ScalarKi
   spec.c_out = c_out;
   spec.rows = os_rows_together(p.num_groups, c_in, c_out, elem_bytes);
   return codegen::CpuJit::instance().lookup(spec);
-}
-
-// W[g] as [c_in, c_out] rows, as the output-stationary rows read it: w itself, or (trans_w)
-// a transposed copy in `buf`.
-template <typename T>
-const T* weights_by_input(const Pairs& p, const T* w, bool trans_w, int64_t ci, int64_t co,
-                          std::vector<T>& buf) {
-  if (!trans_w) return w;
-  buf.resize(p.num_groups * ci * co);
-  for (int64_t g = 0; g < p.num_groups; ++g)
-    for (int64_t c = 0; c < ci; ++c)
-      for (int64_t j = 0; j < co; ++j) buf[(g * ci + c) * co + j] = w[(g * co + j) * ci + c];
-  return buf.data();
 }
 
 constexpr int64_t kOsTile = 256;  // out rows per task

@@ -125,3 +125,50 @@ def test_layers_agree_with_the_micro_kernel_on_and_off(ukernel):
     torch.testing.assert_close(dx1, dx0, rtol=1e-5, atol=1e-4)
     for a, b in zip(dp1, dp0):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
+
+
+def random_sites(n, shape, batch_size, seed):
+    g = torch.Generator().manual_seed(seed)
+    flat = torch.randperm(batch_size * torch.Size(shape).numel(), generator=g)[:n]
+    cols = []
+    for s in reversed(shape):
+        cols.append(flat % s)
+        flat = flat // s
+    cols.append(flat)
+    return torch.stack(cols[::-1], 1).int()
+
+
+@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("kind", ["subm", "spconv"])
+@pytest.mark.parametrize("c_in,c_out", [(16, 16), (32, 64), (64, 32), (48, 128), (8, 130)])
+def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_out):
+    """The gather-GEMM-scatter feature gradient multiplies by W^T: with the micro-kernel it
+    copies W^T out once and multiplies untransposed. Against the pairs in float64, for a
+    submanifold map (unique out rows per offset) and a strided one (several pairs per out row
+    in one offset), with the forward and weight gradient alongside."""
+    from sparsejit.ops.sparse_conv import conv_plan, plan_pairs
+
+    ukernel(on, 2)
+    coords = random_sites(3000, (24, 24, 24), 2, seed=c_in + c_out)
+    if kind == "subm":
+        plan, out = conv_plan(coords, [24] * 3, 2, "subm", 3)
+    else:
+        plan, out = conv_plan(coords, [24] * 3, 2, "spconv", 3, 2, 1)
+    n_in, n_out = coords.shape[0], out.shape[0]
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(n_in, c_in, generator=g)
+    w = torch.randn(27, c_in, c_out, generator=g)
+    gy = torch.randn(n_out, c_out, generator=g)
+    gather_gemm_scatter = 1
+    poisoned_heap(n_in, c_in)
+    dx, dw = torch.ops.sparsejit.sparse_conv_backward(x, w, gy, plan, False,
+                                                      gather_gemm_scatter, True, True)
+    want_dx = torch.zeros(n_in, c_in, dtype=torch.float64)
+    want_dw = torch.zeros(27, c_in, c_out, dtype=torch.float64)
+    ptr, ins, outs = plan_pairs(plan)
+    for k in range(27):
+        i, o = ins[ptr[k]:ptr[k + 1]], outs[ptr[k]:ptr[k + 1]]
+        want_dx.index_add_(0, i, gy[o].double() @ w[k].double().t())
+        want_dw[k] = x[i].double().t() @ gy[o].double()
+    torch.testing.assert_close(dx.double(), want_dx, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(dw.double(), want_dw, rtol=1e-5, atol=1e-3)
