@@ -197,15 +197,37 @@ namespace {
 using UkernelFn = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                            const float*, const float*, float*, bool);
 
+// The bfloat16 entry (at::BFloat16 is a 16-bit struct, passed by pointer like bf16 here).
+using UkernelBf16Fn = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                               const bf16*, const bf16*, float*, bool);
+
+void* torch_symbol(const char* name) {
+  void* h = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) return nullptr;
+  void* f = dlsym(h, name);
+  dlclose(h);  // only the reference RTLD_NOLOAD took: torch stays loaded
+  return f;
+}
+
 UkernelFn torch_ukernel() {
-  static const UkernelFn fn = []() -> UkernelFn {
-    void* h = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
-    if (h == nullptr) return nullptr;
-    void* f = dlsym(h, "_ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb");
-    dlclose(h);  // only the reference RTLD_NOLOAD took: torch stays loaded
-    return reinterpret_cast<UkernelFn>(f);
-  }();
+  static const UkernelFn fn =
+      reinterpret_cast<UkernelFn>(torch_symbol("_ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb"));
   return fn;
+}
+
+UkernelBf16Fn torch_ukernel_bf16() {
+  static const UkernelBf16Fn fn = reinterpret_cast<UkernelBf16Fn>(
+      torch_symbol("_ZN2at6native7cpublas6brgemmEllllllbPKN3c108BFloat16ES5_Pfb"));
+  return fn;
+}
+
+bool cpu_has_amx() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = __builtin_cpu_supports("amx-tile");
+  return ok;
+#else
+  return false;
+#endif
 }
 
 // -1: not decided yet (SPARSEJIT_GEMM_UKERNEL, default on); 0 / 1 afterwards.
@@ -240,17 +262,24 @@ bool ukernel_fits(bool ta, bool tb, int64_t n, int64_t k, float alpha, float bet
          (omp_in_parallel() || omp_get_max_threads() == 1) && ukernel_widths(n, k);
 }
 
+// Calls fn(rows, first row) over m rows in the few row counts above.
+template <typename F>
+void by_row_blocks(int64_t m, F&& fn) {
+  int64_t i = 0;
+  for (; i + kUkernelRows <= m; i += kUkernelRows) fn(kUkernelRows, i);
+  for (int64_t rows = kUkernelRows / 2; rows >= 1; rows /= 2) {
+    if (m - i < rows) continue;
+    fn(rows, i);
+    i += rows;
+  }
+}
+
 void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, bool add_c, float* c, int64_t ldc) {
   const UkernelFn fn = torch_ukernel();
-  int64_t i = 0;
-  for (; i + kUkernelRows <= m; i += kUkernelRows)
-    fn(kUkernelRows, n, k, lda, ldb, ldc, add_c, a + i * lda, b, c + i * ldc, false);
-  for (int64_t rows = kUkernelRows / 2; rows >= 1; rows /= 2) {
-    if (m - i < rows) continue;
+  by_row_blocks(m, [&](int64_t rows, int64_t i) {
     fn(rows, n, k, lda, ldb, ldc, add_c, a + i * lda, b, c + i * ldc, false);
-    i += rows;
-  }
+  });
 }
 
 }  // namespace
@@ -258,6 +287,45 @@ void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
 bool gemm_ukernel() { return ukernel_enabled(); }
 
 bool gemm_ukernel_takes(int64_t n, int64_t k) { return ukernel_widths(n, k); }
+
+bool gemm_bf16_ukernel_takes(int64_t n) {
+  return n >= 1 && n <= 64 && cpu_has_bf16_dot() && !cpu_has_amx() && ukernel_enabled() &&
+         torch_ukernel_bf16() != nullptr;
+}
+
+int64_t bf16_vnni_ld(int64_t n) { return std::max<int64_t>(16, (n + 15) / 16 * 16); }
+
+int64_t bf16_vnni_size(int64_t k, int64_t n) { return (k + 1) / 2 * bf16_vnni_ld(n) * 2; }
+
+void pack_bf16_vnni(const bf16* b, int64_t k, int64_t n, int64_t ldb, bf16* out) {
+  const int64_t ld = bf16_vnni_ld(n);
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+    bf16* o = out + p * ld * 2;
+    for (int64_t j = 0; j < ld; ++j) {
+      const bool in_n = j < n;
+      o[2 * j] = in_n ? b[(2 * p) * ldb + j] : bf16(0.f);
+      o[2 * j + 1] = in_n && 2 * p + 1 < k ? b[(2 * p + 1) * ldb + j] : bf16(0.f);
+    }
+  }
+}
+
+void gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
+                    const bf16* b_packed, float* c, int64_t ldc, bool add_c) {
+  if (!gemm_bf16_ukernel_takes(n))
+    throw std::runtime_error("gemm_bf16_vnni: the bfloat16 micro-kernel does not take N = " +
+                             std::to_string(n) + " here (gemm_bf16_ukernel_takes)");
+  check_gemm_args(false, false, m, n, k, lda, n, ldc);
+  if (m == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m && !add_c; ++i) std::fill_n(c + i * ldc, n, 0.f);
+    return;
+  }
+  const UkernelBf16Fn fn = torch_ukernel_bf16();
+  const int64_t ld = bf16_vnni_ld(n);
+  by_row_blocks(m, [&](int64_t rows, int64_t i) {
+    fn(rows, n, k, lda, ld, ldc, add_c, a + i * lda, b_packed, c + i * ldc, true);
+  });
+}
 
 bool set_gemm_ukernel(bool on) {
   const bool was = ukernel_enabled();

@@ -54,6 +54,19 @@ bool gemm_ukernel();
 // K inner) on that micro-kernel: callers whose B is transposed can copy it out untransposed
 // once and multiply their tiles that way.
 bool gemm_ukernel_takes(int64_t n, int64_t k);
+// bfloat16 products on the same micro-kernel (its bfloat16 entry, float32 accumulation), B in
+// oneDNN's VNNI layout: gemm_bf16_ukernel_takes(n) says whether it runs N columns here (the
+// entry found and switched on, N <= 64, a CPU with AVX512-BF16 and without AMX: AMX kernels
+// want their own tile set-up, not tried here); bf16_vnni_ld(n) is the packed leading
+// dimension (n rounded up to 16); pack_bf16_vnni writes B [k, n] (row-major, ldb) as
+// [ceil(k / 2), ld, 2] (rows 2i and 2i + 1 interleaved, zero padding), bf16_vnni_size(k, n)
+// values; gemm_bf16_vnni computes C[m, n] (+)= A[m, k] B single-threaded from that packing.
+bool gemm_bf16_ukernel_takes(int64_t n);
+int64_t bf16_vnni_ld(int64_t n);
+int64_t bf16_vnni_size(int64_t k, int64_t n);
+void pack_bf16_vnni(const bf16* b, int64_t k, int64_t n, int64_t ldb, bf16* out);
+void gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
+                    const bf16* b_packed, float* c, int64_t ldc, bool add_c);
 // Turns that on or off for the process (it stays off where torch lacks the entry); returns
 // the previous state.
 bool set_gemm_ukernel(bool on);

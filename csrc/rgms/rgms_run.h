@@ -97,6 +97,11 @@ struct Problem {
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
   // bfloat16 inputs where dense::gemm_bf16_native().
   const bf16* w_bf16 = nullptr;
+  // With w_bf16, where dense::gemm_bf16_ukernel_takes(f_out): the same weights packed per
+  // relation for the bfloat16 micro-kernel (dense::pack_bf16_vnni, w_vnni_stride values per
+  // relation); the tiles then multiply on it instead of oneDNN's bfloat16 GEMM.
+  const bf16* w_vnni = nullptr;
+  int64_t w_vnni_stride = 0;
   // float32 forward with w_bf16 on the tiles (forward_runs_tiles): X [num_src, f_in] in
   // bfloat16, read as it is by the tile gathers and the transform-first row
   // copies (widened exactly, so every sum equals that of a converted float32 X); X itself

@@ -172,3 +172,29 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
         want_dw[k] = x[i].double().t() @ gy[o].double()
     torch.testing.assert_close(dx.double(), want_dx, rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(dw.double(), want_dw, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("f_in,f_out", [(7, 16), (64, 64), (33, 48), (1, 5), (16, 65)])
+@pytest.mark.parametrize("strategy", [1, 2])
+def test_rgms_bfloat16_tiles_exact_on_exact_inputs(ukernel, on, f_in, f_out, strategy):
+    """bfloat16 R-GCN tiles: with the micro-kernel the weights are packed per relation into
+    oneDNN's VNNI layout (pairs of rows interleaved, odd f_in padded, N up to 64; 65 keeps
+    oneDNN's bfloat16 GEMM). Halves in X and small integers in W make every sum and product
+    exact, so the output must equal the float64 reference rounded once, bit for bit."""
+    ukernel(on, 2)
+    g = torch.Generator().manual_seed(f_in * 100 + f_out)
+    n_src, n_dst, r, e = 900, 700, 5, 6000
+    src = torch.randint(0, n_src, (e,), generator=g)
+    dst = torch.cat([torch.zeros(e // 2, dtype=torch.long),  # one very skewed target
+                     torch.randint(0, n_dst, (e - e // 2,), generator=g)])
+    et = torch.randint(0, r, (e,), generator=g)
+    x = (torch.randint(-2, 3, (n_src, f_in), generator=g) / 2).bfloat16()
+    w = torch.randint(-2, 3, (r, f_in, f_out), generator=g).bfloat16()
+    a = sparsejit.TypedSparseMatrix.from_edge_index(torch.stack([src, dst]), (n_src, n_dst),
+                                                    edge_type=et, num_relations=r)
+    got = torch.ops.sparsejit.rgms(a.plan, x, w, None, "sum", n_dst, 1, 0, strategy, None,
+                                   None, None)
+    want = torch.zeros(n_dst, f_out, dtype=torch.float64)
+    want.index_add_(0, dst, torch.bmm(x[src].double().unsqueeze(1), w[et].double()).squeeze(1))
+    assert torch.equal(got, want.to(torch.bfloat16))
