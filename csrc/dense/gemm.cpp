@@ -288,9 +288,15 @@ bool gemm_ukernel() { return ukernel_enabled(); }
 
 bool gemm_ukernel_takes(int64_t n, int64_t k) { return ukernel_widths(n, k); }
 
+// Set once torch's bfloat16 entry has refused a call (its oneDNN held below AVX-512 by
+// ONEDNN_MAX_CPU_ISA, or torch.backends.mkldnn disabled: it then throws rather than
+// multiply VNNI-packed data): the process keeps oneDNN's bfloat16 GEMM from then on.
+std::atomic<bool> g_bf16_ukernel_refused{false};
+
 bool gemm_bf16_ukernel_takes(int64_t n) {
   return n >= 1 && n <= 64 && cpu_has_bf16_dot() && !cpu_has_amx() && ukernel_enabled() &&
-         torch_ukernel_bf16() != nullptr;
+         torch_ukernel_bf16() != nullptr &&
+         !g_bf16_ukernel_refused.load(std::memory_order_relaxed);
 }
 
 int64_t bf16_vnni_ld(int64_t n) { return std::max<int64_t>(16, (n + 15) / 16 * 16); }
@@ -309,22 +315,27 @@ void pack_bf16_vnni(const bf16* b, int64_t k, int64_t n, int64_t ldb, bf16* out)
   }
 }
 
-void gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
+bool gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
                     const bf16* b_packed, float* c, int64_t ldc, bool add_c) {
-  if (!gemm_bf16_ukernel_takes(n))
-    throw std::runtime_error("gemm_bf16_vnni: the bfloat16 micro-kernel does not take N = " +
-                             std::to_string(n) + " here (gemm_bf16_ukernel_takes)");
+  if (!gemm_bf16_ukernel_takes(n)) return false;
   check_gemm_args(false, false, m, n, k, lda, n, ldc);
-  if (m == 0) return;
+  if (m == 0) return true;
   if (k == 0) {
     for (int64_t i = 0; i < m && !add_c; ++i) std::fill_n(c + i * ldc, n, 0.f);
-    return;
+    return true;
   }
   const UkernelBf16Fn fn = torch_ukernel_bf16();
   const int64_t ld = bf16_vnni_ld(n);
-  by_row_blocks(m, [&](int64_t rows, int64_t i) {
-    fn(rows, n, k, lda, ld, ldc, add_c, a + i * lda, b_packed, c + i * ldc, true);
-  });
+  try {
+    by_row_blocks(m, [&](int64_t rows, int64_t i) {
+      fn(rows, n, k, lda, ld, ldc, add_c, a + i * lda, b_packed, c + i * ldc, true);
+    });
+  } catch (const std::exception&) {
+    // Refused before writing C (its checks come first): the caller multiplies another way.
+    g_bf16_ukernel_refused.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
 }
 
 bool set_gemm_ukernel(bool on) {

@@ -60,12 +60,16 @@ bool gemm_ukernel_takes(int64_t n, int64_t k);
 // want their own tile set-up, not tried here); bf16_vnni_ld(n) is the packed leading
 // dimension (n rounded up to 16); pack_bf16_vnni writes B [k, n] (row-major, ldb) as
 // [ceil(k / 2), ld, 2] (rows 2i and 2i + 1 interleaved, zero padding), bf16_vnni_size(k, n)
-// values; gemm_bf16_vnni computes C[m, n] (+)= A[m, k] B single-threaded from that packing.
+// values; gemm_bf16_vnni computes C[m, n] (+)= A[m, k] B single-threaded from that packing and
+// returns true, or returns false without touching C where the micro-kernel does not take it
+// (gemm_bf16_ukernel_takes false, or torch's entry refused the call: its oneDNN held below
+// AVX-512, or torch.backends.mkldnn disabled; refused once, never tried again): the caller
+// then multiplies another way (gemm_bf16).
 bool gemm_bf16_ukernel_takes(int64_t n);
 int64_t bf16_vnni_ld(int64_t n);
 int64_t bf16_vnni_size(int64_t k, int64_t n);
 void pack_bf16_vnni(const bf16* b, int64_t k, int64_t n, int64_t ldb, bf16* out);
-void gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
+bool gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
                     const bf16* b_packed, float* c, int64_t ldc, bool add_c);
 // Turns that on or off for the process (it stays off where torch lacks the entry); returns
 // the previous state.

@@ -88,12 +88,11 @@ void tile_product(FirstError& fe, const Problem& p, std::vector<bf16>& abuf, int
         if (abuf.size() < size_t(std::max<int64_t>(m * fi, 1)))
           abuf.resize(size_t(std::max<int64_t>(m * fi, 1)));
         round_rows_bf16(a, m, fi, fi, abuf.data());
-        if (p.w_vnni != nullptr) {
-          dense::gemm_bf16_vnni(m, fo, fi, abuf.data(), std::max<int64_t>(fi, 1),
-                                p.w_vnni + r * p.w_vnni_stride, out, std::max<int64_t>(fo, 1),
-                                /*add_c=*/false);
+        if (p.w_vnni != nullptr &&
+            dense::gemm_bf16_vnni(m, fo, fi, abuf.data(), std::max<int64_t>(fi, 1),
+                                  p.w_vnni + r * p.w_vnni_stride, out, std::max<int64_t>(fo, 1),
+                                  /*add_c=*/false))
           return;
-        }
         dense::gemm_bf16(false, false, m, fo, fi, 1.f, abuf.data(), std::max<int64_t>(fi, 1),
                          p.w_bf16 + r * fi * fo, std::max<int64_t>(fo, 1), 0.f, out,
                          std::max<int64_t>(fo, 1));

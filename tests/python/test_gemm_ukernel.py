@@ -198,3 +198,33 @@ def test_rgms_bfloat16_tiles_exact_on_exact_inputs(ukernel, on, f_in, f_out, str
     want = torch.zeros(n_dst, f_out, dtype=torch.float64)
     want.index_add_(0, dst, torch.bmm(x[src].double().unsqueeze(1), w[et].double()).squeeze(1))
     assert torch.equal(got, want.to(torch.bfloat16))
+
+
+def test_bfloat16_micro_kernel_refused_falls_back():
+    """With torch.backends.mkldnn disabled, torch's bfloat16 entry throws instead of
+    multiplying VNNI-packed data: the tiles fall back to oneDNN's bfloat16 GEMM (same values
+    as with the micro-kernel off) instead of failing. A subprocess: the refusal is remembered
+    for the rest of the process."""
+    import subprocess
+    import sys
+
+    code = """
+import torch, sparsejit as sj
+from sparsejit import _core
+g = torch.Generator().manual_seed(0)
+n, e, r, f = 1000, 10000, 5, 64
+ei = torch.randint(0, n, (2, e), generator=g)
+et = torch.randint(0, r, (e,), generator=g)
+x = torch.randn(n, f, generator=g).bfloat16()
+w = torch.randn(r, f, f, generator=g).bfloat16()
+torch.backends.mkldnn.enabled = False
+y = sj.rgms(ei, x, w, edge_type=et, reduce="mean")
+torch.backends.mkldnn.enabled = True
+_core.set_gemm_ukernel(False)
+y0 = sj.rgms(ei, x, w, edge_type=et, reduce="mean")
+assert torch.equal(y, y0), (y.float() - y0.float()).abs().max()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
