@@ -13,6 +13,8 @@ import torch
 
 import sparsejit  # noqa: F401  (loads the op library)
 from sparsejit import _core
+from test_attention import poison_heap
+from test_sparse_conv import random_sites
 
 LINEAR = torch.ops.sparsejit.linear
 ADD = torch.ops.sparsejit.linear_add_
@@ -37,13 +39,6 @@ def ukernel():
     yield set_state
     _core.set_gemm_ukernel(was)
     torch.set_num_threads(threads)
-
-
-def poisoned_heap(*shape):
-    """Frees a NaN-filled block of this shape first, so that an output the op allocates next
-    (often the same heap block) holds NaNs wherever the product fails to write."""
-    t = torch.full(shape, float("nan"))
-    del t
 
 
 def test_detection_follows_torch_and_the_switch(ukernel):
@@ -72,7 +67,7 @@ def test_linear_and_linear_add_against_float64(ukernel, on, threads, f_in, f_out
         w = torch.randn(f_out, f_in, generator=g)
         b = torch.randn(f_out, generator=g)
         want = x.double() @ w.double().t()
-        poisoned_heap(n, f_out)
+        poison_heap((n, f_out))
         y = LINEAR(x, w, b)
         torch.testing.assert_close(y.double(), want + b.double(), rtol=1e-5, atol=1e-4)
         out = torch.randn(n, f_out, generator=g)  # beta = 1: added onto, not overwritten
@@ -93,7 +88,7 @@ def test_segment_matmul_skewed_segments_against_float64(ukernel, on, f_in, f_out
     n = int(ptr[-1])
     x = torch.randn(n, f_in, generator=g)
     w = torch.randn(len(sizes), f_in, f_out, generator=g)
-    poisoned_heap(n, f_out)
+    poison_heap((n, f_out))
     y = SEGMENT(x, ptr, w)
     want = torch.cat([x[ptr[k]:ptr[k + 1]].double() @ w[k].double() for k in range(len(sizes))])
     torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
@@ -127,17 +122,6 @@ def test_layers_agree_with_the_micro_kernel_on_and_off(ukernel):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
 
 
-def random_sites(n, shape, batch_size, seed):
-    g = torch.Generator().manual_seed(seed)
-    flat = torch.randperm(batch_size * torch.Size(shape).numel(), generator=g)[:n]
-    cols = []
-    for s in reversed(shape):
-        cols.append(flat % s)
-        flat = flat // s
-    cols.append(flat)
-    return torch.stack(cols[::-1], 1).int()
-
-
 @pytest.mark.parametrize("on", [True, False])
 @pytest.mark.parametrize("kind", ["subm", "spconv"])
 @pytest.mark.parametrize("c_in,c_out", [(16, 16), (32, 64), (64, 32), (48, 128), (8, 130)])
@@ -149,7 +133,7 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
     from sparsejit.ops.sparse_conv import conv_plan, plan_pairs
 
     ukernel(on, 2)
-    coords = random_sites(3000, (24, 24, 24), 2, seed=c_in + c_out)
+    coords = random_sites(3000, (24, 24, 24), batch_size=2, seed=c_in + c_out)
     if kind == "subm":
         plan, out = conv_plan(coords, [24] * 3, 2, "subm", 3)
     else:
@@ -160,7 +144,7 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
     w = torch.randn(27, c_in, c_out, generator=g)
     gy = torch.randn(n_out, c_out, generator=g)
     gather_gemm_scatter = 1
-    poisoned_heap(n_in, c_in)
+    poison_heap((n_in, c_in))
     dx, dw = torch.ops.sparsejit.sparse_conv_backward(x, w, gy, plan, False,
                                                       gather_gemm_scatter, True, True)
     want_dx = torch.zeros(n_in, c_in, dtype=torch.float64)
