@@ -1,4 +1,5 @@
-// Dense products: oneDNN's sgemm when available, else a built-in register-blocked kernel.
+// Dense products: small single-threaded tiles on oneDNN's brgemm micro-kernel as PyTorch
+// exports it, else oneDNN's sgemm when available, else a built-in register-blocked kernel.
 #include "csrc/dense/gemm.h"
 
 #include "csrc/core/isa.h"
@@ -282,16 +283,16 @@ void ukernel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
   });
 }
 
+// Set once torch's bfloat16 entry has refused a call (its oneDNN held below AVX-512 by
+// ONEDNN_MAX_CPU_ISA, or torch.backends.mkldnn disabled: it then throws rather than
+// multiply VNNI-packed data): the process keeps oneDNN's bfloat16 GEMM from then on.
+std::atomic<bool> g_bf16_ukernel_refused{false};
+
 }  // namespace
 
 bool gemm_ukernel() { return ukernel_enabled(); }
 
 bool gemm_ukernel_takes(int64_t n, int64_t k) { return ukernel_widths(n, k); }
-
-// Set once torch's bfloat16 entry has refused a call (its oneDNN held below AVX-512 by
-// ONEDNN_MAX_CPU_ISA, or torch.backends.mkldnn disabled: it then throws rather than
-// multiply VNNI-packed data): the process keeps oneDNN's bfloat16 GEMM from then on.
-std::atomic<bool> g_bf16_ukernel_refused{false};
 
 bool gemm_bf16_ukernel_takes(int64_t n) {
   return n >= 1 && n <= 64 && cpu_has_bf16_dot() && !cpu_has_amx() && ukernel_enabled() &&

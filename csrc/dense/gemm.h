@@ -2,8 +2,10 @@
 //
 // The gather-GEMM-scatter core (RGMS, point-cloud convolution) and the filter-sparse dense
 // fallback multiply small gathered tiles by per-group weights. These entry points hide where
-// the product runs: oneDNN's sgemm when the build found oneDNN (SPARSEJIT_WITH_ONEDNN), else a
-// built-in register-blocked kernel. Both are row-major, like cblas_?gemm(CblasRowMajor, ...).
+// the product runs: small single-threaded tiles on oneDNN's brgemm micro-kernel as the
+// process's PyTorch exports it (gemm_ukernel below), else oneDNN's sgemm when the build found
+// oneDNN (SPARSEJIT_WITH_ONEDNN), else a built-in register-blocked kernel. All are row-major,
+// like cblas_?gemm(CblasRowMajor, ...).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,9 @@ const char* gemm_backend();
 // micro-kernel as the PyTorch in this process exports it (at::native::cpublas::brgemm, found
 // at run time; gemm.cpp). False without torch or with SPARSEJIT_GEMM_UKERNEL=0.
 bool gemm_ukernel();
+// Turns that on or off for the process (it stays off where torch lacks the entry); returns
+// the previous state.
+bool set_gemm_ukernel(bool on);
 // Whether sgemm would run a single-threaded, untransposed product of these widths (N columns,
 // K inner) on that micro-kernel: callers whose B is transposed can copy it out untransposed
 // once and multiply their tiles that way.
@@ -71,9 +76,6 @@ int64_t bf16_vnni_size(int64_t k, int64_t n);
 void pack_bf16_vnni(const bf16* b, int64_t k, int64_t n, int64_t ldb, bf16* out);
 bool gemm_bf16_vnni(int64_t m, int64_t n, int64_t k, const bf16* a, int64_t lda,
                     const bf16* b_packed, float* c, int64_t ldc, bool add_c);
-// Turns that on or off for the process (it stays off where torch lacks the entry); returns
-// the previous state.
-bool set_gemm_ukernel(bool on);
 
 }  // namespace sparsejit::dense
 
