@@ -8,6 +8,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "csrc/core/first_error.h"
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/row_tiles.h"
@@ -58,12 +62,40 @@ void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const dou
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
+void round_rows_bf16_any(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* ar = a + i * lda;
     bf16* o = out + i * cols;
     for (int64_t j = 0; j < cols; ++j) o[j] = bf16(ar[j]);
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The same with AVX512-BF16's vcvtneps2bf16, 16 values an instruction (also round to nearest
+// even; it treats denormal inputs as zero, below 1.2e-38, where the loop above keeps
+// bfloat16 denormals; a NaN stays a NaN, its payload may differ).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows_bf16_avx512(
+    const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* ar = a + i * lda;
+    bf16* o = out + i * cols;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 k = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, ar + j));
+      _mm256_mask_storeu_epi16(o + j, k, reinterpret_cast<const __m256i&>(h));
+    }
+  }
+}
+#endif
+
+// A tile rounded to bfloat16 for oneDNN's bfloat16 products: vcvtneps2bf16 where the CPU has
+// it (the CPUs that take those products), else the loop.
+void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool vcvt = __builtin_cpu_supports("avx512bf16");
+  if (vcvt) return round_rows_bf16_avx512(a, rows, cols, lda, out);
+#endif
+  round_rows_bf16_any(a, rows, cols, lda, out);
 }
 
 // gemm_raw inside a parallel region: an error is recorded, not thrown.

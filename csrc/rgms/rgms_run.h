@@ -93,7 +93,8 @@ struct Problem {
   const TransposedPlan* transposed = nullptr;
   // float32 forward only: W [R, f_in, f_out] in bfloat16. When set, the tile
   // products (not the fused rows, not the root term) run on oneDNN's bfloat16 GEMM
-  // (dense::gemm_bf16): each gathered tile is rounded to bfloat16 (to nearest even) and
+  // (dense::gemm_bf16): each gathered tile is rounded to bfloat16 (to nearest even;
+  // vcvtneps2bf16 where the CPU has it, which reads float32 denormals as zero) and
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
   // bfloat16 inputs where dense::gemm_bf16_native().
   const bf16* w_bf16 = nullptr;

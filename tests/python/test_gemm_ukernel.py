@@ -212,3 +212,32 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_rgms_bfloat16_tiles_round_to_nearest_even(ukernel, on):
+    """Aggregate first: each group's sum is rounded to bfloat16 before its product. Integer
+    features make every float32 sum exact (any order) and most of them need rounding (sums
+    past 256 have more bits than bfloat16 keeps), ties included: the output must equal the
+    float64 sums rounded by torch (to nearest even), multiplied exactly, rounded once."""
+    ukernel(on, 2)
+    g = torch.Generator().manual_seed(11)
+    n_src, n_dst, r, e, f_in, f_out = 400, 60, 3, 6000, 40, 36
+    src = torch.randint(0, n_src, (e,), generator=g)
+    dst = torch.randint(0, n_dst, (e,), generator=g)
+    et = torch.randint(0, r, (e,), generator=g)
+    x = torch.randint(0, 64, (n_src, f_in), generator=g).bfloat16()
+    w = torch.randint(-1, 2, (r, f_in, f_out), generator=g).bfloat16()
+    a = sparsejit.TypedSparseMatrix.from_edge_index(torch.stack([src, dst]), (n_src, n_dst),
+                                                    edge_type=et, num_relations=r)
+    got = torch.ops.sparsejit.rgms(a.plan, x, w, None, "sum", n_dst, 1, 0, 1, None, None,
+                                   None)
+    want = torch.zeros(n_dst, f_out, dtype=torch.float64)
+    for k in range(r):
+        sums = torch.zeros(n_dst, f_in, dtype=torch.float64)
+        sel = et == k
+        sums.index_add_(0, dst[sel], x[src[sel]].double())
+        want += sums.to(torch.bfloat16).double() @ w[k].double()
+    rounded = sums.to(torch.bfloat16).double()
+    assert (rounded != sums).any()  # the rounding is exercised
+    assert torch.equal(got, want.to(torch.bfloat16))
