@@ -36,6 +36,26 @@ inline bool cpu_has_bf16_dot() {
 #endif
 }
 
+// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps; read once).
+inline bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = __builtin_cpu_supports("avx512bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// True when the CPU has AMX tiles (read once).
+inline bool cpu_has_amx() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = __builtin_cpu_supports("amx-tile");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 // The size in bytes of CPU 0's data (or unified) cache of `level` as the kernel describes it
 // (sysfs, /sys/devices/system/cpu/cpu0/cache/index*/), 0 where it does not. Preferred to
 // glibc's CPUID-based sysconf, which under a hypervisor can be far off (an EPYC VM here:

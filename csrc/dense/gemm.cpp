@@ -222,15 +222,6 @@ UkernelBf16Fn torch_ukernel_bf16() {
   return fn;
 }
 
-bool cpu_has_amx() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool ok = __builtin_cpu_supports("amx-tile");
-  return ok;
-#else
-  return false;
-#endif
-}
-
 // -1: not decided yet (SPARSEJIT_GEMM_UKERNEL, default on); 0 / 1 afterwards.
 std::atomic<int> g_ukernel{-1};
 
@@ -295,7 +286,7 @@ bool gemm_ukernel() { return ukernel_enabled(); }
 bool gemm_ukernel_takes(int64_t n, int64_t k) { return ukernel_widths(n, k); }
 
 bool gemm_bf16_ukernel_takes(int64_t n) {
-  return n >= 1 && n <= 64 && cpu_has_bf16_dot() && !cpu_has_amx() && ukernel_enabled() &&
+  return n >= 1 && n <= 64 && cpu_has_avx512_bf16() && !cpu_has_amx() && ukernel_enabled() &&
          torch_ukernel_bf16() != nullptr &&
          !g_bf16_ukernel_refused.load(std::memory_order_relaxed);
 }

@@ -13,6 +13,7 @@
 #endif
 
 #include "csrc/core/first_error.h"
+#include "csrc/core/isa.h"
 #include "csrc/rgms/rgms_plan.h"
 #include "csrc/rgms/row_tiles.h"
 #include "csrc/dense/gemm.h"
@@ -92,8 +93,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows_
 // it (the CPUs that take those products), else the loop.
 void round_rows_bf16(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const bool vcvt = __builtin_cpu_supports("avx512bf16");
-  if (vcvt) return round_rows_bf16_avx512(a, rows, cols, lda, out);
+  if (cpu_has_avx512_bf16()) return round_rows_bf16_avx512(a, rows, cols, lda, out);
 #endif
   round_rows_bf16_any(a, rows, cols, lda, out);
 }
