@@ -623,6 +623,22 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
              const RootTerm<T>& rt) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.w_bf16 != nullptr && p.w_vnni == nullptr && p.f_in > 0 &&
+        dense::gemm_bf16_ukernel_takes(p.f_out)) {
+      // The bfloat16 weights packed once per call for the bfloat16 micro-kernel.
+      const int64_t per = dense::bf16_vnni_size(p.f_in, p.f_out);
+      std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
+      for (int64_t r = 0; r < p.plan.r; ++r)
+        dense::pack_bf16_vnni(p.w_bf16 + r * p.f_in * p.f_out, p.f_in, p.f_out, p.f_out,
+                              packed.data() + r * per);
+      Problem q = p;
+      q.w_vnni = packed.data();
+      q.w_vnni_stride = per;
+      forward_impl<T>(q, x, w, values, y, rt, nullptr);
+      return;
+    }
+  }
   forward_impl<T>(p, x, w, values, y, rt, nullptr);
 }
 

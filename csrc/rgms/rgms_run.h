@@ -100,7 +100,8 @@ struct Problem {
   const bf16* w_bf16 = nullptr;
   // With w_bf16, where dense::gemm_bf16_ukernel_takes(f_out): the same weights packed per
   // relation for the bfloat16 micro-kernel (dense::pack_bf16_vnni, w_vnni_stride values per
-  // relation); the tiles then multiply on it instead of oneDNN's bfloat16 GEMM.
+  // relation); the tiles then multiply on it instead of oneDNN's bfloat16 GEMM. forward()
+  // packs them itself (once per call): callers leave these unset.
   const bf16* w_vnni = nullptr;
   int64_t w_vnni_stride = 0;
   // float32 forward with w_bf16 on the tiles (forward_runs_tiles): X [num_src, f_in] in

@@ -598,20 +598,10 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   const auto sources = attach_sources(a, p);
   // bfloat16 X and W: the tile products run on oneDNN's bfloat16 GEMM where the CPU
   // multiplies bfloat16 natively (the rest stays float32, as below).
-  tx::Tensor w_bf16, w_vnni;
+  tx::Tensor w_bf16;
   if (bf16_native) {
     w_bf16 = w_in.contiguous();
     p.w_bf16 = static_cast<const bf16*>(w_bf16.data_ptr());
-    if (f_in > 0 && dense::gemm_bf16_ukernel_takes(f_out)) {
-      // W packed once per call for the bfloat16 micro-kernel (R * ~f_in * f_out values).
-      const int64_t per = dense::bf16_vnni_size(f_in, f_out), rels = w_in.size(0);
-      w_vnni = tx::empty({std::max<int64_t>(rels * per, 1)}, w_bf16.options());
-      bf16* dst = static_cast<bf16*>(w_vnni.data_ptr());
-      for (int64_t r = 0; r < rels; ++r)
-        dense::pack_bf16_vnni(p.w_bf16 + r * f_in * f_out, f_in, f_out, f_out, dst + r * per);
-      p.w_vnni = dst;
-      p.w_vnni_stride = per;
-    }
   }
   SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.rgms", [&] {
     rgms::RootTerm<scalar_t> rt;
