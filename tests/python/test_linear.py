@@ -133,6 +133,25 @@ def test_linear_add_against_float64(n, f_in, f_out):
     torch.testing.assert_close(wr.grad.double(), wd.grad, rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("n", [1, 3, 1200])
+def test_linear_add_hands_a_broadcast_gradient_on_contiguous(n):
+    """``loss = y.sum()`` sends a broadcast (stride 0) gradient; _LinearAdd copies it once and
+    gives `out`'s producer that copy, with the same values (so the aggregation that made
+    `out` does not copy it again). The gradients of x and weight stay those of float64."""
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 16, generator=g, requires_grad=True)
+    w = torch.randn(8, 16, generator=g, requires_grad=True)
+    leaf = torch.randn(n, 8, generator=g, requires_grad=True)
+    y = rgms_ops._LinearAdd.apply(leaf.clone(), x, w)  # CloneBackward hands its grad through
+    d_out, dx, dw = torch.autograd.grad(y.sum(), [leaf, x, w])
+    assert d_out.is_contiguous() and d_out.stride() == (8, 1)
+    torch.testing.assert_close(d_out, torch.ones(n, 8))
+    torch.testing.assert_close(dx.double(), torch.ones(n, 8).double() @ w.double(),
+                               rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(dw.double(), torch.ones(8, n).double() @ x.double(),
+                               rtol=1e-5, atol=1e-3)
+
+
 @pytest.mark.parametrize("args,err,match", [
     ((torch.zeros(4, 3), torch.randn(5), torch.randn(3, 5)), ValueError, "x must be"),
     ((torch.zeros(4, 3), torch.randn(4, 5), torch.randn(3, 6)), ValueError, "F_in"),

@@ -594,6 +594,9 @@ class _LinearAdd(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
         need = ctx.needs_input_grad
+        # `out`'s gradient is handed on contiguous: the aggregation that made `out` would
+        # otherwise copy a broadcast gradient (``out.sum().backward()``) a second time.
+        grad = grad.contiguous()
         dx, dw = _product_grads(grad, x, weight, need[1], need[2])
         return grad, dx, dw
 
