@@ -152,6 +152,50 @@ def test_linear_add_hands_a_broadcast_gradient_on_contiguous(n):
                                rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("n", [1, 1023, 1024, 1500])
+@pytest.mark.parametrize("bias", [True, False])
+def test_relu_linear_against_float64(n, bias, monkeypatch):
+    """relu_linear(h, w, b) = relu(h) @ w^T + b with h made ReLU in place; its gradients of h's
+    producer, w and b against float64 (rows from 1024 up take the fused backward, fewer rows
+    relu_ and linear); about half of h is negative, so a mask that is not applied shows."""
+    monkeypatch.setenv("SPARSEJIT_LINEAR", "1")
+    g = torch.Generator().manual_seed(n + bias)
+    leaf = torch.randn(n, 24, generator=g, requires_grad=True)
+    w = torch.randn(16, 24, generator=g, requires_grad=True)
+    b = torch.randn(16, generator=g, requires_grad=True) if bias else None
+    h = leaf * 1.0  # a fresh tensor autograd has not saved
+    y = rgms_ops.relu_linear(h, w, b)
+    fused = any("ReluLinear" in type(fn).__name__ for fn in _grad_fns(y))
+    assert fused == (n >= 1024)
+    torch.testing.assert_close(h, leaf.detach().clamp(min=0))  # made ReLU in place
+    gy = torch.randn(n, 16, generator=g)
+    y.backward(gy)
+    ld, wd = leaf.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    bd = b.detach().double().requires_grad_() if bias else None
+    want = torch.nn.functional.linear(ld.relu(), wd, bd)
+    want.backward(gy.double())
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(leaf.grad.double(), ld.grad, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-5, atol=1e-3)
+    if bias:
+        torch.testing.assert_close(b.grad.double(), bd.grad, rtol=1e-5, atol=1e-3)
+
+
+def test_relu_linear_relu_output_used_elsewhere():
+    """The Function's second output (h after its ReLU) used by the loss as well: its gradient
+    joins the product's before the mask, as for relu then linear in float64."""
+    g = torch.Generator().manual_seed(5)
+    leaf = torch.randn(1100, 8, generator=g, requires_grad=True)
+    w = torch.randn(12, 8, generator=g, requires_grad=True)
+    y, r = rgms_ops._ReluLinear.apply(leaf * 1.0, w, None)
+    (y.square().sum() + (r * 3.0).sum()).backward()
+    ld, wd = leaf.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rd = ld.relu()
+    ((rd @ wd.t()).square().sum() + (rd * 3.0).sum()).backward()
+    torch.testing.assert_close(leaf.grad.double(), ld.grad, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-5, atol=1e-2)
+
+
 @pytest.mark.parametrize("args,err,match", [
     ((torch.zeros(4, 3), torch.randn(5), torch.randn(3, 5)), ValueError, "x must be"),
     ((torch.zeros(4, 3), torch.randn(4, 5), torch.randn(3, 6)), ValueError, "F_in"),
@@ -234,19 +278,25 @@ def _grad_fns(y):
         todo.extend(nxt for nxt, _ in fn.next_functions)
 
 
+@pytest.mark.parametrize("shape", ["relu-relu", "relu-linear pairs"])
 @pytest.mark.parametrize("env", ["0", "1"])
-def test_gin_mlp_walk_matches_calling_the_module(env, monkeypatch):
+def test_gin_mlp_walk_matches_calling_the_module(env, shape, monkeypatch):
     """GIN's plain Sequential MLP, walked child by child (Linears on the chosen GEMM, a ReLU
-    after a Linear in place), gives the outputs and gradients of calling the module (a no-op
-    hook makes the layer call it as it is); the MLP's input is left as it was."""
+    after a Linear in place, a ReLU then a Linear as relu_linear), gives the outputs and
+    gradients of calling the module (a no-op hook makes the layer call it as it is); the
+    MLP's input is left as it was."""
     monkeypatch.setenv("SPARSEJIT_LINEAR", env)
     g = torch.Generator().manual_seed(13)
     n, f = 1500, 24
     ei = torch.randint(0, n, (2, 8000), generator=g)
     x = torch.randn(n, f, generator=g)
     torch.manual_seed(1)
-    mlp = torch.nn.Sequential(torch.nn.Linear(f, 32), torch.nn.ReLU(), torch.nn.ReLU(),
-                              torch.nn.Linear(32, 16), torch.nn.ReLU())
+    nn = torch.nn
+    if shape == "relu-relu":
+        mlp = nn.Sequential(nn.Linear(f, 32), nn.ReLU(), nn.ReLU(), nn.Linear(32, 16), nn.ReLU())
+    else:
+        mlp = nn.Sequential(nn.Linear(f, 32), nn.ReLU(), nn.Linear(32, 40), nn.ReLU(inplace=True),
+                            nn.Linear(40, 16, bias=False), nn.ReLU())
     walked = sj.nn.GINConv(mlp)
     called = sj.nn.GINConv(torch.nn.Sequential(*[type(m)() if isinstance(m, torch.nn.ReLU)
                                                  else m for m in mlp]))
@@ -258,5 +308,8 @@ def test_gin_mlp_walk_matches_calling_the_module(env, monkeypatch):
         y = layer(xi, ei)
         (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         runs.append([y.detach(), xi.grad] + [p.grad.clone() for p in layer.parameters()])
+        if layer is walked:
+            fused = sum("ReluLinear" in type(fn).__name__ for fn in _grad_fns(y))
+            assert fused == (2 if env == "1" and shape != "relu-relu" else 0)
     for a, b in zip(*runs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # env 1: two GEMMs

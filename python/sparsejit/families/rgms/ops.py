@@ -613,6 +613,46 @@ def linear_add_(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> tor
     return out.addmm_(x, weight.t())
 
 
+class _ReluLinear(torch.autograd.Function):
+    """``relu_(h) @ weight^T + bias`` on a fresh ``h`` that autograd has not saved (a Linear's
+    output): outputs the product and ``h`` itself, made ReLU in place. The backward writes the
+    product's input gradient into a buffer of its own (:func:`_product_grads`) and applies
+    the ReLU's mask there in place, where autograd's ReLU would allocate one more [N, F]
+    tensor and pass over memory once more."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias):
+        r = torch.relu_(h)
+        ctx.mark_dirty(h)
+        out = torch.ops.sparsejit.linear(r, weight, bias)
+        ctx.save_for_backward(r, weight)
+        ctx.has_bias = bias is not None
+        return out, r
+
+    @staticmethod
+    def backward(ctx, grad, grad_r):
+        r, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dr, dw = _product_grads(grad, r, weight, need[0], need[1])
+        if dr is not None:
+            if grad_r is not None:  # h's ReLU output was used elsewhere as well
+                dr = dr.add_(grad_r)
+            torch.ops.aten.threshold_backward.grad_input(dr, r, 0.0, grad_input=dr)
+        db = grad.sum(0) if ctx.has_bias and need[2] else None
+        return dr, dw, db
+
+
+def relu_linear(h: torch.Tensor, weight: torch.Tensor,
+                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``linear(relu_(h), weight, bias)`` for a fresh ``h`` that autograd has not saved (a
+    Linear's output; ``h`` is made ReLU in place). Where :func:`linear` takes sparsejit's GEMM
+    layer the ReLU's gradient is applied in place on the product's (one [N, F] buffer and
+    pass fewer, the same values); else ``relu_`` and :func:`linear`."""
+    if h.is_contiguous() and _takes_dense_layer(h, weight, bias):
+        return _ReluLinear.apply(h, weight, bias)[0]
+    return linear(torch.relu_(h), weight, bias)
+
+
 def _takes_dense_layer(x, weight, bias) -> bool:
     """Whether :func:`linear` (and :func:`linear_add_`) take sparsejit's GEMM layer: eager
     mode, float32 CPU tensors of the op's ranks (x and weight 2-D), at least

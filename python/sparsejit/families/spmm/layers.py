@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _m
 
-from sparsejit.families.rgms.ops import linear as dense_linear, linear_add_
+from sparsejit.families.rgms.ops import linear as dense_linear, linear_add_, relu_linear
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
@@ -82,18 +82,32 @@ def apply_module(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     runs its children one by one so that its plain ``nn.Linear``s take
     :func:`apply_linear`, and a plain ``nn.ReLU`` right after one of them runs in place on
     that Linear's fresh output (no one else holds it, and neither GEMM's backward reads it):
-    one [N, F] tensor fewer to allocate and to keep for the backward. Any other module is
-    called as it is."""
+    one [N, F] tensor fewer to allocate and to keep for the backward. A ReLU followed by a
+    plain Linear runs with it as :func:`sparsejit.families.rgms.ops.relu_linear` (the ReLU's
+    gradient applied in place). Any other module is called as it is."""
     if type(mod) is nn.Sequential and _unhooked(mod):
+        children = list(mod)
         fresh = False  # x is the output of an unhooked Linear of this walk
-        for child in mod:
+        i = 0
+        while i < len(children):
+            child = children[i]
             if fresh and type(child) is nn.ReLU and _unhooked(child):
+                after = children[i + 1] if i + 1 < len(children) else None
+                if _plain_linear(after):  # ReLU then Linear: the ReLU's gradient in place
+                    x = relu_linear(x, after.weight, after.bias)
+                    i += 2
+                    continue  # x: that Linear's fresh output
                 x = torch.relu_(x)
             else:
                 x = apply_linear(child, x)
-            fresh = type(child) is nn.Linear and _unhooked(child)
+            fresh = _plain_linear(child)
+            i += 1
         return x
     return mod(x)
+
+
+def _plain_linear(m: Optional[nn.Module]) -> bool:
+    return type(m) is nn.Linear and _unhooked(m)
 
 
 def aggregate(A, x: torch.Tensor, reduce: str, lin: Optional[nn.Module] = None):
