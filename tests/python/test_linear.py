@@ -181,17 +181,19 @@ def test_relu_linear_against_float64(n, bias, monkeypatch):
         torch.testing.assert_close(b.grad.double(), bd.grad, rtol=1e-5, atol=1e-3)
 
 
-def test_relu_linear_relu_output_used_elsewhere():
-    """The Function's second output (h after its ReLU) used by the loss as well: its gradient
-    joins the product's before the mask, as for relu then linear in float64."""
+@pytest.mark.parametrize("uses", ["both", "r only"])
+def test_relu_linear_relu_output_used_elsewhere(uses):
+    """The Function's second output (h after its ReLU) used by the loss as well, or alone:
+    its gradient joins the product's before the mask, as for relu then linear in float64."""
     g = torch.Generator().manual_seed(5)
     leaf = torch.randn(1100, 8, generator=g, requires_grad=True)
     w = torch.randn(12, 8, generator=g, requires_grad=True)
     y, r = rgms_ops._ReluLinear.apply(leaf * 1.0, w, None)
-    (y.square().sum() + (r * 3.0).sum()).backward()
+    both = uses == "both"
+    ((y.square().sum() if both else 0.0) + (r * 3.0).sum()).backward()
     ld, wd = leaf.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     rd = ld.relu()
-    ((rd @ wd.t()).square().sum() + (rd * 3.0).sum()).backward()
+    ((rd @ wd.t()).square().sum() * float(both) + (rd * 3.0).sum()).backward()
     torch.testing.assert_close(leaf.grad.double(), ld.grad, rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-5, atol=1e-2)
 

@@ -624,6 +624,7 @@ class _ReluLinear(torch.autograd.Function):
     def forward(ctx, h, weight, bias):
         r = torch.relu_(h)
         ctx.mark_dirty(h)
+        ctx.set_materialize_grads(False)  # no zero-filled [N, F] gradient for an unused r
         out = torch.ops.sparsejit.linear(r, weight, bias)
         ctx.save_for_backward(r, weight)
         ctx.has_bias = bias is not None
@@ -633,6 +634,8 @@ class _ReluLinear(torch.autograd.Function):
     def backward(ctx, grad, grad_r):
         r, weight = ctx.saved_tensors
         need = ctx.needs_input_grad
+        if grad is None:  # only r's gradient reached this node
+            grad = torch.zeros((r.shape[0], weight.shape[0]), dtype=r.dtype)
         dr, dw = _product_grads(grad, r, weight, need[0], need[1])
         if dr is not None:
             if grad_r is not None:  # h's ReLU output was used elsewhere as well
