@@ -42,7 +42,18 @@ using IntArrayRef = torch::headeronly::IntHeaderOnlyArrayRef;
 using Device = torch::stable::Device;
 using DeviceType = torch::headeronly::DeviceType;
 using MemoryFormat = torch::headeronly::MemoryFormat;
-using Str = std::string;  // a schema `str` argument (TORCH_BOX has no string_view)
+// A schema `str` argument (TORCH_BOX has no string_view). Its own type, not std::string, so
+// that its conversion from a boxed value is ours (ToImpl<Str> below): torch 2.13's
+// ToImpl<std::string> copies the string into a `new std::string` and returns a copy of it,
+// leaking 48 bytes per str argument per call (pytorch/pytorch#190493). Small as it is, that
+// leaked block lands inside the holes freed [N, F] outputs leave in glibc's heap, so a
+// training loop's heap grew without bound (a SAGEConv step on PubMed: +28 MB of RSS a step).
+struct Str : std::string {
+  Str() = default;
+  using std::string::string;
+  Str(const std::string& s) : std::string(s) {}  // NOLINT: implicit, as the alias was
+  Str(std::string&& s) : std::string(std::move(s)) {}  // NOLINT
+};
 
 constexpr ScalarType kFloat = ScalarType::Float;
 constexpr ScalarType kDouble = ScalarType::Double;
@@ -429,6 +440,28 @@ template <>
 struct ToImpl<sparsejit::tx::Tensor> {
   static sparsejit::tx::Tensor call(StableIValue v, uint64_t build, bool internal) {
     return ToImpl<torch::stable::Tensor>::call(v, build, internal);
+  }
+};
+// A str argument: the characters copied out, the boxed string handle deleted, nothing kept.
+template <>
+struct ToImpl<sparsejit::tx::Str> {
+  static sparsejit::tx::Str call(StableIValue v, uint64_t, bool) {
+    StringHandle handle = torch::stable::detail::to<StringHandle>(v);
+    size_t length = 0;
+    const char* data = nullptr;
+    AOTITorchError err = torch_string_length(handle, &length);
+    if (err == AOTI_TORCH_SUCCESS) err = torch_string_c_str(handle, &data);
+    sparsejit::tx::Str out;
+    if (err == AOTI_TORCH_SUCCESS) out.assign(data, length);
+    STABLE_TORCH_ERROR_CODE_CHECK(torch_delete_string(handle));
+    STABLE_TORCH_ERROR_CODE_CHECK(err);
+    return out;
+  }
+};
+template <>
+struct FromImpl<sparsejit::tx::Str> {
+  static StableIValue call(const sparsejit::tx::Str& v, uint64_t build, bool internal) {
+    return FromImpl<std::string>::call(v, build, internal);
   }
 };
 HIDDEN_NAMESPACE_END(torch, stable, detail)
