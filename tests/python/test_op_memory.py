@@ -1,10 +1,11 @@
-"""Ops called over and over keep no memory. Under torch 2.13's stable ABI every `str` argument
-leaked the 48-byte std::string its conversion allocated (pytorch/pytorch#190493; sparsejit now
-converts its str arguments itself, torch_ext/tensor_api_stable.h). The blocks were small, but
-glibc placed them inside the holes that freed [N, F] outputs leave, so the next output never
-fit there: a loop of spmm calls interleaved with other allocations grew the heap by one output
-per call (a SAGEConv training loop on PubMed: +28 MB of RSS a step, 5.5 GB after 225 steps).
-Measured with glibc's mallinfo2 (bytes in use) and the process's RSS; skipped elsewhere."""
+"""Ops called over and over keep no memory: the forward of each family, and forward +
+backward. Under torch 2.13's stable ABI every `str` argument leaked the 48-byte std::string its
+conversion allocated (pytorch/pytorch#190493; sparsejit now converts its str arguments itself,
+torch_ext/tensor_api_stable.h). The blocks were small, but glibc placed them inside the holes
+that freed [N, F] outputs leave, so the next output never fit there: a loop of spmm calls
+interleaved with other allocations grew the heap by one output per call (a SAGEConv training
+loop on PubMed: +28 MB of RSS a step, 5.5 GB after 225 steps). Measured with glibc's
+mallinfo2 (bytes in use) and the process's RSS; skipped elsewhere."""
 
 import ctypes
 import ctypes.util
@@ -13,7 +14,8 @@ import pytest
 import torch
 
 import sparsejit as sj
-from sparsejit.families.point_conv.ops import conv_plan
+from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
+from sparsejit.filter_conv import SparseConv2d
 
 
 class _MallInfo2(ctypes.Structure):
@@ -48,8 +50,32 @@ def _ops():
     coords = torch.cat([torch.zeros(40, 1, dtype=torch.int32),
                         torch.randint(0, 6, (40, 3), generator=g, dtype=torch.int32)], 1)
     coords = torch.unique(coords, dim=0)
+    plan, _ = conv_plan(coords, [6, 6, 6], 1, "subm", 3)
+    feats = torch.randn(coords.shape[0], 8, generator=g)
+    cw = torch.randn(27, 8, 8, generator=g)
+    fconv = SparseConv2d(torch.randn(8, 4, 3, 3, generator=g) *
+                         (torch.rand(8, 4, 3, 3, generator=g) > 0.7), padding=1)
+    img = torch.randn(1, 4, 9, 9, generator=g)
+    q = torch.randn(50, 2, 4, generator=g)
+    scores = torch.randn(A.nnz, generator=g)
+
+    def with_grad(fn, *leaves):
+        def run():
+            ls = [t.detach().requires_grad_() for t in leaves]
+            fn(*ls).square().sum().backward()
+        return run
+
     return {
         "spmm sum (str reduce, activation)": lambda: sj.spmm(A, x, "sum"),
+        "spmm max + backward": with_grad(lambda t: sj.spmm(A, t, "max"), x),
+        "rgms + backward": with_grad(lambda t, u: sj.rgms(T, t, u, reduce="sum"), x, w),
+        "sddmm + backward": with_grad(lambda a, b: sj.sddmm(A, a, b), x, x),
+        "edge_softmax + backward": with_grad(lambda s: sj.edge_softmax(A, s), scores),
+        "sparse_attention + backward": with_grad(lambda a: sj.sparse_attention(A, a, a, a), q),
+        "sparse_conv + backward": with_grad(lambda f, k: sparse_conv(f, k, None, plan,
+                                                                     coords.shape[0]),
+                                            feats, cw),
+        "filter_conv": lambda: fconv(img),
         "spmm mean": lambda: sj.spmm(A, x, "mean"),
         "spmm raw op": lambda: torch.ops.sparsejit.spmm(A.indptr, A.indices, None, x, "max",
                                                         50, activation="relu"),
@@ -63,14 +89,14 @@ def _ops():
 @pytest.mark.parametrize("name", list(_ops()))
 def test_op_calls_keep_no_heap_bytes(name):
     fn = _ops()[name]
-    for _ in range(200):  # caches, plans, JIT kernels and the thread pool settle
+    for _ in range(100):  # caches, plans, JIT kernels and the thread pool settle
         fn()
     before = MALLINFO2().uordblks
-    calls = 3000
+    calls = 1000
     for _ in range(calls):
         fn()
     grown = MALLINFO2().uordblks - before
-    # The leak was 48 bytes per str argument per call (96 for spmm): 144k / 288k here.
+    # The leak was 48 bytes per str argument per call (96 for spmm): 48k / 96k here.
     assert grown < 8 * calls, f"{name}: {grown / calls:.1f} bytes kept per call"
 
 
