@@ -624,9 +624,10 @@ template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
              const RootTerm<T>& rt) {
   if constexpr (std::is_same_v<T, float>) {
-    if (p.w_bf16 != nullptr && p.w_vnni == nullptr && p.f_in > 0 &&
+    if (p.w_bf16 != nullptr && p.w_vnni == nullptr && forward_runs_tiles(p.f_in, p.f_out, p.gemm) &&
         dense::gemm_bf16_ukernel_takes(p.f_out)) {
-      // The bfloat16 weights packed once per call for the bfloat16 micro-kernel.
+      // The bfloat16 weights packed once per call for the bfloat16 micro-kernel (only where
+      // the forward runs tiles: the fused rows never read them).
       const int64_t per = dense::bf16_vnni_size(p.f_in, p.f_out);
       std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
       for (int64_t r = 0; r < p.plan.r; ++r)
