@@ -1,7 +1,8 @@
 """bfloat16 against float32, per family that takes bfloat16, same inputs, inputs cast
 beforehand (the issue's target: bfloat16 at least 1.5x its own float32 on a CPU with
 AVX512-BF16 / AMX). Forward only (the point-cloud convolution also its feature gradient);
-medians of --repeat calls; prints the CPU line.
+medians of --repeat calls; prints the CPU line. The RGMS rows also time bfloat16 with its
+bfloat16 products against the same call with SPARSEJIT_RGMS_BF16_GEMM=0, alternated.
 
     python3 benchmarks/bench_bf16.py [--repeat 15] [--families spmm attention rgms point_conv
                                                                filter_conv]
@@ -70,6 +71,32 @@ def main() -> None:
         a, b = median_ms(f32, rep, 3), median_ms(bf16, rep, 3)
         rows.append((name, a, b))
 
+    ab_rows = []
+
+    def products_ab(name, bf16, rep):
+        """bfloat16 RGMS with its bfloat16 products (tiles and fused rows) against the same
+        call with SPARSEJIT_RGMS_BF16_GEMM=0 (float32 products on widened inputs), calls
+        alternated in this process, medians."""
+        import os
+        import statistics
+        import time
+        old = os.environ.get("SPARSEJIT_RGMS_BF16_GEMM")
+        times = {"1": [], "0": []}
+        try:
+            for i in range(rep + 2):
+                for k in (("1", "0") if i % 2 == 0 else ("0", "1")):
+                    os.environ["SPARSEJIT_RGMS_BF16_GEMM"] = k
+                    t0 = time.perf_counter()
+                    bf16()
+                    if i >= 2:  # two warm-up rounds
+                        times[k].append((time.perf_counter() - t0) * 1e3)
+        finally:
+            if old is None:
+                os.environ.pop("SPARSEJIT_RGMS_BF16_GEMM", None)
+            else:
+                os.environ["SPARSEJIT_RGMS_BF16_GEMM"] = old
+        ab_rows.append((name, statistics.median(times["1"]), statistics.median(times["0"])))
+
     for F in (64, 128) if "spmm" in fam else ():
         X, Q = torch.randn(g.num_nodes, F, generator=gen), torch.randn(g.num_nodes, F, generator=gen)
         Xb, Qb = X.bfloat16(), Q.bfloat16()
@@ -89,9 +116,11 @@ def main() -> None:
         for f in (16, 64):
             x, w = torch.randn(n, f, generator=gen), torch.randn(r, f, f, generator=gen)
             xb, wb = x.bfloat16(), w.bfloat16()
-            pair(f"rgms mean, 100k nodes / 1M edges / 50 relations, F={f}",
-                 lambda: sj.rgms(T, x, w, reduce="mean"),
+            name = f"rgms mean, 100k nodes / 1M edges / 50 relations, F={f}"
+            pair(name, lambda: sj.rgms(T, x, w, reduce="mean"),
                  lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
+            products_ab(name, lambda: sj.rgms(T, xb, wb, reduce="mean"),
+                        max(args.repeat // 2, 3))
         # F = 16 runs the fused rows: the same edges over 10k nodes (X and Y in L2) tell
         # what the rows cost with the random gathers hitting cache.
         n = 10_000
@@ -99,9 +128,10 @@ def main() -> None:
         T = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=r)
         x, w = torch.randn(n, 16, generator=gen), torch.randn(r, 16, 16, generator=gen)
         xb, wb = x.bfloat16(), w.bfloat16()
-        pair("rgms mean, 10k nodes / 1M edges / 50 relations, F=16",
-             lambda: sj.rgms(T, x, w, reduce="mean"),
+        name = "rgms mean, 10k nodes / 1M edges / 50 relations, F=16"
+        pair(name, lambda: sj.rgms(T, x, w, reduce="mean"),
              lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
+        products_ab(name, lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
     if "point_conv" in fam:
         from sparsejit.families.point_conv.ops import conv_plan
         coords, shape, cloud = _cloud()
@@ -159,6 +189,13 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, a, b in rows:
         print(f"| {name} | {a:.2f} ms | {b:.2f} ms | {a / b:.2f}x |")
+    if ab_rows:
+        print("\nRGMS in bfloat16: its bfloat16 products against float32 products on widened "
+              "inputs (SPARSEJIT_RGMS_BF16_GEMM=0), calls alternated\n")
+        print("| op | bfloat16 products | float32 products | speed-up |")
+        print("|---|---|---|---|")
+        for name, a, b in ab_rows:
+            print(f"| {name} | {a:.2f} ms | {b:.2f} ms | {b / a:.2f}x |")
 
 
 if __name__ == "__main__":

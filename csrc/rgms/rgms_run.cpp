@@ -544,6 +544,15 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
   }
   const bool fused = use_fused(p, Pass::kForward);
   const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
+  // bfloat16 X on the fused rows: kind 8 on the weights in pairs (forward() packed them where
+  // fused_bf16_takes), else a float32 copy of X for kind 2.
+  const bool fused_bf16 = fused && p.x_bf16 != nullptr && p.w_pairs != nullptr;
+  std::vector<T> x_wide;
+  if (fused && p.x_bf16 != nullptr && !fused_bf16) {
+    x_wide.resize(size_t(p.num_src * fi));
+    for (int64_t i = 0; i < p.num_src * fi; ++i) x_wide[size_t(i)] = T(p.x_bf16[i]);
+    x = x_wide.data();
+  }
   // Rows of width fo: the tiles' products added into Y, and the sink's X rows (its width is
   // this pass's f_out).
   const TileFn rows_fn = fused ? nullptr : tile_fn<T>(fo, pv.e * fo);
@@ -589,6 +598,12 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
           l.grp_dst = pv.grp_dst;
           l.w = w_r;
           l.width2 = fo;
+          if (fused_bf16) {
+            l.kind = 8;
+            l.in = p.x_bf16;
+            l.w = p.w_pairs + r * p.w_pairs_stride;
+            l.ld_w = dense::bf16_vnni_ld(fo);
+          }
           gather_fn(&l);
           continue;
         }
@@ -620,6 +635,13 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
 
 }  // namespace
 
+bool fused_bf16_takes(const Problem& p) {
+  // Kind 8 multiplies with vdpbf16ps only in a JIT instantiation built for this CPU (the
+  // library's own copy emulates it, slower than kind 2 on widened rows).
+  return p.f_in > 0 && p.f_out > 0 && use_fused(p, Pass::kForward) && cpu_has_avx512_bf16() &&
+         tile_fn<float>(p.f_in, p.plan.e * p.f_in, p.f_out) != rows::generic_fn<float>();
+}
+
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
              const RootTerm<T>& rt) {
@@ -636,6 +658,19 @@ void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
       Problem q = p;
       q.w_vnni = packed.data();
       q.w_vnni_stride = per;
+      forward_impl<T>(q, x, w, values, y, rt, nullptr);
+      return;
+    }
+    if (p.x_bf16 != nullptr && p.w_bf16 != nullptr && fused_bf16_takes(p)) {
+      // The same for the fused rows' bfloat16 products (kind 8): W[r] in pairs.
+      const int64_t per = dense::bf16_vnni_size(p.f_in, p.f_out);
+      std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
+      for (int64_t r = 0; r < p.plan.r; ++r)
+        dense::pack_bf16_vnni(p.w_bf16 + r * p.f_in * p.f_out, p.f_in, p.f_out, p.f_out,
+                              packed.data() + r * per);
+      Problem q = p;
+      q.w_pairs = packed.data();
+      q.w_pairs_stride = per;
       forward_impl<T>(q, x, w, values, y, rt, nullptr);
       return;
     }

@@ -92,7 +92,7 @@ struct Problem {
   // builds it on each call that computes dX.
   const TransposedPlan* transposed = nullptr;
   // float32 forward only: W [R, f_in, f_out] in bfloat16. When set, the tile
-  // products (not the fused rows, not the root term) run on oneDNN's bfloat16 GEMM
+  // products (the fused rows too, see w_pairs; not the root term) run on oneDNN's bfloat16 GEMM
   // (dense::gemm_bf16): each gathered tile is rounded to bfloat16 (to nearest even;
   // vcvtneps2bf16 where the CPU has it, which reads float32 denormals as zero) and
   // multiplied by these weights with float32 accumulation. The Torch adapter sets it for
@@ -104,16 +104,25 @@ struct Problem {
   // packs them itself (once per call): callers leave these unset.
   const bf16* w_vnni = nullptr;
   int64_t w_vnni_stride = 0;
-  // float32 forward with w_bf16 on the tiles (forward_runs_tiles): X [num_src, f_in] in
-  // bfloat16, read as it is by the tile gathers and the transform-first row
-  // copies (widened exactly, so every sum equals that of a converted float32 X); X itself
-  // may then be null.
+  // float32 forward with w_bf16: X [num_src, f_in] in bfloat16, read as it is by the tile
+  // gathers, the fused rows (kind 8, or one float32 copy where that kind does not run) and
+  // the transform-first row copies (widened exactly, so every sum equals that of a converted
+  // float32 X); X itself may then be null.
   const bf16* x_bf16 = nullptr;
+  // With x_bf16 and w_bf16 on the fused rows (fused_bf16_takes): W in bfloat16 pairs per
+  // relation (dense::pack_bf16_vnni, w_pairs_stride values per relation) for kind 8 of
+  // kernels/cpu/rgms_kernel.h; forward() packs them itself. Without them a fused forward
+  // widens x_bf16 to a float32 copy.
+  const bf16* w_pairs = nullptr;
+  int64_t w_pairs_stride = 0;
 };
 
 // Whether a forward of these widths runs the GEMM tiles for every relation it aggregates
 // first (not the fused row kernels), `gemm` as in Problem.
 bool forward_runs_tiles(int64_t f_in, int64_t f_out, Gemm gemm);
+// Whether a float32 forward with x_bf16 and w_bf16 runs its fused rows on bfloat16 products
+// (kind 8): the fused rows, a CPU with AVX512-BF16 and the rows' JIT instantiation.
+bool fused_bf16_takes(const Problem& p);
 
 // The transposed typed structure: the same entries grouped by (relation, source), so its
 // targets are the original sources. dX = RGMS(A^T, dY, W^T): the backward runs the forward's

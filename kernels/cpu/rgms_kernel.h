@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "kernels/cpu/common/vec.h"
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 namespace sparsejit::cpu {
 
@@ -29,6 +32,16 @@ namespace sparsejit::cpu {
 //   kind 6, scatter-add rows:  out[idx[t] * ld_out + 0:width] += in[(t - g0) * width + 0:width]
 //           (kinds 5-6: idx = idx32, or idx64 when idx32 is null)
 //   kind 7, kind 0 with `in` in bfloat16 (float kernels only; widened exactly)
+//   kind 8, kind 2 with `in` in bfloat16 and w = W[r] in bfloat16 pairs (float kernels only;
+//           w: [ceil(width / 2), ld_w, 2], dense::pack_bf16_vnni's layout): each group's
+//           reduced row (the float32 sums of kind 7) is rounded to bfloat16 (to nearest
+//           even) and multiplied by W[r] in AVX512-BF16's order: per output column a float32
+//           sum from zero over the pairs in order, the odd element's product added before the
+//           even one's (a bfloat16 product is exact in float32); that sum is added into Y. One
+//           vdpbf16ps per pair and 16 columns where the compiler targets that extension (the
+//           JIT's -march=native on such a CPU), a scalar emulation elsewhere (the same bits
+//           but for subnormals, which the instruction and its rounding read as zero): callers
+//           take this kind only with a JIT instantiation on a CPU that has the extension.
 // (Kinds 1 and 3, the scatter and the fused grad X of the column-split dX pass, are retired:
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
 // small GEMM -> scatter by one pass over the groups with the product done row by row while the
@@ -120,9 +133,10 @@ inline void axpy(T* y, T a, const T* x, int64_t n_rt) {
   for (; j < n; ++j) y[j] += a * x[j];
 }
 
-// Sum over group g's entries of coef_q * in[src[q] * ld_in + c0 + 0:w] into agg[0:w].
-template <typename T, int W>
-inline void reduce_group(const RgmsTileLaunch& l, const T* x, const T* values, int64_t w,
+// Sum over group g's entries of coef_q * in[src[q] * ld_in + c0 + 0:w] into agg[0:w] (S: how
+// X is stored; bfloat16 rows are widened exactly, element by element).
+template <typename T, int W, typename S = T>
+inline void reduce_group(const RgmsTileLaunch& l, const S* x, const T* values, int64_t w,
                          int64_t g, T* agg) {
   const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
   const T inv = l.mean ? T(1) / T(p1 - p0) : T(1);
@@ -131,7 +145,12 @@ inline void reduce_group(const RgmsTileLaunch& l, const T* x, const T* values, i
   for (int64_t q = p0; q < p1; ++q) {
     if (q + kAhead < l.prefetch_end) __builtin_prefetch(x + l.src[q + kAhead] * l.ld_in + l.c0);
     const T c = (values ? values[l.perm[q]] : T(1)) * inv;
-    axpy<T, W>(agg, c, x + l.src[q] * l.ld_in + l.c0, w);
+    if constexpr (std::is_same_v<S, T>) {
+      axpy<T, W>(agg, c, x + l.src[q] * l.ld_in + l.c0, w);
+    } else {
+      const S* row = x + l.src[q] * l.ld_in + l.c0;
+      for (int64_t j = 0; j < w; ++j) agg[j] += c * T(row[j]);
+    }
   }
 }
 
@@ -264,6 +283,101 @@ inline void fused_grad_w(const RgmsTileLaunch& l) {
   for (int64_t i = 0; i < w * w2; ++i) dw[i] += acc[i];
 }
 
+// Kind 8's product for RB reduced rows (pairs a[r][0:P]) against w [P, ldw, 2] into the rows
+// o[r][0:NV * 16]: RB x NV accumulators from zero, one vdpbf16ps per pair, row and vector,
+// then added into Y.
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+template <int RB, int NV, int P>
+inline void bf16_pairs_block(const uint32_t* const* a, const bf16* w, int64_t ldw,
+                             float* const* o) {
+  __m512 acc[RB][NV];
+  for (int r = 0; r < RB; ++r)
+    for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int p = 0; p < P; ++p) {
+    __m512i wv[NV];
+    for (int c = 0; c < NV; ++c) wv[c] = _mm512_loadu_si512(w + (p * ldw + c * 16) * 2);
+    for (int r = 0; r < RB; ++r) {
+      const __m512i ar = _mm512_set1_epi32(static_cast<int32_t>(a[r][p]));
+      for (int c = 0; c < NV; ++c)
+        acc[r][c] = _mm512_dpbf16_ps(acc[r][c], reinterpret_cast<const __m512bh&>(ar),
+                                     reinterpret_cast<const __m512bh&>(wv[c]));
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int c = 0; c < NV; ++c)
+      _mm512_storeu_ps(o[r] + c * 16, _mm512_add_ps(_mm512_loadu_ps(o[r] + c * 16), acc[r][c]));
+}
+#endif
+
+template <typename T, int W, int W2>
+inline void fused_forward_bf16(const RgmsTileLaunch& l) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return;  // float kernels only
+  } else {
+    const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
+    const int64_t pairs = (w + 1) / 2, ldw = l.ld_w;
+    constexpr int64_t kMaxPairs = (W > 0 ? W + 1 : kFusedMaxWidth) / 2;
+    const bf16* x = static_cast<const bf16*>(l.in);
+    const float* values = static_cast<const float*>(l.values);
+    const bf16* wp = static_cast<const bf16*>(l.w);
+    float* y = static_cast<float*>(l.out);
+    float agg[W > 0 ? W : kFusedMaxWidth];
+    uint32_t a2[kFusedBlock][kMaxPairs];  // the reduced rows in bfloat16, one pair a word
+    for (int64_t g0 = l.g0; g0 < l.g1; g0 += kFusedBlock) {
+      const int64_t n = std::min<int64_t>(kFusedBlock, l.g1 - g0);
+      for (int64_t t = 0; t < n; ++t) {
+        reduce_group<float, W, bf16>(l, x, values, w, g0 + t, agg);
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+        if constexpr (W > 0 && W % 16 == 0) {
+          for (int64_t j = 0; j < W; j += 16) {
+            const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(agg + j));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a2[t] + j / 2),
+                                reinterpret_cast<const __m256i&>(h));
+          }
+          continue;
+        }
+#endif
+        for (int64_t p = 0; p < pairs; ++p) {
+          const uint32_t lo = bf16(agg[2 * p]).bits;
+          const uint32_t hi = 2 * p + 1 < w ? bf16(agg[2 * p + 1]).bits : 0u;
+          a2[t][p] = lo | (hi << 16);
+        }
+      }
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+      if constexpr (W > 0 && W2 > 0 && W2 % 16 == 0 && W2 / 16 <= 4) {
+        constexpr int NV = W2 / 16, P = (W + 1) / 2;
+        constexpr int RB = NV == 1 ? 8 : NV == 2 ? 4 : 2;  // RB x NV accumulators
+        const uint32_t* a[kFusedBlock];
+        float* o[kFusedBlock];
+        for (int64_t t = 0; t < n; ++t) {
+          a[t] = a2[t];
+          o[t] = y + l.grp_dst[g0 + t] * l.ld_out;
+        }
+        int64_t t = 0;
+        for (; t + RB <= n; t += RB) bf16_pairs_block<RB, NV, P>(a + t, wp, ldw, o + t);
+        for (; t < n; ++t) bf16_pairs_block<1, NV, P>(a + t, wp, ldw, o + t);
+        continue;
+      }
+#endif
+      for (int64_t t = 0; t < n; ++t) {
+        float* yrow = y + l.grp_dst[g0 + t] * l.ld_out;
+        for (int64_t j = 0; j < w2; ++j) {
+          float acc = 0.f;
+          for (int64_t p = 0; p < pairs; ++p) {
+            const bf16* wq = wp + (p * ldw + j) * 2;
+            bf16 odd, even;
+            odd.bits = static_cast<uint16_t>(a2[t][p] >> 16);
+            even.bits = static_cast<uint16_t>(a2[t][p] & 0xffffu);
+            acc = acc + float(odd) * float(wq[1]);
+            acc = acc + float(even) * float(wq[0]);
+          }
+          yrow[j] += acc;
+        }
+      }
+    }
+  }
+}
+
 // Row t's index for kinds 5-6.
 inline int64_t row_index(const RgmsTileLaunch& l, int64_t t) {
   return l.idx32 != nullptr ? int64_t(l.idx32[t]) : l.idx64[t];
@@ -310,6 +424,7 @@ inline void run(const RgmsTileLaunch& l) {
       break;
     case 2: fused_forward<T, W, W2>(l); break;
     case 4: fused_grad_w<T, W, W2>(l); break;
+    case 8: fused_forward_bf16<T, W, W2>(l); break;
     case 5: gather_rows<T, W>(l); break;
     default: scatter_add_rows<T, W>(l); break;
   }

@@ -160,6 +160,94 @@ def test_rgms_bfloat16_tiles_exact_on_exact_inputs(kind, strategy, poison_empty)
     assert torch.equal(got, want)
 
 
+def big_typed_graph(kind, seed=0):
+    """Typed graphs with enough entries (10000) for the fused rows' JIT instantiation from 7
+    columns up (RGMS's loops are JIT-compiled from 2^16 gathered elements): (edge_index,
+    edge_type, n_src, n_dst, R)."""
+    g = torch.Generator().manual_seed(seed)
+    e, r, n_src, n_dst = 10000, 6, 400, 400
+    if kind == "r200":  # many relations, a few entries each, some empty
+        r = 200
+        et = torch.randint(0, 180, (e,), generator=g)
+    else:
+        et = torch.randint(0, r, (e,), generator=g)
+    if kind == "rect":
+        n_src, n_dst = 300, 170
+    src = torch.randint(0, n_src, (e,), generator=g)
+    dst = torch.randint(0, n_dst, (e,), generator=g)
+    if kind == "hub":  # very skewed degrees: half the entries into target 3
+        dst[: e // 2] = 3
+    if kind == "one":  # a single entry repeated: one group
+        src[:], dst[:], et[:] = 5, 7, 2
+    return torch.stack([src, dst]), et, n_src, n_dst, r
+
+
+def _fused_bf16_runs(entries, f_in):
+    """Whether a bfloat16 forward on the fused rows runs kind 8 (bfloat16 products) here."""
+    from sparsejit.info import _cpu
+    return (_core.gemm_bf16_native() and "avx512_bf16" in _cpu()["isa"] and
+            _core.jit_enabled() and entries * f_in >= 1 << 16)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "hub", "r200", "rect", "one"])
+@pytest.mark.parametrize("f_in,f_out", [(16, 16), (7, 5), (32, 20), (24, 32)])
+@pytest.mark.parametrize("weighted,with_root", [(False, False), (True, True)])
+def test_rgms_bfloat16_fused_rows(kind, f_in, f_out, weighted, with_root, monkeypatch,
+                                  poison_empty):
+    """bfloat16 X and W through the fused rows (widths up to 32): on a CPU with AVX512-BF16 the
+    JIT's rows round each reduced row to bfloat16 and multiply on vdpbf16ps (kind 8), reading
+    X in bfloat16; the result matches the float64 reference to bfloat16 accuracy. Without
+    those products (SPARSEJIT_RGMS_BF16_GEMM=0) the rows run in float32: the same accuracy,
+    and where kind 8 ran, other bits (the reduced rows were rounded)."""
+    seed = zlib.crc32(f"bf16rows/{kind}/{f_in}".encode()) % 1000
+    ei, et, n_src, n_dst, r = big_typed_graph(kind, seed=seed)
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(n_src, f_in, generator=g).bfloat16()
+    W = torch.randn(r, f_in, f_out, generator=g).bfloat16()
+    values = torch.rand(ei.shape[1], generator=g).bfloat16() if weighted else None
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r,
+                                             values=values)
+    root = torch.randn(f_in, f_out, generator=g).bfloat16() if with_root else None
+    bias = torch.randn(f_out, generator=g).bfloat16() if with_root else None
+    x_root = torch.randn(n_dst, f_in, generator=g).bfloat16() if with_root else None
+
+    def run():
+        return torch.ops.sparsejit.rgms(A.plan, X, W, A.values, "mean", n_dst, 0, 0, 1, root,
+                                        bias, x_root)
+
+    got = run()
+    monkeypatch.setenv("SPARSEJIT_RGMS_BF16_GEMM", "0")
+    f32_rows = run()
+    ref = reference(ei, et, n_dst, X, W, "mean", values)
+    if with_root:
+        ref = ref + x_root.double() @ root.double() + bias.double()
+    for y in (got, f32_rows):
+        assert y.dtype == torch.bfloat16 and y.shape == (n_dst, f_out)
+        tol = TOL[torch.bfloat16] * max(1.0, ref.abs().max().item())
+        torch.testing.assert_close(y.double(), ref, atol=tol, rtol=TOL[torch.bfloat16])
+    if _fused_bf16_runs(ei.shape[1], f_in) and kind != "one":  # "one": the mean of one row is that row, exact
+        assert not torch.equal(got, f32_rows)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "r200", "rect", "one"])
+@pytest.mark.parametrize("f_in,f_out", [(16, 16), (7, 5), (32, 20), (24, 32)])
+def test_rgms_bfloat16_fused_rows_exact_on_exact_inputs(kind, f_in, f_out, poison_empty):
+    """Halves in X, small integers in W, sums over few entries: every reduced row, its
+    bfloat16 rounding and every product are exact, so the fused rows' bfloat16 forward
+    (kind 8 where it runs) must equal the float64 reference rounded once to bfloat16."""
+    seed = zlib.crc32(f"bf16rowsx/{kind}/{f_in}".encode()) % 1000
+    ei, et, n_src, n_dst, r = big_typed_graph(kind, seed=seed)
+    if kind == "one":
+        ei, et = ei[:, :40], et[:40]  # 40 entries: a sum of halves up to 20, exact
+    g = torch.Generator().manual_seed(6)
+    X = (torch.randint(-2, 3, (n_src, f_in), generator=g) / 2).bfloat16()
+    W = torch.randint(-2, 3, (r, f_in, f_out), generator=g).bfloat16()
+    A = sj.TypedSparseMatrix.from_edge_index(ei, (n_src, n_dst), edge_type=et, num_relations=r)
+    got = torch.ops.sparsejit.rgms(A.plan, X, W, None, "sum", n_dst, 0, 0, 1, None, None, None)
+    want = reference(ei, et, n_dst, X, W, "sum").to(torch.bfloat16)
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("f_in,f_out", [(0, 5), (6, 0), (0, 0)])
 def test_rgms_zero_width(f_in, f_out, poison_empty):
     ei, et, n_src, n_dst, r = typed_graph("uniform")

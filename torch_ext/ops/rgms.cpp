@@ -539,13 +539,13 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   const auto a = check_rgms_args("rgms", plan, x_in, w_in, values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
   // bfloat16 X and W on the CPU where the CPU multiplies bfloat16 natively: the GEMM tiles
-  // read X as it is and multiply on oneDNN's bfloat16 GEMM (rgms::Problem::w_bf16 /
-  // x_bf16); X is then never converted. Elsewhere bfloat16 runs in float32.
+  // read X as it is and multiply on oneDNN's bfloat16 GEMM or micro-kernel, the fused rows on
+  // vdpbf16ps (rgms::Problem::w_bf16 / x_bf16); X is then not converted here. Elsewhere
+  // bfloat16 runs in float32.
   const bool bf16_native =
       x_in.is_cpu() && !composite_forced() && x_in.scalar_type() == tx::kBFloat16 &&
       w_in.scalar_type() == tx::kBFloat16 && bf16_gemm_enabled();
-  const bool bf16_gather = bf16_native &&
-      rgms::forward_runs_tiles(x_in.size(1), w_in.size(2), static_cast<rgms::Gemm>(gemm));
+  const bool bf16_gather = bf16_native;
   const auto x = bf16_gather ? tx::Tensor() : x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   std::optional<tx::Tensor> values;
