@@ -11,7 +11,7 @@ geometric mean of B / A over the cases, using each case's best run.
 Cases cover every op family, through the public API only (so any two layouts compare):
 spmm (SpMM sum/mean/max/min, SDDMM and edge softmax on real and generated graphs), attention
 (fused dot-product attention, forward and forward + backward), rgms (an R-GCN layer's op,
-forward and forward + backward), point_conv (a SubMConv3d with its kernel map built on each
+forward and forward + backward; narrow rows over 50 relations also in bfloat16), point_conv (a SubMConv3d with its kernel map built on each
 call, and forward + backward on a cached map) and filter_conv (pruned 3x3 Conv2d layers at batch
 1, and three of ResNet-50's shapes at batch 8 and 90%: a 3x3 and two 1x1s). `--families`
 picks a subset. Generated inputs are seeded, so both builds see the same data.
@@ -125,6 +125,25 @@ def run_rgms(records, repeat: int) -> None:
             sj.rgms(A, Xg, Wg).sum().backward()
         t = _median_ms(fwd_bwd, repeat=repeat)
         _record(records, "rgms", case, f_in, "rgms", "fwd+bwd", t)
+    # Narrow rows over many relations (the fused row kernels; one entry per group on
+    # average): float32 forward, forward + backward, and the bfloat16 forward.
+    n, rels, e = 100_000, 50, 1_000_000
+    ei = torch.randint(0, n, (2, e), generator=g)
+    et = torch.randint(0, rels, (e,), generator=g)
+    A = sj.TypedSparseMatrix.from_edge_index(ei, n, edge_type=et, num_relations=rels)
+    case = f"uniform n={n} R={rels}"
+    X = torch.randn(n, 16, generator=g)
+    W = torch.randn(rels, 16, 16, generator=g) / 4
+    _record(records, "rgms", case, 16, "rgms", "fwd",
+            _median_ms(lambda: sj.rgms(A, X, W, reduce="mean"), repeat=repeat))
+    Xb, Wb = X.bfloat16(), W.bfloat16()
+    _record(records, "rgms", case, 16, "rgms bf16", "fwd",
+            _median_ms(lambda: sj.rgms(A, Xb, Wb, reduce="mean"), repeat=repeat))
+    Xg, Wg = X.clone().requires_grad_(), W.clone().requires_grad_()
+
+    def fwd_bwd_narrow():
+        sj.rgms(A, Xg, Wg, reduce="mean").sum().backward()
+    _record(records, "rgms", case, 16, "rgms", "fwd+bwd", _median_ms(fwd_bwd_narrow, repeat=repeat))
     print("rgms done", flush=True)
 
 
