@@ -9,7 +9,7 @@ environment (deepsparse 1.8.0 has a cp311 wheel; 1.9.0 is an empty stub; onnx 1.
     python3 -m venv --system-site-packages /work/ds_venv
     /work/ds_venv/bin/pip install deepsparse==1.8.0 onnx==1.14.1
     PYTHONPATH=python /work/ds_venv/bin/python benchmarks/bench_deepsparse.py \\
-        [--sparsities 0.8 0.9] [--batches 1 8] [--threads 2] [--processes 3]
+        [--sparsities 0.8 0.9] [--batches 1 8] [--threads 2] [--processes 3] [--singles]
 
 Writes benchmarks/results/deepsparse.json and prints a markdown table (CPU named).
 `--processes N` runs the whole measurement in N fresh processes, one after the other, and
@@ -48,6 +48,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/deepsparse.json"))
     ap.add_argument("--processes", type=int, default=1,
                     help="repeat the measurement in this many fresh processes; medians")
+    ap.add_argument("--singles", action="store_true",
+                    help="at batch B > 1 also time B one-image calls on each side (sparsejit's "
+                         "model sparsified for batch 1, DeepSparse's engine compiled for batch "
+                         "1): how much each gains from the batch")
     args = ap.parse_args()
     if args.processes > 1:
         across_processes(args)
@@ -89,6 +93,14 @@ def main() -> None:
                 assert torch.equal(unfused(x), got_sj), "the fusion pass changed the result"
                 fns = {"dense": lambda: folded(x), "sparsejit": lambda: sparse(x),
                        "unfused": lambda: unfused(x), "deepsparse": lambda: engine.run([xn])}
+                if args.singles and batch > 1:
+                    one = sj.sparsify(copy.deepcopy(dense), x[:1], min_speedup=1.05,
+                                      progress=None, fold_bn=True, verbose=False)
+                    engine1 = Engine(model=onnx_path, batch_size=1, num_cores=args.threads)
+                    xs, xns = [x[i:i + 1] for i in range(batch)], [xn[i:i + 1] for i in
+                                                                    range(batch)]
+                    fns["sparsejit singles"] = lambda: [one(v) for v in xs]
+                    fns["deepsparse singles"] = lambda: [engine1.run([v]) for v in xns]
                 for fn in fns.values():
                     fn()
                 times = {k: [] for k in fns}
@@ -105,6 +117,13 @@ def main() -> None:
                            deepsparse_ms=med["deepsparse"],
                            sparsejit_vs_deepsparse=med["deepsparse"] / med["sparsejit"],
                            rel_error_sparsejit=err_sj, rel_error_deepsparse=err_ds)
+                if "sparsejit singles" in med:
+                    row.update(sparsejit_singles_ms=med["sparsejit singles"],
+                               deepsparse_singles_ms=med["deepsparse singles"])
+                    print(f"  {batch} one-image calls: sparsejit {med['sparsejit singles']:.1f} "
+                          f"ms (batch gain {med['sparsejit singles'] / med['sparsejit']:.2f}x), "
+                          f"DeepSparse {med['deepsparse singles']:.1f} ms (batch gain "
+                          f"{med['deepsparse singles'] / med['deepsparse']:.2f}x)", flush=True)
                 rows.append(row)
                 print(f"{sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, sparsejit "
                       f"{med['sparsejit']:.1f} ms (unfused {med['unfused']:.1f}), DeepSparse "
