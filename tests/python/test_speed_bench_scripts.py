@@ -1,7 +1,7 @@
 """The benchmark scripts behind issue 21's measurements run end to end on small inputs and
 print what RESULTS.md quotes (so a refactor that breaks them fails here, not at the next
 measurement): the SpMM locality experiment, the filter-conv lane-width A/B, the filter-conv
-batch split and DeepSparse's
+batch split (stages and chunked prefixes), bench_bf16's RGMS rows and DeepSparse's
 side-by-side runner (which must name its missing peer, not crash, where deepsparse is not
 installed, as in CI)."""
 
@@ -68,9 +68,27 @@ def test_filter_conv_batch_split_two_layers(tmp_path):
     assert [l["layer"] for l in rec["layers"]] == ["layer1.0.downsample.0", "layer1.0.conv1"]
     assert all(l["batch_ms"] > 0 and l["slices_ms"] > 0 and l["gmacs"] > 0
                for l in rec["layers"])
-    assert set(rec["whole"]) == {"whole", "chunks of 1"}
-    assert "| layer1.0.conv1 |" in r.stdout
+    assert set(rec["whole"]) == {"whole", "chunks of 1", "stem..layer1 in chunks of 1",
+                                 "stem..layer2 in chunks of 1"}
+    assert all(v > 0 for v in rec["whole"].values())
+    # every stage timed in the batch forward and in one-image forwards
+    assert {"conv1", "layer1", "layer2", "layer3", "layer4", "fc"} <= set(rec["stages"])
+    assert all(b > 0 and one > 0 for b, one in rec["stages"].values())
+    assert "| layer1.0.conv1 |" in r.stdout and "| layer4 |" in r.stdout
 
+
+
+def test_bf16_rgms_rows_and_their_products_ab():
+    """bench_bf16.py's RGMS rows: bfloat16 against float32, and the bfloat16 call with its
+    bfloat16 products against SPARSEJIT_RGMS_BF16_GEMM=0 (the switch restored after)."""
+    r = run("bench_bf16.py", "--families", "rgms", "--repeat", "3")
+    assert r.returncode == 0, r.stderr
+    assert "| op | bfloat16 products | float32 products | speed-up |" in r.stdout
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| rgms mean")]
+    assert len(rows) == 6  # three cases, in both tables
+    for row in rows:
+        a, b = (float(c.strip().split()[0]) for c in row.split("|")[2:4])
+        assert a > 0 and b > 0
 
 
 def test_filter_conv_pairs_counts_channel_partners():
