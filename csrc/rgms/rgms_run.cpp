@@ -642,35 +642,39 @@ bool fused_bf16_takes(const Problem& p) {
          tile_fn<float>(p.f_in, p.plan.e * p.f_in, p.f_out) != rows::generic_fn<float>();
 }
 
+namespace {
+
+// W [R, f_in, f_out] in bfloat16, each relation packed in bfloat16 pairs
+// (dense::pack_bf16_vnni); `per` values a relation.
+std::vector<bf16> pack_pairs(const Problem& p, int64_t& per) {
+  per = dense::bf16_vnni_size(p.f_in, p.f_out);
+  std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
+  for (int64_t r = 0; r < p.plan.r; ++r)
+    dense::pack_bf16_vnni(p.w_bf16 + r * p.f_in * p.f_out, p.f_in, p.f_out, p.f_out,
+                          packed.data() + r * per);
+  return packed;
+}
+
+}  // namespace
+
 template <typename T>
 void forward(const Problem& p, const T* x, const T* w, const T* values, T* y,
              const RootTerm<T>& rt) {
   if constexpr (std::is_same_v<T, float>) {
-    if (p.w_bf16 != nullptr && p.w_vnni == nullptr && forward_runs_tiles(p.f_in, p.f_out, p.gemm) &&
-        dense::gemm_bf16_ukernel_takes(p.f_out)) {
-      // The bfloat16 weights packed once per call for the bfloat16 micro-kernel (only where
-      // the forward runs tiles: the fused rows never read them).
-      const int64_t per = dense::bf16_vnni_size(p.f_in, p.f_out);
-      std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
-      for (int64_t r = 0; r < p.plan.r; ++r)
-        dense::pack_bf16_vnni(p.w_bf16 + r * p.f_in * p.f_out, p.f_in, p.f_out, p.f_out,
-                              packed.data() + r * per);
+    // The bfloat16 weights packed in pairs once per call: for the bfloat16 micro-kernel
+    // where the forward runs tiles, for the fused rows' vdpbf16ps (kind 8) where it runs
+    // those (each path reads only its own).
+    const bool tiles = p.w_bf16 != nullptr && p.w_vnni == nullptr &&
+                       forward_runs_tiles(p.f_in, p.f_out, p.gemm) &&
+                       dense::gemm_bf16_ukernel_takes(p.f_out);
+    const bool rows = !tiles && p.x_bf16 != nullptr && p.w_bf16 != nullptr &&
+                      fused_bf16_takes(p);
+    if (tiles || rows) {
+      int64_t per = 0;
+      const std::vector<bf16> packed = pack_pairs(p, per);
       Problem q = p;
-      q.w_vnni = packed.data();
-      q.w_vnni_stride = per;
-      forward_impl<T>(q, x, w, values, y, rt, nullptr);
-      return;
-    }
-    if (p.x_bf16 != nullptr && p.w_bf16 != nullptr && fused_bf16_takes(p)) {
-      // The same for the fused rows' bfloat16 products (kind 8): W[r] in pairs.
-      const int64_t per = dense::bf16_vnni_size(p.f_in, p.f_out);
-      std::vector<bf16> packed(size_t(std::max<int64_t>(p.plan.r * per, 1)));
-      for (int64_t r = 0; r < p.plan.r; ++r)
-        dense::pack_bf16_vnni(p.w_bf16 + r * p.f_in * p.f_out, p.f_in, p.f_out, p.f_out,
-                              packed.data() + r * per);
-      Problem q = p;
-      q.w_pairs = packed.data();
-      q.w_pairs_stride = per;
+      (tiles ? q.w_vnni : q.w_pairs) = packed.data();
+      (tiles ? q.w_vnni_stride : q.w_pairs_stride) = per;
       forward_impl<T>(q, x, w, values, y, rt, nullptr);
       return;
     }
