@@ -11,10 +11,10 @@ geometric mean of B / A over the cases, using each case's best run.
 Cases cover every op family, through the public API only (so any two layouts compare):
 spmm (SpMM sum/mean/max/min, SDDMM and edge softmax on real and generated graphs), attention
 (fused dot-product attention, forward and forward + backward), rgms (an R-GCN layer's op,
-forward and forward + backward; narrow rows over 50 relations also in bfloat16), point_conv (a SubMConv3d with its kernel map built on each
-call, and forward + backward on a cached map) and filter_conv (pruned 3x3 Conv2d layers at batch
-1, and three of ResNet-50's shapes at batch 8 and 90%: a 3x3 and two 1x1s). `--families`
-picks a subset. Generated inputs are seeded, so both builds see the same data.
+forward and forward + backward; narrow rows over 50 relations also in bfloat16), point_conv
+(a SubMConv3d with its kernel map built on each call, and forward + backward on a cached map)
+and filter_conv (pruned 3x3 Conv2d layers at batch 1, and three of ResNet-50's shapes at
+batch 8 and 90%: a 3x3 and two 1x1s). `--families` picks a subset. Generated inputs are seeded, so both builds see the same data.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def run_rgms(records, repeat: int) -> None:
 
     def fwd_bwd_narrow():
         sj.rgms(A, Xg, Wg, reduce="mean").sum().backward()
-    _record(records, "rgms", case, 16, "rgms", "fwd+bwd", _median_ms(fwd_bwd_narrow, repeat=repeat))
+    _record(records, "rgms", case, 16, "rgms", "fwd+bwd",
+            _median_ms(fwd_bwd_narrow, repeat=repeat))
     print("rgms done", flush=True)
 
 
