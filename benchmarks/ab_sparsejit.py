@@ -14,7 +14,8 @@ spmm (SpMM sum/mean/max/min, SDDMM and edge softmax on real and generated graphs
 forward and forward + backward; narrow rows over 50 relations also in bfloat16), point_conv
 (a SubMConv3d with its kernel map built on each call, and forward + backward on a cached map)
 and filter_conv (pruned 3x3 Conv2d layers at batch 1, and three of ResNet-50's shapes at
-batch 8 and 90%: a 3x3 and two 1x1s). `--families` picks a subset. Generated inputs are seeded, so both builds see the same data.
+batch 8 and 90%: a 3x3 and two 1x1s). `--families` picks a subset. Generated inputs are
+seeded, so both builds see the same data.
 """
 
 from __future__ import annotations
