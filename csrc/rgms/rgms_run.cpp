@@ -767,9 +767,15 @@ void backward_x_transposed(const Problem& p, const TransposedPlan* tp, const T* 
   std::vector<T> c;
   if (values || p.mean) {
     c.resize(size_t(pv.e));
-    for (int64_t g = 0; g < pv.rel_ptr[pv.r]; ++g)
-      for (int64_t k = pv.grp_ptr[g]; k < pv.grp_ptr[g + 1]; ++k)
-        c[size_t(k)] = coef(pv, values, p.mean, g, k);
+    for (int64_t g = 0; g < pv.rel_ptr[pv.r]; ++g) {
+      if (values) {
+        for (int64_t k = pv.grp_ptr[g]; k < pv.grp_ptr[g + 1]; ++k)
+          c[size_t(k)] = coef(pv, values, p.mean, g, k);
+      } else {  // mean without values: coef's 1 / |g|, one division a group
+        const T inv = T(1) / T(pv.grp_ptr[g + 1] - pv.grp_ptr[g]);
+        std::fill(c.begin() + pv.grp_ptr[g], c.begin() + pv.grp_ptr[g + 1], inv);
+      }
+    }
   }
   std::vector<T> wt(size_t(pv.r * fi * fo));  // W[r]^T: [F_out, F_in] per relation
   for (int64_t r = 0; r < pv.r; ++r)
