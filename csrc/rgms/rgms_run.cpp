@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -544,15 +545,11 @@ void forward_impl(const Problem& p, const T* x, const T* w, const T* values, T* 
   }
   const bool fused = use_fused(p, Pass::kForward);
   const TileFn gather_fn = tile_fn<T>(fi, pv.e * fi, fused ? fo : 0);
-  // bfloat16 X on the fused rows: kind 8 on the weights in pairs (forward() packed them where
-  // fused_bf16_takes), else a float32 copy of X for kind 2.
-  const bool fused_bf16 = fused && p.x_bf16 != nullptr && p.w_pairs != nullptr;
-  std::vector<T> x_wide;
-  if (fused && p.x_bf16 != nullptr && !fused_bf16) {
-    x_wide.resize(size_t(p.num_src * fi));
-    for (int64_t i = 0; i < p.num_src * fi; ++i) x_wide[size_t(i)] = T(p.x_bf16[i]);
-    x = x_wide.data();
-  }
+  // bfloat16 X on the fused rows: kind 8 on the weights in pairs (forward() packs them where
+  // fused_bf16_takes, the only case a caller sets x_bf16 for the fused rows).
+  const bool fused_bf16 = fused && p.x_bf16 != nullptr;
+  if (fused_bf16 && p.w_pairs == nullptr)
+    throw std::logic_error("rgms forward: x_bf16 on the fused rows without w_pairs");
   // Rows of width fo: the tiles' products added into Y, and the sink's X rows (its width is
   // this pass's f_out).
   const TileFn rows_fn = fused ? nullptr : tile_fn<T>(fo, pv.e * fo);

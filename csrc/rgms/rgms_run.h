@@ -104,15 +104,14 @@ struct Problem {
   // packs them itself (once per call): callers leave these unset.
   const bf16* w_vnni = nullptr;
   int64_t w_vnni_stride = 0;
-  // float32 forward with w_bf16: X [num_src, f_in] in bfloat16, read as it is by the tile
-  // gathers, the fused rows (kind 8, or one float32 copy where that kind does not run) and
-  // the transform-first row copies (widened exactly, so every sum equals that of a converted
-  // float32 X); X itself may then be null.
+  // float32 forward with w_bf16, where the forward runs tiles or fused_bf16_takes: X
+  // [num_src, f_in] in bfloat16, read as it is by the tile gathers, the fused rows (kind 8)
+  // and the transform-first row copies (widened exactly, so every sum equals that of a
+  // converted float32 X); X itself may then be null.
   const bf16* x_bf16 = nullptr;
   // With x_bf16 and w_bf16 on the fused rows (fused_bf16_takes): W in bfloat16 pairs per
   // relation (dense::pack_bf16_vnni, w_pairs_stride values per relation) for kind 8 of
-  // kernels/cpu/rgms_kernel.h; forward() packs them itself. Without them a fused forward
-  // widens x_bf16 to a float32 copy.
+  // kernels/cpu/rgms_kernel.h; forward() packs them itself.
   const bf16* w_pairs = nullptr;
   int64_t w_pairs_stride = 0;
 };

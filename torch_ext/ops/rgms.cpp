@@ -539,14 +539,13 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   const auto a = check_rgms_args("rgms", plan, x_in, w_in, values_in, reduce, num_rows);
   const auto ct = compute_type(x_in.scalar_type());
   // bfloat16 X and W on the CPU where the CPU multiplies bfloat16 natively: the GEMM tiles
-  // read X as it is and multiply on oneDNN's bfloat16 GEMM or micro-kernel, the fused rows on
-  // vdpbf16ps (rgms::Problem::w_bf16 / x_bf16); X is then not converted here. Elsewhere
-  // bfloat16 runs in float32.
+  // multiply on oneDNN's bfloat16 GEMM or micro-kernel (rgms::Problem::w_bf16), and where
+  // they or the fused rows' vdpbf16ps (rgms::fused_bf16_takes) run, X is read as it is
+  // (x_bf16, decided below) instead of converted. Elsewhere bfloat16 runs in float32.
   const bool bf16_native =
       x_in.is_cpu() && !composite_forced() && x_in.scalar_type() == tx::kBFloat16 &&
       w_in.scalar_type() == tx::kBFloat16 && bf16_gemm_enabled();
-  const bool bf16_gather = bf16_native;
-  const auto x = bf16_gather ? tx::Tensor() : x_in.to(ct).contiguous();
+  auto x = bf16_native ? tx::Tensor() : x_in.to(ct).contiguous();
   const auto w = w_in.to(ct).contiguous();
   std::optional<tx::Tensor> values;
   if (values_in.has_value()) values = values_in->to(ct).contiguous();
@@ -589,10 +588,15 @@ tx::Tensor rgms_impl(const tx::Tensor& plan, const tx::Tensor& x_in, const tx::T
   auto y = new_output({num_rows, f_out}, w.options());
   auto p = make_problem(a, num_rows, x_in.size(0), f_in, f_out, gemm, tile);
   p.strategy = static_cast<rgms::Strategy>(strategy);
+  const bool bf16_gather =
+      bf16_native && (rgms::forward_runs_tiles(f_in, f_out, static_cast<rgms::Gemm>(gemm)) ||
+                      rgms::fused_bf16_takes(p));
   tx::Tensor x_bf16;
   if (bf16_gather) {
     x_bf16 = x_in.contiguous();
     p.x_bf16 = static_cast<const bf16*>(x_bf16.data_ptr());
+  } else if (bf16_native) {
+    x = x_in.to(ct).contiguous();  // fused rows without vdpbf16ps: float32 rows
   }
   p.f_root = root.has_value() ? root->size(0) : 0;
   const auto sources = attach_sources(a, p);
