@@ -15,6 +15,9 @@ layer is a 90%-pruned 3x3 of ResNet-50's layer3 shape at batch 8.
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import time
 
 import torch
 
@@ -77,9 +80,6 @@ def main() -> None:
         """bfloat16 RGMS with its bfloat16 products (tiles and fused rows) against the same
         call with SPARSEJIT_RGMS_BF16_GEMM=0 (float32 products on widened inputs), calls
         alternated in this process, medians."""
-        import os
-        import statistics
-        import time
         old = os.environ.get("SPARSEJIT_RGMS_BF16_GEMM")
         times = {"1": [], "0": []}
         try:
