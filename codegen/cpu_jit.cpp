@@ -17,6 +17,7 @@
 
 #include "codegen/disk_cache.h"
 #include "codegen/embedded_headers.h"
+#include "kernels/common/isa_cap.h"
 
 #ifndef SPARSEJIT_VERSION
 #define SPARSEJIT_VERSION "0.0.0"
@@ -136,10 +137,25 @@ void CpuJit::refresh_env() {
 // bit-identity tests). -fno-trapping-math: lets the vectorizer if-convert selects such as
 // GATv2's LeakyReLU gradient (values are unchanged; only floating-point exception flags could
 // differ, and nothing reads them); without it those loops stayed scalar with a branch.
+// The target follows SPARSEJIT_MAX_ISA (csrc/core/isa.h): the host's own ISA, or a named
+// x86-64 level with the host's tuning (AMX off under an "avx512" cap).
 std::string CpuJit::compiler_command() const {
-  return find_compiler() +
-         " -O3 -march=native -std=c++17 -ffp-contract=off -fno-trapping-math -fPIC -shared "
-         "-fopenmp -fno-math-errno -w";
+  std::string target = " -march=native";
+#if defined(__x86_64__)
+  switch (max_isa()) {
+    case IsaTier::kAvx512:
+      target = " -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+      break;
+    case IsaTier::kAvx2:  // a host below x86-64-v3 keeps its own (lower) ISA
+      if (__builtin_cpu_supports("x86-64-v3")) target = " -march=x86-64-v3 -mtune=native";
+      break;
+    case IsaTier::kBaseline: target = " -march=x86-64 -mtune=native"; break;
+    default: break;
+  }
+#endif
+  return find_compiler() + " -O3" + target +
+         " -std=c++17 -ffp-contract=off -fno-trapping-math -fPIC -shared -fopenmp "
+         "-fno-math-errno -w";
 }
 
 std::string CpuJit::compiler_version() {

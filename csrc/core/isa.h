@@ -3,9 +3,18 @@
 // library's baseline ISA and for AVX2 + FMA (CMake's sparsejit_isa_copy() sets the flags on
 // the second copy), each copy inside its own namespace named by SPARSEJIT_ISA_NS (defined by
 // the including file, so the copies never meet at link time), and the caller picks a copy
-// with cpu_has_avx2_fma(). The JIT needs none of this: it compiles for the machine it runs on.
+// with cpu_has_avx2_fma(). Small loops instead get three copies of one function in one file
+// (SJ_TARGET_V4 / SJ_TARGET_V3 below, picked with isa_tier()). The JIT needs none of this: it
+// compiles for the machine it runs on (codegen/cpu_jit.cpp), within the same cap.
 // Used by the built-in GEMM (csrc/dense/gemm_packed.h) and the filter-sparse convolution's
 // tile loops (kernels/cpu/filter_conv_tiles.h).
+//
+// SPARSEJIT_MAX_ISA (kernels/common/isa_cap.h) caps what sparsejit uses, as oneDNN's ONEDNN_MAX_CPU_ISA does for oneDNN:
+// "avx512" (AVX-512 and AVX512-BF16 where present, no AMX), "avx2" (x86-64-v3: AVX2 + FMA),
+// "baseline" (x86-64, no AVX); unset, "" or "native": what the CPU has. It is read once, at
+// the first question, so it is set before the process starts. Every predicate below, the
+// three-copy loops and the JIT's -march follow it, so one machine runs the code another CPU
+// of the lower tier would run (tests and A/B timings on the other ISA).
 #pragma once
 
 #include <unistd.h>
@@ -13,48 +22,92 @@
 #include <cstdio>
 #include <string>
 
+#include "kernels/common/isa_cap.h"
+
 namespace sparsejit {
 
-// True when the CPU runs AVX2 and FMA (read once).
+// True when the cap allows `tier`.
+inline bool isa_allows(IsaTier tier) {
+  return static_cast<int>(max_isa()) >= static_cast<int>(tier);
+}
+
+// True when the CPU runs AVX2 and FMA and the cap allows them (read once).
 inline bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok = isa_allows(IsaTier::kAvx2) && __builtin_cpu_supports("avx2") &&
+                         __builtin_cpu_supports("fma");
   return ok;
 #else
   return false;
 #endif
 }
 
-// True when the CPU multiplies bfloat16 pairs natively (AVX512-BF16 or AMX-BF16; read once).
+// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and the cap allows AVX-512
+// (read once).
+inline bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = isa_allows(IsaTier::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// True when the CPU has AMX tiles and no cap is set (read once).
+inline bool cpu_has_amx() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = isa_allows(IsaTier::kNative) && __builtin_cpu_supports("amx-tile");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// True when the CPU multiplies bfloat16 pairs natively (AVX512-BF16 or AMX-BF16) within the
+// cap (read once).
 inline bool cpu_has_bf16_dot() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool ok =
-      __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+      cpu_has_avx512_bf16() || (cpu_has_amx() && __builtin_cpu_supports("amx-bf16"));
   return ok;
 #else
   return false;
 #endif
 }
 
-// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps; read once).
-inline bool cpu_has_avx512_bf16() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = __builtin_cpu_supports("avx512bf16");
-  return ok;
+// The tier the three-copy loops run: x86-64-v4 (AVX-512 F/BW/CD/DQ/VL), x86-64-v3 (AVX2, FMA,
+// BMI) or the baseline, as the CPU has them and the cap allows (read once).
+inline IsaTier isa_tier() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const IsaTier t = isa_allows(IsaTier::kAvx512) && __builtin_cpu_supports("x86-64-v4")
+                               ? IsaTier::kAvx512
+                           : isa_allows(IsaTier::kAvx2) && __builtin_cpu_supports("x86-64-v3")
+                               ? IsaTier::kAvx2
+                               : IsaTier::kBaseline;
+  return t;
 #else
-  return false;
+  return IsaTier::kBaseline;
 #endif
 }
 
-// True when the CPU has AMX tiles (read once).
-inline bool cpu_has_amx() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = __builtin_cpu_supports("amx-tile");
-  return ok;
+// Copies of one small loop for the tiers: a function marked SJ_TARGET_V4 / SJ_TARGET_V3 is
+// compiled for x86-64-v4 / -v3 (its always_inline body with it), and the caller picks one by
+// isa_tier(). (GCC's target_clones would pick at load time, where the cap cannot reach.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SJ_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#define SJ_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
 #else
-  return false;
+#define SJ_TARGET_V4
+#define SJ_TARGET_V3
 #endif
-}
+
+// `return name_v4 args;`, `name_v3 args` or `name_base args` by isa_tier().
+#define SJ_ISA_CALL(name, args)                                   \
+  switch (::sparsejit::isa_tier()) {                              \
+    case ::sparsejit::IsaTier::kAvx512: return name##_v4 args;    \
+    case ::sparsejit::IsaTier::kAvx2: return name##_v3 args;      \
+    default: return name##_base args;                             \
+  }
 
 // The size in bytes of CPU 0's data (or unified) cache of `level` as the kernel describes it
 // (sysfs, /sys/devices/system/cpu/cpu0/cache/index*/), 0 where it does not. Preferred to

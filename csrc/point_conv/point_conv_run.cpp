@@ -288,8 +288,9 @@ void run_gather_gemm_scatter(const Pairs& p, const PointConvArgs<T>& a) {
 
 // y[r, 0:co] += the product rows of r's pairs (prod[row_pair[q] * co], q in r's range), in
 // pair order, for rows [r0, r1). Widths 16, 32, 64 and 128 get copies with the row length
-// known at compile time, and the loop is cloned for AVX-512 and AVX2 (the library's baseline
-// build adds 4 floats at a time): the same additions in the same order, the same bits.
+// known at compile time, and the loop has copies for AVX-512 and AVX2 (SJ_TARGET_V4 / V3,
+// picked by isa_tier(); the library's baseline build adds 4 floats at a time): the same
+// additions in the same order, the same bits.
 template <typename T, int W>
 inline __attribute__((always_inline)) void sum_pair_rows_w(const Pairs& p, const T* prod,
                                                            int64_t co_rt, int64_t r0,
@@ -317,28 +318,25 @@ inline __attribute__((always_inline)) void sum_pair_rows_any(const Pairs& p, con
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void sum_pair_rows_f32(const Pairs& p, const float* prod, int64_t co, int64_t r0, int64_t r1,
-                       float* y) {
-  sum_pair_rows_any<float>(p, prod, co, r0, r1, y);
+template <typename T>
+SJ_TARGET_V4 void sum_pair_rows_v4(const Pairs& p, const T* prod, int64_t co, int64_t r0,
+                                   int64_t r1, T* y) {
+  sum_pair_rows_any<T>(p, prod, co, r0, r1, y);
 }
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void sum_pair_rows_f64(const Pairs& p, const double* prod, int64_t co, int64_t r0, int64_t r1,
-                       double* y) {
-  sum_pair_rows_any<double>(p, prod, co, r0, r1, y);
+template <typename T>
+SJ_TARGET_V3 void sum_pair_rows_v3(const Pairs& p, const T* prod, int64_t co, int64_t r0,
+                                   int64_t r1, T* y) {
+  sum_pair_rows_any<T>(p, prod, co, r0, r1, y);
+}
+template <typename T>
+void sum_pair_rows_base(const Pairs& p, const T* prod, int64_t co, int64_t r0, int64_t r1,
+                        T* y) {
+  sum_pair_rows_any<T>(p, prod, co, r0, r1, y);
 }
 
 template <typename T>
 void sum_pair_rows(const Pairs& p, const T* prod, int64_t co, int64_t r0, int64_t r1, T* y) {
-  if constexpr (std::is_same_v<T, float>)
-    sum_pair_rows_f32(p, prod, co, r0, r1, y);
-  else
-    sum_pair_rows_f64(p, prod, co, r0, r1, y);
+  SJ_ISA_CALL(sum_pair_rows, <T>(p, prod, co, r0, r1, y))
 }
 
 // With a row index: every (group, tile) product goes to its own rows of a [M, C_out] buffer

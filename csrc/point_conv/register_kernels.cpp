@@ -3,6 +3,7 @@
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
 #include "codegen/jit_policy.h"
+#include "csrc/core/isa.h"
 #include "kernels/cpu/common/vec.h"
 
 namespace sparsejit::point_conv::detail {
@@ -124,26 +125,56 @@ bool os_has_registers(const Pairs& p, int64_t c_in, int64_t c_out, int64_t elem_
          os_jit_worth(p, c_in, c_out, elem_bytes);
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void os_tile(
-    const Pairs& p, const PointConvArgs<float>& a, const float* w, int64_t r0, int64_t r1) {
-  os_dispatch<float>(p, a, w, r0, r1);
+// os_tile and wgrad_group in an AVX2 copy and a baseline one, picked by isa_tier() (the
+// AVX-512 tier takes the AVX2 copy too).
+template <typename T>
+SJ_TARGET_V3 void os_tile_v3(const Pairs& p, const PointConvArgs<T>& a, const T* w, int64_t r0,
+                             int64_t r1) {
+  os_dispatch<T>(p, a, w, r0, r1);
 }
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void os_tile(
-    const Pairs& p, const PointConvArgs<double>& a, const double* w, int64_t r0, int64_t r1) {
-  os_dispatch<double>(p, a, w, r0, r1);
+template <typename T>
+void os_tile_base(const Pairs& p, const PointConvArgs<T>& a, const T* w, int64_t r0,
+                  int64_t r1) {
+  os_dispatch<T>(p, a, w, r0, r1);
+}
+template <typename T>
+void os_tile_any(const Pairs& p, const PointConvArgs<T>& a, const T* w, int64_t r0,
+                 int64_t r1) {
+  if (isa_tier() >= IsaTier::kAvx2) return os_tile_v3<T>(p, a, w, r0, r1);
+  os_tile_base<T>(p, a, w, r0, r1);
+}
+void os_tile(const Pairs& p, const PointConvArgs<float>& a, const float* w, int64_t r0,
+             int64_t r1) {
+  os_tile_any<float>(p, a, w, r0, r1);
+}
+void os_tile(const Pairs& p, const PointConvArgs<double>& a, const double* w, int64_t r0,
+             int64_t r1) {
+  os_tile_any<double>(p, a, w, r0, r1);
 }
 
-
-__attribute__((target_clones("arch=x86-64-v3", "default"))) bool wgrad_group(
-    const Pairs& p, const float* x, int64_t ci, const float* dy, int64_t co, const float* scale,
-    float* dwg, int64_t g) {
-  return wgrad_dispatch<float>(p, x, ci, dy, co, scale, dwg, g);
+template <typename T>
+SJ_TARGET_V3 bool wgrad_group_v3(const Pairs& p, const T* x, int64_t ci, const T* dy,
+                                 int64_t co, const T* scale, T* dwg, int64_t g) {
+  return wgrad_dispatch<T>(p, x, ci, dy, co, scale, dwg, g);
 }
-__attribute__((target_clones("arch=x86-64-v3", "default"))) bool wgrad_group(
-    const Pairs& p, const double* x, int64_t ci, const double* dy, int64_t co,
-    const double* scale, double* dwg, int64_t g) {
-  return wgrad_dispatch<double>(p, x, ci, dy, co, scale, dwg, g);
+template <typename T>
+bool wgrad_group_base(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
+                      const T* scale, T* dwg, int64_t g) {
+  return wgrad_dispatch<T>(p, x, ci, dy, co, scale, dwg, g);
 }
-
+template <typename T>
+bool wgrad_group_any(const Pairs& p, const T* x, int64_t ci, const T* dy, int64_t co,
+                     const T* scale, T* dwg, int64_t g) {
+  if (isa_tier() >= IsaTier::kAvx2) return wgrad_group_v3<T>(p, x, ci, dy, co, scale, dwg, g);
+  return wgrad_group_base<T>(p, x, ci, dy, co, scale, dwg, g);
+}
+bool wgrad_group(const Pairs& p, const float* x, int64_t ci, const float* dy, int64_t co,
+                 const float* scale, float* dwg, int64_t g) {
+  return wgrad_group_any<float>(p, x, ci, dy, co, scale, dwg, g);
+}
+bool wgrad_group(const Pairs& p, const double* x, int64_t ci, const double* dy, int64_t co,
+                 const double* scale, double* dwg, int64_t g) {
+  return wgrad_group_any<double>(p, x, ci, dy, co, scale, dwg, g);
+}
 
 }  // namespace sparsejit::point_conv::detail

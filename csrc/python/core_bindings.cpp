@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "csrc/core/huge_pages.h"
+#include "csrc/core/isa.h"
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
@@ -331,6 +332,28 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("jit_clear_memory_cache", [] { CpuJit::instance().clear_memory_cache(); });
   m.def("compiler_command", [] { return CpuJit::instance().compiler_command(); });
+  m.def(
+      "isa_state",
+      [] {
+        auto name = [](sparsejit::IsaTier t) {
+          switch (t) {
+            case sparsejit::IsaTier::kBaseline: return "baseline";
+            case sparsejit::IsaTier::kAvx2: return "avx2";
+            case sparsejit::IsaTier::kAvx512: return "avx512";
+            default: return "native";
+          }
+        };
+        py::dict d;
+        d["cap"] = name(sparsejit::max_isa());
+        d["tier"] = name(sparsejit::isa_tier());
+        d["avx2_fma"] = sparsejit::cpu_has_avx2_fma();
+        d["avx512_bf16"] = sparsejit::cpu_has_avx512_bf16();
+        d["bf16_dot"] = sparsejit::cpu_has_bf16_dot();
+        d["amx"] = sparsejit::cpu_has_amx();
+        return d;
+      },
+      "What the ahead-of-time kernels may use: SPARSEJIT_MAX_ISA's cap, the tier of the "
+      "three-copy loops and the feature predicates, each within the cap");
   m.def("compiler_version", [] { return CpuJit::instance().compiler_version(); });
   m.def("cache_dir", [] { return DiskCache::instance().root(); });
   m.def("min_parallel_work", &sparsejit::cpu::min_parallel_work,

@@ -59,17 +59,31 @@ void gemm_raw(Gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const dou
   dense::dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-// out[i * cols + j] = a[i * lda + j] rounded to bfloat16: cloned for AVX-512 and AVX2 (the
-// library's baseline build would round 4 lanes at a time), picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void round_rows_bf16_any(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
+// out[i * cols + j] = a[i * lda + j] rounded to bfloat16, with copies for AVX-512 and AVX2
+// (the library's baseline build would round 4 lanes at a time), picked by isa_tier().
+inline __attribute__((always_inline)) void round_rows_bf16_body(const float* a, int64_t rows,
+                                                                int64_t cols, int64_t lda,
+                                                                bf16* out) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* ar = a + i * lda;
     bf16* o = out + i * cols;
     for (int64_t j = 0; j < cols; ++j) o[j] = bf16(ar[j]);
   }
+}
+SJ_TARGET_V4 void round_rows_bf16_any_v4(const float* a, int64_t rows, int64_t cols,
+                                         int64_t lda, bf16* out) {
+  round_rows_bf16_body(a, rows, cols, lda, out);
+}
+SJ_TARGET_V3 void round_rows_bf16_any_v3(const float* a, int64_t rows, int64_t cols,
+                                         int64_t lda, bf16* out) {
+  round_rows_bf16_body(a, rows, cols, lda, out);
+}
+void round_rows_bf16_any_base(const float* a, int64_t rows, int64_t cols, int64_t lda,
+                              bf16* out) {
+  round_rows_bf16_body(a, rows, cols, lda, out);
+}
+void round_rows_bf16_any(const float* a, int64_t rows, int64_t cols, int64_t lda, bf16* out) {
+  SJ_ISA_CALL(round_rows_bf16_any, (a, rows, cols, lda, out))
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -211,26 +225,26 @@ inline __attribute__((always_inline)) void slot_rows_either(SlotDir d, const Pla
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void slot_rows_f32(SlotDir d, const PlanView& pv, const int64_t* slot, const float* values,
-                   bool mean, int64_t g0, int64_t g1, const float* in, float* out, int64_t w) {
-  slot_rows_either<float>(d, pv, slot, values, mean, g0, g1, in, out, w);
+// The row loops in an AVX2 copy and a baseline one, picked by isa_tier() (the AVX-512 tier
+// takes the AVX2 copy too).
+template <typename T>
+SJ_TARGET_V3 void slot_rows_v3(SlotDir d, const PlanView& pv, const int64_t* slot,
+                               const T* values, bool mean, int64_t g0, int64_t g1, const T* in,
+                               T* out, int64_t w) {
+  slot_rows_either<T>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
-
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void slot_rows_f64(SlotDir d, const PlanView& pv, const int64_t* slot, const double* values,
-                   bool mean, int64_t g0, int64_t g1, const double* in, double* out,
-                   int64_t w) {
-  slot_rows_either<double>(d, pv, slot, values, mean, g0, g1, in, out, w);
+template <typename T>
+void slot_rows_base(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
+                    bool mean, int64_t g0, int64_t g1, const T* in, T* out, int64_t w) {
+  slot_rows_either<T>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 template <typename T>
 void slot_rows_run(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
                    bool mean, int64_t g0, int64_t g1, const T* in, T* out, int64_t w) {
-  if constexpr (std::is_same_v<T, float>)
-    slot_rows_f32(d, pv, slot, values, mean, g0, g1, in, out, w);
-  else
-    slot_rows_f64(d, pv, slot, values, mean, g0, g1, in, out, w);
+  if (isa_tier() >= IsaTier::kAvx2)
+    return slot_rows_v3<T>(d, pv, slot, values, mean, g0, g1, in, out, w);
+  slot_rows_base<T>(d, pv, slot, values, mean, g0, g1, in, out, w);
 }
 
 // The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the

@@ -23,9 +23,14 @@ _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
 
 
 def cpu_line() -> str:
-    """The CPU for a benchmark table: model, cores and the instruction sets that matter."""
+    """The CPU for a benchmark table: model, cores and the instruction sets that matter (and
+    the cap when ``SPARSEJIT_MAX_ISA`` holds sparsejit below them)."""
     c = _cpu()
-    return f"{c['model']}, {c['cores']} cores, ISA: {' '.join(c['isa']) or 'baseline'}"
+    line = f"{c['model']}, {c['cores']} cores, ISA: {' '.join(c['isa']) or 'baseline'}"
+    cap = os.environ.get("SPARSEJIT_MAX_ISA", "")
+    if cap in ("avx512", "avx2", "baseline"):
+        line += f"; sparsejit capped at SPARSEJIT_MAX_ISA={cap}"
+    return line
 
 
 def _try(fn: Callable[[], object]) -> object:
@@ -74,8 +79,10 @@ def _jit(core) -> Dict[str, object]:
                      "compiler default")
     return {"enabled": _try(core.jit_enabled), "compiler": _try(core.compiler_version),
             "command": command, "target": march,
+            "isa": _try(core.isa_state),
             "env": {k: os.environ[k] for k in ("SPARSEJIT_JIT", "SPARSEJIT_CXX",
-                                               "SPARSEJIT_CACHE_DIR") if k in os.environ}}
+                                               "SPARSEJIT_CACHE_DIR", "SPARSEJIT_MAX_ISA")
+                    if k in os.environ}}
 
 
 def _huge_pages(core) -> Dict[str, object]:

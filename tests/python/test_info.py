@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import sparsejit
@@ -45,6 +46,16 @@ def test_jit_off_is_reported():
     rep = json.loads(r.stdout)
     assert rep["jit"]["enabled"] is False
     assert rep["jit"]["env"]["SPARSEJIT_JIT"] == "0"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64 tiers")
+def test_isa_cap_is_reported():
+    r = _run("--json", env=dict(os.environ, SPARSEJIT_MAX_ISA="baseline"))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["jit"]["isa"]["cap"] == "baseline" and rep["jit"]["isa"]["tier"] == "baseline"
+    assert rep["jit"]["isa"]["avx2_fma"] is False
+    assert rep["jit"]["target"] == "x86-64" and rep["jit"]["env"]["SPARSEJIT_MAX_ISA"] == "baseline"
 
 
 def test_text_report_names_every_section():

@@ -184,8 +184,7 @@ def big_typed_graph(kind, seed=0):
 
 def _fused_bf16_runs(entries, f_in):
     """Whether a bfloat16 forward on the fused rows runs kind 8 (bfloat16 products) here."""
-    from sparsejit.info import _cpu
-    return (_core.gemm_bf16_native() and "avx512_bf16" in _cpu()["isa"] and
+    return (_core.gemm_bf16_native() and _core.isa_state()["avx512_bf16"] and
             _core.jit_enabled() and entries * f_in >= 1 << 16)
 
 
