@@ -16,6 +16,12 @@ forward and forward + backward; narrow rows over 50 relations also in bfloat16),
 and filter_conv (pruned 3x3 Conv2d layers at batch 1, and three of ResNet-50's shapes at
 batch 8 and 90%: a 3x3 and two 1x1s). `--families` picks a subset. Generated inputs are
 seeded, so both builds see the same data.
+
+`--isa avx2` (or avx512, baseline) runs as on a CPU of that tier, for the "nothing got slower
+on the other ISA" check on one machine: SPARSEJIT_MAX_ISA caps sparsejit (its JIT's -march,
+its ahead-of-time copies and feature checks), ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA /
+MKL_ENABLE_INSTRUCTIONS cap the dense products, and a build from before the cap compiles its
+JIT through benchmarks/cxx_max_isa.sh, the same -march rewrite.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from collections import defaultdict
 
@@ -229,8 +236,44 @@ def _cpu() -> str:
         return platform.processor() or platform.machine()
 
 
-def run(out: str, features, repeat: int, families) -> None:
-    cpu = _cpu()
+# What `--isa` sets before torch and sparsejit load: sparsejit's own cap, and the same tier
+# for ATen's kernels, oneDNN and MKL, so the dense products the families call run that ISA too.
+_ISA_ENV = {
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "baseline": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+}
+
+
+def cap_isa(isa: str) -> str:
+    """Holds this process to `isa` (before torch loads): SPARSEJIT_MAX_ISA and _ISA_ENV; a build
+    without the cap (no `_core.isa_state`) compiles its JIT through benchmarks/cxx_max_isa.sh.
+    Returns the suffix the CPU line gets."""
+    if isa == "native":
+        return ""
+    if "torch" in sys.modules:
+        raise SystemExit("ab_sparsejit: --isa must be applied before torch is imported")
+    os.environ["SPARSEJIT_MAX_ISA"] = isa
+    os.environ.update(_ISA_ENV[isa])
+    from sparsejit import _core
+    if not hasattr(_core, "isa_state"):
+        here = os.path.dirname(os.path.abspath(__file__))
+        os.environ["SPARSEJIT_CXX"] = os.path.join(here, "cxx_max_isa.sh")
+        print(f"this build predates SPARSEJIT_MAX_ISA: its JIT compiles through "
+              f"{os.environ['SPARSEJIT_CXX']}", flush=True)
+    elif _core.isa_state()["cap"] != isa:
+        raise SystemExit(f"ab_sparsejit: the build did not take SPARSEJIT_MAX_ISA={isa}")
+    return f" [--isa {isa}]"
+
+
+def run(out: str, features, repeat: int, families, isa: str = "native") -> None:
+    suffix = cap_isa(isa)
+    # The cap's own note in the CPU line is replaced by the suffix, which builds from before
+    # the cap get too: both sides of a comparison then name the same CPU.
+    cpu = _cpu().split("; sparsejit capped at")[0] + suffix
     print(f"CPU: {cpu}", flush=True)
     records = []
     for fam in families:
@@ -295,12 +338,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     ap.add_argument("--compare", nargs=2, metavar=("A_GLOB", "B_GLOB"))
+    ap.add_argument("--isa", choices=("native", "avx512", "avx2", "baseline"), default="native",
+                    help="run as on a CPU of this tier: SPARSEJIT_MAX_ISA plus the matching caps "
+                         "of ATen, oneDNN and MKL (builds from before the cap compile their "
+                         "JIT through benchmarks/cxx_max_isa.sh)")
     args = ap.parse_args()
     if args.compare:
         import glob
         compare(sorted(glob.glob(args.compare[0])), sorted(glob.glob(args.compare[1])))
     else:
-        run(args.out, args.features, args.repeat, args.families)
+        run(args.out, args.features, args.repeat, args.families, args.isa)
 
 
 if __name__ == "__main__":

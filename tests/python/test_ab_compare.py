@@ -62,3 +62,41 @@ def test_compare_names_each_sides_cpu_and_warns_when_they_differ(tmp_path, capsy
     ab_sparsejit.compare(a, [_write(tmp_path / "b3.json", 1.0)])
     out = capsys.readouterr().out
     assert "B CPU: (not recorded)" in out and "different CPUs" not in out
+
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64 tiers")
+@pytest.mark.parametrize("isa,has,lacks", [("avx2", "__AVX2__", "__AVX512F__"),
+                                           ("baseline", "__SSE2__", "__AVX__")])
+def test_the_compiler_wrapper_rewrites_march_as_the_jit_does(isa, has, lacks):
+    """benchmarks/cxx_max_isa.sh: what a build from before SPARSEJIT_MAX_ISA compiles with."""
+    import subprocess
+    env = dict(os.environ, SPARSEJIT_MAX_ISA=isa)
+    r = subprocess.run([str(BENCH / "cxx_max_isa.sh"), "-march=native", "-dM", "-E", "-x", "c++",
+                        "/dev/null"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    macros = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("#define")}
+    assert has in macros and lacks not in macros
+    bad = subprocess.run([str(BENCH / "cxx_max_isa.sh"), "--version"], capture_output=True,
+                         text=True, env=dict(os.environ, SPARSEJIT_MAX_ISA="avx9"), timeout=60)
+    assert bad.returncode == 2 and "SPARSEJIT_MAX_ISA='avx9'" in bad.stderr
+
+
+def test_isa_option_caps_sparsejit_and_the_dense_libraries():
+    """`ab_sparsejit.py --isa avx2` sets the cap before torch loads, and the CPU line says so."""
+    import subprocess
+    code = ("import sys; sys.path.insert(0, %r); import ab_sparsejit as ab, os; "
+            "print(ab.cap_isa('avx2')); from sparsejit import _core; "
+            "print(_core.isa_state()['cap'], os.environ['ONEDNN_MAX_CPU_ISA'], "
+            "os.environ['ATEN_CPU_CAPABILITY'])" % str(BENCH))
+    env = {k: v for k, v in os.environ.items() if k != "SPARSEJIT_MAX_ISA"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[--isa", "avx2]", "avx2", "AVX2", "avx2"]
+    late = subprocess.run([sys.executable, "-c", "import torch, sys; sys.path.insert(0, %r); "
+                           "import ab_sparsejit as ab; ab.cap_isa('avx2')" % str(BENCH)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert late.returncode != 0 and "before torch is imported" in late.stderr
