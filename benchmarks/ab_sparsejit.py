@@ -226,14 +226,20 @@ def run_filter_conv(records, repeat: int) -> None:
 
 
 def _cpu() -> str:
-    """The CPU line of the benchmark tables (sparsejit.info.cpu_line); Python's processor name
-    where the build under test predates it."""
+    """The CPU line of the benchmark tables (sparsejit.info.cpu_line); where the build under
+    test predates it, the same function from this tree's python/sparsejit/info.py (it imports
+    nothing of sparsejit), so both sides name one CPU."""
     try:
         from sparsejit.info import cpu_line
-        return cpu_line()
     except ImportError:
-        import platform
-        return platform.processor() or platform.machine()
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python",
+                            "sparsejit", "info.py")
+        spec = importlib.util.spec_from_file_location("_sparsejit_info_here", path)
+        info = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(info)
+        cpu_line = info.cpu_line
+    return cpu_line()
 
 
 # What `--isa` sets before torch and sparsejit load: sparsejit's own cap, and the same tier
