@@ -9,9 +9,10 @@
 // Used by the built-in GEMM (csrc/dense/gemm_packed.h) and the filter-sparse convolution's
 // tile loops (kernels/cpu/filter_conv_tiles.h).
 //
-// SPARSEJIT_MAX_ISA (kernels/common/isa_cap.h) caps what sparsejit uses, as oneDNN's ONEDNN_MAX_CPU_ISA does for oneDNN:
-// "avx512" (AVX-512 and AVX512-BF16 where present, no AMX), "avx2" (x86-64-v3: AVX2 + FMA),
-// "baseline" (x86-64, no AVX); unset, "" or "native": what the CPU has. It is read once, at
+// SPARSEJIT_MAX_ISA (kernels/common/isa_cap.h) caps what sparsejit uses, as oneDNN's
+// ONEDNN_MAX_CPU_ISA does for oneDNN: "avx512" (AVX-512 and AVX512-BF16 where present, no
+// AMX), "avx2" (x86-64-v3: AVX2 + FMA), "baseline" (x86-64, no AVX); unset, "" or "native":
+// what the CPU has. It is read once, at
 // the first question, so it is set before the process starts. Every predicate below, the
 // three-copy loops and the JIT's -march follow it, so one machine runs the code another CPU
 // of the lower tier would run (tests and A/B timings on the other ISA).
@@ -76,9 +77,10 @@ inline bool cpu_has_bf16_dot() {
 }
 
 // The tier the three-copy loops run: x86-64-v4 (AVX-512 F/BW/CD/DQ/VL), x86-64-v3 (AVX2, FMA,
-// BMI) or the baseline, as the CPU has them and the cap allows (read once).
+// BMI) or the baseline, as the CPU has them and the cap allows (read once). Other compilers
+// than GCC build no tier copies (SJ_TARGET_* below are empty): the baseline.
 inline IsaTier isa_tier() {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   static const IsaTier t = isa_allows(IsaTier::kAvx512) && __builtin_cpu_supports("x86-64-v4")
                                ? IsaTier::kAvx512
                            : isa_allows(IsaTier::kAvx2) && __builtin_cpu_supports("x86-64-v3")

@@ -109,7 +109,10 @@ def test_jit_off_and_compile_failure_fall_back(monkeypatch, capfd):
     y = mod2(x, variant=VARIANTS["jit_baked"])
     torch.testing.assert_close(y.double(), reference(x, weight2, None, 1, 1, 1, 1),
                                rtol=1e-4, atol=1e-4)
-    assert "sparsejit JIT" in capfd.readouterr().err
+    # The JIT loops need AVX2 + FMA: without them (or under SPARSEJIT_MAX_ISA=baseline) none
+    # is compiled, so no compiler failure to report.
+    if _core.isa_state()["avx2_fma"]:
+        assert "sparsejit JIT" in capfd.readouterr().err
 
 
 def test_set_kernel_and_plan_word():
