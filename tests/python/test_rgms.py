@@ -70,6 +70,18 @@ def reference(edge_index, edge_type, n_dst, X, W, reduce, values=None):
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 5e-2}
 
 
+def _check_bf16_mean(outputs, ei, et, n_dst, X, W, values, root, bias, x_root):
+    """Each bfloat16 output of a mean RGMS (with the root term and bias where `root` is
+    given) against the float64 reference, within bfloat16's tolerance."""
+    ref = reference(ei, et, n_dst, X, W, "mean", values)
+    if root is not None:
+        ref = ref + x_root.double() @ root.double() + bias.double()
+    for y in outputs:
+        assert y.dtype == torch.bfloat16 and y.shape == (n_dst, W.shape[2])
+        tol = TOL[torch.bfloat16] * max(1.0, ref.abs().max().item())
+        torch.testing.assert_close(y.double(), ref, atol=tol, rtol=TOL[torch.bfloat16])
+
+
 KINDS = ["uniform", "skewed", "r1", "r200", "empty", "hub", "rect"]
 
 # ---- forward -------------------------------------------------------------------------------
@@ -129,13 +141,7 @@ def test_rgms_bfloat16_tiles_on_bf16_gemm(kind, strategy, weighted, with_root, m
         assert torch.equal(generic_only(run), got)
     monkeypatch.setenv("SPARSEJIT_RGMS_BF16_GEMM", "0")
     f32_tiles = run()
-    ref = reference(ei, et, n_dst, X, W, "mean", values)
-    if with_root:
-        ref = ref + x_root.double() @ root.double() + bias.double()
-    for y in (got, f32_tiles):
-        assert y.dtype == torch.bfloat16 and y.shape == (n_dst, 36)
-        tol = TOL[torch.bfloat16] * max(1.0, ref.abs().max().item())
-        torch.testing.assert_close(y.double(), ref, atol=tol, rtol=TOL[torch.bfloat16])
+    _check_bf16_mean((got, f32_tiles), ei, et, n_dst, X, W, values, root, bias, x_root)
     if _core.gemm_bf16_native() and ei.shape[1] > 0 and strategy == 1:
         # aggregate first rounds each mean to bfloat16 before the product: not the same bits
         assert not torch.equal(got, f32_tiles)
@@ -217,13 +223,7 @@ def test_rgms_bfloat16_fused_rows(kind, f_in, f_out, weighted, with_root, monkey
     got = run()
     monkeypatch.setenv("SPARSEJIT_RGMS_BF16_GEMM", "0")
     f32_rows = run()
-    ref = reference(ei, et, n_dst, X, W, "mean", values)
-    if with_root:
-        ref = ref + x_root.double() @ root.double() + bias.double()
-    for y in (got, f32_rows):
-        assert y.dtype == torch.bfloat16 and y.shape == (n_dst, f_out)
-        tol = TOL[torch.bfloat16] * max(1.0, ref.abs().max().item())
-        torch.testing.assert_close(y.double(), ref, atol=tol, rtol=TOL[torch.bfloat16])
+    _check_bf16_mean((got, f32_rows), ei, et, n_dst, X, W, values, root, bias, x_root)
     # "one": the mean of one repeated row is that row, exact either way
     if _fused_bf16_runs(ei.shape[1], f_in) and kind != "one":
         assert not torch.equal(got, f32_rows)
