@@ -15,6 +15,7 @@ by a hash of the index (and weight) data, so a training loop that passes the sam
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
@@ -81,11 +82,17 @@ def edges_of(edge_index, size: Optional[Tuple[int, int]] = None,
     return edges
 
 
+def _pyg_edge_index_type():
+    """PyG's ``EdgeIndex`` class when torch_geometric is already imported, else None. Read
+    from ``sys.modules``, never imported: whoever holds an EdgeIndex has imported PyG, and an
+    import inside code that torch.compile traces fails where PyG is not installed."""
+    pyg = sys.modules.get("torch_geometric")
+    return None if pyg is None else getattr(pyg, "EdgeIndex", None)
+
+
 def _from_edge_index_tensor(edge_index, size, edge_weight) -> Edges:
-    try:  # PyG's EdgeIndex sorted by target: its cached CSC is our CSR, in edge order.
-        from torch_geometric import EdgeIndex
-    except ImportError:  # pragma: no cover - torch_geometric is optional
-        EdgeIndex = None
+    # PyG's EdgeIndex sorted by target: its cached CSC is our CSR, in edge order.
+    EdgeIndex = _pyg_edge_index_type()
     if EdgeIndex is not None and isinstance(edge_index, EdgeIndex):
         sizes = edge_index.sparse_size()
         if size is None and None not in sizes:
