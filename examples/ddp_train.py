@@ -14,7 +14,7 @@ for concurrent processes and plans are per-structure tensors.
 
 The loss of a rank is its batch's summed error scaled by world_size / rows of every rank's
 batch, so the averaged gradient equals that of one process training on the union of the
-batches (tests/python/test_ddp.py checks that: `--batches` names the batches a process takes,
+batches (tests/python/core/test_ddp.py checks that: `--batches` names the batches a process takes,
 `--out` saves the trained parameters).
 """
 

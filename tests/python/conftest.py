@@ -85,6 +85,28 @@ def dense_reference_spmm(A, X, reduce):
     return out
 
 
+def poison_heap(*shapes):
+    """Best effort to make an op's fresh allocations start as NaN: the CPU allocator tends
+    to hand back blocks of the same size just freed."""
+    for s in shapes:
+        t = torch.full(s, float("nan"))
+        del t
+
+
+def random_sites(n, shape, batch_size=2, seed=0):
+    """n distinct random point-cloud sites (batch first) in `shape` (fewer if the grid is
+    smaller), as int32 [n, 1 + len(shape)]."""
+    g = torch.Generator().manual_seed(seed)
+    total = batch_size * torch.Size(shape).numel()
+    flat = torch.randperm(total, generator=g)[:n]
+    cols = []
+    for s in reversed(shape):
+        cols.append(flat % s)
+        flat = flat // s
+    cols.append(flat)
+    return torch.stack(cols[::-1], 1).int()
+
+
 GRAPHS = {
     "uniform": lambda: random_graph(120, 90, 5, seed=1),
     "powerlaw": lambda: random_graph(300, 250, 6, power_law=True, seed=2),

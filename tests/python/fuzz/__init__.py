@@ -1,1 +1,1 @@
-"""The fuzz test's cases and worker (run by tests/python/test_fuzz.py in subprocesses)."""
+"""The fuzz test's cases and worker (run by tests/python/fuzz/test_fuzz.py in subprocesses)."""

@@ -12,7 +12,7 @@ import torch
 
 import sparsejit  # noqa: F401  (registers the ops)
 
-from .cases_raw import STRUCTURE_BREAKS, _nonempty_csr, break_structure
+from .cases_spmm_raw import STRUCTURE_BREAKS, _nonempty_csr, break_structure
 from .refs import FLOATS, VIEWS, Case, Rand, close, entry_rows, expect_meta, view_as
 
 ATT = torch.ops.sparsejit.sparse_attention
@@ -324,7 +324,7 @@ def attention_nonfinite(r: Rand) -> Case:
                 else float("inf")
         p[n] = t
     ref, mag = _ref(p), _ref(p, absolute=True)
-    from .conv_refs import close_nan
+    from .point_conv_refs import close_nan
     return Case("valid", lambda: ATT(**_kw(p))[0],
                 lambda out: close_nan(out, ref, mag, p["dtype"], "out"),
                 f"sparse_attention with {what}", _params(p, what=what))

@@ -1,5 +1,5 @@
 """Fuzz worker: runs a seeded batch of malformed-argument cases against sparsejit, one JSON
-line per case, so that tests/python/test_fuzz.py can run it in a subprocess (a segfault or
+line per case, so that tests/python/fuzz/test_fuzz.py can run it in a subprocess (a segfault or
 abort then fails that test, naming the case, instead of killing pytest).
 
 Each case builds arguments from its own generator (seeded by seed and case number, so any case
@@ -27,13 +27,13 @@ import warnings
 
 import torch
 
-from .cases_api import API_CASES
+from .cases_spmm_api import API_CASES
 from .cases_attention import ATTENTION_CASES
-from .cases_build import BUILD_CASES
-from .cases_conv import CONV_CASES
-from .cases_filter import FILTER_CASES
-from .cases_pointcloud import POINTCLOUD_CASES
-from .cases_raw import RAW_CASES
+from .cases_spmm_build import BUILD_CASES
+from .cases_point_conv import CONV_CASES
+from .cases_filter_conv import FILTER_CASES
+from .cases_point_conv_api import POINTCLOUD_CASES
+from .cases_spmm_raw import RAW_CASES
 from .cases_rgms import RGMS_CASES
 from .refs import Rand
 

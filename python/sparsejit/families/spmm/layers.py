@@ -258,7 +258,7 @@ def gcn_matrix(edges: G.Edges, improved: bool, add_self_loops: bool, dtype: torc
     given = w is not None
     if add_self_loops and not given:
         # The common case (no edge weights) in one pass: the same structure, entry order and
-        # values as below (tests/python/test_pyg_dropin.py checks both against PyG).
+        # values as below (tests/python/spmm/test_pyg_dropin.py checks both against PyG).
         indptr, indices, _, values = torch.ops.sparsejit.gcn_adjacency(edges.edge_index(), n, dtype)
         return SparseMatrix(_Structure(indptr, indices, (n, n)), values)
     if w is None:

@@ -104,7 +104,7 @@ def test_default_data_dir_is_beside_the_repository(monkeypatch):
     from pathlib import Path
 
     monkeypatch.delenv("SPARSEJIT_DATA", raising=False)
-    expected = Path(__file__).resolve().parents[3] / "shared" / "data"
+    expected = Path(__file__).resolve().parents[4] / "shared" / "data"
     got = data.data_dir()
     if expected.is_dir():
         assert got == expected

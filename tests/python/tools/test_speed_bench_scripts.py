@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "benchmarks"
 DATA = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_train.py"
 
 
 def _free_port() -> int:

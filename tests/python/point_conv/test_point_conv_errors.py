@@ -1,7 +1,7 @@
-"""Regressions found by the fuzz test (tests/python/fuzz/cases_conv.py) in point-cloud sparse
+"""Regressions found by the fuzz test (tests/python/fuzz/cases_point_conv.py) in point-cloud sparse
 convolution: geometry whose int64 arithmetic wrapped around (spurious kernel-map pairs, huge
 allocations), plans whose corruption went unnoticed, operands of the wrong dtype or device
-accepted, and sj.voxelize's silent wrap-arounds. (test_sparse_conv.py is at its size limit.)"""
+accepted, and sj.voxelize's silent wrap-arounds. (test_point_conv.py is at its size limit.)"""
 
 import pytest
 import torch

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import sparsejit as sj
-from .cases_api import REDUCES, describe, spmm_check
+from .cases_spmm_api import REDUCES, describe, spmm_check
 from .refs import OTHER_DEVICES, VIEWS, Case, Csr, Rand, close, entry_rows, ref_edge_softmax, \
     ref_spmm, view_as
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import ab_sparsejit  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def test_compare_names_each_sides_cpu_and_warns_when_they_differ(tmp_path, capsy
     assert "B CPU: (not recorded)" in out and "different CPUs" not in out
 
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64 tiers")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
 _SOURCES = ("*.h", "*.hpp", "*.cpp", "*.cc", "*.cu", "*.cuh")

@@ -106,7 +106,7 @@ class UNet(torch.nn.Module):
     def __init__(self, c: int = 16):
         super().__init__()
         import sparsejit.spconv as spconv
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
         from pointcloud_unet import MinkUNet
         self.spconv = spconv
         self.net = MinkUNet(spconv, c=c)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/python: the worker runs as `-m fuzz.worker`
 SEEDS = (101, 202, 303)
 WORKER_TIMEOUT_S = 240  # per worker process; each case also has its own watchdog (60 s)
 MAX_CRASHES = 12  # per seed: after this many, the rest of the batch is skipped

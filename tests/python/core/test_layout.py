@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
-PKG = Path(__file__).resolve().parents[2] / "python" / "sparsejit"
+PKG = Path(__file__).resolve().parents[3] / "python" / "sparsejit"
 
 
 def modules(root: Path, name: str) -> Dict[str, Path]:

@@ -10,22 +10,10 @@ import torch.nn.functional as F
 
 import sparsejit as sj
 import sparsejit.spconv as spconv
+from conftest import random_sites
 from sparsejit.ops.sparse_conv import conv_plan, plan_info, plan_pairs, sparse_conv
 
 DATAFLOWS = ["gather_gemm_scatter", "output_stationary", "auto"]
-
-
-def random_sites(n, shape, batch_size=2, seed=0):
-    """n distinct random sites (batch first) in `shape` (fewer if the grid is smaller)."""
-    g = torch.Generator().manual_seed(seed)
-    total = batch_size * torch.Size(shape).numel()
-    flat = torch.randperm(total, generator=g)[:n]
-    cols = []
-    for s in reversed(shape):
-        cols.append(flat % s)
-        flat = flat // s
-    cols.append(flat)
-    return torch.stack(cols[::-1], 1).int()
 
 
 def dense_of(x: spconv.SparseConvTensor) -> torch.Tensor:

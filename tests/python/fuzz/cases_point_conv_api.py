@@ -1,6 +1,6 @@
 """Fuzz case kinds for the point-cloud Python entry points: sj.SparseTensor, sj.voxelize
 and the sparsejit.spconv modules (a SubMConv / SparseConv / SparseInverseConv chain against
-the formula reference of conv_refs.py, and bad module inputs)."""
+the formula reference of point_conv_refs.py, and bad module inputs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 import sparsejit  # noqa: F401  (registers the ops)
 
-from .conv_refs import cloud, conv_ref, reference_map
+from .point_conv_refs import cloud, conv_ref, reference_map
 from .refs import Case, Rand, close
 
 

@@ -10,7 +10,7 @@ import torch
 
 from sparsejit.tools.data import load_graph
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from bench_minibatch import NeighborSampler  # noqa: E402
 

@@ -2,7 +2,7 @@
 ``sparse_conv`` and ``sparse_conv_backward`` with valid random geometries (checked against a
 float64 reference whose kernel map comes from the geometry formulas, not from the plan), bad
 coordinates and geometry arguments, every plan array corrupted, bad operands, NaN / Inf
-features, meta tensors. (The Python entry points: cases_pointcloud.py.)
+features, meta tensors. (The Python entry points: cases_point_conv_api.py.)
 
 sparse_conv is called by keyword (``conv_call``): a trailing argument added to its schema
 later (a fused activation) takes its default, or False for a bool without one."""
@@ -16,7 +16,7 @@ import torch
 
 import sparsejit  # noqa: F401  (registers the ops)
 
-from .conv_refs import (PLAN_ARRAYS, WORD_K, WORD_NNZ, WORD_OP, WORD_PARAM, check_map,
+from .point_conv_refs import (PLAN_ARRAYS, WORD_K, WORD_NNZ, WORD_OP, WORD_PARAM, check_map,
                         close_nan, cloud, conv_ref, get_plan_array, plan_arrays, reference_map,
                         rows_of, same_pairs, set_plan_entry)
 from .refs import FLOATS, VIEWS, Case, Rand, close, expect_meta, under_env, view_as

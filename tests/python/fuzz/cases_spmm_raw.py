@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .cases_api import PLAN_MAGIC, describe, raw_spmm_kwargs, spmm_check, spmm_problem
+from .cases_spmm_api import PLAN_MAGIC, describe, raw_spmm_kwargs, spmm_check, spmm_problem
 from .refs import (FLOATS, OTHER_DEVICES, VIEWS, Case, Csr, Rand, call_raw, close, entry_rows,
                    expect_meta, has_arg, plan_layout, ref_edge_softmax, ref_edge_softmax_backward,
                    ref_sddmm, view_as)

@@ -25,7 +25,7 @@ import sparsejit as sj
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_export_dynamic import RGCN, UNet, random_cloud, random_graph  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

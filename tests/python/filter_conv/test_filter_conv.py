@@ -353,7 +353,7 @@ def test_random_geometries():
                                        msg=f"case {case} {name}")
 
 
-# ---- regressions found by the fuzz test (fuzz/cases_filter.py) ------------------------------
+# ---- regressions found by the fuzz test (fuzz/cases_filter_conv.py) ------------------------------
 
 def _small_layer():
     w = torch.randn(3, 2, 1, 2)

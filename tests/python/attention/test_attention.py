@@ -10,16 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import sparsejit as sj
-from conftest import random_graph
+from conftest import poison_heap, random_graph
 from conftest import raises_type_error  # noqa: E402
-
-
-def poison_heap(*shapes):
-    """Best effort to make the op's fresh allocations start as NaN: the CPU allocator tends
-    to hand back blocks of the same size just freed."""
-    for s in shapes:
-        t = torch.full(s, float("nan"))
-        del t
 
 
 def reference(A, q, k, v, bias, mode, scale=1.0, slope=0.2, att=None):

@@ -13,8 +13,7 @@ import torch
 
 import sparsejit  # noqa: F401  (loads the op library)
 from sparsejit import _core
-from test_attention import poison_heap
-from test_sparse_conv import random_sites
+from conftest import poison_heap, random_sites
 
 LINEAR = torch.ops.sparsejit.linear
 ADD = torch.ops.sparsejit.linear_add_

@@ -9,7 +9,7 @@ errors."""
 import pytest
 import torch
 
-from test_sparse_conv import random_sites
+from conftest import random_sites
 
 conv_plan = torch.ops.sparsejit.conv_plan
 ENV = "SPARSEJIT_STRUCTURE_ATEN"

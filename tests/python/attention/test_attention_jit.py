@@ -12,8 +12,8 @@ import torch
 
 import sparsejit as sj
 from sparsejit import _core
-from conftest import generic_only, random_graph
-from test_attention import poison_heap, reference
+from conftest import generic_only, poison_heap, random_graph
+from test_attention import reference
 
 pytestmark = pytest.mark.skipif(not _core.jit_enabled(), reason="JIT off in this environment")
 

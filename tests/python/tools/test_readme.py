@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 _BLOCK = re.compile(r"(?:<!-- readme-test setup:\n(?P<setup>.*?)-->\n)?```python\n(?P<code>.*?)```",
                     re.S)
 

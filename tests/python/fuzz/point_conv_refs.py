@@ -1,4 +1,4 @@
-"""Helpers of the point-cloud convolution fuzz cases (cases_conv.py): random clouds, a plain
+"""Helpers of the point-cloud convolution fuzz cases (cases_point_conv.py): random clouds, a plain
 Python kernel map (from the geometry formulas of csrc/conv/kernel_map.h, not from the plan),
 float64 references, the plan's array layout (for corrupting one array at a time) and a
 NaN-aware comparison."""
