@@ -25,6 +25,7 @@ from sparsejit.runtime.tuners import explain, tune
 from sparsejit import nn  # noqa: E402
 from sparsejit import spconv  # noqa: E402,F401  (spconv-compatible modules)
 from sparsejit import ops as _ops_package, pyg  # noqa: E402,F401  (old import paths)
+from sparsejit.convert import accelerate, restore  # noqa: E402  (one-line model conversion)
 
 
 def clear_caches() -> None:
@@ -69,7 +70,8 @@ def row_stats(A: SparseMatrix) -> dict:
 __all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix",
            "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "linear",
            "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention",
-           "gat_attention", "gatv2_attention", "SparseTensor", "voxelize", "spconv"]
+           "gat_attention", "gatv2_attention", "SparseTensor", "voxelize", "spconv",
+           "accelerate", "restore"]
 
 
 def _cmake_prefix_path() -> str:

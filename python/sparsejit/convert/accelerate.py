@@ -1,0 +1,192 @@
+"""``sparsejit.accelerate(model)``: an existing PyG / spconv / pruned-CNN model onto
+sparsejit's kernels in one line, in place; ``sparsejit.restore(model)`` undoes it."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple, Union
+
+from torch import nn
+
+from sparsejit.convert import message_passing as mp
+from sparsejit.convert import pyg, spconv
+from sparsejit.convert.report import Report
+
+LAST_REPORT: Optional[Report] = None  # the report of the latest accelerate() call
+
+
+def _type(m) -> str:
+    return f"{type(m).__module__.split('.')[0]}.{type(m).__name__}"
+
+
+def _sj_type(m) -> str:
+    return f"sparsejit.{type(m).__name__}"
+
+
+def _is_converted(m: nn.Module) -> bool:
+    return pyg.ORIGINAL in m.__dict__
+
+
+def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.Module], bool]:
+    """(replacement or None, whether to walk into m's children)."""
+    if _is_converted(m):
+        report.add(path, _type(m.__dict__[pyg.ORIGINAL]), _sj_type(m), "already accelerated")
+        return None, type(m).__name__ == "SparseSequential"
+    if mp.installed(m):
+        report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate", "already accelerated")
+        return None, False
+    name = pyg.pyg_conv_name(m)
+    native_reason = ""
+    if name is not None:
+        try:
+            new = pyg.convert(m, name)
+            report.add(path, _type(m), _sj_type(new))
+            return new, False
+        except pyg.Unsupported as e:
+            native_reason = f"sparsejit.nn.{name}: {e}; "
+    MP = mp.message_passing_class()
+    if MP is not None and isinstance(m, MP):
+        try:
+            form = mp.install(m)
+            how = f"alpha*w*{form.src}_j" + (f" + beta*w*{form.dst}_i" if form.dst else "")
+            report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate",
+                       native_reason + f"message {how}, reduce {form.reduce}")
+        except mp.Unsupported as e:
+            report.add(path, _type(m), None, native_reason + f"generic path: {e}")
+        return None, False
+    kind = spconv.spconv_kind(m)
+    if kind is not None:
+        return None, True  # converted after its children (a SparseSequential holds them)
+    return None, True
+
+
+def _convert_spconv(m: nn.Module, path: str, report: Report) -> Optional[nn.Module]:
+    kind = spconv.spconv_kind(m)
+    if kind is None:
+        return None
+    try:
+        new = spconv.convert(m, kind)
+        report.add(path, _type(m), _sj_type(new))
+        return new
+    except pyg.Unsupported as e:
+        report.add(path, _type(m), None, f"sparsejit.spconv: {e}")
+        return None
+
+
+def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module]) -> nn.Module:
+    """m, or what replaces it; m's children replaced in place."""
+    if id(m) in done:
+        return done[id(m)]
+    new, descend = _convert_one(m, path, report)
+    if new is None and descend:
+        for name, child in list(m._modules.items()):
+            if child is None:
+                continue
+            replaced = _walk(child, f"{path}.{name}" if path else name, report, done)
+            if replaced is not child:
+                m._modules[name] = replaced
+        new = _convert_spconv(m, path, report)
+    done[id(m)] = m if new is None else new
+    return done[id(m)]
+
+
+def _pruned_convs(model: nn.Module, min_sparsity: float):
+    for path, sub in model.named_modules():
+        if type(sub) is nn.Conv2d:
+            zeros = float((sub.weight == 0).float().mean()) if sub.weight.numel() else 0.0
+            if zeros >= min_sparsity:
+                yield path, sub, zeros
+
+
+def _sparsify(model: nn.Module, example_input, report: Report, verbose: bool,
+              min_sparsity: float) -> nn.Module:
+    pruned = list(_pruned_convs(model, min_sparsity))
+    if not pruned:
+        return model
+    if example_input is None:
+        for path, _, zeros in pruned:
+            report.add(path, "torch.Conv2d", None, f"{zeros:.0%} zeros: pass example_input= to "
+                       "have sparsify measure it against the dense convolution")
+        return model
+    from sparsejit.families.filter_conv import sparsify
+    before = {path: sub for path, sub, _ in pruned}
+    model = sparsify(model, example_input, min_sparsity=min_sparsity, verbose=verbose)
+    after = dict(model.named_modules())
+    for path, old in before.items():
+        new = after.get(path)
+        if new is not None and new is not old:
+            new.__dict__[pyg.ORIGINAL] = old
+            report.add(path, "torch.Conv2d", _sj_type(new), "measured faster by sparsify")
+        else:
+            report.add(path, "torch.Conv2d", None, "sparsify measured the dense one faster")
+    return model
+
+
+def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
+               sparsify_convs: bool = True, min_sparsity: float = 0.3,
+               return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
+    """Moves `model` onto sparsejit's kernels in place and returns it (the returned module
+    when `model` itself is a converted layer).
+
+    * Each torch_geometric conv that :mod:`sparsejit.nn` implements (GCN, SAGE, GraphConv,
+      GIN, GINE, GAT, GATv2, Transformer, RGCN / FastRGCN) becomes that layer, holding the
+      PyG module's own parameter and buffer tensors: optimizers, tensor hooks and
+      ``state_dict`` keys keep working; module hooks move with it.
+    * Every other PyG ``MessagePassing`` layer whose message is a per-edge scaled gather
+      (SGConv, APPNP, TAGConv, ChebConv, ClusterGCNConv, LEConv, users' own) keeps its class
+      and forward; its ``propagate`` runs on sparsejit's SpMM (see
+      :mod:`sparsejit.convert.message_passing`).
+    * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, with the same weights.
+    * Conv2d layers with at least `min_sparsity` zeros are offered to
+      :func:`sparsejit.sparsify`'s measured decision when `example_input` is given (and
+      `sparsify_convs`); without it they are listed in the report.
+
+    Anything sparsejit would not compute exactly as the original is left as it was, with
+    the reason in the report (``verbose=True`` prints it; ``return_report=True`` returns
+    ``(model, report)``; ``sparsejit.convert.last_report()`` is the latest).
+    Idempotent; :func:`restore` puts the original modules back."""
+    global LAST_REPORT
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"sparsejit.accelerate: model must be a torch.nn.Module; got "
+                        f"{type(model).__name__}")
+    report = Report()
+    model = _walk(model, "", report, {})
+    if sparsify_convs:
+        model = _sparsify(model, example_input, report, verbose, min_sparsity)
+    LAST_REPORT = report
+    if verbose:
+        print(report)
+    return (model, report) if return_report else model
+
+
+def _restore(m: nn.Module, done: Dict[int, nn.Module]) -> nn.Module:
+    if id(m) in done:
+        return done[id(m)]
+    out = m
+    if _is_converted(m):
+        orig = m.__dict__[pyg.ORIGINAL]
+        if spconv.spconv_kind(orig) is not None:
+            out = spconv.original_of(m)
+        elif pyg.pyg_conv_name(orig) is not None:
+            out = pyg.original_of(m)
+        else:  # a layer sparsify replaced: the dense module as it was
+            out = orig
+    if mp.installed(out):
+        mp.uninstall(out)
+    done[id(m)] = out
+    for name, child in list(out._modules.items()):
+        if child is not None:
+            restored = _restore(child, done)
+            if restored is not child:
+                out._modules[name] = restored
+    return out
+
+
+def restore(model: nn.Module) -> nn.Module:
+    """Undoes :func:`accelerate`: the original PyG / spconv / Conv2d modules back in place
+    (holding the current parameter tensors; a sparsified Conv2d comes back as it was when
+    converted), the generic path's ``propagate`` removed. Returns the model (the original
+    module when `model` itself was a converted layer)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"sparsejit.restore: model must be a torch.nn.Module; got "
+                        f"{type(model).__name__}")
+    return _restore(model, {})
