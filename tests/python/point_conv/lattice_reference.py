@@ -1,0 +1,86 @@
+"""Dense references for the MinkowskiEngine / TorchSparse APIs' tests: sites in world units
+(batch first, non-negative, multiples of the tensor stride) scattered into a dense grid and
+run through ``torch.nn.functional.conv3d`` / ``conv_transpose3d`` / pooling."""
+
+import torch
+import torch.nn.functional as F
+
+
+def lower_of(k):
+    return 0 if k % 2 == 0 else -(k // 2)
+
+
+def to_dense(coords, feats, ts, extent):
+    """[N, 1 + 3] world coords at stride ts -> dense [B, C, *extent] (differentiable)."""
+    c = coords.long()
+    b = int(c[:, 0].max()) + 1 if c.shape[0] else 1
+    g = c[:, 1:] // ts
+    out = feats.new_zeros(b, *extent, feats.shape[1])
+    out = out.index_put((c[:, 0], g[:, 0], g[:, 1], g[:, 2]), feats)
+    return out.movedim(-1, 1)
+
+
+def sample(dense, coords, ts):
+    c = coords.long()
+    g = c[:, 1:] // ts
+    return dense.movedim(1, -1)[c[:, 0], g[:, 0], g[:, 1], g[:, 2]]
+
+
+def dense_weight(kernel, k):
+    """Engine kernel [K, Cin, Cout] (x fastest) -> conv3d weight [Cout, Cin, kx, ky, kz]."""
+    cin, cout = kernel.shape[-2:]
+    return kernel.reshape(k, k, k, cin, cout).permute(4, 3, 2, 1, 0)
+
+
+def conv_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None):
+    """Sparse conv from sites at stride ts to out_coords at stride ts * stride."""
+    lo = lower_of(k)
+    extent = [int(m) // ts + 1 + stride * k * dil for m in in_coords[:, 1:].long().max(0).values]
+    x = to_dense(in_coords, feats, ts, extent)
+    # conv3d pads both sides by p; an even kernel (lower 0) needs no padding.
+    y = F.conv3d(x, dense_weight(kernel, k), None, stride, -lo * dil, dil)
+    out = sample(y, out_coords, ts * stride)
+    return out if bias is None else out + bias.reshape(-1)
+
+
+def transposed_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None):
+    """Transposed conv from sites at stride ts to out_coords at stride ts // stride."""
+    lo = lower_of(k)
+    fine = ts // stride
+    extent = [int(m) // ts + 2 + k * dil for m in out_coords[:, 1:].long().max(0).values]
+    x = to_dense(in_coords, feats, ts, extent)
+    w = kernel.reshape(k, k, k, *kernel.shape[-2:]).permute(3, 4, 2, 1, 0)  # [Cin, Cout, x, y, z]
+    y = F.conv_transpose3d(x, w, None, stride, -lo * dil, 0, 1, dil)
+    out = sample(y, out_coords, fine)
+    return out if bias is None else out + bias.reshape(-1)
+
+
+def pool_reference(kind, in_coords, feats, k, stride, dil, ts, out_coords, lower):
+    extent = [int(m) // ts + 1 + stride * k * dil for m in in_coords[:, 1:].long().max(0).values]
+    c = feats.shape[1]
+    x = to_dense(in_coords, feats, ts, extent)
+    if kind == "max":
+        occ = to_dense(in_coords, torch.ones_like(feats[:, :1]), ts, extent)
+        x = torch.where(occ > 0, x, torch.full_like(x, float("-inf")))
+        x = F.pad(x, [-lower * dil, 0] * 3, value=float("-inf"))
+        y = F.max_pool3d(x, k, stride, 0, dil)
+    else:
+        ones = feats.new_ones(c, 1, k, k, k)
+        occ = to_dense(in_coords, torch.ones_like(feats[:, :1]), ts, extent)
+        xp = F.pad(x, [-lower * dil, 0] * 3)
+        y = F.conv3d(xp, ones, None, stride, 0, dil, groups=c)
+        if kind == "avg":
+            n = F.conv3d(F.pad(occ, [-lower * dil, 0] * 3), feats.new_ones(1, 1, k, k, k),
+                         None, stride, 0, dil)
+            y = y / n.clamp(min=1)
+    return sample(y, out_coords, ts * stride)
+
+
+def sort_rows(coords, feats):
+    """Rows ordered by their coordinates (to compare outputs whose row orders differ)."""
+    c = coords.long()
+    key = c[:, 0]
+    for d in range(1, c.shape[1]):
+        key = key * 100003 + (c[:, d] + 50000)
+    order = torch.argsort(key)
+    return coords[order], feats[order]

@@ -1,0 +1,354 @@
+"""sparsejit.minkowski (MinkowskiEngine 0.5's API) against dense conv3d references (float64),
+against sparsejit.spconv with converted weights, and against MinkowskiEngine itself where it
+is importable."""
+
+import io
+
+import pytest
+import torch
+
+import sparsejit.minkowski as ME
+import sparsejit.spconv as spconv
+from lattice_reference import (conv_reference, pool_reference, sort_rows,
+                               transposed_reference)
+
+
+def cloud(n, extent, batch=2, seed=0, ts=1):
+    """n distinct sites (batch first) in [0, extent)^3, multiples of ts."""
+    g = torch.Generator().manual_seed(seed)
+    total = batch * extent ** 3
+    flat = torch.randperm(total, generator=g)[:n]
+    z = flat % extent
+    y = (flat // extent) % extent
+    x = (flat // extent ** 2) % extent
+    b = flat // extent ** 3
+    return torch.stack([b, x * ts, y * ts, z * ts], 1).int()
+
+
+def skewed_cloud(seed=0):
+    """One dense blob in batch 0, a single site in batch 2, a thin line in batch 1."""
+    g = torch.Generator().manual_seed(seed)
+    blob = cloud(120, 6, batch=1, seed=seed)
+    line = torch.stack([torch.ones(9, dtype=torch.int32),
+                        torch.arange(0, 18, 2, dtype=torch.int32),
+                        torch.full((9,), 3, dtype=torch.int32),
+                        torch.zeros(9, dtype=torch.int32)], 1)
+    single = torch.tensor([[2, 11, 0, 7]], dtype=torch.int32)
+    c = torch.cat([blob, line, single])
+    return c[torch.randperm(c.shape[0], generator=g)]
+
+
+CLOUDS = {
+    "random": lambda: cloud(300, 10, seed=1),
+    "skewed": lambda: skewed_cloud(2),
+    "one": lambda: torch.tensor([[0, 3, 1, 4]], dtype=torch.int32),
+}
+
+
+def leaf(n, c):
+    return torch.randn(n, c, dtype=torch.float64, requires_grad=True)
+
+
+def grads_close(out, ref, tensors):
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad(out, tensors, g, retain_graph=True)
+    want = torch.autograd.grad(ref, tensors, g, retain_graph=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(CLOUDS))
+@pytest.mark.parametrize("k,dil", [(3, 1), (3, 2), (1, 1), (5, 1), (2, 1)])
+def test_conv_stride1_matches_dense(name, k, dil, poison_empty):
+    coords = CLOUDS[name]()
+    f = leaf(coords.shape[0], 3)
+    x = ME.SparseTensor(f, coordinates=coords)
+    conv = ME.MinkowskiConvolution(3, 5, kernel_size=k, dilation=dil, bias=True,
+                                   dimension=3).double()
+    y = conv(x)
+    assert y.coordinate_map_key == x.coordinate_map_key and torch.equal(y.C, coords)
+    kernel = conv.kernel if k > 1 else conv.kernel[None]
+    ref = conv_reference(coords, f, kernel, k, 1, dil, 1, coords, conv.bias)
+    torch.testing.assert_close(y.F, ref)
+    grads_close(y.F, ref, [f, conv.kernel, conv.bias])
+
+
+@pytest.mark.parametrize("name", sorted(CLOUDS))
+@pytest.mark.parametrize("k,s", [(2, 2), (3, 2), (1, 2), (3, 3)])
+def test_strided_then_transposed(name, k, s, poison_empty):
+    coords = CLOUDS[name]()
+    f = leaf(coords.shape[0], 4)
+    x = ME.SparseTensor(f, coordinates=coords)
+    down = ME.MinkowskiConvolution(4, 6, kernel_size=k, stride=s, dimension=3).double()
+    up = ME.MinkowskiConvolutionTranspose(6, 3, kernel_size=k, stride=s, bias=True,
+                                          dimension=3).double()
+    y = down(x)
+    assert y.tensor_stride == [s] * 3
+    # Output sites: floor(c / s) * s, each once.
+    c = coords.long()
+    want = torch.unique(torch.cat([c[:, :1], torch.div(c[:, 1:], s, rounding_mode="floor") * s],
+                                  1), dim=0)
+    got = torch.unique(y.C.long(), dim=0)
+    assert got.shape[0] == y.C.shape[0] and torch.equal(got, want)
+    ref = conv_reference(coords, f, down.kernel.reshape(-1, 4, 6), k, s, 1, 1, y.C)
+    torch.testing.assert_close(y.F, ref)
+    plans = len(x.coordinate_manager._plans)
+    z = up(y)
+    # Back on the original sites, through the strided map read backwards (no new map).
+    assert z.coordinate_map_key == x.coordinate_map_key and torch.equal(z.C, coords)
+    assert len(x.coordinate_manager._plans) == plans
+    ref_up = transposed_reference(y.C, y.F, up.kernel.reshape(-1, 6, 3), k, s, 1, s, coords,
+                                  up.bias)
+    torch.testing.assert_close(z.F, ref_up)
+    grads_close(z.F, ref_up, [f, down.kernel, up.kernel, up.bias])
+
+
+def test_two_levels_and_negative_coordinates():
+    c = cloud(250, 9, seed=3)
+    c[:, 1:] -= 4  # negative coordinates: floor, not truncation
+    c = c.int()
+    f = leaf(c.shape[0], 2)
+    x = ME.SparseTensor(f, coordinates=c)
+    d1 = ME.MinkowskiConvolution(2, 3, 2, stride=2, dimension=3).double()
+    d2 = ME.MinkowskiConvolution(3, 4, 3, stride=2, dimension=3).double()
+    u2 = ME.MinkowskiConvolutionTranspose(4, 3, 3, stride=2, dimension=3).double()
+    y1 = d1(x)
+    y2 = d2(y1)
+    assert y2.tensor_stride == [4, 4, 4]
+    floor4 = torch.div(c[:, 1:].long(), 4, rounding_mode="floor") * 4
+    assert torch.equal(torch.unique(y2.C.long(), dim=0),
+                       torch.unique(torch.cat([c[:, :1].long(), floor4], 1), dim=0))
+    z = u2(y2)
+    assert z.coordinate_map_key == y1.coordinate_map_key
+    # Shift onto non-negative coordinates (a multiple of 4) for the dense reference.
+    shift = torch.tensor([0, 4, 4, 4], dtype=torch.int32)
+    r1 = conv_reference(c + shift, f, d1.kernel, 2, 2, 1, 1, y1.C + shift)
+    torch.testing.assert_close(y1.F, r1)
+    r2 = conv_reference(y1.C + shift, y1.F, d2.kernel, 3, 2, 1, 2, y2.C + shift)
+    torch.testing.assert_close(y2.F, r2)
+    r3 = transposed_reference(y2.C + shift, y2.F, u2.kernel, 3, 2, 1, 4, y1.C + shift)
+    torch.testing.assert_close(z.F, r3)
+
+
+@pytest.mark.parametrize("kind,cls", [("max", ME.MinkowskiMaxPooling),
+                                      ("avg", ME.MinkowskiAvgPooling),
+                                      ("sum", ME.MinkowskiSumPooling)])
+@pytest.mark.parametrize("k,s", [(2, 2), (3, 2), (3, 1)])
+def test_pooling_matches_dense(kind, cls, k, s):
+    coords = CLOUDS["random"]()
+    f = leaf(coords.shape[0], 3)
+    x = ME.SparseTensor(f, coordinates=coords)
+    y = cls(kernel_size=k, stride=s, dimension=3)(x)
+    lower = 0 if k == s else -(k // 2)
+    ref = pool_reference(kind, coords, f, k, s, 1, 1, y.C, lower)
+    torch.testing.assert_close(y.F, ref)
+    grads_close(y.F, ref, [f])
+
+
+def test_global_pooling_and_linear():
+    coords = skewed_cloud(5)
+    f = leaf(coords.shape[0], 4)
+    x = ME.SparseTensor(f, coordinates=coords)
+    for cls, red in [(ME.MinkowskiGlobalPooling, lambda t: t.mean(0)),
+                     (ME.MinkowskiGlobalAvgPooling, lambda t: t.mean(0)),
+                     (ME.MinkowskiGlobalSumPooling, lambda t: t.sum(0)),
+                     (ME.MinkowskiGlobalMaxPooling, lambda t: t.max(0).values)]:
+        y = cls()(x)
+        assert y.C.tolist() == [[0, 0, 0, 0], [1, 0, 0, 0], [2, 0, 0, 0]]
+        assert y.tensor_stride == [0, 0, 0]
+        ref = torch.stack([red(f[coords[:, 0] == b]) for b in range(3)])
+        torch.testing.assert_close(y.F, ref)
+        grads_close(y.F, ref, [f])
+    lin = ME.MinkowskiLinear(4, 2).double()
+    torch.testing.assert_close(lin(x).F, torch.nn.functional.linear(f, lin.linear.weight,
+                                                                     lin.linear.bias))
+
+
+def test_activations_bn_dropout_cat_and_arithmetic():
+    coords = CLOUDS["random"]()
+    f = leaf(coords.shape[0], 4)
+    x = ME.SparseTensor(f, coordinates=coords)
+    for name, ref in [("MinkowskiReLU", torch.relu), ("MinkowskiSigmoid", torch.sigmoid),
+                      ("MinkowskiTanh", torch.tanh), ("MinkowskiGELU", torch.nn.functional.gelu),
+                      ("MinkowskiSiLU", torch.nn.functional.silu),
+                      ("MinkowskiELU", torch.nn.functional.elu)]:
+        torch.testing.assert_close(getattr(ME, name)()(x).F, ref(f))
+    torch.testing.assert_close(ME.MinkowskiLeakyReLU(0.2)(x).F,
+                               torch.nn.functional.leaky_relu(f, 0.2))
+    bn = ME.MinkowskiBatchNorm(4).double()
+    torch.testing.assert_close(bn(x).F, torch.nn.functional.batch_norm(
+        f, None, None, bn.bn.weight, bn.bn.bias, training=True))
+    drop = ME.MinkowskiDropout(0.5).eval()
+    assert torch.equal(drop(x).F, f)
+    y = ME.cat(x, ME.MinkowskiReLU()(x))
+    torch.testing.assert_close(y.F, torch.cat([f, torch.relu(f)], 1))
+    torch.testing.assert_close((x + x * 2 - x / 2).F, f * 2.5)
+    d, mn, ts = x.dense()
+    assert d.shape[1] == 4 and mn.tolist() == coords[:, 1:].min(0).values.tolist()
+    c = coords.long() - torch.cat([torch.zeros(1, dtype=torch.long), mn.long()])
+    torch.testing.assert_close(d[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]], f)
+
+
+def test_kernel_maps_shared_per_key():
+    coords = CLOUDS["random"]()
+    x = ME.SparseTensor(torch.randn(coords.shape[0], 4), coordinates=coords)
+    mgr = x.coordinate_manager
+    c1 = ME.MinkowskiConvolution(4, 4, 3, dimension=3)
+    c2 = ME.MinkowskiConvolution(4, 4, 3, dimension=3)
+    y = c2(c1(x))
+    assert len(mgr._plans) == 1
+    c2(ME.MinkowskiReLU()(y))
+    assert len(mgr._plans) == 1
+    d = ME.MinkowskiConvolution(4, 4, 2, stride=2, dimension=3)
+    p = ME.MinkowskiMaxPooling(2, 2, dimension=3)
+    y2 = d(y)
+    y3 = p(y)  # same key at stride 2, same geometry: the same map
+    assert y3.coordinate_map_key == y2.coordinate_map_key and len(mgr._plans) == 2
+
+
+def test_compare_with_sparsejit_spconv():
+    coords = cloud(400, 12, seed=7)
+    f = torch.randn(coords.shape[0], 4, dtype=torch.float64)
+    x = ME.SparseTensor(f, coordinates=coords)
+    me_sub = ME.MinkowskiConvolution(4, 8, 3, bias=True, dimension=3).double()
+    me_down = ME.MinkowskiConvolution(8, 16, 2, stride=2, dimension=3).double()
+    me_up = ME.MinkowskiConvolutionTranspose(16, 8, 2, stride=2, dimension=3).double()
+    sp_sub = spconv.SubMConv3d(4, 8, 3, bias=True, indice_key="s").double()
+    sp_down = spconv.SparseConv3d(8, 16, 2, stride=2, bias=False, indice_key="d").double()
+    sp_up = spconv.SparseInverseConv3d(16, 8, 2, indice_key="d", bias=False).double()
+    with torch.no_grad():  # ME [K, Cin, Cout], x fastest -> spconv [Cout, x, y, z, Cin]
+        for me, sp, k in [(me_sub, sp_sub, 3), (me_down, sp_down, 2), (me_up, sp_up, 2)]:
+            sp.weight.copy_(me.kernel.reshape(k, k, k, *me.kernel.shape[1:])
+                            .permute(4, 2, 1, 0, 3))
+        sp_sub.bias.copy_(me_sub.bias.reshape(-1))
+    st = spconv.SparseConvTensor(f, coords, [12, 12, 12], 2)
+    a1, s1 = me_sub(x), sp_sub(st)
+    torch.testing.assert_close(a1.F, s1.features)
+    a2, s2 = me_down(a1), sp_down(s1)
+    ca, fa = sort_rows(a2.C // torch.tensor([1, 2, 2, 2], dtype=torch.int32), a2.F)
+    cs, fs = sort_rows(s2.indices, s2.features)
+    assert torch.equal(ca, cs)
+    torch.testing.assert_close(fa, fs)
+    a3, s3 = me_up(a2), sp_up(s2)
+    torch.testing.assert_close(a3.F, s3.features)
+
+
+def test_state_dict_round_trip_in_me_layout():
+    def net():
+        return torch.nn.Sequential(
+            ME.MinkowskiConvolution(3, 8, 3, bias=True, dimension=3), ME.MinkowskiBatchNorm(8),
+            ME.MinkowskiReLU(), ME.MinkowskiConvolution(8, 8, 2, stride=2, dimension=3),
+            ME.MinkowskiConvolution(8, 4, 1, dimension=3), ME.MinkowskiLinear(4, 2))
+    a = net()
+    sd = a.state_dict()
+    # ME's names and shapes: kernel [K, Cin, Cout] ([Cin, Cout] for one offset), bias [1, C].
+    assert sd["0.kernel"].shape == (27, 3, 8) and sd["0.bias"].shape == (1, 8)
+    assert sd["3.kernel"].shape == (8, 8, 8) and sd["4.kernel"].shape == (8, 4)
+    assert {"1.bn.weight", "1.bn.running_mean", "5.linear.weight"} <= set(sd)
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    b = net()
+    b.load_state_dict(torch.load(buf))
+    a.eval(), b.eval()
+    coords = CLOUDS["random"]()
+    f = torch.randn(coords.shape[0], 3)
+    ya = a(ME.SparseTensor(f, coordinates=coords))
+    yb = b(ME.SparseTensor(f, coordinates=coords))
+    torch.testing.assert_close(ya.F, yb.F)
+
+
+def test_empty_and_duplicates():
+    e = ME.SparseTensor(torch.zeros(0, 3), coordinates=torch.zeros(0, 4, dtype=torch.int32))
+    conv = ME.MinkowskiConvolution(3, 4, 3, bias=True, dimension=3)
+    assert conv(e).F.shape == (0, 4)
+    down = ME.MinkowskiConvolution(3, 4, 2, stride=2, dimension=3)
+    y = down(e)
+    assert y.F.shape == (0, 4) and y.tensor_stride == [2, 2, 2]
+    assert ME.MinkowskiGlobalPooling()(e).F.shape == (0, 3)
+    # Duplicate coordinates: ME's quantization modes.
+    c = torch.tensor([[0, 1, 1, 1], [0, 2, 2, 2], [0, 1, 1, 1]], dtype=torch.int32)
+    f = torch.tensor([[1.0], [5.0], [3.0]])
+    Q = ME.SparseTensorQuantizationMode
+    assert ME.SparseTensor(f, coordinates=c).F.tolist() == [[1.0], [5.0]]
+    assert ME.SparseTensor(f, c, quantization_mode=Q.UNWEIGHTED_AVERAGE).F.tolist() == \
+        [[2.0], [5.0]]
+    assert ME.SparseTensor(f, c, quantization_mode=Q.UNWEIGHTED_SUM).F.tolist() == \
+        [[4.0], [5.0]]
+    assert ME.SparseTensor(f, c).C.tolist() == [[0, 1, 1, 1], [0, 2, 2, 2]]
+
+
+def test_bad_inputs_name_the_argument():
+    c = cloud(20, 5)
+    f = torch.randn(20, 3)
+    with pytest.raises(ValueError, match="coordinates"):
+        ME.SparseTensor(f, coordinates=c[:, :1])
+    with pytest.raises(ValueError, match="coordinates has 19 rows"):
+        ME.SparseTensor(f, coordinates=c[:19])
+    with pytest.raises(ValueError, match="features"):
+        ME.SparseTensor(f[0], coordinates=c)
+    bad = c.clone()
+    bad[4, 0] = -1
+    with pytest.raises(ValueError, match=r"coordinates\[4, 0\] = -1"):
+        ME.SparseTensor(f, coordinates=bad)
+    with pytest.raises(ValueError, match="NaN"):
+        ME.SparseTensor(f, coordinates=torch.full((20, 4), float("nan")))
+    with pytest.raises(ValueError, match="multiple of tensor_stride"):
+        ME.SparseTensor(f, coordinates=c, tensor_stride=2)
+    with pytest.raises(ValueError, match="tensor_stride"):
+        ME.SparseTensor(f, coordinates=c, tensor_stride=[1, 2])
+    with pytest.raises(ValueError, match="D = 1 to 4"):
+        ME.SparseTensor(torch.randn(2, 1), coordinates=torch.zeros(2, 6, dtype=torch.int32))
+    with pytest.raises(ValueError, match="coordinate_map_key"):
+        ME.SparseTensor(f)
+    with pytest.raises(ValueError, match="dimension"):
+        ME.MinkowskiConvolution(3, 4, 3)
+    with pytest.raises(ValueError, match="kernel_size"):
+        ME.MinkowskiConvolution(3, 4, 0, dimension=3)
+    with pytest.raises(ValueError, match="stride"):
+        ME.MinkowskiConvolution(3, 4, 3, stride=[2, 2], dimension=3)
+    with pytest.raises(NotImplementedError, match="kernel_generator"):
+        ME.MinkowskiConvolution(3, 4, 3, kernel_generator=object(), dimension=3)
+    x = ME.SparseTensor(f, coordinates=c)
+    with pytest.raises(ValueError, match="in_channels = 4"):
+        ME.MinkowskiConvolution(4, 4, 3, dimension=3)(x)
+    with pytest.raises(ValueError, match="2-D"):
+        ME.MinkowskiConvolution(3, 4, 3, dimension=2)(x)
+    with pytest.raises(TypeError, match="SparseTensor"):
+        ME.MinkowskiConvolution(3, 4, 3, dimension=3)(f)
+    with pytest.raises(TypeError, match="float64"):
+        ME.MinkowskiConvolution(3, 4, 3, dimension=3)(x.double())
+    other = ME.SparseTensor(f, coordinates=c)
+    with pytest.raises(ValueError, match="same coordinate_map_key"):
+        x + other
+    with pytest.raises(ValueError, match="share one coordinate key"):
+        ME.cat(x, ME.MinkowskiConvolution(3, 3, 2, stride=2, dimension=3)(x))
+    with pytest.raises(ValueError, match="stride"):
+        ME.MinkowskiConvolutionTranspose(3, 3, 2, stride=2, dimension=3)(x)
+    neg = c.clone()
+    neg[:, 1] -= 10
+    with pytest.raises(ValueError, match="min_coordinate"):
+        ME.SparseTensor(f, coordinates=neg).dense()
+    with pytest.raises(ValueError, match="global PoolingMode"):
+        ME.MinkowskiGlobalPooling(ME.PoolingMode.LOCAL_MAX_POOLING)
+
+
+def test_against_minkowski_engine():
+    me = pytest.importorskip("MinkowskiEngine")
+    coords = cloud(300, 10, seed=11)
+    f = torch.randn(coords.shape[0], 4)
+    ours = [ME.MinkowskiConvolution(4, 8, 3, dimension=3),
+            ME.MinkowskiConvolution(8, 8, 2, stride=2, dimension=3),
+            ME.MinkowskiConvolutionTranspose(8, 4, 2, stride=2, dimension=3)]
+    theirs = [me.MinkowskiConvolution(4, 8, 3, dimension=3),
+              me.MinkowskiConvolution(8, 8, 2, stride=2, dimension=3),
+              me.MinkowskiConvolutionTranspose(8, 4, 2, stride=2, dimension=3)]
+    for a, b in zip(ours, theirs):
+        b.load_state_dict(a.state_dict())
+    x, y = ME.SparseTensor(f, coordinates=coords), me.SparseTensor(f, coordinates=coords)
+    for a, b in zip(ours, theirs):
+        x, y = a(x), b(y)
+        ca, fa = sort_rows(x.C, x.F)
+        cb, fb = sort_rows(y.C, y.F)
+        assert torch.equal(ca, cb)
+        torch.testing.assert_close(fa, fb, rtol=1e-4, atol=1e-5)
