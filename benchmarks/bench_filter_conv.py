@@ -96,7 +96,7 @@ def pattern_weight(path, c_out, c_in, k, keep_fraction, seed):
 
 
 def add_layer_args(ap: argparse.ArgumentParser, limit_help: str) -> None:
-    """The options the per-layer A/B scripts share (bench_filter_conv_lanes / _batch)."""
+    """The options the per-layer A/B scripts share (archive/bench_filter_conv_lanes / _batch)."""
     ap.add_argument("--sparsity", type=float, default=0.9)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)

@@ -1,9 +1,9 @@
-"""The benchmark scripts behind issue 21's measurements run end to end on small inputs and
-print what RESULTS.md quotes (so a refactor that breaks them fails here, not at the next
-measurement): the SpMM locality experiment, the filter-conv lane-width A/B, the filter-conv
-batch split (stages and chunked prefixes), bench_bf16's RGMS rows and DeepSparse's
-side-by-side runner (which must name its missing peer, not crash, where deepsparse is not
-installed, as in CI)."""
+"""The benchmark scripts behind issue 21's measurements (most now in benchmarks/archive/) run
+end to end on small inputs and print what their recorded results quote (so a refactor that
+breaks them fails here, not at the next measurement): the SpMM locality experiment, the
+filter-conv lane-width A/B, the filter-conv batch split (stages and chunked prefixes),
+bench_bf16's RGMS rows and DeepSparse's side-by-side runner (which must name its missing peer,
+not crash, where deepsparse is not installed, as in CI)."""
 
 import importlib.util
 import json
@@ -26,7 +26,7 @@ def run(script, *args, timeout=600):
 
 
 def test_spmm_locality_rows():
-    r = run("bench_spmm_locality.py", "--graph", "powerlaw:n=3000,avg=8,alpha=2.1,seed=3",
+    r = run("archive/bench_spmm_locality.py", "--graph", "powerlaw:n=3000,avg=8,alpha=2.1,seed=3",
             "--features", "16")
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "| 16 |" in line]
@@ -43,7 +43,7 @@ def test_spmm_locality_rows():
                     reason="no DLMC patterns")
 def test_filter_conv_lanes_two_layers(tmp_path):
     out = tmp_path / "lanes.json"
-    r = run("bench_filter_conv_lanes.py", "--limit", "2", "--batch", "1", "--repeat", "3",
+    r = run("archive/bench_filter_conv_lanes.py", "--limit", "2", "--batch", "1", "--repeat", "3",
             "--out", str(out))
     assert r.returncode == 0, r.stderr
     rec = json.loads(out.read_text())
@@ -61,7 +61,7 @@ def test_deepsparse_runner_names_its_missing_peer():
 
 def test_filter_conv_batch_split_two_layers(tmp_path):
     out = tmp_path / "batch.json"
-    r = run("bench_filter_conv_batch.py", "--batch", "2", "--limit", "2", "--repeat", "1",
+    r = run("archive/bench_filter_conv_batch.py", "--batch", "2", "--limit", "2", "--repeat", "1",
             "--chunks", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rec = json.loads(out.read_text())
@@ -93,7 +93,7 @@ def test_bf16_rgms_rows_and_their_products_ab():
 
 def test_filter_conv_pairs_counts_channel_partners():
     spec = importlib.util.spec_from_file_location("filter_conv_pairs",
-                                                  BENCH / "filter_conv_pairs.py")
+                                                  BENCH / "archive" / "filter_conv_pairs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     import numpy as np
@@ -103,7 +103,7 @@ def test_filter_conv_pairs_counts_channel_partners():
     cols = np.array([0 * 9 + 2, 1 * 9 + 2, 2 * 9 + 5, 3 * 9 + 5])
     assert mod.paired_fraction(rowptr, cols, 9) == 0.5
     assert mod.paired_fraction(np.array([0]), np.array([], dtype=np.int64), 9) == 0.0
-    r = run("filter_conv_pairs.py", timeout=300)
+    r = run("archive/filter_conv_pairs.py", timeout=300)
     assert r.returncode == 0, r.stderr
     last = [line for line in r.stdout.splitlines() if line.startswith("uniform random 90%")]
     assert len(last) == 1

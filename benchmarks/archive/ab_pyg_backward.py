@@ -9,7 +9,7 @@ one layer, ``out.sum().backward()`` as in bench_pyg_layers.py, medians.
   masks the product's input gradient in place; before, ``relu_`` then ``linear`` (autograd's
   ReLU allocates the masked gradient).
 
-    python3 benchmarks/ab_pyg_backward.py --change relu_linear [--graphs pubmed ...]
+    python3 benchmarks/archive/ab_pyg_backward.py --change relu_linear [--graphs pubmed ...]
         [--features 64 128] [--rounds 30]
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 import bench_pyg_layers as B  # noqa: E402
 from sparsejit.families.rgms import ops as R  # noqa: E402
 from sparsejit.families.spmm import layers as L  # noqa: E402

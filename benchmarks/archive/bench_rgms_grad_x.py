@@ -4,8 +4,8 @@ sizes, a 20k-node power-law graph with 8 relations and a random 100k-node / 1M-e
 graph. Prints one JSON object {"graph|threads|F": median ms}. Works with builds whose plans are
 one tensor or (older) five, so two builds compare under the A/B rule:
 
-    PYTHONPATH=<build A>/python python3 benchmarks/bench_rgms_grad_x.py > a.json
-    PYTHONPATH=<build B>/python python3 benchmarks/bench_rgms_grad_x.py > b.json
+    PYTHONPATH=<build A>/python python3 benchmarks/archive/bench_rgms_grad_x.py > a.json
+    PYTHONPATH=<build B>/python python3 benchmarks/archive/bench_rgms_grad_x.py > b.json
 """
 import json
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 import bench_rgms as b  # noqa: E402
 from ab_sparsejit import _powerlaw_edges  # noqa: E402
 

@@ -3,7 +3,7 @@ loop on 8 lanes (SPARSEJIT_FILTER_CONV_WIDE=0), per ResNet-50 layer with its DLM
 one process: each layer is prepared twice (the variable is read when a layer is prepared),
 outputs checked bit-identical, calls alternated, medians.
 
-    python3 benchmarks/bench_filter_conv_lanes.py --sparsity 0.9 --batch 8
+    python3 benchmarks/archive/bench_filter_conv_lanes.py --sparsity 0.9 --batch 8
 
 On a CPU without AVX-512 both sides compile to the same 8-lane loop (ratios ~1).
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 import bench_filter_conv as B  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ Two tables:
 ctypes' own call cost (a no-op C call, timed the same way) is subtracted. Each product is
 checked against numpy before it is timed.
 
-    OMP_NUM_THREADS=1 python3 benchmarks/bench_gemm_tiles.py [--reps 2000] [--json out.json]
+    OMP_NUM_THREADS=1 python3 benchmarks/archive/bench_gemm_tiles.py [--reps 2000] [--json out.json]
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(_ROOT, "python"))
 from sparsejit.info import cpu_line  # noqa: E402
 
 BRGEMM_F32 = "_ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb"

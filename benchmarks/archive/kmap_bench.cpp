@@ -1,9 +1,9 @@
-// Rough timing of kernel-map building (csrc/conv): not a benchmark suite, no peers.
+// Rough timing of kernel-map building (csrc/point_conv): not a benchmark suite, no peers.
 // Prints the median time to build the 27 submanifold maps (3x3x3) and the stride-2 map
 // (spconv k=3, s=2, p=1: output sites + pairs) on a voxelized KITTI scan and on 20k random
 // voxels in a 128^3 grid. Build and run from the repository root:
 //
-//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/kmap_bench.cpp csrc/point_conv/*.cpp
+//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/archive/kmap_bench.cpp csrc/point_conv/*.cpp
 //       -o /tmp/kmap_bench && OMP_NUM_THREADS=2 /tmp/kmap_bench
 //
 // Time it on a quiet machine only (uptime load < 1).

@@ -1,7 +1,7 @@
 """Where SpMM's time goes on a graph larger than cache: the same CSR row pointers and entry
 count with the column indices changed, so only the locality of the gathered X rows differs.
 
-    python3 benchmarks/bench_spmm_locality.py [--graph SPEC] [--features 64 128]
+    python3 benchmarks/archive/bench_spmm_locality.py [--graph SPEC] [--features 64 128]
 
 Rows: the graph's own columns; sequential columns (entry p reads row p mod n: the same bytes,
 streamed); random columns within 1/8 of X (a working set that fits a large L3); and the
@@ -22,7 +22,7 @@ import torch
 import sparsejit as sj
 from sparsejit.tools.data import load_graph
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from ab_sparsejit import _median_ms  # noqa: E402
 
 

@@ -3,7 +3,7 @@ PYTHONPATH=<build>/python): medians of --repeat calls of sj.sddmm(A, Q, K) with 
 K on power-law graphs in and out of cache, one line per case, prefixed by --label. Set
 SPARSEJIT_JIT=0 to time the precompiled generic kernel instead of the JIT's.
 
-    PYTHONPATH=<build>/python python3 benchmarks/bench_sddmm_bf16.py --label before
+    PYTHONPATH=<build>/python python3 benchmarks/archive/bench_sddmm_bf16.py --label before
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Each configuration runs in its own process (the settings are read once per proce
 rounds alternate between configurations, and the table gives medians over rounds of the
 per-round medians, with minor page faults and system time per call.
 
-    python3 benchmarks/bench_huge_pages.py                  # 76k-node power law + 2M-edge R-MAT
-    python3 benchmarks/bench_huge_pages.py --rounds 5 --graphs rmat:scale=17,ef=16,seed=0
+    python3 benchmarks/archive/bench_huge_pages.py    # 76k-node power law + 2M-edge R-MAT
+    python3 benchmarks/archive/bench_huge_pages.py --rounds 5 --graphs rmat:scale=17,ef=16,seed=0
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--widths", default="64,128,256")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" /
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" /
                                          "huge_pages.json"))
     args = ap.parse_args()
     # Graph specs contain commas: split on the generator names.

@@ -2,7 +2,7 @@
 the ATen path it replaced (index_select of the winners' columns, a where, scatter_add_), side
 by side in one process on the same positions; medians, 1 and 2 threads.
 
-    SPARSEJIT_DATA=../shared/data python3 benchmarks/bench_spmm_arg_backward.py
+    SPARSEJIT_DATA=../shared/data python3 benchmarks/archive/bench_spmm_arg_backward.py
 """
 import torch
 

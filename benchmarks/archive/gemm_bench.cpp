@@ -2,7 +2,7 @@
 // kernel on the tile shapes the RGMS passes multiply (m = groups per tile, k = n = widths),
 // single-threaded (as inside a parallel region). Build and run from the repository root:
 //
-//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/gemm_bench.cpp csrc/dense/gemm.cpp \
+//   g++ -O3 -std=c++17 -fopenmp -I. benchmarks/archive/gemm_bench.cpp csrc/dense/gemm.cpp \
 //       csrc/dense/gemm_avx2.cpp -DSPARSEJIT_WITH_ONEDNN -ldnnl -o /tmp/gemm_bench
 //   (gemm_avx2.cpp needs -mavx2 -mfma: compile it separately or add them for a quick run)
 //   OMP_NUM_THREADS=1 /tmp/gemm_bench

@@ -3,8 +3,8 @@
 AIFB and an AIFB-sized random typed graph, F = 16 / 32 / 64. Medians; ratios > 1 mean the
 fused kernels are faster. Sets the `kFusedMaxAuto` policy in csrc/rgms/rgms_run.h.
 
-    python benchmarks/bench_rgms_kernels.py --threads 2
-    python benchmarks/bench_rgms_kernels.py --threads 1 --clock cpu   # loaded machine
+    python benchmarks/archive/bench_rgms_kernels.py --threads 2
+    python benchmarks/archive/bench_rgms_kernels.py --threads 1 --clock cpu   # loaded machine
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from bench_rgms import aifb_graph, random_typed  # noqa: E402
 
 import sparsejit  # noqa: E402,F401  (registers the ops)

@@ -9,7 +9,7 @@ medians; prints a table with each layer's useful GMAC/s (stored taps x output pi
 each stage's time in the batch-B forward against B one-image forwards (forward hooks on the
 model's top-level modules).
 
-    PYTHONPATH=python python3 benchmarks/bench_filter_conv_batch.py [--sparsity 0.9]
+    PYTHONPATH=python python3 benchmarks/archive/bench_filter_conv_batch.py [--sparsity 0.9]
         [--batch 8] [--repeat 7] [--limit N] [--chunks 1 2 4] [--prefix-stages layer1 layer2]
 
 Writes benchmarks/results/filter_conv_batch.json (CPU named)."""
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

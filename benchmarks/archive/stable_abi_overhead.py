@@ -1,7 +1,7 @@
 # Per-call overhead of the op library on tiny inputs (64 nodes, 256 edges, F = 16), where the
 # stable-ABI backend's dispatcher calls by name would show: median of 21 batches of 500 calls,
 # microseconds per call. Run it once per build, alternately:
-#   PYTHONPATH=<build>/python python3 benchmarks/stable_abi_overhead.py
+#   PYTHONPATH=<build>/python python3 benchmarks/archive/stable_abi_overhead.py
 import statistics
 import time
 

@@ -3,7 +3,7 @@
 pay: its code grows with the stored taps (about 60 bytes each), so only small layers fit the
 instruction cache, and its compile time grows with them too.
 
-    python3 benchmarks/bench_filter_conv_baked.py [--threads 1] [--clock cpu] [--repeat 41]
+    python3 benchmarks/archive/bench_filter_conv_baked.py [--threads 1] [--clock cpu] [--repeat 41]
 
 One image; random unstructured patterns (seeded). Reported per layer: generic ms, the speed-up
 of jit and jit_baked over generic (medians of alternated runs, outputs checked bit-identical),
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -7,7 +7,7 @@ From the split follows the bound the shared dense work puts on the speedup: with
 sparse side at zero cost the ratio would be PyG's time over sparsejit's dense time,
     bound = t_pyg / t_sj_dense.
 
-    python benchmarks/pyg_time_split.py --graphs powerlaw:n=200000,avg=10,alpha=2.1,seed=1
+    python benchmarks/archive/pyg_time_split.py --graphs powerlaw:n=200000,avg=10,alpha=2.1,seed=1
 
 Totals are medians of plain timed runs; the fractions come from one torch.profiler run of
 --repeats steps, applied to the medians. Shared 2-core machine: read ratios, not times.
@@ -29,7 +29,7 @@ import sparsejit as sj
 from sparsejit.tools.data import load_graph
 from torch_geometric import nn as pnn
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from bench_pyg_layers import layers, step  # noqa: E402
 
 DENSE = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", nargs="*", default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" /
                                          "pyg_time_split.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -9,7 +9,7 @@ of taps paired, the multiply instructions per tap drop to 1 - p / 2, so 1 / (1 -
 what pairs could gain. Prints p per layer and overall for the DLMC magnitude-pruned
 ResNet-50 patterns (80%; `SPARSEJIT_DATA`/dlmc) and for uniformly random 80% / 90% patterns.
 
-    python3 benchmarks/filter_conv_pairs.py
+    python3 benchmarks/archive/filter_conv_pairs.py
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(os.environ.get("SPARSEJIT_DATA", Path(__file__).resolve().parents[2] / "shared/data"))
+DATA = Path(os.environ.get("SPARSEJIT_DATA", Path(__file__).resolve().parents[3] / "shared/data"))
 
 
 def paired_fraction(rowptr: np.ndarray, cols: np.ndarray, taps: int) -> float:

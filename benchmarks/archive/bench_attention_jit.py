@@ -2,12 +2,13 @@
 generic one, interleaved in one process (SPARSEJIT_JIT toggled between steps), for the
 three score forms at the widths the PyG layers use (4 heads of F / 4, F = 64 and 128).
 
-    python benchmarks/bench_attention_jit.py --graph powerlaw:n=200000,avg=10,alpha=2.1,seed=1
+    python benchmarks/archive/bench_attention_jit.py \
+        --graph powerlaw:n=200000,avg=10,alpha=2.1,seed=1
 
 Prints medians and generic / JIT ratios; writes benchmarks/results/attention_jit.json.
 Shared 2-core machine: read the ratios.
 
-    python benchmarks/bench_attention_jit.py --bf16
+    python benchmarks/archive/bench_attention_jit.py --bf16
 
 instead times the forward alone in float32 and in bfloat16 (the JIT's native bfloat16 kernel),
 interleaved, JIT on; writes benchmarks/results/attention_bf16.json.
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.out is None:
-        args.out = str(Path(__file__).parent / "results" /
+        args.out = str(Path(__file__).resolve().parents[1] / "results" /
                        ("attention_bf16.json" if args.bf16 else "attention_jit.json"))
     torch.set_num_threads(args.threads)
     g = load_graph(args.graph)

@@ -7,7 +7,7 @@ Each layer's output (6-26 MB at batch 8) is allocated while the previous one is 
 glibc hands back memory it already faulted in or fresh heap depends on the process's history,
 so run the script more than once (`--processes`): each process prints its own table.
 
-    PYTHONPATH=python python3 benchmarks/bench_huge_pages_network.py [--sparsity 0.9]
+    PYTHONPATH=python python3 benchmarks/archive/bench_huge_pages_network.py [--sparsity 0.9]
         [--batch 8] [--thresholds 32 4] [--rounds 8] [--processes 3]
 
 Writes benchmarks/results/huge_pages_network.json (CPU named)."""
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, resource, sys, time
