@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from pathlib import Path
 
@@ -18,11 +19,11 @@ def _point_at_nvrtc() -> None:
     ones a CUDA build of torch depends on) without LD_LIBRARY_PATH."""
     if os.environ.get("SPARSEJIT_NVRTC_DIRS"):
         return
-    try:
-        import nvidia  # namespace package of NVIDIA's wheels
-    except ImportError:
+    # nvidia: the namespace package of NVIDIA's wheels, located without importing it.
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
         return
-    dirs = [os.path.join(root, sub) for root in nvidia.__path__
+    dirs = [os.path.join(root, sub) for root in spec.submodule_search_locations
             for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib")]
     found = [d for d in dirs if os.path.isdir(d)]
     if found:
