@@ -26,30 +26,35 @@ def sample(dense, coords, ts):
     return dense.movedim(1, -1)[c[:, 0], g[:, 0], g[:, 1], g[:, 2]]
 
 
-def dense_weight(kernel, k):
-    """Engine kernel [K, Cin, Cout] (x fastest) -> conv3d weight [Cout, Cin, kx, ky, kz]."""
+def dense_weight(kernel, k, x_fastest=True):
+    """Engine kernel [K, Cin, Cout] -> conv3d weight [Cout, Cin, kx, ky, kz]; offsets numbered
+    x fastest (ME, TorchSparse odd volumes) or z fastest (TorchSparse even volumes)."""
     cin, cout = kernel.shape[-2:]
-    return kernel.reshape(k, k, k, cin, cout).permute(4, 3, 2, 1, 0)
+    w = kernel.reshape(k, k, k, cin, cout)
+    return w.permute(4, 3, 2, 1, 0) if x_fastest else w.permute(4, 3, 0, 1, 2)
 
 
-def conv_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None):
-    """Sparse conv from sites at stride ts to out_coords at stride ts * stride."""
-    lo = lower_of(k)
+def conv_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None,
+                   lower=None, x_fastest=True):
+    """Sparse conv from sites at stride ts to out_coords at stride ts * stride: output o sums
+    the inputs at o + (lower + e) * dil * ts (lower: ME's default unless given)."""
+    lo = lower_of(k) if lower is None else lower
     extent = [int(m) // ts + 1 + stride * k * dil for m in in_coords[:, 1:].long().max(0).values]
-    x = to_dense(in_coords, feats, ts, extent)
-    # conv3d pads both sides by p; an even kernel (lower 0) needs no padding.
-    y = F.conv3d(x, dense_weight(kernel, k), None, stride, -lo * dil, dil)
+    x = F.pad(to_dense(in_coords, feats, ts, extent), [-lo * dil, 0] * 3)
+    y = F.conv3d(x, dense_weight(kernel, k, x_fastest), None, stride, 0, dil)
     out = sample(y, out_coords, ts * stride)
     return out if bias is None else out + bias.reshape(-1)
 
 
-def transposed_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None):
-    """Transposed conv from sites at stride ts to out_coords at stride ts // stride."""
+def transposed_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bias=None,
+                         x_fastest=True):
+    """Transposed conv from sites at stride ts to out_coords at stride ts // stride (centred
+    odd or lower-0 even kernels)."""
     lo = lower_of(k)
     fine = ts // stride
     extent = [int(m) // ts + 2 + k * dil for m in out_coords[:, 1:].long().max(0).values]
     x = to_dense(in_coords, feats, ts, extent)
-    w = kernel.reshape(k, k, k, *kernel.shape[-2:]).permute(3, 4, 2, 1, 0)  # [Cin, Cout, x, y, z]
+    w = dense_weight(kernel, k, x_fastest).transpose(0, 1)  # [Cin, Cout, x, y, z]
     y = F.conv_transpose3d(x, w, None, stride, -lo * dil, 0, 1, dil)
     out = sample(y, out_coords, fine)
     return out if bias is None else out + bias.reshape(-1)
