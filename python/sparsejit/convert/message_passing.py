@@ -204,10 +204,15 @@ def propagate(self, edge_index, size=None, **kwargs):
             self.node_dim % x_src.dim() != 0 or (form.dst is not None and (
                 not isinstance(y, torch.Tensor) or y.dim() != x_src.dim())):
         return _pyg(self, edge_index, size, kwargs)
-    if w is not None and (not isinstance(w, torch.Tensor) or w.numel() != edge_index.shape[1]
-                          or w.dtype != x_src.dtype or (w.dim() == 2 and w.shape[1] != 1)
-                          or w.dim() > 2):
-        return _pyg(self, edge_index, size, kwargs)
+    if w is not None:
+        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or \
+                w.numel() != edge_index.shape[1] or w.dim() > 2 or \
+                (w.dim() == 2 and w.shape[1] != 1):
+            return _pyg(self, edge_index, size, kwargs)
+        if w.dtype != x_src.dtype:  # PyG's w * x_j promotes: so do we
+            common = torch.promote_types(w.dtype, x_src.dtype)
+            w, x_src = w.to(common), x_src.to(common)
+            y = None if y is None else y.to(common)
     alpha, beta = coeffs
     return _spmm_propagate(self, form, edge_index, size, x_src, dst_given, y, w, alpha, beta,
                            kwargs)

@@ -1,0 +1,163 @@
+"""``sparsejit.accelerate(model)`` against the unmodified PyG model, side by side in one process.
+
+Two models, forward + backward (loss = sum of outputs; gradients for x and every parameter),
+the accelerated copy holding a deep copy's weights (outputs checked equal first), steps of
+the sides interleaved (runtime.timing.paired_median_ms), medians, 2 threads:
+
+* native:  GCNConv -> ReLU -> SAGEConv -> ReLU -> GATConv (4 heads), layers sparsejit.nn
+  implements; PyG eager against accelerated.
+* generic: SGConv(K=2) -> Linear -> ReLU -> APPNP(K=10) -> TAGConv(K=3), layers sparsejit.nn
+  does not implement (the SpMM propagate path); PyG eager, PyG under torch.compile and
+  accelerated. ``--cached`` builds SGConv / APPNP with cached=True (the normalised graph
+  kept, as in a transductive training loop); by default each forward normalises again on
+  both sides (PyG's gcn_norm runs in both).
+
+    python benchmarks/bench_accelerate.py --quick     # one small generated graph, smoke run
+    python benchmarks/bench_accelerate.py             # generated + real graphs, F = 64
+
+Writes benchmarks/results/accelerate.json (and a .md table). On a shared 2-core machine the
+times are noisy: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+import sparsejit as sj
+from sparsejit.info import cpu_line
+from sparsejit.runtime.timing import paired_median_ms
+from sparsejit.tools.data import load_graph
+from torch_geometric import nn as pnn
+
+GRAPHS = ["powerlaw:n=100000,avg=10,alpha=2.1,seed=1", "uniform:n=100000,avg=10,seed=2",
+          "cora", "pubmed", "facebook"]
+QUICK = ["uniform:n=3000,avg=8,seed=0"]
+
+
+class NativeModel(torch.nn.Module):
+    def __init__(self, f: int, h: int):
+        super().__init__()
+        self.c1 = pnn.GCNConv(f, h)
+        self.c2 = pnn.SAGEConv(h, h)
+        self.c3 = pnn.GATConv(h, h // 4, heads=4)
+
+    def forward(self, x, ei):
+        return self.c3(self.c2(self.c1(x, ei).relu(), ei).relu(), ei)
+
+
+class GenericModel(torch.nn.Module):
+    def __init__(self, f: int, h: int, cached: bool):
+        super().__init__()
+        self.sg = pnn.SGConv(f, h, K=2, cached=cached)
+        self.lin = torch.nn.Linear(h, h)
+        self.appnp = pnn.APPNP(K=10, alpha=0.1, cached=cached)
+        self.tag = pnn.TAGConv(h, h, K=3)
+
+    def forward(self, x, ei):
+        return self.tag(self.appnp(self.lin(self.sg(x, ei)).relu(), ei), ei)
+
+
+def _step(model, x, ei):
+    def run():
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        model(x, ei).sum().backward()
+    return run
+
+
+def _check_equal(a, b, x, ei, what):
+    with torch.no_grad():
+        ya, yb = a(x, ei), b(x, ei)
+    err = float((ya - yb).abs().max() / ya.abs().max().clamp(min=1e-30))
+    if err > 1e-4:
+        raise SystemExit(f"{what}: accelerated output differs from PyG's (relative {err:.2e})")
+    return err
+
+
+def bench_graph(spec, f, repeats, compile_pyg, cached):
+    g = load_graph(spec)
+    x = torch.randn(g.num_nodes, f, requires_grad=True)
+    ei = g.edge_index
+    rows = []
+    torch.manual_seed(0)
+    ref = NativeModel(f, f)
+    acc = sj.accelerate(copy.deepcopy(ref))
+    err = _check_equal(ref, acc, x, ei, "native")
+    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats)
+    rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="native",
+                     pyg_ms=t_pyg, accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err))
+    print(f"{g.name:>44} native   pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
+          f"x{t_pyg / t_sj:5.2f}", flush=True)
+    torch.manual_seed(0)
+    ref = GenericModel(f, f, cached)
+    acc = sj.accelerate(copy.deepcopy(ref))
+    err = _check_equal(ref, acc, x, ei, "generic")
+    fns = [_step(ref, x, ei), _step(acc, x, ei)]
+    if compile_pyg:
+        fns.append(_step(torch.compile(copy.deepcopy(ref)), x, ei))
+    ts = paired_median_ms(fns, repeats)
+    row = dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="generic",
+               cached=cached, pyg_ms=ts[0], accelerated_ms=ts[1], speedup=ts[0] / ts[1],
+               max_rel_err=err)
+    msg = (f"{g.name:>44} generic  pyg {ts[0]:9.2f} ms  accelerated {ts[1]:9.2f} ms  "
+           f"x{ts[0] / ts[1]:5.2f}")
+    if compile_pyg:
+        row.update(pyg_compiled_ms=ts[2], speedup_vs_compiled=ts[2] / ts[1])
+        msg += f"  (PyG compiled {ts[2]:9.2f} ms: x{ts[2] / ts[1]:5.2f})"
+    rows.append(row)
+    print(msg, flush=True)
+    return rows
+
+
+def markdown(rows) -> str:
+    lines = [f"CPU: {cpu_line()}", "",
+             "| graph | model | PyG ms | PyG compiled ms | accelerated ms | x eager | x compiled |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        comp = r.get("pyg_compiled_ms")
+        lines.append(f"| {r['graph'].split(',seed')[0]} | {r['model']} | {r['pyg_ms']:.1f} | "
+                     f"{'' if comp is None else f'{comp:.1f}'} | {r['accelerated_ms']:.1f} | "
+                     f"{r['speedup']:.2f} | "
+                     f"{'' if comp is None else f'{r['speedup_vs_compiled']:.2f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one small generated graph, F = 32")
+    ap.add_argument("--graphs", nargs="*", default=None)
+    ap.add_argument("--features", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cached", action="store_true", help="SGConv / APPNP with cached=True")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compiled PyG side")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "accelerate.json"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    graphs = args.graphs or (QUICK if args.quick else GRAPHS)
+    f = args.features or (32 if args.quick else 64)
+    repeats = args.repeats or (3 if args.quick else 9)
+    rows = []
+    for spec in graphs:
+        rows += bench_graph(spec, f, repeats, not args.no_compile, args.cached)
+    result = dict(cpu=cpu_line(), threads=args.threads, load_average=os.getloadavg(),
+                  repeats=repeats, torch=torch.__version__, quick=args.quick,
+                  note="forward+backward of the whole model, medians of interleaved steps",
+                  rows=rows)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    out.with_suffix(".md").write_text(markdown(rows))
+    print(f"CPU: {cpu_line()}; wrote {out} and its .md table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
