@@ -122,10 +122,11 @@ def markdown(rows) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         comp = r.get("pyg_compiled_ms")
-        lines.append(f"| {r['graph'].split(',seed')[0]} | {r['model']} | {r['pyg_ms']:.1f} | "
-                     f"{'' if comp is None else f'{comp:.1f}'} | {r['accelerated_ms']:.1f} | "
-                     f"{r['speedup']:.2f} | "
-                     f"{'' if comp is None else f'{r['speedup_vs_compiled']:.2f}'} |")
+        comp_ms = "" if comp is None else f"{comp:.1f}"
+        comp_x = "" if comp is None else f"{r['speedup_vs_compiled']:.2f}"
+        graph = r["graph"].split(",seed")[0]
+        lines.append(f"| {graph} | {r['model']} | {r['pyg_ms']:.1f} | {comp_ms} | "
+                     f"{r['accelerated_ms']:.1f} | {r['speedup']:.2f} | {comp_x} |")
     return "\n".join(lines) + "\n"
 
 
