@@ -1,6 +1,10 @@
 """Smoke suite of an installed wheel: run from outside the source tree, in a venv that holds
 only the wheel and its dependencies (`make test-wheel`). Every op family, the JIT, a PyG-style
-layer, an spconv module, and the C++ package found by CMake."""
+layer, an spconv module, ``sparsify``, ``python -m sparsejit.info``, the benchmark console
+script and the C++ package found by CMake. Beside it: test_families.py (each family forward and
+backward against a plain reference), test_compile_export.py (every layer under torch.compile
+and torch.export) and test_optional_deps.py (no optional package imported at import time or
+in traced code)."""
 
 from __future__ import annotations
 
@@ -101,7 +105,38 @@ def test_filter_conv():
     torch.testing.assert_close(sj.nn.SparseConv2d.from_dense(conv)(x), conv(x), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+def test_sparsify_a_pruned_block():
+    """sparsify swaps the pruned convolutions it measures faster (or keeps them) and the model
+    computes the same either way."""
+    torch.manual_seed(4)
+    block = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 8, 3, padding=1)).eval()
+    with torch.no_grad():
+        for conv in (block[0], block[2]):
+            conv.weight[torch.rand_like(conv.weight) < 0.8] = 0
+    x = torch.randn(1, 8, 12, 12)
+    fast = sj.sparsify(block, x, repeat=3, progress=False, verbose=False)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), block(x), rtol=1e-4, atol=1e-4)
+
+
+def test_info_module():
+    """``python -m sparsejit.info --json``: the report of the installed package."""
+    import json
+    r = subprocess.run([sys.executable, "-m", "sparsejit.info", "--json"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert report["sparsejit"]["version"] == sj.__version__
+    assert Path(report["sparsejit"]["package"]).resolve() == Path(sj.__file__).resolve().parent
+    assert report["torch"]["version"] == torch.__version__
+    text = subprocess.run([sys.executable, "-m", "sparsejit.info"], capture_output=True,
+                          text=True, timeout=300)
+    assert text.returncode == 0 and sj.__version__ in text.stdout, text.stderr[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None,
+                    reason="cmake is not on PATH: find_package(sparsejit) not checked")
 def test_cpp_package_found_by_cmake(tmp_path):
     prefix = f"{sj.cmake_prefix_path};{torch.utils.cmake_prefix_path}"
     assert Path(sj.cmake_prefix_path, "sparsejit", "sparsejitConfig.cmake").exists()
