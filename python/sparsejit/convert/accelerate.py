@@ -53,15 +53,18 @@ def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.M
         except mp.Unsupported as e:
             report.add(path, _type(m), None, native_reason + f"generic path: {e}")
         return None, False
-    kind = spconv.spconv_kind(m)
-    if kind is not None:
-        return None, True  # converted after its children (a SparseSequential holds them)
-    return None, True
+    return None, True  # spconv modules are converted after their children
 
 
-def _convert_spconv(m: nn.Module, path: str, report: Report) -> Optional[nn.Module]:
+def _convert_spconv(m: nn.Module, path: str, report: Report,
+                    blocked: Optional[str]) -> Optional[nn.Module]:
+    if not spconv.is_spconv_module(m) or _is_converted(m):
+        return None
     kind = spconv.spconv_kind(m)
-    if kind is None:
+    if blocked is not None or kind is None:
+        report.add(path, _type(m), None, "sparsejit.spconv: " + (
+            blocked if blocked is not None else "no counterpart") +
+            " (spconv modules are converted all together or not at all)")
         return None
     try:
         new = spconv.convert(m, kind)
@@ -72,7 +75,8 @@ def _convert_spconv(m: nn.Module, path: str, report: Report) -> Optional[nn.Modu
         return None
 
 
-def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module]) -> nn.Module:
+def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module],
+          blocked: Optional[str]) -> nn.Module:
     """m, or what replaces it; m's children replaced in place."""
     if id(m) in done:
         return done[id(m)]
@@ -81,10 +85,10 @@ def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module]) -
         for name, child in list(m._modules.items()):
             if child is None:
                 continue
-            replaced = _walk(child, f"{path}.{name}" if path else name, report, done)
+            replaced = _walk(child, f"{path}.{name}" if path else name, report, done, blocked)
             if replaced is not child:
                 m._modules[name] = replaced
-        new = _convert_spconv(m, path, report)
+        new = _convert_spconv(m, path, report, blocked)
     done[id(m)] = m if new is None else new
     return done[id(m)]
 
@@ -149,7 +153,7 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
         raise TypeError(f"sparsejit.accelerate: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
     report = Report()
-    model = _walk(model, "", report, {})
+    model = _walk(model, "", report, {}, spconv.blocker(model))
     if sparsify_convs:
         model = _sparsify(model, example_input, report, verbose, min_sparsity)
     LAST_REPORT = report

@@ -18,16 +18,46 @@ from torch import nn
 from sparsejit.convert.pyg import ORIGINAL, Unsupported, _tensors
 
 
+def _spconv_class(module: str, name: str):
+    mod = sys.modules.get(module)
+    return None if mod is None else getattr(mod, name, None)
+
+
+def is_spconv_module(module: nn.Module) -> bool:
+    """Whether `module` is one of spconv.pytorch's sparse modules (takes a SparseConvTensor)."""
+    base = _spconv_class("spconv.pytorch.modules", "SparseModule")
+    return base is not None and isinstance(module, base)
+
+
 def spconv_kind(module: nn.Module) -> Optional[str]:
-    """'conv', 'pool', 'sequential' or 'dense' for a spconv.pytorch module, else None."""
-    sp = sys.modules.get("spconv.pytorch")
-    if sp is None or not type(module).__module__.startswith("spconv."):
+    """'conv', 'pool', 'sequential' or 'dense' for a spconv.pytorch module sparsejit.spconv
+    has, else None."""
+    if not is_spconv_module(module):
         return None
-    for kind, cls in (("conv", "SparseConvolution"), ("pool", "SparseMaxPool"),
-                      ("sequential", "SparseSequential"), ("dense", "ToDense")):
-        c = getattr(sp, cls, None)
+    for kind, where, cls in (("conv", "spconv.pytorch.conv", "SparseConvolution"),
+                             ("pool", "spconv.pytorch.pool", "SparseMaxPool"),
+                             ("sequential", "spconv.pytorch.modules", "SparseSequential"),
+                             ("dense", "spconv.pytorch", "ToDense")):
+        c = _spconv_class(where, cls)
         if c is not None and isinstance(module, c):
             return kind
+    return None
+
+
+def blocker(model: nn.Module) -> Optional[str]:
+    """Why the spconv modules of `model` cannot all be converted, or None. Sparse tensors
+    pass between them, so they are converted all together or not at all."""
+    for path, m in model.named_modules():
+        if not is_spconv_module(m):
+            continue
+        kind = spconv_kind(m)
+        if kind is None:
+            return f"{path or '(model)'} ({type(m).__name__}) has no sparsejit.spconv counterpart"
+        if kind == "conv":
+            try:
+                convert(m, kind)
+            except Unsupported as e:
+                return f"{path or '(model)'}: {e}"
     return None
 
 
@@ -65,11 +95,13 @@ def convert(m: nn.Module, kind: str) -> nn.Module:
         variant = getattr(sjs, name, None)
         if isinstance(variant, type) and issubclass(variant, sjs.SparseConvolution):
             new.__class__ = variant  # the variants differ from the base only in __init__
-        have, want = _tensors(new), _tensors(m)
-        if {k: tuple(v[1].shape) if v[1] is not None else None for k, v in have.items()} != \
-                {k: tuple(v[1].shape) if v[1] is not None else None for k, v in want.items()}:
-            raise Unsupported(f"its weight layout {[(k, tuple(v[1].shape)) for k, v in want.items() if v[1] is not None]} "
-                              "is not sparsejit.spconv's [out, *kernel, in]")
+        have = {k: v for k, v in _tensors(new).items() if v[1] is not None}
+        want = {k: v for k, v in _tensors(m).items() if v[1] is not None}
+        if {k: tuple(v[1].shape) for k, v in have.items()} != \
+                {k: tuple(v[1].shape) for k, v in want.items()}:
+            shapes = {k: tuple(v[1].shape) for k, v in want.items()}
+            raise Unsupported(f"its tensors {shapes} are not sparsejit.spconv's (weight "
+                              "[out, *kernel, in], bias [out])")
         for key, (k, t) in want.items():
             getattr(new, k)[key] = t
     elif kind == "pool":
