@@ -9,12 +9,13 @@ transposed convolution reuses the strided one it undoes, read backwards).
 from __future__ import annotations
 
 import enum
+import math
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from sparsejit.families.point_conv.lattice import lattice_plan
+from sparsejit.families.point_conv.lattice import lattice_plan, unique_rows
 
 StrideType = Union[int, Sequence[int], torch.Tensor]
 
@@ -142,7 +143,7 @@ class CoordinateManager:
         offsets = torch.cartesian_prod(*axes).reshape(-1, len(fine))
         cand = (c[:, None, 1:] + offsets[None]).reshape(-1, len(fine))
         batch = c[:, :1].expand(-1, offsets.shape[0]).reshape(-1, 1)
-        self._coords[out_key] = torch.unique(torch.cat([batch, cand], 1), dim=0).int()
+        self._coords[out_key] = unique_rows(torch.cat([batch, cand], 1)).int()
         return out_key
 
     # ---- kernel maps --------------------------------------------------------------------
@@ -175,7 +176,16 @@ def _quantize(coordinates: torch.Tensor, features: torch.Tensor,
     n = coordinates.shape[0]
     if n == 0 or mode == SparseTensorQuantizationMode.NO_QUANTIZATION:
         return coordinates, features
-    uniq, inverse = torch.unique(coordinates.long(), dim=0, return_inverse=True)
+    c = coordinates.long()
+    lo = c.amin(0)
+    ext = (c.amax(0) - lo + 1).tolist()
+    if math.prod(ext) < 2**62:  # one packed int64 key per row: a 1-D unique (a sort)
+        key = c[:, 0] - lo[0]
+        for d in range(1, c.shape[1]):
+            key = key * ext[d] + (c[:, d] - lo[d])
+        uniq, inverse = torch.unique(key, return_inverse=True)
+    else:
+        uniq, inverse = torch.unique(c, dim=0, return_inverse=True)
     if uniq.shape[0] == n:
         return coordinates, features
     first = torch.full((uniq.shape[0],), n, dtype=torch.long, device=coordinates.device)

@@ -20,6 +20,7 @@ strided sites (``floor(c / (ts * s)) * ts * s``), ``generalized`` for given outp
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -35,6 +36,28 @@ def even_lower(kernel_size: Sequence[int]) -> List[int]:
 def floor_to(c: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
     """``floor(c / step) * step`` per column (int64)."""
     return torch.div(c, step, rounding_mode="floor") * step
+
+
+def unique_rows(c: torch.Tensor) -> torch.Tensor:
+    """The distinct rows of an integer ``[N, W]`` tensor, sorted lexicographically (column 0
+    slowest), as int64: one packed key per row and a 1-D unique where the key fits 62 bits."""
+    c = c.long()
+    if c.shape[0] == 0:
+        return c
+    lo = c.amin(0)
+    ext = (c.amax(0) - lo + 1).tolist()
+    if math.prod(ext) >= 2**62:
+        return torch.unique(c, dim=0)
+    key = c[:, 0] - lo[0]
+    for d in range(1, c.shape[1]):
+        key = key * ext[d] + (c[:, d] - lo[d])
+    key = torch.unique(key)
+    cols = []
+    for d in range(c.shape[1] - 1, 0, -1):
+        cols.append(key % ext[d] + lo[d])
+        key = key // ext[d]
+    cols.append(key + lo[0])
+    return torch.stack(cols[::-1], 1)
 
 
 def lattice_plan(in_coords: torch.Tensor, in_stride: Sequence[int],
@@ -57,24 +80,27 @@ def lattice_plan(in_coords: torch.Tensor, in_stride: Sequence[int],
         step.append(ts_out[d] // ts_in[d])
     dev = in_coords.device
     c_in = in_coords.long()
-    if same_sites:
-        out_coords = in_coords
-    c_out = None if out_coords is None else out_coords.long()
+    # The same sites (submanifold) need the shift of one set only.
+    c_out = None if out_coords is None or same_sites else out_coords.long()
     n_in = c_in.shape[0]
     n_out = None if c_out is None else c_out.shape[0]
     ts_out_t = torch.tensor(ts_out, dtype=torch.long, device=dev)
     ts_in_t = torch.tensor(ts_in, dtype=torch.long, device=dev)
     mins = []
     if n_in:
-        mins.append(c_in[:, 1:].min(0).values)
+        mins.append(c_in[:, 1:].amin(0))
     if n_out:
-        mins.append(c_out[:, 1:].min(0).values)
-    lo = torch.stack(mins).min(0).values if mins else torch.zeros(dims, dtype=torch.long,
-                                                                  device=dev)
+        mins.append(c_out[:, 1:].amin(0))
+    lo = torch.stack(mins).amin(0) if mins else torch.zeros(dims, dtype=torch.long,
+                                                            device=dev)
     origin = floor_to(lo, ts_out_t)
-    g_in = torch.div(c_in[:, 1:] - origin, ts_in_t, rounding_mode="floor")
-    g_out = None if c_out is None else \
-        torch.div(c_out[:, 1:] - origin, ts_out_t, rounding_mode="floor")
+
+    def to_grid(c, ts, ts_t):
+        g = c[:, 1:] - origin
+        return g if all(t == 1 for t in ts) else torch.div(g, ts_t, rounding_mode="floor")
+
+    g_in = to_grid(c_in, ts_in, ts_in_t)
+    g_out = None if c_out is None else to_grid(c_out, ts_out, ts_out_t)
     kernel, dil, low = list(kernel_size), list(dilation), list(lower)
     stride = list(step)
     if reverse_axes:
@@ -97,11 +123,14 @@ def lattice_plan(in_coords: torch.Tensor, in_stride: Sequence[int],
     if same_sites and all(s == 1 for s in stride) and centred:
         plan, _ = conv_plan(grid_in, ext, batch_size, "subm", kernel, stride, padding, dil)
         return plan, in_coords if in_coords.dtype == torch.int32 else in_coords.int()
+    if same_sites:  # the same sites with an even or off-centre kernel
+        c_out, g_out = c_in, g_in
     if c_out is not None:
         grid_out = torch.cat([c_out[:, :1], g_out], 1).int()
         plan, _ = conv_plan(grid_in, ext, batch_size, "generalized", kernel, stride, padding,
                             dil, out_coords=grid_out)
-        return plan, out_coords if out_coords.dtype == torch.int32 else out_coords.int()
+        sites = in_coords if same_sites else out_coords
+        return plan, sites if sites.dtype == torch.int32 else sites.int()
     plan, grid_out = conv_plan(grid_in, ext, batch_size, "coarse", kernel, stride, padding, dil)
     g = grid_out[:, 1:].long()
     if reverse_axes:

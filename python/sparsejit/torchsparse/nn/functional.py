@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from sparsejit.families.point_conv.lattice import lattice_plan
+from sparsejit.families.point_conv.lattice import lattice_plan, unique_rows
 from sparsejit.families.point_conv.ops import sparse_conv
 from sparsejit.torchsparse.tensor import SparseTensor, make_ntuple
 
@@ -39,7 +39,7 @@ def spdownsample(coords: torch.Tensor, stride=2, kernel_size=2, tensor_stride=1
                         device=coords.device)
     c = coords.long()
     xyz = torch.div(c[:, :3], step, rounding_mode="trunc") * step
-    out = torch.unique(torch.cat([c[:, 3:], xyz], 1), dim=0)  # sorted by (b, x, y, z)
+    out = unique_rows(torch.cat([c[:, 3:], xyz], 1))  # sorted by (b, x, y, z)
     return out[:, [1, 2, 3, 0]].int()
 
 
@@ -89,11 +89,21 @@ def conv3d(input: SparseTensor, weight: torch.Tensor, kernel_size, bias=None, st
         kmap = input.kmaps.get(key)
         if kmap is None:
             out_stride = tuple(a * b for a, b in zip(input.stride, stride))
-            out_coords = spdownsample(coords, stride, kernel_size, input.stride) \
-                if any(s > 1 for s in stride) else coords
-            plan = _plan(coords, input.stride, out_stride, kernel_size,
-                         None if out_coords is coords else out_coords)
-            kmap = (plan, out_coords)
+            if not any(s > 1 for s in stride):
+                kmap = (_plan(coords, input.stride, out_stride, kernel_size), coords)
+            elif volume % 2 == 0 and coords.shape[0] and int(coords[:, :3].min()) >= 0:
+                spdownsample(coords[:0], stride, kernel_size, input.stride)  # its checks
+                # trunc = floor here, and the coarse map's sites come sorted by (batch, x, y,
+                # z) when the axes keep their order (even volumes): TorchSparse's rows.
+                plan, sites = lattice_plan(coords[:, [3, 0, 1, 2]], input.stride, out_stride,
+                                           kernel_size, [1, 1, 1],
+                                           [ts_lower(k) for k in kernel_size],
+                                           reverse_axes=False)
+                kmap = (plan, sites[:, [1, 2, 3, 0]].contiguous())
+            else:
+                out_coords = spdownsample(coords, stride, kernel_size, input.stride)
+                kmap = (_plan(coords, input.stride, out_stride, kernel_size, out_coords),
+                        out_coords)
             input.kmaps[key] = kmap
         plan, out_coords = kmap
         y = sparse_conv(feats, w, bias, plan, out_coords.shape[0])
