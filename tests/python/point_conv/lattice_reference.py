@@ -39,7 +39,8 @@ def conv_reference(in_coords, feats, kernel, k, stride, dil, ts, out_coords, bia
     """Sparse conv from sites at stride ts to out_coords at stride ts * stride: output o sums
     the inputs at o + (lower + e) * dil * ts (lower: ME's default unless given)."""
     lo = lower_of(k) if lower is None else lower
-    extent = [int(m) // ts + 1 + stride * k * dil for m in in_coords[:, 1:].long().max(0).values]
+    top = torch.cat([in_coords, out_coords])[:, 1:].long().max(0).values
+    extent = [int(m) // ts + 1 + stride * k * dil for m in top]
     x = F.pad(to_dense(in_coords, feats, ts, extent), [-lo * dil, 0] * 3)
     y = F.conv3d(x, dense_weight(kernel, k, x_fastest), None, stride, 0, dil)
     out = sample(y, out_coords, ts * stride)

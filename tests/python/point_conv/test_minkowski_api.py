@@ -103,6 +103,45 @@ def test_strided_then_transposed(name, k, s, poison_empty):
     grads_close(z.F, ref_up, [f, down.kernel, up.kernel, up.bias])
 
 
+def test_conv_onto_given_coordinates():
+    coords = CLOUDS["random"]()
+    f = leaf(coords.shape[0], 3)
+    x = ME.SparseTensor(f, coordinates=coords)
+    # Outputs at a subset of the sites plus new ones (ME's `coordinates` argument).
+    extra = torch.tensor([[0, 12, 12, 12], [1, 0, 11, 3]], dtype=torch.int32)
+    target = torch.cat([coords[::3], extra])
+    conv = ME.MinkowskiConvolution(3, 4, 3, dimension=3).double()
+    y = conv(x, coordinates=target)
+    assert torch.equal(y.C, target) and y.coordinate_map_key != x.coordinate_map_key
+    ref = conv_reference(coords, f, conv.kernel, 3, 1, 1, 1, target)
+    torch.testing.assert_close(y.F, ref)
+    assert torch.equal(conv(x, coordinates=y).C, target)
+
+
+def test_minkunet_example_trains():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "examples" / "minkunet_minkowski.py"
+    spec = importlib.util.spec_from_file_location("minkunet_minkowski", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = example.make_model(ME, 2, 4)
+    coords = cloud(1500, 24, seed=9)
+    x = ME.SparseTensor(torch.randn(coords.shape[0], 2), coordinates=coords)
+    labels = torch.randint(0, 4, (coords.shape[0],))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(3):
+        y = model(x)
+        assert torch.equal(y.C, coords) and y.F.shape == (coords.shape[0], 4)
+        loss = torch.nn.functional.cross_entropy(y.F, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
 def test_two_levels_and_negative_coordinates():
     c = cloud(250, 9, seed=3)
     c[:, 1:] -= 4  # negative coordinates: floor, not truncation
