@@ -164,7 +164,7 @@ def main() -> None:
             pair(f"SubMConv3d layer {c} -> {c}, {cloud}: forward + backward (map cached)",
                  lambda: step(layer, st), lambda: step(layer_b, st_b))
     if "filter_conv" in fam:
-        from sparsejit.filter_conv import ResidualSparseConv2d
+        from sparsejit.families.filter_conv.layers import ResidualSparseConv2d
         from sparsejit.nn import SparseConv2d
         wt = torch.randn(256, 256, 3, 3, generator=gen)
         wt = wt * (torch.rand(wt.shape, generator=gen) >= 0.9)

@@ -38,9 +38,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from sparsejit.filter_conv import BAKED_MAX_NNZ, SparseConv2d  # noqa: E402
-from sparsejit.ops.filter_conv import VARIANTS  # noqa: E402
-from sparsejit.plans import _cpu_model  # noqa: E402  (one CPU-model string)
+from sparsejit.families.filter_conv.layers import BAKED_MAX_NNZ, SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
+from sparsejit.families.spmm.plans import _cpu_model  # noqa: E402  (one CPU-model string)
 
 
 def resnet50_layers():

@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sparsejit.spconv as sjsp  # noqa: E402
 from pointcloud_scenes import case_by_name, case_names  # noqa: E402
-from sparsejit.ops.sparse_conv import conv_plan, plan_info, sparse_conv  # noqa: E402
+from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv  # noqa: E402
 
 try:
     import spconv.pytorch as spconv

@@ -17,7 +17,8 @@ PROBE = textwrap.dedent(
     """
     import json, sys, time, torch
     import sparsejit as sj
-    from sparsejit import _core, plans
+    from sparsejit import _core
+    from sparsejit.families.spmm import plans
     g = torch.Generator().manual_seed(0)
     n = 20000
     indptr = torch.arange(0, 16 * n + 1, 16)
@@ -25,7 +26,8 @@ PROBE = textwrap.dedent(
     X = torch.randn(n, 40, generator=g)
     plan = plans.materialize(A, _core.spmm_recipe("jit", 16))
     run = lambda: sj.ops.spmm(A.indptr, A.indices, None, X, "sum", n, plan=plan)
-    t0 = time.perf_counter(); info = _core.jit_spmm(0, 1, "sum", 0, 1, 40, 0, 16)
+    f32, i64 = _core.enums()["scalar"]["f32"], _core.enums()["index"]["i64"]
+    t0 = time.perf_counter(); info = _core.jit_spmm(f32, i64, "sum", 0, 1, 40, 0, 16)
     lookup_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter(); run(); first_ms = (time.perf_counter() - t0) * 1e3
     times = []

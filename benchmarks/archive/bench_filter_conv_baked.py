@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_filter_conv import first_call_ms, geomean, median_many  # noqa: E402
-from sparsejit.filter_conv import SparseConv2d  # noqa: E402
-from sparsejit.ops.filter_conv import VARIANTS  # noqa: E402
+from sparsejit.families.filter_conv.layers import SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
 
 # (C_in, C_out, k, H = W, density)
 LAYERS = [(3, 16, 3, 32, 0.3), (16, 16, 3, 56, 0.1), (16, 16, 3, 32, 0.2),

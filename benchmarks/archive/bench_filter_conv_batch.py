@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import sparsejit as sj  # noqa: E402
-from sparsejit.filter_conv import ResidualSparseConv2d, SparseConv2d  # noqa: E402
-from sparsejit.ops.filter_conv import output_size  # noqa: E402
+from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.ops import output_size  # noqa: E402
 import bench_filter_conv as B  # noqa: E402
 import bench_resnet50_sparse as R  # noqa: E402
 

@@ -24,7 +24,6 @@ from sparsejit.families.spmm import SparseMatrix, edge_softmax, fingerprint, sdd
 from sparsejit.runtime.tuners import explain, tune
 from sparsejit import nn  # noqa: E402
 from sparsejit import spconv  # noqa: E402,F401  (spconv-compatible modules)
-from sparsejit import ops as _ops_package, pyg  # noqa: E402,F401  (old import paths)
 from sparsejit.convert import accelerate, restore  # noqa: E402  (one-line model conversion)
 
 
@@ -34,19 +33,6 @@ def clear_caches() -> None:
     stay mapped; their handles are dropped). The disk cache stays."""
     runtime.caches.clear_all()
     _core.jit_clear_memory_cache()
-
-
-# Module paths from before the family layout (sparsejit.plans, sparsejit.matrix, ...): thin
-# aliases of the family modules, loaded when first read as attributes of the package.
-_LEGACY_MODULES = ("matrix", "plans", "tuning", "rgms_tuning", "conv_tuning", "pointcloud",
-                   "filter_conv", "conv_fold", "functional")
-
-
-def __getattr__(name):
-    if name in _LEGACY_MODULES:
-        import importlib
-        return importlib.import_module(f"sparsejit.{name}")
-    raise AttributeError(f"module 'sparsejit' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"
@@ -59,7 +45,7 @@ from sparsejit.families.spmm.matrix import _Structure  # noqa: E402
 
 _torch.serialization.add_safe_globals([SparseMatrix, _Structure])
 
-ops = _library.ops  # torch.ops.sparsejit: the raw ops (not the old sparsejit.ops package)
+ops = _library.ops  # torch.ops.sparsejit: the raw ops
 
 
 def row_stats(A: SparseMatrix) -> dict:

@@ -1,6 +1,6 @@
 """Loads the op library (libsparsejit_ops.so: the schemas and CPU / CUDA kernels of every
 ``torch.ops.sparsejit`` op). Fakes, autograd and the user-facing wrappers of each op live in
-``sparsejit/ops/<op>.py``."""
+``sparsejit/families/<family>/ops.py``."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
             (self.kernel_volume, in_channels, out_channels)
         self.kernel = nn.Parameter(torch.empty(shape))
         self.bias = nn.Parameter(torch.empty(1, out_channels)) if bias else None
-        # How the sums are computed (same results; see sparsejit.ops.sparse_conv).
+        # How the sums are computed (same results; see sparsejit.families.point_conv.ops).
         self.dataflow = "auto"
         self.reset_parameters(is_transpose)
 

@@ -309,7 +309,7 @@ def bench_point_conv(args, skipped) -> List[dict]:
 def _point_conv_dataflows(args, skipped, coords, shape, pts, pairs, g) -> List[dict]:
     """The convolution alone (map built once) through the output-stationary implicit GEMM
     against the cuBLAS gather-GEMM-scatter, at the widths the networks use."""
-    from sparsejit.ops.sparse_conv import conv_plan, sparse_conv
+    from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
     plan, _ = conv_plan(coords, shape, 1, "subm", 3)
     rows = []
     for c in (16, 32, 64, 128):

@@ -17,7 +17,8 @@ from test_attention import reference
 
 pytestmark = pytest.mark.skipif(not _core.jit_enabled(), reason="JIT off in this environment")
 
-MODES = {"dot": 0, "additive": 1, "gatv2": 2}
+MODES = {"dot": 0, "additive": 1, "gatv2": 2}  # the score form (not in kernels/common/enums.h)
+ENUMS = _core.enums()  # scalar and index kinds, numbered in kernels/common/enums.h
 
 
 @pytest.fixture(scope="module")
@@ -94,15 +95,15 @@ def test_jit_matches_generic_and_reference(graph, mode, heads, width, v_width, d
     A = graph.to(index_dtype=index_dtype)
     if mode == "gatv2":
         v_width = width  # GATv2's values are the source features
-    kinds = {torch.float32: 0, torch.float64: 1}
+    kinds = {torch.float32: ENUMS["scalar"]["f32"], torch.float64: ENUMS["scalar"]["f64"]}
     qk = 1 if mode == "additive" else width
     # The op looks the kernel up by the same spec: after the call it is a memory hit.
     _core.jit_clear_memory_cache()
     inputs = _inputs(A, mode, heads, width, v_width, dtype, seed=heads * 31 + width,
                      masked=(heads % 2 == 0))
     jit = _forward_backward(A, mode, inputs)
-    info = _core.jit_attention(kinds[dtype], int(index_dtype == torch.int64), MODES[mode],
-                               heads, qk, v_width)
+    index = ENUMS["index"]["i64" if index_dtype == torch.int64 else "i32"]
+    info = _core.jit_attention(kinds[dtype], index, MODES[mode], heads, qk, v_width)
     assert info["ok"], info["error"]
     assert info["memory_hit"], "the op did not take the JIT path"
     generic = generic_only(lambda: _forward_backward(A, mode, inputs))
@@ -170,11 +171,11 @@ def test_bfloat16_native_forward(graph, mode, heads, width, v_width, masked):
 
 def test_spec_rejects_what_it_cannot_compile():
     with pytest.raises(ValueError, match="no kernel for H="):
-        _core.jit_attention(0, 1, 0, 65, 16, 16)
+        _core.jit_attention(ENUMS["scalar"]["f32"], ENUMS["index"]["i64"], 0, 65, 16, 16)
     with pytest.raises(ValueError, match="float16"):
-        _core.jit_attention(_core.enums()["scalar"]["f16"], 1, 0, 4, 16, 16)
-    names = {_core.jit_attention(0, i, m, 4, 1 if m == 1 else 16, 16)["name"]
-             for i in (0, 1) for m in (0, 1, 2)}
+        _core.jit_attention(ENUMS["scalar"]["f16"], ENUMS["index"]["i64"], 0, 4, 16, 16)
+    names = {_core.jit_attention(ENUMS["scalar"]["f32"], i, m, 4, 1 if m == 1 else 16, 16)["name"]
+             for i in ENUMS["index"].values() for m in MODES.values()}
     assert len(names) == 6
 
 

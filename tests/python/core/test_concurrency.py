@@ -124,7 +124,9 @@ def test_concurrent_first_compiles_of_one_kernel_compile_once(tmp_path):
         def work(t):
             barrier.wait()
             # float32, int64 indices, sum, no values, 1 head, F = 40: one spec for every thread
-            infos[t] = _core.jit_spmm(0, 1, "sum", 0, 1, 40, 0, 0)
+            e = _core.enums()
+            infos[t] = _core.jit_spmm(e["scalar"]["f32"], e["index"]["i64"], "sum", 0, 1, 40,
+                                      0, 0)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
         for th in threads:

@@ -129,7 +129,7 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
     copies W^T out once and multiplies untransposed. Against the pairs in float64, for a
     submanifold map (unique out rows per offset) and a strided one (several pairs per out row
     in one offset), with the forward and weight gradient alongside."""
-    from sparsejit.ops.sparse_conv import conv_plan, plan_pairs
+    from sparsejit.families.point_conv.ops import conv_plan, plan_pairs
 
     ukernel(on, 2)
     coords = random_sites(3000, (24, 24, 24), batch_size=2, seed=c_in + c_out)

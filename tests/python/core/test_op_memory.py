@@ -15,7 +15,7 @@ import torch
 
 import sparsejit as sj
 from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
-from sparsejit.filter_conv import SparseConv2d
+from sparsejit.families.filter_conv.layers import SparseConv2d
 
 
 class _MallInfo2(ctypes.Structure):

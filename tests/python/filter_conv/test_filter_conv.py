@@ -1,5 +1,5 @@
-"""Filter-sparse convolution (sparsejit.filter_conv: SparseConv2d, SparseLinear, sparsify and
-the filter_conv ops) against torch.nn.functional.conv2d on fresh random pruned weights."""
+"""Filter-sparse convolution (sparsejit.families.filter_conv: SparseConv2d, SparseLinear,
+sparsify and the filter_conv ops) against torch.nn.functional.conv2d on fresh random pruned weights."""
 
 import pytest
 import torch
@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import sparsejit as sj
-from sparsejit.filter_conv import SparseConv2d, SparseLinear, sparsify
-from sparsejit.ops.filter_conv import VARIANTS
+from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear, sparsify
+from sparsejit.families.filter_conv.ops import VARIANTS
 
 torch.manual_seed(0)
 
@@ -288,7 +288,7 @@ def test_torch_export():
 
 
 def test_sparsify_decides_and_caches(tmp_path, monkeypatch, capsys):
-    import sparsejit.filter_conv as fc
+    import sparsejit.families.filter_conv.layers as fc
     calls = []
     real = fc.measure
 

@@ -281,9 +281,9 @@ def filter_plan_bad_args(r: Rand) -> Case:
 
 
 def filter_modules(r: Rand) -> Case:
-    """sparsejit.filter_conv.SparseConv2d: from a pruned nn.Conv2d (forward against it in
+    """sparsejit.families.filter_conv.SparseConv2d: from a pruned nn.Conv2d (forward against it in
     float64), or built / called with bad arguments."""
-    from sparsejit.filter_conv import SparseConv2d
+    from sparsejit.families.filter_conv.layers import SparseConv2d
 
     L = _layer(r)
     c_out, cin_g = L["w"].shape[0], L["w"].shape[1]

@@ -262,7 +262,7 @@ def make_plan(r: Rand, s: Csr, dtype, kind: str) -> torch.Tensor:
     if kind == "valid_cost_model":
         return cost_model_plan(s, dtype)
     # valid_bucketed, or one word of a bucketed plan overwritten:
-    # [header, row_map[rows], rowptr[rows + 1], col[nnz], pos[nnz]]  (csrc/plan/spmm_plan.h)
+    # [header, row_map[rows], rowptr[rows + 1], col[nnz], pos[nnz]]  (csrc/spmm/spmm_plan.h)
     region = {"bucketed_tampered_rows_field": (L["rows"], 1, rows + 1),
               "bucketed_tampered_row_map": (H, rows, r.choice([rows + 7, -1, 2**40])),
               "bucketed_tampered_rowptr": (H + rows + 1, rows, nnz + r.choice([1, 1000])),

@@ -1,6 +1,6 @@
-"""Helpers of the point-cloud convolution fuzz cases (cases_point_conv.py): random clouds, a plain
-Python kernel map (from the geometry formulas of csrc/conv/kernel_map.h, not from the plan),
-float64 references, the plan's array layout (for corrupting one array at a time) and a
+"""Helpers of the point-cloud convolution fuzz cases (cases_point_conv.py): random clouds, a
+plain Python kernel map (from the geometry formulas of csrc/point_conv/kernel_map.h, not from
+the plan), float64 references, the plan's array layout (for corrupting one array at a time) and a
 NaN-aware comparison."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from .refs import Rand, close
 
-# Plan words (torch_ext/ops/sparse_conv.cpp): the common header, then K, then the arrays.
+# Plan words (csrc/point_conv/plan_layout.h): the common header, then K, then the arrays.
 WORD_OP, WORD_KERNEL, WORD_PARAM, WORD_ROWS, WORD_NNZ, WORD_COLS = 2, 3, 5, 6, 7, 8
 WORD_K = 10
 PLAN_ARRAYS = ("group_ptr", "in_idx", "out_idx", "out_row_ptr", "out_row_pair", "in_row_ptr",
@@ -167,14 +167,14 @@ def rows_of(outs, plan_out_coords):
 
 
 def same_pairs(plan_a, plan_b) -> bool:
-    from sparsejit.ops.sparse_conv import plan_pairs
+    from sparsejit.families.point_conv.ops import plan_pairs
 
     return all(torch.equal(x, y) for x, y in zip(plan_pairs(plan_a), plan_pairs(plan_b)))
 
 
 def check_map(res, coords, kind, shape, geo, out_coords):
     """None when a plan's output sites and pairs are the reference kernel map's."""
-    from sparsejit.ops.sparse_conv import plan_pairs
+    from sparsejit.families.point_conv.ops import plan_pairs
 
     plan, oc = res
     outs, pairs = reference_map(coords, kind, shape, geo["kernel"], geo["stride"],

@@ -10,7 +10,7 @@ import torch
 
 import sparsejit.spconv as spconv
 from sparsejit.families.point_conv.plan import _FIXED
-from sparsejit.ops.sparse_conv import conv_plan, sparse_conv
+from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
 from conftest import random_sites as _random_sites
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import sparsejit as sj
 import sparsejit.spconv as spconv
 from conftest import random_sites
-from sparsejit.ops.sparse_conv import conv_plan, plan_info, plan_pairs, sparse_conv
+from sparsejit.families.point_conv.ops import conv_plan, plan_info, plan_pairs, sparse_conv
 
 DATAFLOWS = ["gather_gemm_scatter", "output_stationary", "auto"]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sparsejit as sj
-from sparsejit.ops.sparse_conv import plan_pairs
+from sparsejit.families.point_conv.ops import plan_pairs
 from conftest import raises_type_error  # noqa: E402
 
 PLAN = torch.ops.sparsejit.conv_plan

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import sparsejit.spconv as spconv
-from sparsejit.ops.sparse_conv import conv_plan, plan_info, sparse_conv
+from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv
 
 
 def sites(n, side, seed):

@@ -1,4 +1,4 @@
-"""The row loops RGMS and the point-cloud convolution share (csrc/core/row_tiles.h,
+"""The row loops RGMS and the point-cloud convolution share (csrc/rgms/row_tiles.h,
 kernels/cpu/rgms_kernel.h kinds 5-6): the convolution's gather-GEMM-scatter dataflow and its
 weight gradient load the JIT-compiled loops for their channel widths, give the same bits as
 the generic loops, and match a plain per-pair reference."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sparsejit import _core
-from sparsejit.ops.sparse_conv import conv_plan, plan_info, plan_pairs, sparse_conv
+from sparsejit.families.point_conv.ops import conv_plan, plan_info, plan_pairs, sparse_conv
 
 
 def sites(n, side, seed):

@@ -1,5 +1,5 @@
-"""sj.tune for point-cloud sparse convolution (python/sparsejit/conv_tuning.py): both dataflows
-measured on the real kernel map, the winner stored on disk and consulted by sparse_conv and
+"""sj.tune for point-cloud sparse convolution (python/sparsejit/families/point_conv/tuner.py):
+both dataflows measured on the real kernel map, the winner stored on disk and consulted by sparse_conv and
 the spconv modules (forward and the backward's feature gradient)."""
 
 import json
@@ -9,8 +9,8 @@ import torch
 
 import sparsejit as sj
 import sparsejit.spconv as spconv
-from sparsejit import conv_tuning
-from sparsejit.ops.sparse_conv import conv_plan, sparse_conv
+from sparsejit.families.point_conv import tuner as conv_tuning
+from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
 
 
 def sites(n=400, side=12, seed=0):

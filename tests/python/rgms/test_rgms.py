@@ -543,7 +543,7 @@ def test_rgms_backward_matches_reference_autograd(reduce, f_in):
 
 
 def test_typed_cache_hits_and_sees_in_place_changes():
-    from sparsejit.ops.rgms import cached_from_edge_index
+    from sparsejit.families.rgms.ops import cached_from_edge_index
     ei, et, n, _, r = typed_graph("uniform", seed=12)
     A1 = cached_from_edge_index(ei, n, et, r)
     assert cached_from_edge_index(ei, n, et, r) is A1
@@ -1013,7 +1013,7 @@ def test_rgms_explain_and_cost_model():
 
 
 def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
-    from sparsejit import rgms_tuning
+    from sparsejit.families.rgms import tuner as rgms_tuning
     monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
     sj._core.jit_refresh_env()
     rgms_tuning.clear_schedule_cache()
@@ -1043,7 +1043,7 @@ def test_tune_rgms_stores_and_reuses_schedule(tmp_path, monkeypatch, capsys):
 def test_untuned_structure_reads_the_store_once(tmp_path, monkeypatch):
     """With schedules stored for other graphs, a structure nobody tuned looks the store up
     once per call signature, not on every forward (a file read per step)."""
-    from sparsejit import rgms_tuning
+    from sparsejit.families.rgms import tuner as rgms_tuning
     monkeypatch.setenv("SPARSEJIT_CACHE_DIR", str(tmp_path))
     sj._core.jit_refresh_env()
     sj.clear_caches()

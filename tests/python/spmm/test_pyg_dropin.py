@@ -217,15 +217,16 @@ def test_cached_gcn_and_content_cache():
     # cached=True: both keep the first graph's normalisation.
     torch.testing.assert_close(ours(x, other), ref(x, other), **TOL)
     # Content-keyed cache: an equal edge_index (a new tensor) finds the same structure.
-    sj.pyg.graph.clear_cache()
+    sj.families.spmm.graph.clear_cache()
     layer = sj.nn.GCNConv(FIN, 5)
     layer(x, ei)
-    assert len(sj.pyg.graph._CACHE) == 1
-    A = next(iter(sj.pyg.graph._CACHE.values()))
+    assert len(sj.families.spmm.graph._CACHE) == 1
+    A = next(iter(sj.families.spmm.graph._CACHE.values()))
     layer(x, ei.clone())
-    assert len(sj.pyg.graph._CACHE) == 1 and next(iter(sj.pyg.graph._CACHE.values())) is A
+    cache = sj.families.spmm.graph._CACHE
+    assert len(cache) == 1 and next(iter(cache.values())) is A
     layer(x, other)
-    assert len(sj.pyg.graph._CACHE) == 2
+    assert len(sj.families.spmm.graph._CACHE) == 2
 
 
 class TwoLayer(torch.nn.Module):

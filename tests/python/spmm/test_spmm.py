@@ -110,7 +110,7 @@ def test_drop_in_edge_index_reuses_the_structure():
     X = torch.randn(300, 8, requires_grad=True)
     ref = torch.zeros(300, 8).index_add_(0, ei[1], X.detach()[ei[0]])
     torch.testing.assert_close(sj.spmm(ei, X), ref)
-    from sparsejit.matrix import _GRAPH_CACHE
+    from sparsejit.families.spmm.matrix import _GRAPH_CACHE
 
     (A,) = _GRAPH_CACHE.values()
     sj.spmm(ei.clone(), X).sum().backward()  # same content, new tensor: cache hit

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import sparsejit as sj
-from sparsejit import _core, plans
+from sparsejit import _core
+from sparsejit.families.spmm import plans
 
 HEADER = _core.plan_layout()["header_words"]
 from conftest import dense_reference_spmm, generic_only, random_graph
@@ -30,7 +31,7 @@ def skewed():
 
 def _run(A, X, reduce, plan, **kw):
     """The raw op with `plan`; a recipe (a header stamped for no structure) is first stamped
-    for A, as sparsejit.plans does with tuned recipes."""
+    for A, as sparsejit.families.spmm.plans does with tuned recipes."""
     if plan is not None and plan.numel() == HEADER and int(plan[_core.plan_layout()["words"]["rows"]]) == -1:
         plan = plans.materialize(A, plan.tolist())
     return sj.ops.spmm(A.indptr, A.indices, A.values, X, reduce, A.shape[1], plan=plan, **kw)
@@ -290,7 +291,7 @@ def test_tune_and_explain(tmp_path, capsys):
 def test_stored_bucketed_recipe_is_rebuilt_for_the_structure(monkeypatch):
     """The tuned store keeps a bucketed plan's 5-word recipe; the arrays are rebuilt from
     the structure when a process looks the plan up."""
-    from sparsejit import plans as P
+    from sparsejit.families.spmm import plans as P
 
     A = random_graph(400, 300, 5, power_law=True, seed=8, empty_frac=0.1)
     X = torch.randn(300, 16)
@@ -313,12 +314,12 @@ TUNE_SCRIPT = textwrap.dedent(
     ei = torch.randint(0, 2000, (2, 30000), generator=g)
     X = torch.randn(2000, 24, generator=g)
     out = sj.spmm(ei, X, "mean", tune=sys.argv[1] == "tune")
-    from sparsejit.matrix import as_matrix
+    from sparsejit.families.spmm.matrix import as_matrix
     A = as_matrix(ei, 2000)
     ref = torch.zeros(2000, 24).index_add_(0, ei[1], X[ei[0]])
     deg = torch.bincount(ei[1], minlength=2000).clamp(min=1).unsqueeze(1)
     print("RESULT", torch.allclose(out, ref / deg, atol=1e-5),
-          sj.plans.is_tuned(A, 24, torch.float32, "mean"))
+          sj.families.spmm.plans.is_tuned(A, 24, torch.float32, "mean"))
     """
 )
 
@@ -348,7 +349,8 @@ SCRIPT = textwrap.dedent(
     import sys, time, torch, warnings
     warnings.simplefilter("always")
     import sparsejit as sj
-    from sparsejit import _core, plans
+    from sparsejit import _core
+    from sparsejit.families.spmm import plans
     g = torch.Generator().manual_seed(0)
     indptr = torch.arange(0, 4001, 4)
     indices = torch.randint(0, 500, (4000,), generator=g)
@@ -356,7 +358,8 @@ SCRIPT = textwrap.dedent(
     X = torch.randn(500, 48, generator=g)
     plan = plans.materialize(A, _core.spmm_recipe("jit", 8))
     t0 = time.perf_counter()
-    info = _core.jit_spmm(0, 1, "sum", 0, 1, 48, 0, 8)
+    info = _core.jit_spmm(_core.enums()["scalar"]["f32"], _core.enums()["index"]["i64"],
+                          "sum", 0, 1, 48, 0, 8)
     t1 = time.perf_counter()
     out, _ = sj.ops.spmm(A.indptr, A.indices, None, X, "sum", plan=plan)
     ref = torch.zeros(1000, 48).index_add_(0, A.row_indices(), X[indices])

@@ -6,7 +6,8 @@ import torch
 
 import sparsejit as sj
 from conftest import dense_reference_spmm, random_graph
-from sparsejit import _core, plans
+from sparsejit import _core
+from sparsejit.families.spmm import plans
 from conftest import raises_type_error  # noqa: E402
 
 ops = torch.ops.sparsejit

@@ -314,7 +314,7 @@ def _format_table(rows: List[dict]) -> str:
 # sparsify tries the baked JIT variant on layers up to this many stored taps (its
 # `baked_max_nnz`). 0: never. Baked code grows with nnz (~60 bytes and 5-10 ms of compile per
 # tap on the loaded 2-core machine) and measured no faster than "jit" on any layer tried
-# (benchmarks/bench_filter_conv_baked.py: 0.84-1.03x of generic where jit gave 1.01-1.11x;
+# (benchmarks/archive/bench_filter_conv_baked.py: 0.84-1.03x of generic where jit gave 1.01-1.11x;
 # docs/FILTER_SPARSE_CONV.md), so by default it is not tried.
 BAKED_MAX_NNZ = 0
 
@@ -463,11 +463,12 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     `baked_max_nnz` taps, default BAKED_MAX_NNZ = 0) are compiled in parallel first and
     measured against the precompiled loop ("generic"); the fastest becomes the layer's
     kernel. `fold_bn` (eval mode only) first folds each BatchNorm2d that directly follows a
-    Conv2d and fuses a ReLU after it (sparsejit.conv_fold).
+    Conv2d and fuses a ReLU after it (sparsejit.families.filter_conv.fold).
     Decisions are cached on disk (`cache_dir`, default ``<sparsejit cache>/filter_conv``) by
     (weight pattern, layer geometry, input shape, dtype, CPU model, threads), so the next
     process converts without measuring. Prints the per-layer table when `verbose`; its rows
-    are also kept in ``sparsejit.filter_conv.LAST_REPORT``. `clock` is measure()'s.
+    are also kept in ``sparsejit.families.filter_conv.layers.LAST_REPORT``. `clock` is
+    measure()'s.
 
     Layers on a GPU are measured there: the CUDA filter-conv kernel against the dense module
     (cuDNN), both timed with CUDA events on the example input's shape and dtype, and the

@@ -35,7 +35,8 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
     {"forward": name, "backward": name, "wgrad": name}, "times_ms": {...}, "key": ...,
     "fingerprint": ...}``."""
     if not is_conv_plan(plan):
-        raise TypeError("sparsejit.tune: expected a conv plan from sparsejit.ops.conv_plan")
+        raise TypeError("sparsejit.tune: expected a conv plan from "
+                        "sparsejit.families.point_conv.conv_plan")
     if dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         raise TypeError(f"sparsejit.tune: dtype must be a floating type; got {dtype}")
     f_out = F if F_out is None else F_out

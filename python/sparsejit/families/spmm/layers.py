@@ -3,9 +3,10 @@ GINConv and GINEConv.
 
 Constructors, defaults, parameter names and shapes follow torch_geometric 2.8 (so
 ``load_state_dict(pyg_layer.state_dict())`` works); ``forward`` takes PyG's arguments and any
-adjacency form of :mod:`sparsejit.pyg.graph`. Aggregations run as one ``sparsejit.spmm`` with
-the bias fused; when a layer's Linear shrinks the features it runs before the aggregation
-(linear maps commute with sum and mean), so the sparse pass moves fewer bytes.
+adjacency form of :mod:`sparsejit.families.spmm.graph`. Aggregations run as one
+``sparsejit.spmm`` with the bias fused; when a layer's Linear shrinks the features it runs
+before the aggregation (linear maps commute with sum and mean), so the sparse pass moves fewer
+bytes.
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ class GCNConv(nn.Module):
 
     ``cached=True`` keeps the normalised matrix of the first graph (PyG's semantics: later
     graphs are ignored); otherwise it comes from the content-keyed cache of
-    :mod:`sparsejit.pyg.graph`, so it is computed once per distinct graph."""
+    :mod:`sparsejit.families.spmm.graph`, so it is computed once per distinct graph."""
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,

@@ -4,9 +4,9 @@ A plan is an int64 tensor (the header of csrc/plan/plan_header.h, read here thro
 ``_core.plan_layout()``, then arrays for decomposed plans) passed to the op, so it flows
 through torch.compile, torch.save and ``.to()``. It names its op family and is stamped with
 the structure it was built for; ops reject a plan from another op or structure. Without a
-plan the op's cost model chooses. :mod:`sparsejit.tuning` measures candidates and stores the
-winner's recipe on disk, keyed by structure fingerprint, op, row width, dtype, reduce, CPU
-model and thread count, so the next process starts tuned.
+plan the op's cost model chooses. :mod:`sparsejit.families.spmm.tuner` measures candidates
+and stores the winner's recipe on disk, keyed by structure fingerprint, op, row width, dtype,
+reduce, CPU model and thread count, so the next process starts tuned.
 
 Caches: per structure (``SparseMatrix``), keyed by (op, width, dtype, reduce, threads) like
 the disk store; a process-wide LRU of tuned recipes keyed by fingerprint; the on-disk store under the

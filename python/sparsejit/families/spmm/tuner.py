@@ -1,8 +1,8 @@
 """Measured plan choice (:func:`tune`) and introspection (:func:`explain`) for SpMM.
 
 :func:`tune` runs every candidate plan on the real structure with random features, keeps the
-fastest on the structure and stores its recipe on disk (``sparsejit.plans``), so the next
-process starts tuned. :func:`explain` prints the plan an op call would use and why.
+fastest on the structure and stores its recipe on disk (``sparsejit.families.spmm.plans``),
+so the next process starts tuned. :func:`explain` prints the plan an op call would use and why.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from sparsejit.families.spmm.matrix import SparseMatrix
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.runtime import tuners
 from sparsejit.runtime.timing import Progress, median_ms
-from sparsejit.families.spmm.plans import (_LAYOUT, _load_store, _plan_key, _remember, _save_store, fingerprint,
-                    is_tuned, materialize, memory_key, spmm_plan_for)
+from sparsejit.families.spmm.plans import (_LAYOUT, _load_store, _plan_key, _remember,
+                                           _save_store, fingerprint, is_tuned, materialize,
+                                           memory_key, spmm_plan_for)
 
 _DTYPE_KIND = {t: _core.enums()["scalar"][k] for t, k in
                ((torch.float32, "f32"), (torch.float64, "f64"), (torch.bfloat16, "bf16"))}
@@ -33,7 +34,7 @@ def _candidates() -> List[List[int]]:
     cands = [_core.spmm_recipe("generic", 0)]
     if _core.jit_enabled():
         cands += [_core.spmm_recipe("jit", pf) for pf in (0, 4, 8, 16, 32)]
-    # Rows regrouped by length (csrc/plan/spmm_plan.h): up to 8 or 32 entries per bucket.
+    # Rows regrouped by length (csrc/spmm/spmm_plan.h): up to 8 or 32 entries per bucket.
     cands += [_core.spmm_recipe("bucketed", pf, k) for k, pf in ((3, 0), (5, 0), (5, 16))]
     return cands
 
@@ -126,7 +127,8 @@ def explain(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     if chosen["kernel"] in ("jit", "bucketed") and _core.jit_enabled():
         vmode = 0 if A.values is None else (1 if A.values.dim() == 1 else 2)
         # Bucketed plans run on their own int64 arrays.
-        index = 0 if (A.index_dtype == torch.int32 and chosen["kernel"] == "jit") else 1
+        int32 = A.index_dtype == torch.int32 and chosen["kernel"] == "jit"
+        index = _core.enums()["index"]["i32" if int32 else "i64"]
         info["kernel"] = _core.jit_spmm(_DTYPE_KIND[dtype], index, reduce, vmode, heads, F, 0,
                                         int(chosen["prefetch"]))
     if time_it:

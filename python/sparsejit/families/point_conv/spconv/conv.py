@@ -76,7 +76,7 @@ class SparseConvolution(SparseModule):
         self.indice_key = indice_key
         self.algo, self.fp32_accum, self.name = algo, fp32_accum, name
         # How the sums are computed (same results): "auto", "gather_gemm_scatter" or
-        # "output_stationary" (see sparsejit.ops.sparse_conv).
+        # "output_stationary" (see sparsejit.families.point_conv.ops).
         self.dataflow = "auto"
         self.weight = nn.Parameter(torch.empty(out_channels, *self.kernel_size, in_channels))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
