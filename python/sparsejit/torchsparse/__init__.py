@@ -4,9 +4,9 @@ spnn`` replace TorchSparse's imports (coords ``[N, 4]`` = x, y, z, batch; ``Conv
 ``[K, C_in, C_out]`` in its offset order, so its state dicts load), plus SPVCNN's point-voxel
 helpers. See docs/SPARSE_CONV.md, "MinkowskiEngine and TorchSparse APIs"."""
 
-from sparsejit.torchsparse import nn  # noqa: F401
+from sparsejit.torchsparse import nn, utils  # noqa: F401
 from sparsejit.torchsparse.pointvoxel import initial_voxelize, point_to_voxel, voxel_to_point
 from sparsejit.torchsparse.tensor import PointTensor, SparseTensor, cat
 
 __all__ = ["SparseTensor", "PointTensor", "cat", "nn", "initial_voxelize", "point_to_voxel",
-           "voxel_to_point"]
+           "voxel_to_point", "utils"]

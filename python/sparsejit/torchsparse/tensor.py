@@ -27,12 +27,13 @@ def make_ntuple(x, ndim: int, name: str = "value") -> Tuple[int, ...]:
     return x
 
 
-def check_coords(coords, feats, who: str = "SparseTensor") -> None:
+def check_coords(coords, feats, who: str = "SparseTensor", unbatched: bool = False) -> None:
     if not isinstance(coords, torch.Tensor) or not isinstance(feats, torch.Tensor):
         raise TypeError(f"{who}: coords and feats must be tensors")
-    if coords.dim() != 2 or coords.shape[1] != 4:
-        raise ValueError(f"{who}: coords must be [N, 4] (x, y, z, batch index last); got "
-                         f"{tuple(coords.shape)}")
+    if coords.dim() != 2 or coords.shape[1] not in ((3, 4) if unbatched else (4,)):
+        raise ValueError(f"{who}: coords must be [N, 4] (x, y, z, batch index last)"
+                         f"{' or [N, 3] (one sample, before sparse_collate)' if unbatched else ''}"
+                         f"; got {tuple(coords.shape)}")
     if feats.dim() != 2 or feats.shape[0] != coords.shape[0]:
         raise ValueError(f"{who}: feats must be [N, C] with N = {coords.shape[0]} (one row "
                          f"per coords row); got {tuple(feats.shape)}")
@@ -43,7 +44,7 @@ class SparseTensor:
 
     def __init__(self, feats: torch.Tensor, coords: torch.Tensor,
                  stride: Union[int, Tuple[int, ...]] = 1) -> None:
-        check_coords(coords, feats)
+        check_coords(coords, feats, unbatched=True)
         if coords.dtype.is_floating_point or coords.dtype.is_complex or \
                 coords.dtype == torch.bool:
             raise TypeError(f"SparseTensor: coords must hold integers; got {coords.dtype}")

@@ -246,6 +246,32 @@ def test_state_dict_round_trip_in_torchsparse_layout():
                                b(ts.SparseTensor(f, to_ts(bf))).F)
 
 
+def test_quantize_and_collate():
+    from sparsejit.torchsparse.utils.collate import sparse_collate_fn
+    from sparsejit.torchsparse.utils.quantize import sparse_quantize
+    g = torch.Generator().manual_seed(8)
+    pts = (torch.rand(500, 3, generator=g, dtype=torch.float64) * 4 - 2).numpy()
+    vox, idx, inv = sparse_quantize(pts, 0.5, return_index=True, return_inverse=True)
+    cells = torch.floor(torch.from_numpy(pts) / 0.5).long()
+    want, winv = torch.unique(cells, dim=0, return_inverse=True)
+    assert torch.equal(torch.from_numpy(vox).long(), want)
+    assert torch.equal(torch.from_numpy(inv).long(), winv)
+    assert torch.equal(cells[torch.from_numpy(idx)], want)
+    first = [int((winv == v).nonzero()[0, 0]) for v in range(want.shape[0])]
+    assert idx.tolist() == first
+    samples = [{"input": ts.SparseTensor(torch.randn(n, 2), torch.randint(0, 9, (n, 3)).int()),
+                "label": torch.tensor(n)} for n in (5, 1, 7)]
+    batch = sparse_collate_fn(samples)
+    x = batch["input"]
+    assert x.C.shape == (13, 4) and x.C[:, 3].tolist() == [0] * 5 + [1] + [2] * 7
+    assert torch.equal(x.F, torch.cat([s["input"].F for s in samples]))
+    assert batch["label"].tolist() == [5, 1, 7]
+    with pytest.raises(ValueError, match="batch"):
+        spnn.Conv3d(2, 2, 3)(samples[0]["input"])
+    with pytest.raises(ValueError, match="voxel_size"):
+        sparse_quantize(pts, 0.0)
+
+
 def test_empty_input():
     x = ts.SparseTensor(torch.zeros(0, 3), torch.zeros(0, 4, dtype=torch.int32))
     assert spnn.Conv3d(3, 4, 3, bias=True)(x).F.shape == (0, 4)
@@ -258,7 +284,7 @@ def test_bad_inputs_name_the_argument():
     bf = cloud_bf(20, 5)
     f = torch.randn(20, 3)
     with pytest.raises(ValueError, match="coords must be"):
-        ts.SparseTensor(f, bf[:, :3])
+        ts.SparseTensor(f, bf[:, :2])
     with pytest.raises(ValueError, match="feats must be"):
         ts.SparseTensor(f[:19], to_ts(bf))
     with pytest.raises(TypeError, match="integers"):

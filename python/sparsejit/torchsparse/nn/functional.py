@@ -71,6 +71,9 @@ def conv3d(input: SparseTensor, weight: torch.Tensor, kernel_size, bias=None, st
                                   "maps ignore dilation (its offsets omit it), so sparsejit "
                                   "refuses it rather than differ")
     feats, coords = input.feats, input.coords
+    if coords.shape[1] != 4:
+        raise ValueError(f"conv3d: input coords must be [N, 4] (x, y, z, batch); got "
+                         f"{tuple(coords.shape)} (batch samples with sparse_collate)")
     # TorchSparse registers a stride's coords when a conv outputs them; registering the
     # input's too lets a transposed conv return to a network's input sites.
     input.cmaps.setdefault(input.stride, coords)
