@@ -144,7 +144,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
             if out_key is None:
                 out_key = in_key if all(s == 1 for s in self.stride) else \
                     mgr.stride_key(in_key, self.stride, *geometry)
-            plan = mgr.kernel_map(in_key, out_key, *geometry)
+            plan = mgr.plan(in_key, out_key, *geometry)
             y = sparse_conv(input.F, kernel, bias, plan, mgr.size(out_key),
                             dataflow=self.dataflow)
         else:
@@ -152,7 +152,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
                 out_key = in_key if all(s == 1 for s in self.stride) else \
                     mgr.transposed_key(in_key, self.stride, *geometry)
             # The map of the strided convolution from the finer key, read backwards.
-            plan = mgr.kernel_map(out_key, in_key, *geometry)
+            plan = mgr.plan(out_key, in_key, *geometry)
             y = sparse_conv(input.F, kernel, bias, plan, mgr.size(out_key), swap=True,
                             dataflow=self.dataflow)
         return SparseTensor(y, coordinate_map_key=out_key, coordinate_manager=mgr)
@@ -301,7 +301,7 @@ class MinkowskiPoolingBase(MinkowskiModuleBase):
         if out_key is None:
             out_key = in_key if all(s == 1 for s in self.stride) else \
                 mgr.stride_key(in_key, self.stride, *geometry)
-        plan = mgr.kernel_map(in_key, out_key, *geometry)
+        plan = mgr.plan(in_key, out_key, *geometry)
         _, in_idx, out_idx = plan_pairs(plan)
         y = _reduce(self.KIND, input.F[in_idx], out_idx, mgr.size(out_key))
         return SparseTensor(y, coordinate_map_key=out_key, coordinate_manager=mgr)

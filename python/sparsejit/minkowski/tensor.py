@@ -152,10 +152,11 @@ class CoordinateManager:
     def _plan_key(in_key, out_key, kernel_size, dilation, lower) -> tuple:
         return (in_key, out_key, tuple(kernel_size), tuple(dilation), tuple(lower))
 
-    def kernel_map(self, in_key: CoordinateMapKey, out_key: CoordinateMapKey,
-                   kernel_size: Sequence[int], dilation: Sequence[int],
-                   lower: Sequence[int]) -> torch.Tensor:
-        """The plan from `in_key` (finer or equal stride) to `out_key`, built once."""
+    def plan(self, in_key: CoordinateMapKey, out_key: CoordinateMapKey,
+             kernel_size: Sequence[int], dilation: Sequence[int],
+             lower: Sequence[int]) -> torch.Tensor:
+        """The sparsejit plan from `in_key` (finer or equal stride) to `out_key`, built once
+        (offsets numbered as ME's kernel)."""
         pk = self._plan_key(in_key, out_key, kernel_size, dilation, lower)
         plan = self._plans.get(pk)
         if plan is None:
@@ -166,16 +167,56 @@ class CoordinateManager:
             self._plans[pk] = plan
         return plan
 
+    # ---- ME's public manager methods ----------------------------------------------------
+
+    def insert_and_map(self, coordinates: torch.Tensor, tensor_stride=1, string_id: str = ""
+                       ) -> Tuple[CoordinateMapKey, Tuple[torch.Tensor, torch.Tensor]]:
+        """A new coordinate set from `coordinates` (duplicates merged): ``(key,
+        (unique_map, inverse_map))`` with ``coordinates[unique_map]`` its rows and
+        ``coordinates[unique_map][inverse_map] == coordinates``."""
+        c = SparseTensor._check_coordinates(coordinates, coordinates[:, :0], tensor_stride)
+        if c.shape[1] - 1 != self.D:
+            raise ValueError(f"insert_and_map: coordinates have {c.shape[1] - 1} spatial "
+                             f"columns but the manager is {self.D}-D")
+        first, inverse = _unique_map(c)
+        key = self.insert(c[first], _int_list(tensor_stride, self.D, "tensor_stride"),
+                          string_id)
+        return key, (first, inverse)
+
+    def stride(self, coordinate_map_key: CoordinateMapKey, stride, string_id: str = ""
+               ) -> CoordinateMapKey:
+        """The key at ``tensor_stride * stride`` (sites ``floor(c / ts') * ts'``)."""
+        s = _int_list(stride, self.D, "stride")
+        return self.stride_key(coordinate_map_key, s, s, [1] * self.D, [0] * self.D)
+
+    def kernel_map(self, in_key: CoordinateMapKey, out_key: CoordinateMapKey, stride=1,
+                   kernel_size=3, dilation=1, region_type=None, region_offset=None,
+                   is_transpose: bool = False, is_pool: bool = False) -> dict:
+        """``{kernel_index: IntTensor [2, M]}`` (input rows, output rows) as ME returns it."""
+        from sparsejit.families.point_conv.plan import plan_pairs
+        ks = _int_list(kernel_size, self.D, "kernel_size")
+        st = _int_list(stride, self.D, "stride")
+        dil = _int_list(dilation, self.D, "dilation")
+        lower = [0] * self.D if is_pool and ks == st else \
+            [0 if k % 2 == 0 else -(k // 2) for k in ks]
+        fine, coarse = (out_key, in_key) if is_transpose else (in_key, out_key)
+        ptr, i_in, i_out = plan_pairs(self.plan(fine, coarse, ks, dil, lower))
+        if is_transpose:
+            i_in, i_out = i_out, i_in
+        return {k: torch.stack([i_in[ptr[k]:ptr[k + 1]], i_out[ptr[k]:ptr[k + 1]]]).int()
+                for k in range(ptr.numel() - 1) if ptr[k + 1] > ptr[k]}
+
     def __repr__(self) -> str:
         return f"CoordinateManager(D={self.D}, keys={list(self._coords)})"
 
 
-def _quantize(coordinates: torch.Tensor, features: torch.Tensor,
-              mode: SparseTensorQuantizationMode) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Rows sharing a coordinate merged (first-occurrence order); identity when unique."""
+def _unique_map(coordinates: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(first, inverse)``: the first row of each distinct coordinate, in input order, and
+    each row's index among them."""
     n = coordinates.shape[0]
-    if n == 0 or mode == SparseTensorQuantizationMode.NO_QUANTIZATION:
-        return coordinates, features
+    if n == 0:
+        e = torch.zeros(0, dtype=torch.long, device=coordinates.device)
+        return e, e
     c = coordinates.long()
     lo = c.amin(0)
     ext = (c.amax(0) - lo + 1).tolist()
@@ -187,19 +228,31 @@ def _quantize(coordinates: torch.Tensor, features: torch.Tensor,
     else:
         uniq, inverse = torch.unique(c, dim=0, return_inverse=True)
     if uniq.shape[0] == n:
-        return coordinates, features
+        ar = torch.arange(n, device=coordinates.device)
+        return ar, ar
     first = torch.full((uniq.shape[0],), n, dtype=torch.long, device=coordinates.device)
     first.scatter_reduce_(0, inverse, torch.arange(n, device=coordinates.device), "amin")
     order = torch.argsort(first)            # unique sites in first-occurrence order
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=order.device)
-    row = rank[inverse]
-    coords = coordinates[first[order]]
+    return first[order], rank[inverse]
+
+
+def _quantize(coordinates: torch.Tensor, features: torch.Tensor,
+              mode: SparseTensorQuantizationMode) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rows sharing a coordinate merged (first-occurrence order); identity when unique."""
+    n = coordinates.shape[0]
+    if n == 0 or mode == SparseTensorQuantizationMode.NO_QUANTIZATION:
+        return coordinates, features
+    first, row = _unique_map(coordinates)
+    if first.numel() == n:
+        return coordinates, features
+    coords = coordinates[first]
     if mode == SparseTensorQuantizationMode.RANDOM_SUBSAMPLE:
-        return coords, features[first[order]]
-    summed = features.new_zeros(order.numel(), features.shape[1]).index_add(0, row, features)
+        return coords, features[first]
+    summed = features.new_zeros(first.numel(), features.shape[1]).index_add(0, row, features)
     if mode == SparseTensorQuantizationMode.UNWEIGHTED_AVERAGE:
-        counts = torch.bincount(row, minlength=order.numel()).to(features.dtype)
+        counts = torch.bincount(row, minlength=first.numel()).to(features.dtype)
         summed = summed / counts[:, None]
     return coords, summed
 

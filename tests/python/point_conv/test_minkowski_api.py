@@ -245,6 +245,41 @@ def test_kernel_maps_shared_per_key():
     assert y3.coordinate_map_key == y2.coordinate_map_key and len(mgr._plans) == 2
 
 
+def test_coordinate_manager_api():
+    c = torch.tensor([[0, 1, 1, 1], [0, 2, 2, 2], [0, 1, 1, 1], [1, -3, 0, 5]],
+                     dtype=torch.int32)
+    mgr = ME.CoordinateManager(D=3)
+    key, (first, inverse) = mgr.insert_and_map(c, 1)
+    got = mgr.get_coordinates(key)
+    assert torch.equal(c[first], got) and torch.equal(got[inverse], c)
+    coords = CLOUDS["random"]()
+    x = ME.SparseTensor(torch.zeros(coords.shape[0], 1), coordinates=coords)
+    m = x.coordinate_manager
+    k2 = m.stride(x.coordinate_map_key, 2)
+    assert k2.get_tensor_stride() == [2, 2, 2]
+    fine, coarse = m.get_coordinates(x.coordinate_map_key), m.get_coordinates(k2)
+    for in_key, out_key, k, tr in [(x.coordinate_map_key, x.coordinate_map_key, 3, False),
+                                   (x.coordinate_map_key, k2, 2, False),
+                                   (k2, x.coordinate_map_key, 2, True)]:
+        maps = m.kernel_map(in_key, out_key, stride=1 if in_key == out_key else 2,
+                            kernel_size=k, is_transpose=tr)
+        cin, cout = m.get_coordinates(in_key).long(), m.get_coordinates(out_key).long()
+        lo = 0 if k % 2 == 0 else -(k // 2)
+        total = 0
+        for idx, pairs in maps.items():
+            ex, ey, ez = idx % k, (idx // k) % k, idx // (k * k)  # x fastest, as ME
+            off = torch.tensor([0, ex + lo, ey + lo, ez + lo])
+            a, b = cin[pairs[0].long()], cout[pairs[1].long()]
+            fine_rows, coarse_rows = (b, a) if tr else (a, b)
+            assert torch.equal(fine_rows, coarse_rows + off)
+            total += pairs.shape[1]
+        # every fine site pairs with its own coarse cell (k = 2) / every neighbour (k = 3)
+        if k == 2:
+            assert total == fine.shape[0]
+    assert coarse.shape[0] == torch.unique(torch.cat([fine[:, :1], fine[:, 1:] // 2 * 2], 1),
+                                           dim=0).shape[0]
+
+
 def test_compare_with_sparsejit_spconv():
     coords = cloud(400, 12, seed=7)
     f = torch.randn(coords.shape[0], 4, dtype=torch.float64)
