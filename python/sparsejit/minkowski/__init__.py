@@ -4,6 +4,7 @@ arguments, coordinate keys and parameter layouts, so ME state dicts load). See
 docs/SPARSE_CONV.md, "MinkowskiEngine and TorchSparse APIs"."""
 
 from sparsejit.minkowski import utils  # noqa: F401
+from sparsejit.minkowski.field import TensorField
 from sparsejit.minkowski.modules import (NONLINEARITIES, MinkowskiAvgPooling, MinkowskiBatchNorm,
                                          MinkowskiConvolution, MinkowskiConvolutionBase,
                                          MinkowskiConvolutionTranspose,
@@ -20,7 +21,7 @@ globals().update(NONLINEARITIES)  # MinkowskiReLU, MinkowskiLeakyReLU, ..., Mink
 
 __all__ = [
     "SparseTensor", "SparseTensorQuantizationMode", "CoordinateManager", "CoordinateMapKey",
-    "cat", "utils", "MinkowskiModuleBase", "MinkowskiNetwork", "MinkowskiConvolutionBase",
+    "cat", "utils", "TensorField", "MinkowskiModuleBase", "MinkowskiNetwork", "MinkowskiConvolutionBase",
     "MinkowskiConvolution", "MinkowskiConvolutionTranspose", "MinkowskiBatchNorm",
     "MinkowskiLinear", "MinkowskiNonlinearityBase", "MinkowskiAvgPooling",
     "MinkowskiSumPooling", "MinkowskiMaxPooling", "MinkowskiPoolingTranspose",

@@ -487,6 +487,11 @@ class SparseTensor:
         out = _scatter_dense(self._F.new_zeros(shape), c[:, 0], g, self._F)
         return out, min_coordinate.int(), self.tensor_stride
 
+    def slice(self, X) -> "TensorField":  # noqa: F821
+        """The features of the site holding each point of the TensorField `X`."""
+        from sparsejit.minkowski.field import slice_field
+        return slice_field(self, X)
+
     # ---- arithmetic on the features of one key -----------------------------------------
 
     def _binary(self, other, op) -> "SparseTensor":

@@ -332,6 +332,38 @@ def test_state_dict_round_trip_in_me_layout():
     torch.testing.assert_close(ya.F, yb.F)
 
 
+def test_tensor_field_sparse_and_slice():
+    g = torch.Generator().manual_seed(12)
+    p = 600
+    xyz = torch.rand(p, 3, generator=g, dtype=torch.float64) * 10 - 5
+    batch = torch.randint(0, 2, (p, 1), generator=g).double()
+    f = leaf(p, 3)
+    field = ME.TensorField(f, torch.cat([batch, xyz], 1))
+    x = field.sparse()
+    cells = torch.cat([batch, torch.floor(xyz)], 1).long()
+    first = {}
+    for i, r in enumerate(cells.tolist()):
+        first.setdefault(tuple(r), []).append(i)
+    assert sorted(map(tuple, x.C.tolist())) == sorted(first)
+    for r, c in enumerate(x.C.tolist()):  # UNWEIGHTED_AVERAGE, the field's default
+        torch.testing.assert_close(x.F[r], f[first[tuple(c)]].mean(0))
+    y = ME.MinkowskiConvolution(3, 4, 2, stride=2, dimension=3).double()(x)
+    out = y.slice(field)
+    cells2 = torch.cat([batch, torch.floor(xyz / 2) * 2], 1).long()
+    rows = {tuple(c): r for r, c in enumerate(y.C.tolist())}
+    want = torch.stack([y.F[rows[tuple(c)]] for c in cells2.tolist()])
+    torch.testing.assert_close(out.F, want)
+    assert out.F.shape == (p, 4) and torch.equal(out.C, field.C)
+    out.F.sum().backward()
+    assert f.grad is not None
+    other = ME.SparseTensor(torch.zeros(1, 1, dtype=torch.float64),
+                            coordinates=torch.tensor([[0, 100, 100, 100]], dtype=torch.int32))
+    with pytest.raises(ValueError, match="lies in no site"):
+        other.slice(field)
+    with pytest.raises(ValueError, match="NaN"):
+        ME.TensorField(f[:1], torch.full((1, 4), float("nan")))
+
+
 def test_empty_and_duplicates():
     e = ME.SparseTensor(torch.zeros(0, 3), coordinates=torch.zeros(0, 4, dtype=torch.int32))
     conv = ME.MinkowskiConvolution(3, 4, 3, bias=True, dimension=3)
