@@ -14,8 +14,8 @@ Mechanism: a verified probe, then a per-instance ``propagate``.
   without reading source code. Messages that use parameters, other per-edge tensors, the
   edge index itself, or anything nonlinear fail the probe and the layer is left alone.
 * **Propagate**: an instance attribute ``propagate`` shadows the class's (PyG's generated
-  one). For a call it can serve (a ``[2, E]`` edge_index or EdgeIndex, 2-D+ node features
-  along dim 0, a ``[E]`` weight or none, no PyG hooks, no explain) it runs
+  one). For a call it can serve (a ``[2, E]`` edge_index or EdgeIndex, ``[N, F]`` node
+  features, a ``[E]`` weight or none, no PyG hooks, no explain) it runs
   ``alpha * spmm(A_w, x, reduce)`` on the CSR that ``sparsejit.nn`` builds once per
   edge_index content (the same cache; under torch.compile the structure op is traced), plus
   ``beta * (sum_j w_ij) * y_i`` (mean: divided by the in-degree), then the layer's
@@ -200,9 +200,11 @@ def propagate(self, edge_index, size=None, **kwargs):
         y = yd[1] if isinstance(yd, (tuple, list)) else yd
     w = kwargs.get(form.weight) if form.weight else None
     coeffs = form.with_w if w is not None else form.without_w
-    if coeffs is None or not isinstance(x_src, torch.Tensor) or x_src.dim() < 2 or \
-            self.node_dim % x_src.dim() != 0 or (form.dst is not None and (
-                not isinstance(y, torch.Tensor) or y.dim() != x_src.dim())):
+    # [N, F] features only: the probe checked the message on 2-D inputs (a [E] weight times
+    # a 3-D x_j would broadcast differently in PyG's own message)
+    if coeffs is None or not isinstance(x_src, torch.Tensor) or x_src.dim() != 2 or \
+            self.node_dim % 2 != 0 or (form.dst is not None and (
+                not isinstance(y, torch.Tensor) or y.dim() != 2)):
         return _pyg(self, edge_index, size, kwargs)
     if w is not None:
         if not isinstance(w, torch.Tensor) or not w.is_floating_point() or \

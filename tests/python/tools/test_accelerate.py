@@ -237,3 +237,15 @@ def test_compile_fullgraph_native_model():
     got.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_export_native_model():
+    torch.manual_seed(0)
+    model = Wrap(pnn.GCNConv(8, 6))
+    ref = copy.deepcopy(model)
+    sj.accelerate(model)
+    x, ei = torch.randn(40, 8), graph()
+    ep = torch.export.export(model, (x, ei))
+    torch.testing.assert_close(ep.module()(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+    x2, ei2 = torch.randn(40, 8), graph(seed=7)  # another graph of the same sizes
+    torch.testing.assert_close(ep.module()(x2, ei2), ref(x2, ei2), atol=1e-5, rtol=1e-5)
