@@ -21,7 +21,8 @@ globals().update(NONLINEARITIES)  # MinkowskiReLU, MinkowskiLeakyReLU, ..., Mink
 
 __all__ = [
     "SparseTensor", "SparseTensorQuantizationMode", "CoordinateManager", "CoordinateMapKey",
-    "cat", "utils", "TensorField", "MinkowskiModuleBase", "MinkowskiNetwork", "MinkowskiConvolutionBase",
+    "cat", "utils", "TensorField", "MinkowskiModuleBase", "MinkowskiNetwork",
+    "MinkowskiConvolutionBase",
     "MinkowskiConvolution", "MinkowskiConvolutionTranspose", "MinkowskiBatchNorm",
     "MinkowskiLinear", "MinkowskiNonlinearityBase", "MinkowskiAvgPooling",
     "MinkowskiSumPooling", "MinkowskiMaxPooling", "MinkowskiPoolingTranspose",

@@ -11,6 +11,10 @@ from sparsejit.minkowski.tensor import (CoordinateManager, SparseTensor,
                                         SparseTensorQuantizationMode, _int_list)
 
 
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
 def _packed_lookup(query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Row of each `query` row (int64 ``[M, W]``) in `ref` (distinct rows ``[N, W]``), -1
     where absent."""
@@ -47,7 +51,7 @@ class TensorField:
                 not 2 <= coordinates.shape[1] <= 5 or coordinates.shape[0] != features.shape[0]:
             raise ValueError(f"TensorField: coordinates must be [P, 1 + D] (D = 1 to 4) with "
                              f"P = {features.shape[0]} rows; got "
-                             f"{tuple(coordinates.shape) if isinstance(coordinates, torch.Tensor) else type(coordinates).__name__}")
+                             f"{_shape(coordinates)}")
         if coordinates.numel() and not bool(torch.isfinite(coordinates.double()).all()):
             raise ValueError("TensorField: coordinates hold NaN or infinity")
         if not isinstance(quantization_mode, SparseTensorQuantizationMode):

@@ -20,6 +20,10 @@ from sparsejit.families.point_conv.lattice import lattice_plan, unique_rows
 StrideType = Union[int, Sequence[int], torch.Tensor]
 
 
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
 def _int_list(v: StrideType, dims: int, name: str) -> List[int]:
     if isinstance(v, torch.Tensor):
         v = v.reshape(-1).tolist()
@@ -272,7 +276,7 @@ class SparseTensor:
                  device=None):
         if not isinstance(features, torch.Tensor) or features.dim() != 2:
             raise ValueError("SparseTensor: features must be a [N, C] tensor; got "
-                             f"{tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__}")
+                             f"{_shape(features)}")
         if not isinstance(quantization_mode, SparseTensorQuantizationMode):
             raise TypeError(f"SparseTensor: quantization_mode must be a "
                             f"SparseTensorQuantizationMode; got {quantization_mode!r}")
@@ -320,7 +324,7 @@ class SparseTensor:
                 not 2 <= coordinates.shape[1] <= 5:
             raise ValueError("SparseTensor: coordinates must be [N, 1 + D] (batch index "
                              "first, D = 1 to 4); got "
-                             f"{tuple(coordinates.shape) if isinstance(coordinates, torch.Tensor) else type(coordinates).__name__}")
+                             f"{_shape(coordinates)}")
         if coordinates.shape[0] != features.shape[0]:
             raise ValueError(f"SparseTensor: coordinates has {coordinates.shape[0]} rows but "
                              f"features has {features.shape[0]}")
