@@ -280,6 +280,18 @@ def test_coordinate_manager_api():
                                            dim=0).shape[0]
 
 
+def test_sj_tune_sees_every_layer():
+    import sparsejit as sj
+    coords = cloud(600, 12, seed=13)
+    x = ME.SparseTensor(torch.randn(coords.shape[0], 8), coordinates=coords)
+    net = torch.nn.Sequential(ME.MinkowskiConvolution(8, 16, 3, dimension=3),
+                              ME.MinkowskiConvolution(16, 16, 2, stride=2, dimension=3),
+                              ME.MinkowskiConvolutionTranspose(16, 8, 2, stride=2, dimension=3))
+    r = sj.tune(net, x, repeat=1, progress=False, store=False)
+    assert [(l["module"], l["c_in"], l["c_out"], l["swap"]) for l in r["layers"]] == \
+        [("0", 8, 16, False), ("1", 16, 16, False), ("2", 16, 8, True)]
+
+
 def test_compare_with_sparsejit_spconv():
     coords = cloud(400, 12, seed=7)
     f = torch.randn(coords.shape[0], 4, dtype=torch.float64)
