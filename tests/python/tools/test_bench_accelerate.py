@@ -1,0 +1,29 @@
+"""benchmarks/bench_accelerate.py runs end to end on a small generated graph (--quick) and
+writes its JSON rows: both models, their outputs checked equal to PyG's before timing."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytest.importorskip("torch_geometric")
+
+
+def test_bench_accelerate_quick(tmp_path):
+    out = tmp_path / "acc.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_accelerate.py"),
+                        "--quick", "--no-compile", "--repeats", "1", "--graphs",
+                        "uniform:n=400,avg=4,seed=0", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["model"] for row in rows] == ["native", "generic"]
+    for row in rows:
+        assert row["pyg_ms"] > 0 and row["accelerated_ms"] > 0 and row["max_rel_err"] < 1e-4
+    assert out.with_suffix(".md").read_text().count("| uniform:n=400,avg=4 |") == 2
