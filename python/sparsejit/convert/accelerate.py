@@ -39,7 +39,11 @@ def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.M
     if name is not None:
         try:
             new = pyg.convert(m, name)
-            report.add(path, _type(m), _sj_type(new))
+            note = ""
+            if getattr(m, "_cached_edge_index", None) is not None or \
+                    getattr(m, "_cached_adj_t", None) is not None:
+                note = "PyG's cached normalised graph is not carried over: built from the next call"
+            report.add(path, _type(m), _sj_type(new), note)
             return new, False
         except pyg.Unsupported as e:
             native_reason = f"sparsejit.nn.{name}: {e}; "

@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
