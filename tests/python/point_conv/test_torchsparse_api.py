@@ -224,6 +224,57 @@ def test_point_voxel_helpers():
     assert near.F.shape == (p, 3)
 
 
+class TinySPVCNN(torch.nn.Module):
+    """SPVCNN's data flow, shrunk: points -> voxels -> a strided stage -> back to the points,
+    point branch added, voxels again from the points, a transposed stage, per-point head."""
+
+    def __init__(self, cin=4, c=8, classes=3):
+        super().__init__()
+        self.stem = torch.nn.Sequential(spnn.Conv3d(cin, c, 3), spnn.BatchNorm(c),
+                                        spnn.ReLU(True))
+        self.down = torch.nn.Sequential(spnn.Conv3d(c, 2 * c, 2, stride=2), spnn.BatchNorm(2 * c),
+                                        spnn.ReLU(True), spnn.Conv3d(2 * c, 2 * c, 3))
+        self.point1 = torch.nn.Linear(c, 2 * c)
+        self.up = spnn.Conv3d(2 * c, c, 2, stride=2, transposed=True)
+        self.point2 = torch.nn.Linear(2 * c, c)
+        self.head = torch.nn.Linear(c, classes)
+
+    def forward(self, z):
+        x0 = ts.initial_voxelize(z, 1.0, 1.0)
+        z0 = ts.voxel_to_point(x0, z, nearest=False)
+        x1 = self.stem(ts.point_to_voxel(x0, z0))
+        z1 = ts.voxel_to_point(x1, z0)
+        x2 = self.down(x1)
+        z2 = ts.voxel_to_point(x2, z1)
+        z2.F = z2.F + self.point1(z1.F)
+        x3 = self.up(ts.point_to_voxel(x2, z2))
+        z3 = ts.voxel_to_point(x3, z2)
+        z3.F = z3.F + self.point2(z2.F)
+        return self.head(z3.F)
+
+
+def test_spvcnn_style_network_trains():
+    g = torch.Generator().manual_seed(21)
+    p = 1500
+    xyz = torch.rand(p, 3, generator=g) * 12
+    z = ts.PointTensor(torch.randn(p, 4, generator=g),
+                       torch.cat([xyz, torch.randint(0, 2, (p, 1), generator=g).float()], 1))
+    labels = (xyz[:, 2] > 6).long() + (xyz[:, 0] > 6).long()
+    net = TinySPVCNN()
+    opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    losses = []
+    for _ in range(4):
+        zz = ts.PointTensor(z.F, z.C.clone())
+        out = net(zz)
+        assert out.shape == (p, 3)
+        loss = torch.nn.functional.cross_entropy(out, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
 def test_state_dict_round_trip_in_torchsparse_layout():
     def net():
         return torch.nn.Sequential(spnn.Conv3d(3, 8, 3), spnn.BatchNorm(8), spnn.ReLU(True),
