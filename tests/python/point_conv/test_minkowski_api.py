@@ -142,6 +142,23 @@ def test_minkunet_example_trains():
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("k,s,dil", [(3, 2, 2), (2, 2, 3), (3, 3, 2)])
+def test_strided_dilated_then_transposed(k, s, dil):
+    coords = CLOUDS["random"]()
+    f = leaf(coords.shape[0], 3)
+    x = ME.SparseTensor(f, coordinates=coords)
+    down = ME.MinkowskiConvolution(3, 4, k, stride=s, dilation=dil, dimension=3).double()
+    up = ME.MinkowskiConvolutionTranspose(4, 2, k, stride=s, dilation=dil,
+                                          dimension=3).double()
+    y = down(x)
+    torch.testing.assert_close(y.F, conv_reference(coords, f, down.kernel, k, s, dil, 1, y.C))
+    z = up(y)
+    assert torch.equal(z.C, coords)
+    ref = transposed_reference(y.C, y.F, up.kernel, k, s, dil, s, coords)
+    torch.testing.assert_close(z.F, ref)
+    grads_close(z.F, ref, [f, down.kernel, up.kernel])
+
+
 def test_two_levels_and_negative_coordinates():
     c = cloud(250, 9, seed=3)
     c[:, 1:] -= 4  # negative coordinates: floor, not truncation
