@@ -359,6 +359,14 @@ def test_bad_inputs_name_the_argument():
         spnn.Conv3d(3, 4, 2, stride=2, transposed=True)(x)
     with pytest.raises(TypeError, match="float64"):
         spnn.Conv3d(3, 4, 3)(ts.SparseTensor(f.double(), to_ts(bf)))
+    neg = to_ts(bf)
+    neg[7, 3] = -2
+    with pytest.raises(ValueError, match=r"coords\[7, 3\] = -2 is a negative batch index"):
+        spnn.Conv3d(3, 4, 3)(ts.SparseTensor(f, neg))
+    dup = to_ts(bf)
+    dup[5] = dup[2]
+    with pytest.raises(ValueError, match="rows 2 and 5 are the same site"):
+        spnn.Conv3d(3, 4, 3)(ts.SparseTensor(f, dup))
     with pytest.raises(ValueError, match="sphash"):
         TF.sphash(torch.tensor([[1 << 20, 0, 0, 0]], dtype=torch.int32))
     with pytest.raises(TypeError, match="PointTensor"):

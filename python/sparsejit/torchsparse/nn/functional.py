@@ -91,6 +91,10 @@ def conv3d(input: SparseTensor, weight: torch.Tensor, kernel_size, bias=None, st
         key = (input.stride, kernel_size, stride, dilation)
         kmap = input.kmaps.get(key)
         if kmap is None:
+            if coords.shape[0] and int(coords[:, 3].min()) < 0:
+                r = int((coords[:, 3] < 0).nonzero()[0, 0])
+                raise ValueError(f"conv3d: coords[{r}, 3] = {int(coords[r, 3])} is a negative "
+                                 "batch index (TorchSparse's batch column is the last)")
             out_stride = tuple(a * b for a, b in zip(input.stride, stride))
             if not any(s > 1 for s in stride):
                 kmap = (_plan(coords, input.stride, out_stride, kernel_size), coords)
