@@ -159,6 +159,29 @@ def test_strided_dilated_then_transposed(k, s, dil):
     grads_close(z.F, ref, [f, down.kernel, up.kernel])
 
 
+def test_two_dimensional():
+    g = torch.Generator().manual_seed(14)
+    flat = torch.randperm(2 * 12 * 12, generator=g)[:150]
+    coords = torch.stack([flat // 144, (flat // 12) % 12, flat % 12], 1).int()
+    f = leaf(150, 3)
+    x = ME.SparseTensor(f, coordinates=coords)
+    conv = ME.MinkowskiConvolution(3, 4, 3, dimension=2).double()
+    down = ME.MinkowskiConvolution(4, 2, 2, stride=2, dimension=2).double()
+    y = conv(x)
+    z = down(y)
+    c = coords.long()
+    sites = (c[:, 0], c[:, 1], c[:, 2])
+    dense = f.new_zeros(2, 14, 14, 3).index_put(sites, f).movedim(-1, 1)
+    occupied = f.new_zeros(2, 14, 14, 1).index_put(sites, f.new_ones(150, 1)).movedim(-1, 1)
+    w = conv.kernel.reshape(3, 3, 3, 4).permute(3, 2, 1, 0)  # x fastest -> [out, in, x, y]
+    yd = torch.nn.functional.conv2d(dense, w, padding=1)
+    torch.testing.assert_close(y.F, yd.movedim(1, -1)[c[:, 0], c[:, 1], c[:, 2]])
+    wd = down.kernel.reshape(2, 2, 4, 2).permute(3, 2, 1, 0)
+    zd = torch.nn.functional.conv2d(yd * occupied, wd, stride=2)
+    zc = z.C.long()
+    torch.testing.assert_close(z.F, zd.movedim(1, -1)[zc[:, 0], zc[:, 1] // 2, zc[:, 2] // 2])
+
+
 def test_two_levels_and_negative_coordinates():
     c = cloud(250, 9, seed=3)
     c[:, 1:] -= 4  # negative coordinates: floor, not truncation
