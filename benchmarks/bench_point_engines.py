@@ -15,10 +15,11 @@ $SPARSEJIT_DATA, default ../shared/data) and voxel size, and per channel count C
   - sparsejit's conv with its map cached: forward and forward + backward GFLOP/s (useful
     multiply-adds: 2 * pairs * C * C per product, the gathers' time included, so a lower bound
     on its GEMMs' rate) against this CPU's FMA peak and the dense GEMM of the same shape;
-and whole networks on the first scan per voxel size: MinkUNet14 (MinkowskiEngine's
+and whole networks on the first scan per voxel size: MinkUNet14A (MinkowskiEngine's
 definition, benchmarks/point_engines.py) forward + backward and inference on every engine,
 and SECOND's middle encoder (examples/pointcloud_unet.py, spconv semantics: kernel-3 stride-2
-convolutions, which MinkowskiEngine and TorchSparse 2.0 do not express) on sparsejit and spconv.
+convolutions, which MinkowskiEngine and TorchSparse 2.0 do not express) on sparsejit and spconv,
+on the same scan voxelized 4x coarser (as the example: it ends in a dense bird's-eye map).
 
 Before timing, every engine's outputs, input gradients and weight gradients are checked
 against sparsejit's on the same weights (max abs diff printed and stored); spconv is checked
@@ -50,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
-from point_engines import (MinkUNet14, SpconvLike, canonical_weights, engines,  # noqa: E402
+from point_engines import (MinkUNet14A, SpconvLike, canonical_weights, engines,  # noqa: E402
                            load_weights)
 from pointcloud_scenes import case_by_name, case_names  # noqa: E402
 from sparsejit.info import cpu_line  # noqa: E402
@@ -259,6 +260,8 @@ def _run_all(fns, spconv_one_thread=True):
 
 def _compare(got, names_vals, res):
     """res[engine] gets each named max abs diff against sparsejit's and whether they agree."""
+    if "sparsejit" not in got:
+        raise RuntimeError("sparsejit itself failed on this case (see the errors above)")
     ref = got["sparsejit"]
     for n, vals in got.items():
         if n == "sparsejit":
@@ -271,7 +274,7 @@ def _compare(got, names_vals, res):
 def bench_minkunet(engs, name, coords, shape, feats, width, reps):
     set_shape(engs, shape)
     torch.manual_seed(0)
-    nets = {n: MinkUNet14(e, cin=feats.shape[1], width=width) for n, e in engs.items()}
+    nets = {n: MinkUNet14A(e, cin=feats.shape[1], width=width) for n, e in engs.items()}
     ws = canonical_weights(nets["sparsejit"])
     for net in nets.values():
         load_weights(net, ws)
@@ -295,6 +298,8 @@ def bench_minkunet(engs, name, coords, shape, feats, width, reps):
     inf, err = _run_all({n: (lambda n=n: infer_out(n)) for n in nets})
     tr, err2 = _run_all({n: (lambda n=n: train_out(n)) for n in inf})
     res["errors"] = dict(err, **err2)
+    if "sparsejit" in res["errors"]:
+        raise RuntimeError(f"MinkUNet14A on sparsejit: {res['errors']['sparsejit']}")
     md_inf, md_tr = {}, {}
     _compare(inf, ["inference_out"], md_inf)
     _compare(tr, ["train_out", "grad_in"], md_tr)
@@ -342,6 +347,8 @@ def bench_second(engs, name, coords, feats, shape, reps):
         (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         return y.detach(), f.grad
     tr, res["errors"] = _run_all({n: (lambda n=n: train_out(n)) for n in models})
+    if "sparsejit" in res["errors"]:
+        raise RuntimeError(f"SECOND on sparsejit: {res['errors']['sparsejit']}")
     res["maxdiff"] = {}
     _compare(tr, ["train_out", "grad_in"], res["maxdiff"])
 
@@ -431,7 +438,7 @@ def main():
                     help="subset of sparsejit spconv minkowski torchsparse (default: all that "
                          "import)")
     ap.add_argument("--unet-width", type=float, default=1.0,
-                    help="MinkUNet14's plane counts times this (1.0 = MinkowskiEngine's)")
+                    help="MinkUNet14A's plane counts times this (1.0 = MinkowskiEngine's)")
     ap.add_argument("--no-nets", action="store_true", help="single convolutions only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results" / "point_engines.json"))
@@ -477,7 +484,7 @@ def main():
                 shape = [-(-s // 16) * 16 for s in shape]
                 r = bench_minkunet(engs, name, coords, shape, feats, args.unet_width,
                                    args.reps)
-                r["net"] = "MinkUNet14" + (f"x{args.unet_width:g}" if args.unet_width != 1
+                r["net"] = "MinkUNet14A" + (f"x{args.unet_width:g}" if args.unet_width != 1
                                            else "")
                 nets.append(r)
                 print(json.dumps(r, default=lambda x: round(x, 3)), flush=True)

@@ -288,7 +288,7 @@ def engines(want: Optional[List[str]] = None) -> Dict[str, Engine]:
     return {k: v for k, v in out.items() if want is None or k in want}
 
 
-# ---- MinkUNet14 (MinkowskiEngine's examples/minkunet.py definition) on any engine ---------------
+# ---- MinkUNet14A (MinkowskiEngine's examples/minkunet.py) on any engine ----------------------
 
 class BasicBlock(nn.Module):
     def __init__(self, e: Engine, cin: int, cout: int, key: str):
@@ -310,13 +310,14 @@ class BasicBlock(nn.Module):
         return e.combine(out, res, lambda a, b: torch.relu(a + b))
 
 
-class MinkUNet14(nn.Module):
-    """MinkUNet14 as MinkowskiEngine's examples/minkunet.py defines it (BasicBlock, one block
-    per stage, planes 32-64-128-256 down and 256-128-96-96 up, a kernel-5 stem, kernel-2
-    stride-2 downs and transposed ups, skip concatenation, a 1x1x1 head), on engine `e`.
+class MinkUNet14A(nn.Module):
+    """MinkUNet14A as MinkowskiEngine's examples/minkunet.py defines it (BasicBlock, one block
+    per stage, planes 32-64-128-256 down and 128-128-96-96 up, a kernel-5 stem, kernel-2
+    stride-2 downs and transposed ups, skip concatenation, a 1x1x1 head with bias), on engine
+    `e`. (That file's MinkUNet14 itself sets no planes; 14A is its smallest complete one.)
     `width` scales every plane count (1.0 = the original)."""
 
-    PLANES = (32, 64, 128, 256, 256, 128, 96, 96)
+    PLANES = (32, 64, 128, 256, 128, 128, 96, 96)
 
     def __init__(self, e: Engine, cin: int = 4, classes: int = 20, width: float = 1.0):
         super().__init__()
@@ -344,6 +345,7 @@ class MinkUNet14(nn.Module):
         self.ups, self.bn_ups, self.dec = nn.ModuleList(ups), nn.ModuleList(up_bns), \
             nn.ModuleList(dec)
         self.final = e.conv("subm", ch, classes, 1, "s1k1")
+        self.final_bias = nn.Parameter(torch.linspace(-0.1, 0.1, classes))
 
     def forward(self, x):
         e = self.e
@@ -357,7 +359,7 @@ class MinkUNet14(nn.Module):
             out = e.fmap(self.ups[j](out), lambda f, b=self.bn_ups[j]: torch.relu(b(f)))
             out = e.combine(out, skips[3 - j], lambda a, b: torch.cat([a, b], 1))
             out = self.dec[j](out)
-        return self.final(out)
+        return e.fmap(self.final(out), lambda f: f + self.final_bias)
 
     def convs(self) -> List[nn.Module]:
         """The convolutions in a fixed order (the same on every engine)."""
@@ -368,7 +370,7 @@ class MinkUNet14(nn.Module):
                 self.final]
 
 
-def canonical_weights(net: MinkUNet14, seed: int = 0) -> List[torch.Tensor]:
+def canonical_weights(net: MinkUNet14A, seed: int = 0) -> List[torch.Tensor]:
     """Random canonical weights [k, k, k, Ci, Co] for every convolution of `net`."""
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -381,6 +383,6 @@ def canonical_weights(net: MinkUNet14, seed: int = 0) -> List[torch.Tensor]:
     return out
 
 
-def load_weights(net: MinkUNet14, ws: List[torch.Tensor]) -> None:
+def load_weights(net: MinkUNet14A, ws: List[torch.Tensor]) -> None:
     for m, w in zip(net.convs(), ws):
         net.e.to_engine(m, w)
