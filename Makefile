@@ -15,7 +15,7 @@ PIP_PACKAGES := $(TORCH_SPEC) numpy scipy pybind11 pytest nvidia-cuda-nvrtc==13.
 # same depth as build/) reuses the objects of `make build`.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup build develop install test test-cpp test-python test-sanitize test-wheel wheel docs demo bench format clean
+.PHONY: all setup build develop install test test-cpp test-python test-slow test-sanitize test-wheel wheel docs demo bench format clean
 
 all: build
 
@@ -53,7 +53,12 @@ test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-python: build
-	cd tests/python && $(PYTHON) -m pytest -q -ra . --ignore=core/test_aoti_deploy.py  # ctest runs that one
+	cd tests/python && $(PYTHON) -m pytest -q -ra -m "not slow" . --ignore=core/test_aoti_deploy.py  # ctest runs that one
+
+# The heavy tier `make test` leaves out (tests marked `slow`: the fuzz test's other seeds, the
+# ISA-cap tiers, the full cross product of JIT variants); .ci/run runs it after `make test`.
+test-slow: build
+	cd tests/python && $(PYTHON) -m pytest -q -ra -m slow . --ignore=core/test_aoti_deploy.py
 
 test: test-cpp test-python docs
 

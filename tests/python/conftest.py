@@ -118,6 +118,13 @@ GRAPHS = {
 }
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: the heavy tier (the fuzz test's full seeds, the ISA-cap tiers, the "
+        "full cross product of JIT variants); `make test` deselects it, `make test-slow` (run by "
+        ".ci/run after `make test`) runs it, so every test still runs in CI")
+
+
 @pytest.fixture(params=sorted(GRAPHS))
 def graph(request):
     return GRAPHS[request.param]()

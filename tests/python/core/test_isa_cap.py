@@ -115,6 +115,7 @@ def _uses_zmm(lib):
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
                     reason="x86-64 tiers")
 @pytest.mark.skipif(not _core.isa_state()["avx2_fma"], reason="the host has no AVX2 tier")
+@pytest.mark.slow  # every family JIT-compiled three times, on three cold caches
 def test_every_family_computes_the_same_under_the_avx2_and_baseline_caps(tmp_path):
     assert _core.jit_enabled(), "the JIT must be on for the tiers' kernels to differ"
     native = _run_tier(tmp_path, "native", tmp_path / "cache_native")
