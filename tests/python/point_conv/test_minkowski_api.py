@@ -126,7 +126,7 @@ def test_minkunet_example_trains():
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     model = example.make_model(ME, 2, 4)
-    coords = cloud(1500, 24, seed=9)
+    coords = cloud(400, 14, seed=9)
     x = ME.SparseTensor(torch.randn(coords.shape[0], 2), coordinates=coords)
     labels = torch.randint(0, 4, (coords.shape[0],))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
