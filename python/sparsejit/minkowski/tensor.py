@@ -448,8 +448,9 @@ class SparseTensor:
     def dense(self, shape: Optional[torch.Size] = None,
               min_coordinate: Optional[torch.Tensor] = None, contract_stride: bool = True
               ) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
-        """``(dense [B, C, *spatial], min_coordinate, tensor_stride)`` as ME: the site at
-        ``c`` lands at ``(c - min_coordinate) / tensor_stride`` (``contract_stride``)."""
+        """``(dense [B, C, *spatial], min_coordinate [1, D], tensor_stride)`` (int32) as ME:
+        the site at ``c`` lands at ``(c - min_coordinate) / tensor_stride``
+        (``contract_stride``)."""
         c = self.C.long()
         dims = self.D
         ts = torch.tensor(self.tensor_stride, dtype=torch.long)
@@ -457,7 +458,7 @@ class SparseTensor:
             if shape is None:
                 raise ValueError("SparseTensor.dense: shape is required for an empty tensor")
             return (self._F.new_zeros(shape), torch.zeros(dims, dtype=torch.int32),
-                    self.tensor_stride)
+                    torch.tensor(self.tensor_stride, dtype=torch.int32))
         if min_coordinate is None:
             min_coordinate = c[:, 1:].min(0).values
             if bool((min_coordinate < 0).any()):
@@ -489,7 +490,8 @@ class SparseTensor:
                 raise ValueError(f"SparseTensor.dense: shape {list(shape)} does not hold every "
                                  "site")
         out = _scatter_dense(self._F.new_zeros(shape), c[:, 0], g, self._F)
-        return out, min_coordinate.int(), self.tensor_stride
+        return (out, min_coordinate.int().reshape(1, dims),
+                torch.tensor(self.tensor_stride, dtype=torch.int32))
 
     def slice(self, X) -> "TensorField":  # noqa: F821
         """The features of the site holding each point of the TensorField `X`."""

@@ -263,9 +263,26 @@ def test_activations_bn_dropout_cat_and_arithmetic():
     torch.testing.assert_close(y.F, torch.cat([f, torch.relu(f)], 1))
     torch.testing.assert_close((x + x * 2 - x / 2).F, f * 2.5)
     d, mn, ts = x.dense()
-    assert d.shape[1] == 4 and mn.tolist() == coords[:, 1:].min(0).values.tolist()
-    c = coords.long() - torch.cat([torch.zeros(1, dtype=torch.long), mn.long()])
+    assert d.shape[1] == 4 and mn.tolist() == [coords[:, 1:].min(0).values.tolist()]
+    assert ts.tolist() == [1, 1, 1]
+    c = coords.long() - torch.cat([torch.zeros(1, dtype=torch.long), mn[0].long()])
     torch.testing.assert_close(d[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]], f)
+
+
+def test_dense_of_a_strided_tensor():
+    coords = CLOUDS["random"]()
+    x = ME.SparseTensor(torch.randn(coords.shape[0], 2, dtype=torch.float64),
+                        coordinates=coords)
+    y = ME.MinkowskiConvolution(2, 3, 2, stride=2, dimension=3).double()(x)
+    d, mn, ts = y.dense(min_coordinate=torch.IntTensor([0, 0, 0]))
+    assert ts.tolist() == [2, 2, 2] and mn.tolist() == [[0, 0, 0]]
+    c = y.C.long()
+    torch.testing.assert_close(d[c[:, 0], :, c[:, 1] // 2, c[:, 2] // 2, c[:, 3] // 2], y.F)
+    assert d.abs().sum() == y.F.abs().sum()   # nothing else written
+    full, _, _ = y.dense(min_coordinate=torch.IntTensor([0, 0, 0]), contract_stride=False)
+    torch.testing.assert_close(full[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]], y.F)
+    with pytest.raises(ValueError, match="multiple of the tensor stride"):
+        y.dense(min_coordinate=torch.IntTensor([1, 0, 0]))
 
 
 def test_kernel_maps_shared_per_key():
