@@ -6,11 +6,12 @@
 It installs an import hook that treats every package in ``OPTIONAL`` as not installed (an
 import of one raises ModuleNotFoundError, as in a venv with only torch and numpy) and records
 who tried. Then it imports every module of the package (``pkgutil.walk_packages``, less the
-documented ``EXEMPT`` list), runs every layer of ``cases.py`` eagerly and compiles it with
-``fullgraph=True``. An import attempt counts against sparsejit when the importing code lives
-in the package (or in a ``--watch`` directory) or is code that dynamo is tracing (dynamo
-executes a traced ``import`` itself). torch's own optional imports (e.g. ``torch.hub`` trying
-tqdm) are not sparsejit's and are ignored. Exit status 1 lists each attempt and failure.
+documented ``EXEMPT`` list), runs every layer of ``cases.py`` eagerly, compiles it with
+``fullgraph=True`` and exports it. An import attempt counts against sparsejit when the
+importing code lives in the package (or in a ``--watch`` directory) or is code that dynamo is
+tracing (dynamo executes a traced ``import`` itself). torch's own optional imports (e.g.
+``torch.hub`` trying tqdm) are not sparsejit's and are ignored. Exit status 1 lists each
+attempt and failure.
 The same hook serves the wheel's smoke suite (tests/smoke/test_optional_deps.py) and the main
 suite (tests/python/core/test_optional_deps.py); ``--watch`` / ``--extra`` let the main suite
 prove the check catches a planted import.
@@ -102,7 +103,8 @@ def import_everything(extra):
 
 
 def run_layers(compile_layers):
-    """Every case eagerly and, with `compile_layers`, compiled with fullgraph=True."""
+    """Every case eagerly and, with `compile_layers`, compiled with fullgraph=True and
+    exported with dynamic sizes."""
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -119,6 +121,8 @@ def run_layers(compile_layers):
                 if compile_layers and name not in NOT_TRACEABLE:
                     torch._dynamo.reset()
                     torch.compile(model, fullgraph=True)(*args)
+            if compile_layers and name not in NOT_TRACEABLE:
+                torch.export.export(model, args, dynamic_shapes=case.dynamic_shapes())
         except Exception:  # noqa: BLE001 - reported, with its traceback
             failures.append(f"{name}:\n{traceback.format_exc(limit=-3)}")
     return failures
@@ -130,7 +134,8 @@ def main(argv=None) -> int:
                     help="another directory whose imports count (tests of this check)")
     ap.add_argument("--extra", action="append", default=[],
                     help="another module to import after sparsejit's (tests of this check)")
-    ap.add_argument("--no-compile", action="store_true", help="import and run eagerly only")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="import and run eagerly only (no compile, no export)")
     args = ap.parse_args(argv)
     for d in args.watch:
         sys.path.insert(0, d)
