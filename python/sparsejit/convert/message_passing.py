@@ -15,7 +15,8 @@ Mechanism: a verified probe, then a per-instance ``propagate``.
   edge index itself, or anything nonlinear fail the probe and the layer is left alone.
 * **Propagate**: an instance attribute ``propagate`` shadows the class's (PyG's generated
   one). For a call it can serve (a ``[2, E]`` edge_index or EdgeIndex, ``[N, F]`` node
-  features, a ``[E]`` weight or none, no PyG hooks, no explain) it runs
+  features, a ``[E]`` weight or none, no PyG hooks, no explain, under torch.compile a static edge
+  count) it runs
   ``alpha * spmm(A_w, x, reduce)`` on the CSR that ``sparsejit.nn`` builds once per
   edge_index content (the same cache; under torch.compile the structure op is traced), plus
   ``beta * (sum_j w_ij) * y_i`` (mean: divided by the in-degree), then the layer's
@@ -179,6 +180,15 @@ def installed(m: nn.Module) -> bool:
     return FORM in m.__dict__
 
 
+def _data_dependent(edge_index) -> bool:
+    """Under torch.compile: an edge count that is not a plain int. PyG's gcn_norm drops
+    self-loops by a mask, so the count depends on the data, and Inductor failed on the
+    backward of the SpMM path then (a saved tensor of size u + n, from which it cannot bind
+    u); such calls keep PyG's propagate, which compiles. (Dynamo cannot tell an unbacked size
+    from a dynamic one without a graph break, so dynamic edge counts take PyG's path too.)"""
+    return torch.compiler.is_compiling() and not isinstance(edge_index.shape[1], int)
+
+
 def _pyg(self, edge_index, size, kwargs):
     return type(self).propagate(self, edge_index, size=size, **kwargs)
 
@@ -189,7 +199,8 @@ def propagate(self, edge_index, size=None, **kwargs):
     form: MessageForm = self.__dict__[FORM]
     plain = isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided and \
         edge_index.dim() == 2
-    if not plain or getattr(self, "_explain", None) or any(getattr(self, h) for h in _HOOKS):
+    if not plain or getattr(self, "_explain", None) or any(getattr(self, h) for h in _HOOKS) \
+            or _data_dependent(edge_index):
         return _pyg(self, edge_index, size, kwargs)
     data = kwargs.get(form.src)
     x_src = data[0] if isinstance(data, (tuple, list)) else data

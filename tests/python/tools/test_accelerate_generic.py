@@ -198,3 +198,20 @@ def test_compile_fullgraph_generic_model(no_pyg_propagate):
     got.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_compile_fullgraph_data_dependent_edges_keeps_pyg_propagate():
+    # cached=False: gcn_norm's edge count depends on the data under torch.compile; those
+    # calls keep PyG's propagate (Inductor cannot compile the SpMM path's backward there)
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"sg": pnn.SGConv(8, 8, K=2)})
+    ref = copy.deepcopy(model)
+    sj.accelerate(model)
+    x, ei = torch.randn(30, 8), graph(30, 150, seed=6)
+    compiled = torch.compile(lambda x: model["sg"](x, ei), fullgraph=True)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    got, want = compiled(xa), ref["sg"](xb, ei)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
