@@ -64,6 +64,9 @@ fi
 "$VENV/bin/python" -c "import torch; print('[build_minkowski] torch', torch.__version__)"
 "$VENV/bin/python" -m pip install -q wheel 'setuptools<70' ninja
 
+# The venv's bin first: torch's extension builder looks for ninja on PATH, and without it
+# compiles one file at a time, ignoring MAX_JOBS.
+export PATH="$VENV/bin:$PATH"
 export SETUPTOOLS_USE_DISTUTILS=stdlib
 
 # 3. The sdist from PyPI.

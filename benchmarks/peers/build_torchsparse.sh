@@ -119,6 +119,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv --system-site-packages "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q wheel ninja tqdm typing-extensions
+# The venv's bin first: torch's extension builder looks for ninja on PATH, and without it
+# compiles one file at a time, ignoring MAX_JOBS.
+export PATH="$VENV/bin:$PATH"
 log "building (MAX_JOBS=${MAX_JOBS:-2})"
 env -u FORCE_CUDA MAX_JOBS=${MAX_JOBS:-2} "$VENV/bin/python" -m pip install -v \
   --no-build-isolation --no-deps . 2>&1 | tail -n 40
