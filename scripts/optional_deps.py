@@ -77,10 +77,11 @@ def collect(refuse: bool, out: Path) -> dict:
     env = dict(os.environ, **{_OUT_ENV: str(out), _REFUSE_ENV: "1" if refuse else "0",
                               "PYTHONPATH": os.pathsep.join(
                                   [str(Path(__file__).parent)] +
-                                  os.environ.get("PYTHONPATH", "").split(os.pathsep))})
+                                  [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                   if p])})
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                         "-p", "no:cacheprovider", "-p", "optional_deps", "."],
-                       cwd=TESTS, env=env, capture_output=True, text=True)
+                       cwd=TESTS, env=env, capture_output=True, text=True, timeout=1800)
     if not out.exists():
         sys.exit(f"optional_deps: pytest --collect-only gave no result:\n{r.stdout[-3000:]}"
                  f"\n{r.stderr[-3000:]}")
@@ -89,9 +90,9 @@ def collect(refuse: bool, out: Path) -> dict:
 
 def _module_of(reason: str, attempted) -> list:
     """The optional packages a skip is for: named in importorskip's reason, else those the
-    test file tried to import."""
+    test file tried to import, else "unknown" (a row that asks a person to look)."""
     named = sorted({p for p in OPTIONAL if f"'{p}" in reason or f"{p}." in reason})
-    return named or sorted(attempted)
+    return named or sorted(attempted) or ["unknown"]
 
 
 def body_importorskips() -> dict:
