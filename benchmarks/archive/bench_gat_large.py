@@ -2,8 +2,8 @@
 power-law graph, sparsejit.nn.GATConv against torch_geometric's, each side in a fresh
 subprocess: epoch time and peak resident memory (VmHWM, the whole process, graph included).
 
-    python benchmarks/bench_gat_large.py                            # 2M nodes / 20M edges
-    python benchmarks/bench_gat_large.py --nodes 20000 --edges 200000   # a quick check
+    python benchmarks/archive/bench_gat_large.py                    # 2M nodes / 20M edges
+    python benchmarks/archive/bench_gat_large.py --nodes 20000 --edges 200000   # quick check
 
 Layers: GATConv(F, F / 4, heads=4) -> ReLU -> GATConv(F, classes, heads=1), F = 64, full
 batch, cross-entropy on random labels. `--epochs 2` also times a second epoch (structure
@@ -110,7 +110,8 @@ def main(argv=None) -> int:
                     help="address-space limit per child (0: none)")
     ap.add_argument("--sides", nargs="*", default=["sparsejit", "pyg"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gat_large.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"
+                                         / "gat_large.json"))
     args = ap.parse_args(argv)
     if args.child:
         child(args.child, args.nodes, args.edges, args.features, args.classes, args.epochs,
