@@ -159,6 +159,26 @@ def test_strided_dilated_then_transposed(k, s, dil):
     grads_close(z.F, ref, [f, down.kernel, up.kernel])
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_transposed_without_a_finer_key_makes_sites(k):
+    coarse = cloud(80, 6, seed=15, ts=2)
+    f = leaf(coarse.shape[0], 3)
+    x = ME.SparseTensor(f, coordinates=coarse, tensor_stride=2)
+    up = ME.MinkowskiConvolutionTranspose(3, 2, k, stride=2, dimension=3).double()
+    y = up(x)
+    assert y.tensor_stride == [1, 1, 1]
+    lo = 0 if k % 2 == 0 else -(k // 2)
+    r = torch.arange(lo, lo + k)
+    offs = torch.cartesian_prod(r, r, r)
+    cand = coarse[:, None, 1:].long() + offs[None]
+    want = torch.unique(torch.cat([coarse[:, :1].long().repeat_interleave(offs.shape[0], 0),
+                                   cand.reshape(-1, 3)], 1), dim=0)
+    assert torch.equal(torch.unique(y.C.long(), dim=0), want) and y.C.shape[0] == want.shape[0]
+    shift = torch.tensor([0, 2, 2, 2], dtype=torch.int32)   # keep the reference non-negative
+    ref = transposed_reference(coarse + shift, f, up.kernel, k, 2, 1, 2, y.C + shift)
+    torch.testing.assert_close(y.F, ref)
+
+
 def test_two_dimensional():
     g = torch.Generator().manual_seed(14)
     flat = torch.randperm(2 * 12 * 12, generator=g)[:150]
