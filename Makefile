@@ -56,7 +56,8 @@ test-python: build
 	cd tests/python && $(PYTHON) -m pytest -q -ra -m "not slow" . --ignore=core/test_aoti_deploy.py  # ctest runs that one
 
 # The heavy tier `make test` leaves out (tests marked `slow`: the fuzz test's other seeds, the
-# ISA-cap tiers, the full cross product of JIT variants); .ci/run runs it after `make test`.
+# ISA-cap tiers, the full cross product of JIT variants, benchmarks/archive's scripts); .ci/run
+# runs it after `make test`.
 test-slow: build
 	cd tests/python && $(PYTHON) -m pytest -q -ra -m slow . --ignore=core/test_aoti_deploy.py
 

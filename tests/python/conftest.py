@@ -121,8 +121,9 @@ GRAPHS = {
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: the heavy tier (the fuzz test's full seeds, the ISA-cap tiers, the "
-        "full cross product of JIT variants); `make test` deselects it, `make test-slow` (run by "
-        ".ci/run after `make test`) runs it, so every test still runs in CI")
+        "full cross product of JIT variants, benchmarks/archive's scripts); `make test` "
+        "deselects it, `make test-slow` (run by .ci/run after `make test`) runs it, so every "
+        "test still runs in CI")
 
 
 @pytest.fixture(params=sorted(GRAPHS))

@@ -25,6 +25,7 @@ def run(script, *args, timeout=600):
                           text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow  # an archived experiment's script (benchmarks/archive/)
 def test_spmm_locality_rows():
     r = run("archive/bench_spmm_locality.py", "--graph", "powerlaw:n=3000,avg=8,alpha=2.1,seed=3",
             "--features", "16")
@@ -39,6 +40,7 @@ def test_spmm_locality_rows():
         assert ms >= 0 and gbs > 0
 
 
+@pytest.mark.slow  # an archived experiment's script (benchmarks/archive/)
 @pytest.mark.skipif(not (DATA / "dlmc/rn50/magnitude_pruning/0.8").is_dir(),
                     reason="no DLMC patterns")
 def test_filter_conv_lanes_two_layers(tmp_path):
@@ -59,6 +61,7 @@ def test_deepsparse_runner_names_its_missing_peer():
     assert "deepsparse is not installed" in (r.stdout + r.stderr)
 
 
+@pytest.mark.slow  # an archived experiment's script (benchmarks/archive/)
 def test_filter_conv_batch_split_two_layers(tmp_path):
     out = tmp_path / "batch.json"
     r = run("archive/bench_filter_conv_batch.py", "--batch", "2", "--limit", "2", "--repeat", "1",
@@ -91,6 +94,7 @@ def test_bf16_rgms_rows_and_their_products_ab():
         assert a > 0 and b > 0
 
 
+@pytest.mark.slow  # an archived experiment's script (benchmarks/archive/)
 def test_filter_conv_pairs_counts_channel_partners():
     spec = importlib.util.spec_from_file_location("filter_conv_pairs",
                                                   BENCH / "archive" / "filter_conv_pairs.py")
