@@ -1,19 +1,28 @@
 // Validation of raw op inputs that is done once per tensor contents, not once per call.
 //
 // A raw op cannot trust its index arrays (a wrong column reads outside X), but checking every
-// column costs O(nnz) per call. So the first call with a given pair (rowptr, col) validates
-// it fully (csrc/core/csr.h: every invariant, errors naming position and value) and computes
-// its stamp (sizes + fingerprint, what plans are checked against); later calls with the same
-// live tensors at the same version find the result in a small process-wide table. A tensor
-// modified in place bumps its version and is validated again; a freed tensor's entry expires
-// (the table holds weak references). Writes that bypass PyTorch's version counter (through
-// .numpy() or a raw data pointer) are not seen, as for autograd's own checks. Inference
-// tensors have no version counter: they are validated on every call.
+// column costs O(nnz) per call. So the first call with given tensors validates them fully
+// (csrc/core/csr.h: every invariant, errors naming position and value) and records the result
+// (a structure's stamp, a family's derived data) in one process-wide table of entries keyed by
+// the tensors' states and a few integers; later calls with the same live tensors at the same
+// versions find it. A tensor modified in place bumps its version and is validated again.
+// Writes that bypass PyTorch's version counter (through .numpy() or a raw data pointer) are not
+// seen, as for autograd's own checks. Inference tensors have no version counter: they are
+// validated on every call.
+//
+// What an entry keeps alive: on the ATen backend nothing (weak references). On the stable ABI
+// (no weak references) its tensors: an entry whose tensors a live sparsejit object owns
+// (csrc/core/owned.h: Python registers a structure's arrays while it lives) stays until that
+// object dies and is dropped then; any other entry (a raw call with the caller's tensors, a
+// graph torch.compile builds on every call) is kept within an eighth of the cache budget
+// (SPARSEJIT_CACHE_BYTES), least recently used first out. sparsejit.clear_caches() empties the
+// table; `python -m sparsejit.info` shows it.
 #pragma once
 
 #include "torch_ext/tensor_api.h"
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -49,6 +58,8 @@ struct TensorState {  // shared by the validation tables here and filter_conv's 
            numel == t.numel() && version == t._version();
   }
   bool expired() const { return !impl || impl->expired(); }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(data); }
+  int64_t held_bytes() const { return 0; }  // a weak reference keeps nothing alive
 };
 #else
 // The stable ABI has no TensorImpl identity, weak reference or version counter: the state
@@ -87,9 +98,27 @@ struct TensorState {
     return tx::try_version(t, &v) && v == version;
   }
   bool expired() const { return !held; }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(data); }
+  int64_t held_bytes() const { return held ? static_cast<int64_t>(held->nbytes()) : 0; }
 };
 #endif
 
+
+// The once-per-live-tensors table (one for every family, keyed by `family`, a string
+// literal). find() returns the payload stored for these tensors at their current versions
+// and this key, or null; add() stores one (`payload_bytes`: what the payload holds, an
+// estimate). Inference tensors are never stored (found never).
+std::shared_ptr<const void> once_find(const char* family, std::initializer_list<const tx::Tensor*> tensors,
+                                      std::initializer_list<int64_t> key);
+void once_add(const char* family, std::initializer_list<const tx::Tensor*> tensors,
+              std::initializer_list<int64_t> key, std::shared_ptr<const void> payload,
+              int64_t payload_bytes);
+// Vector-keyed forms (filter_conv's geometry).
+std::shared_ptr<const void> once_find(const char* family, std::initializer_list<const tx::Tensor*> tensors,
+                                      const std::vector<int64_t>& key);
+void once_add(const char* family, std::initializer_list<const tx::Tensor*> tensors,
+              const std::vector<int64_t>& key, std::shared_ptr<const void> payload,
+              int64_t payload_bytes);
 
 // Validates (rowptr, col) against num_cols (once per live tensor version) and returns the
 // structure's stamp. Raises ValueError naming `op` and the first bad position.
@@ -102,18 +131,21 @@ plan::StructureStamp checked_structure(const tx::Tensor& rowptr, const tx::Tenso
 void checked_bucketed_plan(const tx::Tensor& plan, const tx::Tensor& words,
                            const plan::StructureStamp& stamp);
 
-// Runs `validate` (which throws on bad input) unless the same live tensors, at the same
-// versions, already passed it with the same `param`: the once-per-structure check for op
-// families whose plans are several tensors (RGMS). A table of its own per `family`.
-void validated_once(const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
+// Runs `validate` (which throws on bad input) unless the same live tensor, at the same
+// version, already passed it with the same `param`: the once-per-structure check for op
+// families whose plan is one tensor (RGMS).
+void validated_once(const char* family, const tx::Tensor& tensor, int64_t param,
                     const std::function<void()>& validate);
 
-// Structure-derived data computed once per live tensors (same rule as validated_once): the
-// result of `build` for these tensors at these versions and `param`, built on first use and
-// kept while the tensors live (a small most-recent-first table per `family`). For derived
-// indexes that only a raw op needs and that are cheap enough to rebuild after torch.save.
-std::shared_ptr<const void> derived_once(
-    const char* family, const std::vector<tx::Tensor>& tensors, int64_t param,
-    const std::function<std::shared_ptr<const void>()>& build);
+// Structure-derived data computed once per live tensor (same rule as validated_once): the
+// result of `build` (the data and the bytes it holds) for this tensor at this version and
+// `param`, built on first use. For derived indexes that only a raw op needs and that are cheap
+// enough to rebuild after torch.save.
+struct Derived {
+  std::shared_ptr<const void> data;
+  int64_t bytes = 0;
+};
+std::shared_ptr<const void> derived_once(const char* family, const tx::Tensor& tensor,
+                                         int64_t param, const std::function<Derived()>& build);
 
 }  // namespace sparsejit

@@ -4,8 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "csrc/core/huge_pages.h"
 #include "csrc/core/isa.h"
+#include "csrc/core/owned.h"
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
@@ -331,6 +336,36 @@ PYBIND11_MODULE(_core, m) {
     DiskCache::instance().reset_root_from_env();
   });
   m.def("jit_clear_memory_cache", [] { CpuJit::instance().clear_memory_cache(); });
+  // Owned index arrays and the op library's once-per-tensor tables (csrc/core/owned.h).
+  namespace owned = sparsejit::owned;
+  m.def("own", &owned::own, "Registers data addresses a live object owns", py::arg("addresses"));
+  m.def("disown", &owned::disown, "Releases addresses registered by own()",
+        py::arg("addresses"));
+  m.def("owned_count", &owned::owned_count);
+  m.def("cache_budget", &owned::cache_budget_bytes);
+  m.def("unowned_budget", &owned::unowned_budget_bytes);
+  m.def("set_cache_budget", &owned::set_cache_budget_bytes, py::arg("bytes"));
+  m.def("clear_op_tables", [] {
+    py::gil_scoped_release nogil;
+    owned::clear_tables();
+  });
+  // What the allocator has free goes back to the system (glibc keeps freed chunks in its
+  // heaps otherwise; sparsejit.clear_caches calls this last). False where there is no trim.
+  m.def("trim_heap", [] {
+#if defined(__GLIBC__)
+    py::gil_scoped_release nogil;
+    malloc_trim(0);
+    return true;
+#else
+    return false;
+#endif
+  });
+  m.def("op_table_stats", [] {
+    py::list out;
+    for (const auto& s : owned::table_stats())
+      out.append(py::make_tuple(s.name, s.entries, s.owned, s.bytes));
+    return out;
+  });
   m.def("compiler_command", [] { return CpuJit::instance().compiler_command(); });
   m.def(
       "isa_state",

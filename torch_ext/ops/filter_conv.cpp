@@ -88,11 +88,9 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> filter_conv_plan_cpu(
 // ---- prepared layers ---------------------------------------------------------------------
 // Validating the pattern, stamping it and computing every tap's offset are O(nnz) and cost as
 // much as the convolution itself on 7x7 layers, so they run once per (rowptr, taps, input
-// size, variant): a small process-wide table keyed by the live tensors (weakly held) at their
-// version, as torch_ext/validated.cpp does for CSR structures. A tensor modified in place bumps
-// its version and is validated again; inference tensors (no version counter) every call.
-
-// TensorState: torch_ext/validated.h.
+// size, variant) at their versions, through the once-per-live-tensors table
+// (torch_ext/validated.h: what it keeps alive, and for how long). A tensor modified in place
+// bumps its version and is validated again; inference tensors (no version counter) every call.
 
 // Geometry without the batch: what a Prepared depends on.
 std::vector<int64_t> geometry_key(const filter_conv::Geometry& g, int64_t variant) {
@@ -101,42 +99,13 @@ std::vector<int64_t> geometry_key(const filter_conv::Geometry& g, int64_t varian
 }
 
 struct PreparedEntry {
-  TensorState rowptr, taps;
-  std::vector<int64_t> key;
   plan::StructureStamp stamp;
   std::shared_ptr<const filter_conv::Prepared> prepared;
 };
 
-class PreparedTable {
- public:
-  std::optional<PreparedEntry> find(const tx::Tensor& rowptr, const tx::Tensor& taps,
-                                    const std::vector<int64_t>& key) {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& e : entries_) {
-      if (e.key == key && e.rowptr.matches(rowptr) && e.taps.matches(taps)) return e;
-    }
-    return std::nullopt;
-  }
-  void add(PreparedEntry entry) {
-    std::lock_guard<std::mutex> g(mu_);
-    std::vector<PreparedEntry> kept;
-    kept.push_back(std::move(entry));
-    for (auto& old : entries_) {
-      if (kept.size() >= kMaxEntries) break;
-      if (!old.rowptr.expired() && !old.taps.expired()) kept.push_back(std::move(old));
-    }
-    entries_.swap(kept);
-  }
-
- private:
-  static constexpr size_t kMaxEntries = 256;  // a ResNet-50 has 53 convolutions
-  std::mutex mu_;
-  std::vector<PreparedEntry> entries_;
-};
-
-PreparedTable& prepared_table() {
-  static PreparedTable t;
-  return t;
+int64_t prepared_bytes(const filter_conv::Prepared& P) {
+  return static_cast<int64_t>(sizeof(P) + 4 * (P.off.size() + P.off_packed.size()) +
+                              8 * P.cp.size());
 }
 
 void check_index(const tx::Tensor& t, const char* name) {
@@ -284,21 +253,15 @@ tx::Tensor filter_conv_cpu(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t,
   p.c_out = c_out;
   p.cols = call.cin_g * g.r * g.s;
   const auto key = geometry_key(g, variant);
-  const bool track = !rowptr_t.is_inference() && !taps_t.is_inference();
-  std::optional<PreparedEntry> hit;
-  if (track) hit = prepared_table().find(rowptr_t, taps_t, key);
+  auto hit = std::static_pointer_cast<const PreparedEntry>(
+      once_find("filter_conv_prepared", {&rowptr_t, &taps_t}, key));
   if (!hit) {
     const std::string perr = filter_conv::check_pattern(p, taps.numel());
     SPARSEJIT_CHECK("filter_conv", perr.empty(), "invalid weight pattern: ", perr);
-    PreparedEntry e;
-    e.stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols);
-    e.key = key;
-    e.prepared = filter_conv::prepare(g, p, static_cast<filter_conv::Variant>(variant));
-    if (track) {
-      e.rowptr = TensorState::of(rowptr_t);
-      e.taps = TensorState::of(taps_t);
-      prepared_table().add(e);
-    }
+    auto e = std::make_shared<PreparedEntry>();
+    e->stamp = plan::stamp_structure<int64_t>(p.rowptr, p.taps, c_out, p.cols);
+    e->prepared = filter_conv::prepare(g, p, static_cast<filter_conv::Variant>(variant));
+    once_add("filter_conv_prepared", {&rowptr_t, &taps_t}, key, e, prepared_bytes(*e->prepared));
     hit = std::move(e);
   }
   std::string herr;
@@ -343,50 +306,13 @@ using namespace cuda_ext;
 // A layer's plan arrays on one device, checked once per (plan, rowptr, taps, values) at their
 // versions: the pattern check and the plan's stamp need the arrays on the host, so a miss
 // copies them there (a device sync when they live on the GPU: once per layer, never on a hit)
-// and copies rowptr / taps / values to x's device. The copies are the table's own (never the
-// caller's tensors), so an entry expires with the caller's tensors.
+// and copies rowptr / taps / values to x's device, kept with the entry (torch_ext/validated.h).
 struct DeviceLayer {
-  TensorState plan, rowptr, taps, values;
   int device = -1;
   std::vector<int64_t> words;
   tx::Tensor rowptr_d, taps_d, values_d;
 };
 
-class DeviceLayerTable {
- public:
-  std::shared_ptr<const DeviceLayer> find(const tx::Tensor& plan, const tx::Tensor& rowptr,
-                                          const tx::Tensor& taps, const tx::Tensor& values,
-                                          int device) {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& e : entries_) {
-      if (e->device == device && e->plan.matches(plan) && e->rowptr.matches(rowptr) &&
-          e->taps.matches(taps) && e->values.matches(values))
-        return e;
-    }
-    return nullptr;
-  }
-  void add(std::shared_ptr<const DeviceLayer> entry) {
-    std::lock_guard<std::mutex> g(mu_);
-    std::vector<std::shared_ptr<const DeviceLayer>> kept{std::move(entry)};
-    for (auto& old : entries_) {
-      if (kept.size() >= kMaxEntries) break;
-      if (!old->plan.expired() && !old->rowptr.expired() && !old->taps.expired() &&
-          !old->values.expired())
-        kept.push_back(std::move(old));
-    }
-    entries_.swap(kept);
-  }
-
- private:
-  static constexpr size_t kMaxEntries = 256;
-  std::mutex mu_;
-  std::vector<std::shared_ptr<const DeviceLayer>> entries_;
-};
-
-DeviceLayerTable& device_layer_table() {
-  static DeviceLayerTable t;
-  return t;
-}
 
 void check_index_any_device(const tx::Tensor& t, const char* name, const tx::Tensor& x) {
   SJ_CHECK_TYPE(t.scalar_type() == tx::kLong, "sparsejit.filter_conv: ", name,
@@ -430,10 +356,8 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
     return y.to(x_in.scalar_type());  // the fallback returns values' dtype (float32)
   }
   const int device = x_in.get_device();
-  const bool track = TensorState::trackable(plan_t) && TensorState::trackable(rowptr_t) &&
-                     TensorState::trackable(taps_t) && TensorState::trackable(values_t);
-  std::shared_ptr<const DeviceLayer> layer;
-  if (track) layer = device_layer_table().find(plan_t, rowptr_t, taps_t, values_t, device);
+  auto layer = std::static_pointer_cast<const DeviceLayer>(once_find(
+      "filter_conv_device", {&plan_t, &rowptr_t, &taps_t, &values_t}, {int64_t{device}}));
   tx::Tensor plan_h;
   if (!layer) plan_h = plan_t.to(tx::kCPU).contiguous();  // sync if on the GPU (once per layer)
   const int64_t* words = layer ? layer->words.data() : ptr<int64_t>(plan_h);
@@ -465,13 +389,10 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
     fresh->rowptr_d = rowptr_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
     fresh->taps_d = taps_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
     fresh->values_d = values_h.to(x_in.device(), /*non_blocking=*/false, /*copy=*/true);
-    if (track) {
-      fresh->plan = TensorState::of(plan_t);
-      fresh->rowptr = TensorState::of(rowptr_t);
-      fresh->taps = TensorState::of(taps_t);
-      fresh->values = TensorState::of(values_t);
-      device_layer_table().add(fresh);
-    }
+    once_add("filter_conv_device", {&plan_t, &rowptr_t, &taps_t, &values_t}, {int64_t{device}},
+             fresh,
+             static_cast<int64_t>(8 * fresh->words.size() + fresh->rowptr_d.nbytes() +
+                                  fresh->taps_d.nbytes() + fresh->values_d.nbytes()));
     layer = std::move(fresh);
   }
 

@@ -205,10 +205,11 @@ PlanArgs check_rgms_args(const char* op, const tx::Tensor& plan, const tx::Tenso
                   " words, fewer than the plan header's ", rgms::kFixedWords,
                   ": not a plan from rgms_plan");
   const auto header = std::static_pointer_cast<const std::vector<int64_t>>(
-      derived_once("rgms_header", {plan}, 0, [&] {
+      derived_once("rgms_header", plan, 0, [&] {
         const auto h = plan.narrow(0, 0, rgms::kFixedWords).cpu().contiguous();
-        return std::static_pointer_cast<const void>(std::make_shared<std::vector<int64_t>>(
-            ptr<int64_t>(h), ptr<int64_t>(h) + rgms::kFixedWords));
+        return Derived{std::make_shared<std::vector<int64_t>>(
+                           ptr<int64_t>(h), ptr<int64_t>(h) + rgms::kFixedWords),
+                       int64_t{8} * rgms::kFixedWords};
       }));
   const std::vector<int64_t>& hw = *header;
   SPARSEJIT_CHECK(op,
@@ -257,7 +258,7 @@ PlanArgs check_rgms_args(const char* op, const tx::Tensor& plan, const tx::Tenso
   // O(R + G + E): once per live plan (same tensors, versions, row and source counts).
   const int64_t num_src = x.size(0);
   const int64_t key = rows_sources_key(num_rows, num_src);
-  validated_once("rgms", {a.plan}, key, [&] {
+  validated_once("rgms", a.plan, key, [&] {
     // A device plan is checked on a host copy (once per live plan: the sync is here).
     const tx::Tensor host = a.plan.is_cpu() ? a.plan : a.plan.cpu();
     const int64_t* words = ptr<int64_t>(host);
@@ -301,16 +302,19 @@ rgms::Problem make_problem(const PlanArgs& a, int64_t num_rows, int64_t num_src,
   return p;
 }
 
+int64_t source_index_bytes(const rgms::SourceIndex& s) {
+  return 8 * int64_t(s.src_ptr.size() + s.src_list.size() + s.slot.size());
+}
+
 // The structure's distinct-source index (csrc/rgms/rgms_run.h), built once per live plan and
 // source count, not on every call: the cost model and the transform-first / source-side
 // passes read it. The returned pointer keeps it alive for the call.
 std::shared_ptr<const rgms::SourceIndex> attach_sources(const PlanArgs& a, rgms::Problem& p) {
   if (p.strategy == rgms::Strategy::kAggregateFirst || a.e == 0) return nullptr;
-  auto made = derived_once("rgms_sources", {a.plan},
-                           p.num_src, [&] {
-                             return std::static_pointer_cast<const void>(
-                                 std::make_shared<rgms::SourceIndex>(rgms::index_sources(p)));
-                           });
+  auto made = derived_once("rgms_sources", a.plan, p.num_src, [&] {
+    auto s = std::make_shared<rgms::SourceIndex>(rgms::index_sources(p));
+    return Derived{s, source_index_bytes(*s)};
+  });
   auto sources = std::static_pointer_cast<const rgms::SourceIndex>(made);
   p.sources = sources.get();
   return sources;
@@ -322,9 +326,11 @@ std::shared_ptr<const rgms::TransposedPlan> attach_transposed(const PlanArgs& a,
                                                               rgms::Problem& p) {
   if (a.e == 0) return nullptr;
   const int64_t key = rows_sources_key(p.num_rows, p.num_src);
-  auto made = derived_once("rgms_transposed", {a.plan}, key, [&] {
-    return std::static_pointer_cast<const void>(
-        std::make_shared<rgms::TransposedPlan>(rgms::transpose_plan(p)));
+  auto made = derived_once("rgms_transposed", a.plan, key, [&] {
+    auto t = std::make_shared<rgms::TransposedPlan>(rgms::transpose_plan(p));
+    const int64_t words = int64_t(t->rel_ptr.size() + t->grp_ptr.size() + t->grp_dst.size() +
+                                  t->src.size() + t->perm.size());
+    return Derived{t, 8 * words + source_index_bytes(t->sources)};
   });
   auto t = std::static_pointer_cast<const rgms::TransposedPlan>(made);
   p.transposed = t.get();
@@ -372,7 +378,7 @@ struct Composite {
 std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_rows,
                                               int64_t num_src) {
   const int64_t key = rows_sources_key(num_rows, num_src);
-  auto made = derived_once("rgms_composite", {a.plan}, key,
+  auto made = derived_once("rgms_composite", a.plan, key,
                            [&] {
     auto c = std::make_shared<Composite>();
     const tx::Tensor rel = a.rel_ptr.cpu();
@@ -395,7 +401,11 @@ std::shared_ptr<const Composite> composite_of(const PlanArgs& a, int64_t num_row
     c->sg_rowptr = tx::searchsorted(src_sorted, tx::arange(num_src + 1, opt));
     c->sg_col = entry_group.index_select(0, by_src);
     c->sg_pos = by_src;
-    return std::static_pointer_cast<const void>(std::shared_ptr<const Composite>(c));
+    int64_t bytes = 8 * int64_t(c->rel.size());
+    for (const auto* t : {&c->grp_rowptr, &c->tg_rowptr, &c->tg_col, &c->sg_rowptr, &c->sg_col,
+                          &c->sg_pos, &c->inv_size})
+      bytes += static_cast<int64_t>(t->nbytes());
+    return Derived{std::shared_ptr<const Composite>(c), bytes};
   });
   return std::static_pointer_cast<const Composite>(made);
 }
