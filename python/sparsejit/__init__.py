@@ -29,10 +29,19 @@ from sparsejit.convert import accelerate, restore  # noqa: E402  (one-line model
 
 def clear_caches() -> None:
     """Drops every in-memory cache (each registers with ``sparsejit.runtime.caches``: built
-    structures, plans, stored-schedule lookups) and the loaded JIT functions (shared objects
-    stay mapped; their handles are dropped). The disk cache stays."""
+    structures, plans, stored-schedule lookups; and the op library's once-per-tensor
+    validation tables) and the loaded JIT functions (shared objects stay mapped; their handles
+    are dropped). The disk cache stays. :func:`cache_stats` shows what they hold. What the
+    memory allocator then has free goes back to the system (glibc's ``malloc_trim``)."""
+    import gc
+
     runtime.caches.clear_all()
     _core.jit_clear_memory_cache()
+    gc.collect()  # structures in reference cycles release their arrays now
+    _core.trim_heap()
+
+
+from sparsejit.runtime.caches import cache_budget, cache_stats, set_cache_budget  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -53,7 +62,8 @@ def row_stats(A: SparseMatrix) -> dict:
     return A.row_stats()
 
 
-__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "fingerprint", "SparseMatrix",
+__all__ = ["nn", "sparsify", "tune", "explain", "clear_caches", "cache_stats", "cache_budget",
+           "set_cache_budget", "fingerprint", "SparseMatrix",
            "spmm", "sddmm", "edge_softmax", "rgms", "segment_matmul", "gather_matmul", "linear",
            "TypedSparseMatrix", "row_stats", "ops", "__version__", "sparse_attention",
            "gat_attention", "gatv2_attention", "SparseTensor", "voxelize", "spconv",

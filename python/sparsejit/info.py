@@ -140,6 +140,7 @@ def collect() -> Dict[str, object]:
         "cpu": _cpu(),
         "jit": _jit(_core),
         "cache": cache,
+        "memory_caches": _try(_memory_caches),
         "threads": {"torch": torch.get_num_threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)")},
         "dense_products": _try(_core.gemm_backend),
@@ -147,6 +148,16 @@ def collect() -> Dict[str, object]:
         "huge_pages": _huge_pages(_core),
         "cuda": _cuda(torch),
     }
+
+
+def _memory_caches() -> Dict[str, object]:
+    """What each in-memory cache holds now (entries, bytes) against the one byte budget."""
+    from sparsejit.runtime import caches
+    out: Dict[str, object] = {"budget_bytes": caches.cache_budget()}
+    for row in caches.cache_stats():
+        name = row.pop("name")
+        out[name] = ", ".join(f"{k} {v}" for k, v in row.items())
+    return out
 
 
 def _lines(d: Dict[str, object], indent: int = 0) -> List[str]:

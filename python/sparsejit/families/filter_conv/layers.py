@@ -25,6 +25,7 @@ from sparsejit.families.filter_conv.fold import (ChannelsLastPool, ConvPool, Con
                                                  fold_batchnorm, fold_bn as _fold_bn,
                                                  functional_pools_as_modules, set_module)
 from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS, output_size
+from sparsejit.runtime.caches import own
 from sparsejit.runtime.cpu import cpu_model as _cpu_model
 from sparsejit.runtime.store import fingerprint, read_json, write_json_atomic
 from sparsejit.runtime.timing import Progress
@@ -64,6 +65,8 @@ class SparseConv2d(nn.Module):
         self.register_buffer("rowptr", rowptr.to(dev))
         self.register_buffer("taps", taps.to(dev))
         self.register_buffer("values", values.to(dev))
+        # Validated once while this layer lives (runtime.caches.own).
+        own(self, self.plan, self.rowptr, self.taps, self.values)
         self.register_buffer("bias", None if bias is None else bias.detach().to(dev).float())
         self.out_channels = int(weight.shape[0])
         self.in_channels = int(weight.shape[1]) * groups

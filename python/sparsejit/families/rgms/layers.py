@@ -12,6 +12,7 @@ from torch import nn
 from sparsejit.families.rgms.ops import cached_from_edge_index, rgms
 from sparsejit.families.spmm.matrix import SparseMatrix
 from sparsejit.families.spmm.spmm import spmm
+from sparsejit.runtime.caches import LruCache, content_key
 
 
 def _glorot(t: Optional[torch.Tensor]) -> None:
@@ -169,11 +170,10 @@ class _GatherRows(torch.autograd.Function):
 
 def _featureless_structure(edge_index, edge_type, n, num_relations):
     """(A, perm, edge types in A's order, relation x entry incidence), cached per tensors."""
-    key = (id(edge_index), edge_index._version, id(edge_type), edge_type._version, n,
-           num_relations)
-    hit = _CSR_PERM_CACHE.get(key)
-    if hit is not None and hit[0] is edge_index and hit[1] is edge_type:
-        return hit[2]
+    key = content_key(edge_index, edge_type, extra=(n, num_relations))
+    hit = None if key is None else _CSR_PERM_CACHE.get(key)
+    if hit is not None:
+        return hit
     indptr, indices, perm = torch.ops.sparsejit.csr_from_edge_index(edge_index, n)
     A = SparseMatrix.from_csr(indptr, indices, shape=(n, n))
     perm = perm.long()
@@ -184,13 +184,14 @@ def _featureless_structure(edge_index, edge_type, n, num_relations):
     rel_ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     by_rel = SparseMatrix.from_csr(rel_ptr, order, shape=(num_relations, e))
     value = (A, perm, et_sorted, by_rel)
-    if len(_CSR_PERM_CACHE) >= 4:
-        _CSR_PERM_CACHE.pop(next(iter(_CSR_PERM_CACHE)))
-    _CSR_PERM_CACHE[key] = (edge_index, edge_type, value)
+    if key is not None:
+        _CSR_PERM_CACHE.put(key, value)
     return value
 
 
-_CSR_PERM_CACHE: dict = {}
+# Featureless R-GCN's structures, keyed by content like every edge_index cache (nothing of the
+# caller's is kept: a graph it drops leaves with its entry or at the budget).
+_CSR_PERM_CACHE = LruCache("rgms.featureless_structures", max_entries=4)
 
 
 def _featureless_rgms(weight, ids, edge_index, edge_type, n, reduce):

@@ -23,7 +23,7 @@ from sparsejit._library import restores_type_errors
 from sparsejit import _core
 from sparsejit.families.rgms import schedules
 from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
-from sparsejit.runtime.caches import LruCache, content_key
+from sparsejit.runtime.caches import LruCache, content_key, own
 from sparsejit.runtime.timing import paired_median_ms
 
 _REDUCES = ("sum", "mean")
@@ -77,6 +77,7 @@ class TypedSparseMatrix:
                             f"(one tensor since the plans carry the common header); got "
                             f"{type(plan).__name__}")
         self.plan = plan
+        own(self, plan)  # validated once while this object lives (runtime.caches.own)
         self.shape = (shape[0], shape[1])
         self.values = values
         # R is known where the plan is built; otherwise read once from the header.

@@ -8,14 +8,13 @@ shares the structure.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
 import torch
 
 from sparsejit import _library as _ops
-from sparsejit.runtime.caches import LruCache, content_key
+from sparsejit.runtime.caches import LruCache, content_key, nbytes_of, own
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -30,6 +29,16 @@ class _Structure:
     transpose: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
     stats: Optional[dict] = None
     extra: dict = field(default_factory=dict)
+
+    # The op library validates these arrays once while this object lives and forgets them
+    # when it dies (runtime.caches.own): the index arrays now, transposes and plans as they
+    # are cached on it.
+    def __post_init__(self):
+        own(self, self.indptr, self.indices)
+
+    def __setstate__(self, state):  # torch.load / pickle: owned like a new structure
+        self.__dict__.update(state)
+        own(self, self.indptr, self.indices, *(self.transpose or ()))
 
 
 class SparseMatrix:
@@ -193,6 +202,7 @@ class SparseMatrix:
             t = _ops.ops.csr_transpose(self.indptr, self.indices, self.shape[1])
             if not torch.compiler.is_compiling():
                 self._s.transpose = t
+                own(self._s, *t)
         return t
 
     def occupied_rows(self) -> int:
@@ -299,23 +309,20 @@ class SparseMatrix:
 # call that passes the same edge_index again therefore reuses the structure, its transpose,
 # statistics and plans from this LRU, keyed by content (runtime.caches.content_key).
 
-def _graph_cache_budget() -> int:
-    return int(os.environ.get("SPARSEJIT_GRAPH_CACHE_BYTES", str(512 << 20)))
-
-
 def _structure_bytes(A: "SparseMatrix") -> int:
+    """What a cached structure holds, counting the transpose a backward will add to it."""
     s = A._s
     n = s.indptr.numel() * s.indptr.element_size() + s.indices.numel() * s.indices.element_size()
-    return 3 * n  # structure plus a cached transpose
+    return max(nbytes_of(A), 3 * n)
 
 
-_GRAPH_CACHE = LruCache("spmm.edge_index_structures", max_bytes=_graph_cache_budget,
-                        size_of=_structure_bytes)
+# Bounded by the one cache budget (SPARSEJIT_CACHE_BYTES; runtime.caches).
+_GRAPH_CACHE = LruCache("spmm.edge_index_structures", size_of=_structure_bytes)
 
 
 def cached_from_edge_index(edge_index: torch.Tensor, num_nodes: Optional[int] = None) -> "SparseMatrix":
     """SparseMatrix.from_edge_index through a process-wide LRU keyed by the content of
-    `edge_index` (bounded by SPARSEJIT_GRAPH_CACHE_BYTES, default 512 MiB)."""
+    `edge_index` (bounded by the cache budget, SPARSEJIT_CACHE_BYTES, default 512 MiB)."""
     if not isinstance(edge_index, torch.Tensor):
         raise TypeError(f"edge_index must be a tensor; got {type(edge_index).__name__}")
     if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \

@@ -126,6 +126,7 @@ def spmm_plan_for(A: SparseMatrix, width: int, dtype: torch.dtype,
         # The cost model's choice, made once per structure here rather than on every call.
         plan = ops.spmm_plan(A.indptr, A.indices, A.shape[1], width, dtype)
     plans[key] = plan
+    caches.own(A._s, plan)
     return plan
 
 

@@ -16,7 +16,7 @@ from sparsejit import _core
 from sparsejit._library import ops
 from sparsejit.families.spmm.matrix import SparseMatrix
 from sparsejit.families.spmm.spmm import spmm
-from sparsejit.runtime import tuners
+from sparsejit.runtime import caches, tuners
 from sparsejit.runtime.timing import Progress, median_ms
 from sparsejit.families.spmm.plans import (_LAYOUT, _load_store, _plan_key, _remember,
                                            _save_store, fingerprint, is_tuned, materialize,
@@ -89,7 +89,8 @@ def tune(A: SparseMatrix, op: str = "spmm", F: int = 64, reduce: str = "sum",
     width = F * heads
     key = _plan_key("spmm", width, dtype, reduce)
     mkey = memory_key("spmm", width, dtype, reduce)
-    A._s.extra.setdefault("plans", {})[mkey] = materialize(A, best)
+    plan = A._s.extra.setdefault("plans", {})[mkey] = materialize(A, best)
+    caches.own(A._s, plan)
     A._s.extra.setdefault("tuned_keys", set()).add(mkey)
     report = {"best": best_name, "times_ms": times, "key": key, "header": best}
     if store:
