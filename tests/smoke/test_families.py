@@ -63,11 +63,7 @@ KINDS = ["random", "empty", "one", "skewed"]
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
-def test_spmm(kind, reduce, request):
-    if (kind, reduce) == ("empty", "max"):
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=IndexError, reason="known bug: spmm max's backward with values "
-            "on a graph without edges indexes the empty column array (spmm.py, arg path)"))
+def test_spmm(kind, reduce):
     ei, n = graph(kind, 1)
     A, r, c = csr(ei, n)
     x, v = leaves((n, 16), (A.nnz,), seed=2)

@@ -62,6 +62,21 @@ def test_spmm_zero_features_and_empty_matrix(reduce):
     assert torch.equal(sj.spmm(Z, torch.randn(0, 3), reduce), torch.zeros(5, 3))
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("heads", [None, 2])
+def test_spmm_backward_with_values_on_a_graph_without_edges(reduce, heads):
+    """No stored entry: zero outputs, zero gradients for X, empty ones for the values (max /
+    min once indexed the empty column array here)."""
+    A = sj.SparseMatrix.from_edge_index(torch.empty(2, 0, dtype=torch.long), 7)
+    shape = (7, 4) if heads is None else (7, heads, 4)
+    x = torch.randn(shape, requires_grad=True)
+    v = torch.randn((0,) if heads is None else (0, heads), requires_grad=True)
+    y = sj.spmm(A.with_values(v), x, reduce)
+    assert torch.equal(y, torch.zeros(shape))
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros(shape)) and v.grad.shape == v.shape
+
+
 def test_spmm_skewed_graph_many_threads():
     """One row with most entries: the merge-path pieces must combine it exactly."""
     n = 5000

@@ -252,6 +252,10 @@ def _spmm_arg_backward(rowptr, col, values, x, arg, grad_out, need_values, need_
         need_x = False
         if not need_values:
             return None, grad_x
+    if col.numel() == 0:  # no stored entry: nothing receives a gradient
+        if need_x:
+            grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+        return (torch.zeros_like(values) if need_values else None), grad_x
     valid = arg >= 0
     pos = arg.clamp(min=0)
     g = torch.where(valid, grad_out, torch.zeros((), dtype=grad_out.dtype))
