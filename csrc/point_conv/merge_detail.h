@@ -1,4 +1,4 @@
-// Internal to csrc/conv: the pieces both merge strategies share (work split, assembly of the
+// Internal to csrc/point_conv: the pieces both merge strategies share (work split, assembly of the
 // per-offset pair lists, galloping search). Not part of the API.
 #pragma once
 

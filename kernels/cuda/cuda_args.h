@@ -94,9 +94,6 @@ struct AttentionParams {
 };
 
 
-// ---- RGMS (kernels/cuda/rgms.cuh) ------------------------------------------------------------
-
-
 // ---- Point-cloud convolution (kernels/cuda/point_conv.cuh) -----------------------------------
 // gather: dst[q] = src[index[q]] for q < n; rows: dst[r] = act(bias + sum of src[index[e]]
 // over e in [row_ptr[r], row_ptr[r + 1])) for r < n. index is the spec's index type.

@@ -166,7 +166,7 @@ PlanGeometry check_plan_args(const tx::Tensor& coords, tx::IntArrayRef spatial_s
         "kernel ",
         kernel[d], ", stride ", stride[d], ", dilation ", dilation[d], ", padding ", padding[d]);
     // Coordinates are int32: larger values only overflow the key arithmetic (int64 products
-    // below and in csrc/conv wrapped into spurious pairs).
+    // below and in csrc/point_conv wrapped into spurious pairs).
     SPARSEJIT_CHECK(op,
                     kernel[d] <= kMaxKernelVolume && stride[d] <= INT32_MAX &&
                         dilation[d] <= INT32_MAX && padding[d] <= INT32_MAX,

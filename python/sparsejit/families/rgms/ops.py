@@ -545,7 +545,7 @@ def _linear_faster() -> bool:
     torch's time on the AMD EPYC and flipped between processes; this one measured 0.55-0.83
     in ten.)
     On that CPU torch's MKL took 1.2-1.9x longer on tall [N, 64-128] products
-    (`benchmarks/RESULTS.md`, "PyG layers' Linears on the dense GEMM layer")."""
+    (`benchmarks/history/`, "PyG layers' Linears on the dense GEMM layer")."""
     env = os.environ.get("SPARSEJIT_LINEAR", "")
     if env in ("0", "1"):
         return env == "1"
