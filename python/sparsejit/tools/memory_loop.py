@@ -29,8 +29,19 @@ import torch
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def rss_mib() -> float:
-    """The resident set size of this process in MiB (Linux)."""
+def _malloc_trim() -> None:
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+def rss_mib(trim: bool = False) -> float:
+    """The resident set size of this process in MiB (Linux); with `trim`, after glibc has
+    returned its free heap pages (what is then left is what is alive, plus fragmentation)."""
+    if trim:
+        _malloc_trim()
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE / 2**20
 
@@ -145,10 +156,10 @@ def run_case(name: str, a) -> dict:
         step(g, a)
         gc.collect()
         if i % a.every == 0:
-            marks.append([i, round(rss_mib(), 1)])
+            marks.append([i, round(rss_mib(a.trim), 1)])
     sj.clear_caches()
     gc.collect()
-    return {"case": name, "marks": marks, "after_clear": round(rss_mib(), 1)}
+    return {"case": name, "marks": marks, "after_clear": round(rss_mib(a.trim), 1)}
 
 
 def run_in_subprocess(name: str, argv: List[str], timeout: float = 900) -> dict:
@@ -187,6 +198,9 @@ def parse_args(argv=None):
     ap.add_argument("--every", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trim", action="store_true",
+                    help="trim glibc's heap before every reading (RSS then tracks what is "
+                         "alive, not what the allocator keeps free)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line")
     ap.add_argument("--out", help="write every case's result to this JSON file")
     return ap.parse_args(argv)
@@ -195,7 +209,7 @@ def parse_args(argv=None):
 def forward_args(a) -> List[str]:
     return [f"--{k}={getattr(a, k)}" for k in ("nodes", "edges", "features", "voxels",
                                                 "channels", "steps", "every", "threads",
-                                                "seed")]
+                                                "seed")] + (["--trim"] if a.trim else [])
 
 
 def main(argv=None) -> None:
@@ -211,7 +225,8 @@ def main(argv=None) -> None:
         print(f"{name}: {results[-1]['marks']} clear {results[-1]['after_clear']}",
               file=sys.stderr, flush=True)
     print(f"CPU: {cpu_line()}; {a.edges} edges on {a.nodes} nodes, F = {a.features}; "
-          f"{a.voxels} voxels x {a.channels} channels; {a.threads} threads; RSS in MiB\n")
+          f"{a.voxels} voxels x {a.channels} channels; {a.threads} threads; RSS in MiB"
+          f"{', heap trimmed before each reading' if a.trim else ''}\n")
     print(table(results))
     if a.out:
         with open(a.out, "w") as f:
