@@ -215,7 +215,11 @@ class TorchSparse(Engine):
         self.version = getattr(ts, "__version__", None)
 
     def tensor(self, coords, feats):
-        return self.ts.SparseTensor(feats, coords[:, [1, 2, 3, 0]].contiguous())
+        t = self.ts.SparseTensor(feats, coords[:, [1, 2, 3, 0]].contiguous())
+        # TorchSparse registers a stride's sites when a conv outputs them; a transposed conv
+        # back to the input's sites needs them registered (in its models a stem conv does it)
+        t.cmaps.setdefault(t.stride, t.coords)
+        return t
 
     def coords(self, t):
         c = t.C[:, [3, 0, 1, 2]].clone()

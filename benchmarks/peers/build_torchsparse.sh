@@ -22,6 +22,12 @@
 #   1. `from torch.cuda.amp import custom_bwd, custom_fwd` (deprecated) becomes
 #      torch.amp's with device_type="cuda" in nn/functional/{conv,devoxelize,voxelize}.py:
 #      the same behaviour (casts only under CUDA autocast), without the deprecation warning.
+#   2. A CPU bug of the v2.0.0 tag itself: nn/functional/build_kmap.py (hashmap mode, the
+#      default) calls torchsparse.backend.build_mask_from_kmap, which only the CUDA build
+#      defines (backend/pybind_cuda.cpp), so every CPU convolution fails with "module
+#      'torchsparse.backend' has no attribute 'build_mask_from_kmap'". The masks feed only the
+#      CUDA kernels; on the CPU the patch returns the maps without them, the 2- and 3-tuple
+#      forms nn/functional/conv.py already accepts (mask None).
 # Not patched, and what it means for the benchmark: TorchSparse 2.0 on the CPU has no kernel-3
 # stride-2 convolution (spdownsample raises NotImplementedError unless kernel == stride), so
 # its strided rows use kernel 2 stride 2 only. Its CPU gather/scatter opens an OpenMP region
@@ -111,6 +117,23 @@ custom_fwd = functools.partial(_amp_fwd, device_type="cuda")/' "$f"
     log "patched $f"
   fi
 done
+
+# Patch 2 (idempotent: it looks for its own marker).
+"$PY" - <<'PYEOF'
+path = "torchsparse/nn/functional/build_kmap.py"
+text = open(path).read()
+call = "        input_mask, output_mask = torchsparse.backend.build_mask_from_kmap("
+marker = "# sparsejit-peers patch 2"
+if marker not in text:
+    if text.count(call) != 1:
+        raise SystemExit(f"[build_torchsparse] {path}: build_mask_from_kmap call not found")
+    guard = ("        if _coords.device.type != 'cuda':  " + marker + ": masks are CUDA-only\n"
+             "            if any(s > 1 for s in stride):\n"
+             "                return nbmaps, nbsizes, coords\n"
+             "            return nbmaps, nbsizes\n")
+    open(path, "w").write(text.replace(call, guard + call))
+    print("[build_torchsparse] patched", path)
+PYEOF
 
 # 4. The venv and the build (FORCE_CUDA unset: setup.py picks the CPU sources when torch has
 #    no CUDA).
