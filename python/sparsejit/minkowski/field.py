@@ -95,6 +95,10 @@ class TensorField:
         c = self._C.double()
         return torch.cat([torch.round(c[:, :1]), torch.floor(c[:, 1:] / ts) * ts], 1).long()
 
+    def _features_from(self, x: SparseTensor) -> "TensorField":
+        """What ``x.slice(self)`` returns (SparseTensor.slice calls it)."""
+        return slice_field(x, self)
+
     def sparse(self, tensor_stride=1, coordinate_map_key=None,
                quantization_mode: Optional[SparseTensorQuantizationMode] = None
                ) -> SparseTensor:

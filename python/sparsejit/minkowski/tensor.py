@@ -495,8 +495,11 @@ class SparseTensor:
 
     def slice(self, X) -> "TensorField":  # noqa: F821
         """The features of the site holding each point of the TensorField `X`."""
-        from sparsejit.minkowski.field import slice_field
-        return slice_field(self, X)
+        take = getattr(X, "_features_from", None)  # TensorField's (field.py imports this module)
+        if take is None:
+            raise TypeError(f"SparseTensor.slice: X must be a TensorField; got "
+                            f"{type(X).__name__}")
+        return take(self)
 
     # ---- arithmetic on the features of one key -----------------------------------------
 
