@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 import bench_pyg_layers as B  # noqa: E402
-from sparsejit.families.rgms import ops as R  # noqa: E402
+from sparsejit.families.dense import ops as R  # noqa: E402
 from sparsejit.families.spmm import layers as L  # noqa: E402
 from sparsejit.info import cpu_line  # noqa: E402
 

@@ -18,8 +18,8 @@ from sparsejit.families import point_conv as _point_conv, rgms as _rgms, spmm as
 from sparsejit.families.attention import gat_attention, gatv2_attention, sparse_attention
 from sparsejit.families.filter_conv import sparsify
 from sparsejit.families.point_conv import SparseTensor, voxelize
-from sparsejit.families.rgms import (TypedSparseMatrix, gather_matmul, linear, rgms,
-                                      segment_matmul)
+from sparsejit.families.dense import gather_matmul, linear, segment_matmul
+from sparsejit.families.rgms import TypedSparseMatrix, rgms
 from sparsejit.families.spmm import SparseMatrix, edge_softmax, fingerprint, sddmm, spmm
 from sparsejit.runtime.tuners import explain, tune
 from sparsejit import nn  # noqa: E402

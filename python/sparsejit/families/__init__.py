@@ -1,4 +1,4 @@
-"""The five op families, one subpackage each, every layer of a family under its one name
+"""The five op families and the dense products they share, one subpackage each, every layer of a family under its one name
 (``csrc/<family>``, ``torch_ext/ops/<family>.cpp``, ``kernels/cpu/<family>_*``,
 ``codegen/cpu_<family>_spec``; see docs/ARCHITECTURE.md):
 
@@ -8,7 +8,9 @@
 - ``rgms``: relational gather-matmul-scatter (``TypedSparseMatrix``), schedules, tuner, R-GCN;
 - ``point_conv``: point-cloud sparse convolution (kernel maps, ``SparseTensor``), schedules,
   tuner, spconv-compatible modules;
-- ``filter_conv``: filter-sparse (pruned) Conv2d, its layers, BatchNorm folding, ``sparsify``.
+- ``filter_conv``: filter-sparse (pruned) Conv2d, its layers, BatchNorm folding, ``sparsify``;
+- ``dense``: the dense products every family's layers share (``segment_matmul``,
+  ``gather_matmul``, ``linear`` on the dense GEMM layer; ``torch_ext/ops/dense.cpp``).
 
 Inside a family: ``ops`` (wrappers, fakes, autograd) sit on its structure and its
 ``schedules``/``plans`` (stored results, read-only); its ``tuner`` imports the ops and
@@ -16,4 +18,4 @@ registers with ``sparsejit.runtime.tuners``; ``layers`` use the ops. Importing t
 registers every fake, autograd formula and tuner.
 """
 
-from sparsejit.families import attention, filter_conv, point_conv, rgms, spmm  # noqa: F401
+from sparsejit.families import attention, dense, filter_conv, point_conv, rgms, spmm  # noqa: F401

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import sparsejit as sj
-from sparsejit.families.rgms import ops as rgms_ops
+from sparsejit.families.dense import ops as dense_ops
 
 OP = torch.ops.sparsejit.linear
 ADD = torch.ops.sparsejit.linear_add_
@@ -100,10 +100,10 @@ def test_choice_between_the_two_gemms(monkeypatch):
     assert y64.dtype == torch.float64
     # the measurement itself picks one and keeps it for the process
     monkeypatch.delenv("SPARSEJIT_LINEAR")
-    monkeypatch.setattr(rgms_ops, "_linear_choice", {})
-    first = rgms_ops._linear_faster()
-    assert isinstance(first, bool) and rgms_ops._linear_faster() == first
-    assert rgms_ops._linear_choice == {"probe": first}
+    monkeypatch.setattr(dense_ops, "_linear_choice", {})
+    first = dense_ops._linear_faster()
+    assert isinstance(first, bool) and dense_ops._linear_faster() == first
+    assert dense_ops._linear_choice == {"probe": first}
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1500])
@@ -122,7 +122,7 @@ def test_linear_add_against_float64(n, f_in, f_out):
     # autograd: through _LinearAdd on a fresh, non-leaf out
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     base = out0.clone().requires_grad_()
-    y = rgms_ops._LinearAdd.apply(base * 1.0, xr, wr)
+    y = dense_ops._LinearAdd.apply(base * 1.0, xr, wr)
     torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
     gy = torch.randn(n, f_out, generator=g)
     y.backward(gy)
@@ -142,7 +142,7 @@ def test_linear_add_hands_a_broadcast_gradient_on_contiguous(n):
     x = torch.randn(n, 16, generator=g, requires_grad=True)
     w = torch.randn(8, 16, generator=g, requires_grad=True)
     leaf = torch.randn(n, 8, generator=g, requires_grad=True)
-    y = rgms_ops._LinearAdd.apply(leaf.clone(), x, w)  # CloneBackward hands its grad through
+    y = dense_ops._LinearAdd.apply(leaf.clone(), x, w)  # CloneBackward hands its grad through
     d_out, dx, dw = torch.autograd.grad(y.sum(), [leaf, x, w])
     assert d_out.is_contiguous() and d_out.stride() == (8, 1)
     torch.testing.assert_close(d_out, torch.ones(n, 8))
@@ -164,7 +164,7 @@ def test_relu_linear_against_float64(n, bias, monkeypatch):
     w = torch.randn(16, 24, generator=g, requires_grad=True)
     b = torch.randn(16, generator=g, requires_grad=True) if bias else None
     h = leaf * 1.0  # a fresh tensor autograd has not saved
-    y = rgms_ops.relu_linear(h, w, b)
+    y = dense_ops.relu_linear(h, w, b)
     fused = any("ReluLinear" in type(fn).__name__ for fn in _grad_fns(y))
     assert fused == (n >= 1024)
     torch.testing.assert_close(h, leaf.detach().clamp(min=0))  # made ReLU in place
@@ -188,7 +188,7 @@ def test_relu_linear_relu_output_used_elsewhere(uses):
     g = torch.Generator().manual_seed(5)
     leaf = torch.randn(1100, 8, generator=g, requires_grad=True)
     w = torch.randn(12, 8, generator=g, requires_grad=True)
-    y, r = rgms_ops._ReluLinear.apply(leaf * 1.0, w, None)
+    y, r = dense_ops._ReluLinear.apply(leaf * 1.0, w, None)
     both = uses == "both"
     ((y.square().sum() if both else 0.0) + (r * 3.0).sum()).backward()
     ld, wd = leaf.detach().double().requires_grad_(), w.detach().double().requires_grad_()
@@ -221,10 +221,10 @@ def test_linear_add_opcheck_and_choice(monkeypatch):
     for env, ours in (("0", False), ("1", True)):
         monkeypatch.setenv("SPARSEJIT_LINEAR", env)
         xr = x.clone().requires_grad_()
-        y = rgms_ops.linear_add_(out0.clone() * 1.0, xr, w)
+        y = dense_ops.linear_add_(out0.clone() * 1.0, xr, w)
         assert ("LinearAdd" in type(y.grad_fn).__name__) == ours
         torch.testing.assert_close(y, torch.addmm(out0, x, w.t()), rtol=1e-5, atol=1e-4)
-    small = rgms_ops.linear_add_(out0[:100].clone(), x[:100], w)  # below the row threshold
+    small = dense_ops.linear_add_(out0[:100].clone(), x[:100], w)  # below the row threshold
     torch.testing.assert_close(small, torch.addmm(out0[:100], x[:100], w.t()))
 
 

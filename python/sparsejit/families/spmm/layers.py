@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _m
 
-from sparsejit.families.rgms.ops import linear as dense_linear, linear_add_, relu_linear
+from sparsejit.families.dense.ops import linear as dense_linear, linear_add_, relu_linear
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
@@ -84,7 +84,7 @@ def apply_module(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     :func:`apply_linear`, and a plain ``nn.ReLU`` right after one of them runs in place on
     that Linear's fresh output (no one else holds it, and neither GEMM's backward reads it):
     one [N, F] tensor fewer to allocate and to keep for the backward. A ReLU followed by a
-    plain Linear runs with it as :func:`sparsejit.families.rgms.ops.relu_linear` (the ReLU's
+    plain Linear runs with it as :func:`sparsejit.families.dense.ops.relu_linear` (the ReLU's
     gradient applied in place). Any other module is called as it is."""
     if type(mod) is nn.Sequential and _unhooked(mod):
         children = list(mod)
