@@ -268,7 +268,7 @@ def _compare(got, names_vals, res):
             continue
         d = {k: maxdiff(v, ref[i]) for i, (k, v) in enumerate(zip(names_vals, vals))}
         scale = {k: amax(ref[i]) for i, k in enumerate(names_vals)}
-        res[n] = dict(d, agree=agrees(d, scale))
+        res[n] = dict(d, agree=agrees(d, scale), **{f"{k}_ref_max": v for k, v in scale.items()})
 
 
 def bench_minkunet(engs, name, coords, shape, feats, width, reps):
