@@ -440,6 +440,9 @@ def main():
     ap.add_argument("--unet-width", type=float, default=1.0,
                     help="MinkUNet14A's plane counts times this (1.0 = MinkowskiEngine's)")
     ap.add_argument("--no-nets", action="store_true", help="single convolutions only")
+    ap.add_argument("--net-engines", nargs="+", default=None,
+                    help="engines for the networks (default: all; TorchSparse 2.0's CPU "
+                         "MinkUNet step takes minutes)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results" / "point_engines.json"))
     args = ap.parse_args()
@@ -482,7 +485,10 @@ def main():
                 feats = torch.randn(coords.shape[0], 4,
                                     generator=torch.Generator().manual_seed(0))
                 shape = [-(-s // 16) * 16 for s in shape]
-                r = bench_minkunet(engs, name, coords, shape, feats, args.unet_width,
+                net_engs = {n: e for n, e in engs.items()
+                            if args.net_engines is None or n in args.net_engines
+                            or n == "sparsejit"}
+                r = bench_minkunet(net_engs, name, coords, shape, feats, args.unet_width,
                                    args.reps)
                 r["net"] = "MinkUNet14A" + (f"x{args.unet_width:g}" if args.unet_width != 1
                                            else "")
