@@ -90,3 +90,15 @@ def sort_rows(coords, feats):
         key = key * 100003 + (c[:, d] + 50000)
     order = torch.argsort(key)
     return coords[order], feats[order]
+
+
+def leaf(n, c):
+    return torch.randn(n, c, dtype=torch.float64, requires_grad=True)
+
+
+def grads_close(out, ref, tensors):
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad(out, tensors, g, retain_graph=True)
+    want = torch.autograd.grad(ref, tensors, g, retain_graph=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

@@ -9,7 +9,7 @@ import torch
 
 import sparsejit.minkowski as ME
 import sparsejit.spconv as spconv
-from lattice_reference import (conv_reference, pool_reference, sort_rows,
+from lattice_reference import (conv_reference, grads_close, leaf, pool_reference, sort_rows,
                                transposed_reference)
 
 
@@ -43,18 +43,6 @@ CLOUDS = {
     "skewed": lambda: skewed_cloud(2),
     "one": lambda: torch.tensor([[0, 3, 1, 4]], dtype=torch.int32),
 }
-
-
-def leaf(n, c):
-    return torch.randn(n, c, dtype=torch.float64, requires_grad=True)
-
-
-def grads_close(out, ref, tensors):
-    g = torch.randn_like(ref)
-    got = torch.autograd.grad(out, tensors, g, retain_graph=True)
-    want = torch.autograd.grad(ref, tensors, g, retain_graph=True)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(CLOUDS))

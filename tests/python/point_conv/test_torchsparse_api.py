@@ -11,7 +11,8 @@ import sparsejit.spconv as spconv
 import sparsejit.torchsparse as ts
 import sparsejit.torchsparse.nn as spnn
 import sparsejit.torchsparse.nn.functional as TF
-from lattice_reference import conv_reference, sort_rows, transposed_reference
+from lattice_reference import (conv_reference, grads_close, leaf, sort_rows,
+                               transposed_reference)
 
 
 def cloud_bf(n, extent, batch=2, seed=0):
@@ -42,18 +43,6 @@ def to_ts(bf):
 
 def to_bf(c):
     return c[:, [3, 0, 1, 2]].contiguous()
-
-
-def leaf(n, c):
-    return torch.randn(n, c, dtype=torch.float64, requires_grad=True)
-
-
-def grads_close(out, ref, tensors):
-    g = torch.randn_like(ref)
-    got = torch.autograd.grad(out, tensors, g, retain_graph=True)
-    want = torch.autograd.grad(ref, tensors, g, retain_graph=True)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
 
 
 def ts_lower(k):
