@@ -85,6 +85,17 @@ def dense_reference_spmm(A, X, reduce):
     return out
 
 
+def same_outputs_and_input_grads(fn, ref, x, atol=1e-5, rtol=1e-5):
+    """fn(x) against ref(x): outputs, and the gradients of their sums with respect to x (each
+    on its own leaf copy of x)."""
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    got, want = fn(xa), ref(xb)
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, atol=atol, rtol=rtol)
+
+
 def poison_heap(*shapes):
     """Best effort to make an op's fresh allocations start as NaN: the CPU allocator tends
     to hand back blocks of the same size just freed."""

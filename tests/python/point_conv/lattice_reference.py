@@ -2,6 +2,8 @@
 (batch first, non-negative, multiples of the tensor stride) scattered into a dense grid and
 run through ``torch.nn.functional.conv3d`` / ``conv_transpose3d`` / pooling."""
 
+import io
+
 import torch
 import torch.nn.functional as F
 
@@ -102,3 +104,11 @@ def grads_close(out, ref, tensors):
     want = torch.autograd.grad(ref, tensors, g, retain_graph=True)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+def saved_and_loaded(state_dict):
+    """`state_dict` through torch.save / torch.load (in memory)."""
+    buf = io.BytesIO()
+    torch.save(state_dict, buf)
+    buf.seek(0)
+    return torch.load(buf)

@@ -2,14 +2,14 @@
 against sparsejit.spconv with converted weights, and against MinkowskiEngine itself where it
 is importable."""
 
-import io
 
 import pytest
 import torch
 
 import sparsejit.minkowski as ME
 import sparsejit.spconv as spconv
-from lattice_reference import (conv_reference, grads_close, leaf, pool_reference, sort_rows,
+from lattice_reference import (conv_reference, grads_close, leaf, pool_reference,
+                               saved_and_loaded, sort_rows,
                                transposed_reference)
 
 
@@ -396,11 +396,8 @@ def test_state_dict_round_trip_in_me_layout():
     assert sd["0.kernel"].shape == (27, 3, 8) and sd["0.bias"].shape == (1, 8)
     assert sd["3.kernel"].shape == (8, 8, 8) and sd["4.kernel"].shape == (8, 4)
     assert {"1.bn.weight", "1.bn.running_mean", "5.linear.weight"} <= set(sd)
-    buf = io.BytesIO()
-    torch.save(sd, buf)
-    buf.seek(0)
     b = net()
-    b.load_state_dict(torch.load(buf))
+    b.load_state_dict(saved_and_loaded(sd))
     a.eval(), b.eval()
     coords = CLOUDS["random"]()
     f = torch.randn(coords.shape[0], 3)

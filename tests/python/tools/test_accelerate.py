@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import sparsejit as sj
+from conftest import same_outputs_and_input_grads
 
 pyg = pytest.importorskip("torch_geometric")
 from torch_geometric import nn as pnn  # noqa: E402
@@ -231,12 +232,7 @@ def test_compile_fullgraph_native_model():
     sj.accelerate(model)
     x, ei = torch.randn(40, 8), graph()
     compiled = torch.compile(model, fullgraph=True)
-    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    got, want = compiled(xa, ei), ref(xb, ei)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    got.sum().backward()
-    want.sum().backward()
-    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+    same_outputs_and_input_grads(lambda v: compiled(v, ei), lambda v: ref(v, ei), x)
 
 
 def test_export_native_model():

@@ -11,6 +11,7 @@ import torch
 
 import sparsejit as sj
 import sparsejit.convert.message_passing as mpp
+from conftest import same_outputs_and_input_grads
 
 pyg = pytest.importorskip("torch_geometric")
 from torch_geometric import nn as pnn  # noqa: E402
@@ -192,12 +193,7 @@ def test_compile_fullgraph_generic_model(no_pyg_propagate):
     ref(x, ei)
     model(x, ei)  # cached=True: the normalised graph is stored before tracing
     compiled = torch.compile(model, fullgraph=True)
-    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    got, want = compiled(xa, ei), ref(xb, ei)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    got.sum().backward()
-    want.sum().backward()
-    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+    same_outputs_and_input_grads(lambda v: compiled(v, ei), lambda v: ref(v, ei), x)
 
 
 def test_compile_fullgraph_data_dependent_edges_keeps_pyg_propagate():
@@ -209,9 +205,4 @@ def test_compile_fullgraph_data_dependent_edges_keeps_pyg_propagate():
     sj.accelerate(model)
     x, ei = torch.randn(30, 8), graph(30, 150, seed=6)
     compiled = torch.compile(lambda x: model["sg"](x, ei), fullgraph=True)
-    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    got, want = compiled(xa), ref["sg"](xb, ei)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    got.sum().backward()
-    want.sum().backward()
-    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+    same_outputs_and_input_grads(compiled, lambda v: ref["sg"](v, ei), x)
