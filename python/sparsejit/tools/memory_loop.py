@@ -30,6 +30,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _malloc_trim() -> None:
+    # Through libc, not _core.trim_heap: the tool also measures builds from before it.
     import ctypes
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

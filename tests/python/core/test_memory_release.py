@@ -8,9 +8,6 @@ everything dropped) runs for every family in a subprocess against the same loop 
 """
 
 import gc
-import os
-import subprocess
-import sys
 import weakref
 
 import pytest
@@ -178,8 +175,7 @@ def test_a_graph_larger_than_the_budget_still_works():
         sj.set_cache_budget(1024)
         for _ in range(3):
             torch.testing.assert_close(sj.spmm(ei, x), ref)
-            torch.testing.assert_close(sj.nn.GCNConv(4, 4).to(torch.float32)(x, ei).shape,
-                                       torch.Size([n, 4]))
+            assert sj.nn.GCNConv(4, 4)(x, ei).shape == (n, 4)
         assert all(r["entries"] == 0 for r in sj.cache_stats()
                    if not r["name"].startswith(("ops.", "runtime.")))
     finally:
