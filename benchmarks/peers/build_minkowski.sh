@@ -37,6 +37,7 @@ mkdir -p "$ROOT"
 ROOT=$(cd "$ROOT" && pwd)
 VENV="$ROOT/venv"; SRC="$ROOT/MinkowskiEngine-$VER"
 
+. "$(dirname "$0")/common.sh"
 log() { echo "[build_minkowski] $*"; }
 
 if [ -x "$VENV/bin/python" ] && (cd / && OPENBLAS_NUM_THREADS=1 "$VENV/bin/python" -c \
@@ -46,15 +47,7 @@ if [ -x "$VENV/bin/python" ] && (cd / && OPENBLAS_NUM_THREADS=1 "$VENV/bin/pytho
 fi
 
 # 1. System packages: OpenBLAS headers and library, a C++ compiler.
-need_apt=()
-dpkg -s libopenblas-dev >/dev/null 2>&1 || need_apt+=(libopenblas-dev)
-command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "apt-get install ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${need_apt[@]}"
-fi
+apt_need libopenblas-dev g++
 
 # 2. The venv, seeing the system torch.
 if [ ! -x "$VENV/bin/python" ]; then

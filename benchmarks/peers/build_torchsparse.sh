@@ -49,6 +49,7 @@ ROOT=$(cd "$DIR/torchsparse" && pwd)
 VENV="$ROOT/venv"
 SRC="$ROOT/torchsparse-$VER"
 
+. "$(dirname "$0")/common.sh"
 log() { echo "[build_torchsparse] $*"; }
 check() {
   (cd / && "$VENV/bin/python" -c "
@@ -68,15 +69,7 @@ if [ -x "$VENV/bin/python" ] && check 2>/dev/null; then
 fi
 
 # 1. System packages.
-need_apt=()
-dpkg -s libsparsehash-dev >/dev/null 2>&1 || need_apt+=(libsparsehash-dev)
-command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "apt-get install ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${need_apt[@]}"
-fi
+apt_need libsparsehash-dev g++
 
 # 2. The source of tag v2.0.0, copied so that the patches never touch SOURCE.
 if [ ! -f "$SRC/setup.py" ]; then
