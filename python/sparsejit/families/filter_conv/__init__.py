@@ -2,5 +2,6 @@
 ``sparsify`` with BatchNorm folding)."""
 
 from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear, sparsify
+from sparsejit.families.filter_conv.fused import FusedBottleneck
 
-__all__ = ["SparseConv2d", "SparseLinear", "sparsify"]
+__all__ = ["FusedBottleneck", "SparseConv2d", "SparseLinear", "sparsify"]
