@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -180,7 +181,8 @@ struct StripRunner {
   // Output rows [s0, s1) of image xn (its output yn), band by band.
   void run(const float* xn, float* yn, int64_t s0, int64_t s1) {
     const int64_t H = B.h, W = B.w, hw = H * W;
-    int64_t have_hi = -1;  // conv1 rows up to this image row (excl.) sit in buf1's tail
+    // conv1 rows up to this image row (excl.) sit in buf1's tail; none before the first band
+    int64_t have_hi = std::numeric_limits<int64_t>::min();
     for (int64_t r0 = s0; r0 < s1; r0 += B.band) {
       const int64_t r1 = std::min(s1, r0 + B.band), rows = r1 - r0;
       const int64_t base = r0 - hh;  // image row of buf1's row 0
