@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "csrc/core/isa.h"
@@ -138,7 +139,8 @@ struct StripRunner {
   }
 
   // conv1 on image rows [ra, rb) of image xn into buf1, whose row 0 is image row `base`.
-  void conv1_rows(const float* xn, int64_t ra, int64_t rb, int64_t base) {
+  template <typename E>
+  void conv1_rows(const E* xn, int64_t ra, int64_t rb, int64_t base) {
     const int64_t hw = B.h * B.w, W = B.w;
     const Prepared& P = *B.P1;
     const int64_t ocb = block_of(T1, B.m1);
@@ -146,7 +148,11 @@ struct StripRunner {
       const int64_t n = std::min(T1, rb * W - p0);
       for (int64_t c = 0; c < B.c_in; ++c) {
         float* d = panel + c * T1;
-        std::memcpy(d, xn + c * hw + p0, sizeof(float) * n);
+        if constexpr (std::is_same_v<E, float>) {
+          std::memcpy(d, xn + c * hw + p0, sizeof(float) * n);
+        } else {  // bfloat16 widened where it is staged (exact)
+          for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(xn[c * hw + p0 + i]);
+        }
         std::fill(d + n, d + T1, 0.0f);
       }
       for (int64_t oc0 = 0; oc0 < B.m1; oc0 += ocb) {
@@ -179,7 +185,8 @@ struct StripRunner {
   }
 
   // Output rows [s0, s1) of image xn (its output yn), band by band.
-  void run(const float* xn, float* yn, int64_t s0, int64_t s1) {
+  template <typename E>
+  void run(const E* xn, E* yn, int64_t s0, int64_t s1) {
     const int64_t H = B.h, W = B.w, hw = H * W;
     // conv1 rows up to this image row (excl.) sit in buf1's tail; none before the first band
     int64_t have_hi = std::numeric_limits<int64_t>::min();
@@ -262,11 +269,11 @@ struct StripRunner {
             for (int64_t oc = oc0; oc < oc1; ++oc) {
               const float bias = b3 != nullptr ? b3[oc] : 0.0f;
               const float* a = acc.data() + (oc - oc0) * T3;
-              const float* res = xn + oc * hw + at;
-              float* d = yn + oc * hw + at;
-              for (int64_t k = 0; k < n; ++k) {
-                const float z = (a[k] + bias) + res[k];
-                d[k] = z > 0.0f ? z : 0.0f;
+              const E* res = xn + oc * hw + at;
+              E* d = yn + oc * hw + at;
+              for (int64_t k = 0; k < n; ++k) {  // bfloat16: rounded once, to nearest even
+                const float z = (a[k] + bias) + static_cast<float>(res[k]);
+                d[k] = E(z > 0.0f ? z : 0.0f);
               }
             }
           }
@@ -278,9 +285,11 @@ struct StripRunner {
 
 }  // namespace
 
-void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                        const Pattern& p3, const float* x, const float* b1, const float* b2,
-                        const float* b3, float* y) {
+namespace {
+template <typename E>
+void forward_io(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
+                const Pattern& p3, const E* x, const float* b1, const float* b2, const float* b3,
+                E* y) {
   if (batch == 0) return;
   const int64_t img = B.c_in * B.h * B.w;
   // Strips: one per image when the images share the threads out evenly; else each image cut
@@ -301,6 +310,19 @@ void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, c
       if (s0 < s1) run.run(x + n * img, y + n * img, s0, s1);
     }
   }
+}
+}  // namespace
+
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
+                        const Pattern& p3, const float* x, const float* b1, const float* b2,
+                        const float* b3, float* y) {
+  forward_io(B, batch, p1, p2, p3, x, b1, b2, b3, y);
+}
+
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
+                        const Pattern& p3, const bf16* x, const float* b1, const float* b2,
+                        const float* b3, bf16* y) {
+  forward_io(B, batch, p1, p2, p3, x, b1, b2, b3, y);
 }
 
 }  // namespace sparsejit::filter_conv

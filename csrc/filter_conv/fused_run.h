@@ -18,7 +18,7 @@
 // sees the products of the unfused layers in the same order: the fused block gives the bits
 // of the three per-layer calls.
 //
-// Torch-free; float32.
+// Torch-free; float32, or bfloat16 input and output with float32 compute.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +58,11 @@ std::shared_ptr<const Bottleneck> prepare_bottleneck(int64_t c_in, int64_t h, in
 void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
                         const Pattern& p3, const float* x, const float* b1, const float* b2,
                         const float* b3, float* y);
+// The same with bfloat16 x and y: x widened where conv1 stages it and where the residual is
+// added, sums and intermediates in float32, each output rounded once to nearest even (the
+// bits of the float32 block on the widened input, rounded).
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
+                        const Pattern& p3, const bf16* x, const float* b1, const float* b2,
+                        const float* b3, bf16* y);
 
 }  // namespace sparsejit::filter_conv

@@ -5,8 +5,9 @@
 //   y = relu(conv3(relu(conv2(relu(conv1(x) + b1)) + b2)) + b3 + x), conv1 / conv3 1x1, conv2
 //   an odd R x S stride-1 "same" convolution, each layer's arrays from filter_conv_plan; run
 //   over bands of `band` output rows (0: the planner's) so the intermediates stay in cache.
-//   CPU, float32 NCHW (other float dtypes and channels_last computed through a float32 NCHW
-//   copy, returned as given). Inference only, like filter_conv.
+//   CPU, float32 NCHW; bfloat16 read and written by the kernel (float32 inside); float16 /
+//   float64 and channels_last computed through a float32 NCHW copy, returned as given.
+//   Inference only, like filter_conv.
 #include "torch_ext/tensor_api.h"
 
 #include <memory>
@@ -155,17 +156,25 @@ tx::Tensor filter_conv_bottleneck_cpu(
                                             OpKind::FilterConv, hit->stamps[i], &herr),
                     "plan", i + 1, ": ", herr);
   }
-  const auto x = x_in.to(tx::kFloat).contiguous();
-  auto y = new_output({batch, c, h, w}, x.options());
   auto bias_ptr = [](const Layer& l) {
     return l.bias.defined() ? ptr<float>(l.bias) : static_cast<const float*>(nullptr);
   };
+  const bool channels_last = c > 1 && h > 1 && w > 1 && !x_in.is_contiguous() &&
+                             x_in.is_contiguous(tx::MemoryFormat::ChannelsLast);
+  if (x_in.scalar_type() == tx::kBFloat16) {  // read and written by the kernel, float32 inside
+    const auto xb = x_in.contiguous();
+    auto yb = new_output({batch, c, h, w}, xb.options());
+    filter_conv::bottleneck_forward(*hit->prepared, batch, L[0].p, L[1].p, L[2].p,
+                                    ptr<bf16>(xb), bias_ptr(L[0]), bias_ptr(L[1]),
+                                    bias_ptr(L[2]), ptr<bf16>(yb));
+    return channels_last ? yb.contiguous(tx::MemoryFormat::ChannelsLast) : yb;
+  }
+  const auto x = x_in.to(tx::kFloat).contiguous();
+  auto y = new_output({batch, c, h, w}, x.options());
   filter_conv::bottleneck_forward(*hit->prepared, batch, L[0].p, L[1].p, L[2].p, ptr<float>(x),
                                   bias_ptr(L[0]), bias_ptr(L[1]), bias_ptr(L[2]),
                                   ptr<float>(y));
-  if (x_in.dim() == 4 && c > 1 && h > 1 && w > 1 && !x_in.is_contiguous() &&
-      x_in.is_contiguous(tx::MemoryFormat::ChannelsLast))
-    y = y.contiguous(tx::MemoryFormat::ChannelsLast);
+  if (channels_last) y = y.contiguous(tx::MemoryFormat::ChannelsLast);
   return x_in.scalar_type() == tx::kFloat ? y : y.to(x_in.scalar_type());
 }
 
