@@ -118,6 +118,7 @@ def test_inside_a_model_and_restore():
     assert sj.restore(model)["conv"] is conv
 
 
+@pytest.mark.slow  # torch.compile: 1-10 s a case
 @pytest.mark.parametrize("net", ["linear", "sequential", "mlp_batchnorm"])
 def test_compile_fullgraph(net):
     torch.manual_seed(0)
