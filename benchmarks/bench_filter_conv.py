@@ -39,7 +39,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from sparsejit.families.filter_conv.layers import BAKED_MAX_NNZ, SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.layers import SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.tuner import BAKED_MAX_NNZ  # noqa: E402
 from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
 from sparsejit.families.spmm.plans import _cpu_model  # noqa: E402  (one CPU-model string)
 

@@ -13,7 +13,8 @@ from torch import nn
 
 from sparsejit.families.filter_conv.fused import (FusedBottleneck, bottleneck_candidates,
                                                   bottleneck_problem, fuse_bottlenecks)
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d, sparsify
+from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
+from sparsejit.families.filter_conv.tuner import sparsify
 
 from test_filter_conv_jit import Bottleneck, randomize_bn
 
