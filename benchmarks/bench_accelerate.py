@@ -21,6 +21,14 @@ the sides interleaved (runtime.timing.paired_median_ms), medians, 2 threads:
   random points when absent). PyG's DynamicEdgeConv needs pyg-lib's knn (not installed), so
   the graph is built once, outside the timing, and both sides run EdgeConv on it.
 
+* minibatch (``--minibatch``, not in the default run): NeighborLoader-style training of a
+  2-layer SAGE and a 2-layer GCN (PyG modules, accelerated) on a new sampled subgraph every
+  step (bench_minibatch.py's sampler: seeds first, edges sorted by target as PyG's samplers
+  give them; random features, F = 64), forward + cross-entropy on the seeds + backward + Adam,
+  on Cora- and PubMed-sized batches: PyG, accelerated, and accelerated with the sorted-edges
+  path off (the structure built by the sorting op), every sparsejit step on a graph it has
+  not seen (caches cleared); plus the structure work alone (CSR and transpose) and its share.
+
 ``--models`` picks among native, generic, genconv, attention, edgeconv (default: all).
 
     python benchmarks/bench_accelerate.py --quick     # one small generated graph, smoke run
@@ -43,7 +51,7 @@ import torch
 
 import sparsejit as sj
 from sparsejit.info import cpu_line
-from sparsejit.runtime.timing import paired_median_ms
+from sparsejit.runtime.timing import CLOCKS, paired_median_ms
 from sparsejit.tools.data import load_graph
 from torch_geometric import nn as pnn
 from torch_geometric.nn import MessagePassing
@@ -148,7 +156,8 @@ def knn_graph(pos: torch.Tensor, k: int) -> torch.Tensor:
 
 def _pair(name, spec_name, n, e, f, ref, acc, x, ei, repeats, label):
     err = _check_equal(ref, acc, x, ei, name)
-    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats)
+    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
+                                    clock=CLOCK[0])
     print(f"{spec_name:>44} {label:<8} pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
           f"x{t_pyg / t_sj:5.2f}", flush=True)
     return dict(graph=spec_name, nodes=n, edges=e, F=f, model=name, pyg_ms=t_pyg,
@@ -164,6 +173,95 @@ def bench_dgcnn(points: int, repeats: int, k: int = 20):
     acc = sj.accelerate(copy.deepcopy(ref))
     return [_pair("edgeconv", name, pts.shape[0], ei.shape[1], 4, ref, acc, x, ei, repeats,
                   "edgeconv")]
+
+
+CLOCK = ["wall"]  # --clock: "cpu" counts this process's CPU time (robust to other jobs)
+MINIBATCH = {"cora": (256, (10, 10)), "pubmed": (1024, (15, 10))}
+MINIBATCH_QUICK = {"uniform:n=3000,avg=8,seed=0": (128, (5, 5))}
+
+
+def _minibatch_model(kind: str, f: int, classes: int):
+    c1, c2 = ((pnn.SAGEConv(f, f), pnn.SAGEConv(f, classes)) if kind == "sage" else
+              (pnn.GCNConv(f, f), pnn.GCNConv(f, classes)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = c1, c2
+
+        def forward(self, x, ei):
+            return self.c2(self.c1(x, ei).relu(), ei)
+
+    return Net()
+
+
+def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
+    """Rows of per-step medians: PyG, accelerated, accelerated without the sorted path."""
+    import statistics
+    import time
+    from sparsejit.families.spmm import graph as G
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_minibatch import NeighborSampler
+
+    def timed(fn):
+        tick = CLOCKS[CLOCK[0]]
+        t0 = tick()
+        fn()
+        return (tick() - t0) * 1e3
+
+    def train_step(model, opt, x, ei, y):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x, ei)[: y.shape[0]], y).backward()
+        opt.step()
+
+    sorted_csr = G.sorted_csr
+    rows = []
+    for spec, (batch, fanout) in specs.items():
+        g = load_graph(spec)
+        feats = torch.randn(g.num_nodes, f)
+        labels = torch.randint(0, classes, (g.num_nodes,))
+        sampler = NeighborSampler(g.edge_index, g.num_nodes, fanout, seed=0)
+        data = [sampler.sample(batch) for _ in range(steps + 2)]
+        data = [(feats[n], ei, labels[n[:batch]]) for n, ei in data]
+        for kind in ("sage", "gcn"):
+            torch.manual_seed(0)
+            ref = _minibatch_model(kind, f, classes)
+            acc = sj.accelerate(copy.deepcopy(ref))
+            off = sj.accelerate(copy.deepcopy(ref))
+            opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (ref, acc, off)]
+            times = ([], [], [])
+            for i, (x, ei, y) in enumerate(data):
+                ts = [timed(lambda: train_step(ref, opts[0], x, ei, y))]
+                G.clear_cache()
+                ts.append(timed(lambda: train_step(acc, opts[1], x, ei, y)))
+                G.clear_cache()
+                G.sorted_csr = lambda e: None
+                try:
+                    ts.append(timed(lambda: train_step(off, opts[2], x, ei, y)))
+                finally:
+                    G.sorted_csr = sorted_csr
+                if i >= 2:  # two warm-up steps
+                    for t, v in zip(times, ts):
+                        t.append(v)
+            med = [statistics.median(t) for t in times]
+            prep = []
+            for x, ei, _ in data[2:]:
+                G.clear_cache()
+                n = x.shape[0]
+                prep.append(timed(lambda: G.structure(G.edges_of(ei, (n, n)))))
+            prep_ms = statistics.median(prep)
+            edges = statistics.median(d[1].shape[1] for d in data)
+            nodes = statistics.median(d[0].shape[0] for d in data)
+            rows.append(dict(graph=f"{spec} batch {batch} fanout {fanout}", nodes=nodes,
+                             edges=edges, F=f, model=f"minibatch_{kind}", pyg_ms=med[0],
+                             accelerated_ms=med[1], accelerated_sorting_op_ms=med[2],
+                             speedup=med[0] / med[1], structure_ms=prep_ms,
+                             structure_share=prep_ms / med[1], max_rel_err=0.0))
+            print(f"{spec:>20} batch {batch} {kind:<5} subgraphs {nodes:.0f} nodes / {edges:.0f} "
+                  f"edges: pyg {med[0]:8.2f} ms  accelerated {med[1]:8.2f} ms  x{med[0] / med[1]:5.2f}"
+                  f"  (sorting op {med[2]:8.2f} ms; structure {prep_ms:.2f} ms = "
+                  f"{100 * prep_ms / med[1]:.0f}% of the step)", flush=True)
+    return rows
 
 
 def _step(model, x, ei):
@@ -208,7 +306,8 @@ def _bench_native(g, f, x, ei, repeats):
     ref = NativeModel(f, f)
     acc = sj.accelerate(copy.deepcopy(ref))
     err = _check_equal(ref, acc, x, ei, "native")
-    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats)
+    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
+                                    clock=CLOCK[0])
     rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="native",
                      pyg_ms=t_pyg, accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err))
     print(f"{g.name:>44} native   pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
@@ -225,7 +324,7 @@ def _bench_generic(g, f, x, ei, repeats, compile_pyg, cached):
     fns = [_step(ref, x, ei), _step(acc, x, ei)]
     if compile_pyg:
         fns.append(_step(torch.compile(copy.deepcopy(ref)), x, ei))
-    ts = paired_median_ms(fns, repeats)
+    ts = paired_median_ms(fns, repeats, clock=CLOCK[0])
     row = dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="generic",
                cached=cached, pyg_ms=ts[0], accelerated_ms=ts[1], speedup=ts[0] / ts[1],
                max_rel_err=err)
@@ -263,20 +362,31 @@ def main(argv=None) -> int:
     ap.add_argument("--cached", action="store_true", help="SGConv / APPNP with cached=True")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled PyG side")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="cpu: this process's CPU time, for a machine others use too")
+    ap.add_argument("--minibatch", action="store_true",
+                    help="the mini-batch rows (Cora / PubMed-sized sampled batches) only")
+    ap.add_argument("--steps", type=int, default=None, help="mini-batch steps (default 20)")
     ap.add_argument("--points", type=int, default=None,
                     help="points of the scan for edgeconv (default 4096; --quick 1024)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "accelerate.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    CLOCK[0] = args.clock
     graphs = args.graphs or (QUICK if args.quick else GRAPHS)
     f = args.features or (32 if args.quick else 64)
     repeats = args.repeats or (3 if args.quick else 9)
     rows = []
+    if args.minibatch:
+        specs = MINIBATCH_QUICK if args.quick else {
+            k: v for k, v in MINIBATCH.items() if args.graphs is None or k in args.graphs}
+        rows += bench_minibatch(specs, args.steps or (4 if args.quick else 20))
+        graphs, args.models = [], [m for m in args.models if m != "edgeconv"]
     for spec in graphs:
         rows += bench_graph(spec, f, repeats, not args.no_compile, args.cached, args.models)
     if "edgeconv" in args.models:
         rows += bench_dgcnn(args.points or (1024 if args.quick else 4096), repeats)
-    result = dict(cpu=cpu_line(), threads=args.threads, load_average=os.getloadavg(),
+    result = dict(cpu=cpu_line(), threads=args.threads, clock=args.clock, load_average=os.getloadavg(),
                   repeats=repeats, torch=torch.__version__, quick=args.quick,
                   note="forward+backward of the whole model, medians of interleaved steps",
                   rows=rows)

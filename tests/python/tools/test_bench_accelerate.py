@@ -30,3 +30,20 @@ def test_bench_accelerate_quick(tmp_path):
         assert row["pyg_ms"] > 0 and row["accelerated_ms"] > 0 and row["max_rel_err"] < 1e-4
     assert out.with_suffix(".md").read_text().count("| uniform:n=400,avg=4 |") == 4
     assert rows[-1]["nodes"] == 200 and rows[-1]["edges"] == 200 * 20
+
+
+def test_bench_accelerate_minibatch_quick(tmp_path):
+    out = tmp_path / "mb.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_accelerate.py"),
+                        "--quick", "--minibatch", "--steps", "3", "--clock", "cpu",
+                        "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["clock"] == "cpu"
+    rows = result["rows"]
+    assert [row["model"] for row in rows] == ["minibatch_sage", "minibatch_gcn"]
+    for row in rows:
+        assert row["pyg_ms"] > 0 and row["accelerated_ms"] > 0
+        assert row["accelerated_sorting_op_ms"] > 0 and 0 < row["structure_share"] < 1
