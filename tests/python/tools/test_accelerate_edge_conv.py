@@ -165,3 +165,87 @@ def test_unsupported_aggregation_is_left_with_reason():
     layer = pnn.EdgeConv(torch.nn.Linear(2 * F_IN, 4), aggr=["max", "mean"])
     new, rep = sj.accelerate(layer, return_report=True)
     assert new is layer and "aggr" in rep.left[0].reason
+
+
+# ---- DynamicEdgeConv -----------------------------------------------------------------------
+
+
+def brute_knn(xs, xd, k, bs, bd):
+    """The reference k-NN graph, one target at a time in float64: edges j -> i from the k
+    nearest sources of the same example (itself included when xs is xd)."""
+    src, dst = [], []
+    for i in range(xd.shape[0]):
+        cand = (bs == bd[i]).nonzero().view(-1)
+        d = (xs[cand] - xd[i]).square().sum(1)
+        near = cand[d.argsort()[:k]]
+        src += near.tolist()
+        dst += [i] * len(near)
+    return torch.tensor([src, dst], dtype=torch.long).view(2, -1)
+
+
+def pyg_dynamic_edge_conv(monkeypatch, net, k, aggr):
+    """PyG's DynamicEdgeConv, built although pyg-lib (its knn) is not installed here: PyG's
+    forward cannot run, the module (its nn, k, aggr) is what accelerate converts."""
+    import torch_geometric.typing as pyg_typing
+    monkeypatch.setattr(pyg_typing, "WITH_KNN", True)
+    layer = pnn.DynamicEdgeConv(net, k=k, aggr=aggr)
+    monkeypatch.setattr(pyg_typing, "WITH_KNN", False)
+    return layer
+
+
+@pytest.mark.parametrize("aggr", ["max", "mean", "add"])
+@pytest.mark.parametrize("net", ["linear", "sequential", "not_split"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_dynamic_edge_conv_equals_pyg_edge_conv_on_the_knn_graph(net, aggr, batched,
+                                                                  monkeypatch):
+    torch.manual_seed(0)
+    layer = pyg_dynamic_edge_conv(monkeypatch, NETS[net](), 6, aggr).double()
+    ref = pnn.EdgeConv(copy.deepcopy(layer.nn), aggr=aggr).double()
+    ref.nn.load_state_dict(layer.nn.state_dict())  # (PyG's constructor reset the copy)
+    before = layer.state_dict(keep_vars=True)
+    new, rep = sj.accelerate(layer, return_report=True)
+    assert isinstance(new, sj.nn.DynamicEdgeConv) and new.k == 6
+    assert rep.entries[0].became == "sparsejit.DynamicEdgeConv"
+    after = new.state_dict(keep_vars=True)
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    x = torch.randn(45, F_IN, dtype=torch.float64)
+    # two examples (the second with fewer points than k + 1 would not matter) or one
+    batch = torch.tensor([0] * 20 + [1] * 4 + [2] * 21) if batched else None
+    b = batch if batched else torch.zeros(45, dtype=torch.long)
+    ei = brute_knn(x, x, 6, b, b)
+    assert ei.shape[1] == (20 * 6 + 4 * 4 + 21 * 6 if batched else 45 * 6)
+    want = _run_fn(lambda v: ref(v, ei), x, ref)
+    got = _run_fn(lambda v: new(v, batch), x, new)
+    _assert_same(got, want)
+    assert sj.restore(new) is layer
+
+
+def _run_fn(fn, x, layer):
+    x = x.detach().clone().requires_grad_(True)
+    layer.zero_grad()
+    out = fn(x)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    return out.detach(), x.grad, {k: p.grad.clone() for k, p in layer.named_parameters()
+                                  if p.grad is not None}
+
+
+def test_dynamic_edge_conv_bipartite_pair():
+    torch.manual_seed(1)
+    layer = sj.nn.DynamicEdgeConv(torch.nn.Linear(2 * F_IN, 4), k=3).double()
+    xs, xd = torch.randn(30, F_IN, dtype=torch.float64), torch.randn(10, F_IN, dtype=torch.float64)
+    bs, bd = torch.tensor([0] * 12 + [1] * 18), torch.tensor([0] * 6 + [1] * 4)
+    ref = sj.nn.EdgeConv(layer.nn)
+    torch.testing.assert_close(layer((xs, xd), (bs, bd)),
+                               ref((xs, xd), brute_knn(xs, xd, 3, bs, bd)), **TOL)
+
+
+def test_dynamic_edge_conv_bad_input():
+    layer = sj.nn.DynamicEdgeConv(torch.nn.Linear(2 * F_IN, 4), k=3)
+    with pytest.raises(ValueError, match="k must be"):
+        sj.nn.DynamicEdgeConv(torch.nn.Linear(2, 2), k=0)
+    with pytest.raises(ValueError, match="static graphs"):
+        layer(torch.randn(4, 3, F_IN))
+    with pytest.raises(ValueError, match="batch_src must be a sorted"):
+        layer(torch.randn(6, F_IN), torch.tensor([1, 0, 0, 1, 1, 1]))
+    with pytest.raises(ValueError, match="batch_src must be a sorted"):
+        layer(torch.randn(6, F_IN), torch.tensor([0, 0, 1]))

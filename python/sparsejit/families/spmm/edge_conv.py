@@ -1,4 +1,5 @@
-"""PyG's ``EdgeConv`` on sparsejit: ``x'_i = reduce_{j -> i} h(x_i || x_j - x_i)``.
+"""PyG's ``EdgeConv`` and ``DynamicEdgeConv`` on sparsejit: ``x'_i = reduce_{j -> i}
+h(x_i || x_j - x_i)``, the graph given or the k nearest neighbours in feature space.
 
 The network ``h`` runs per edge. When its first layer is a Linear (``nn.Linear`` or PyG's
 ``Linear``: alone, first in an ``nn.Sequential``, or first in PyG's ``MLP``) that layer is
@@ -158,3 +159,71 @@ class EdgeConv(nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(nn={self.nn})"
+
+
+def knn_graph(x_src: torch.Tensor, x_dst: torch.Tensor, k: int,
+              batch_src: Optional[torch.Tensor] = None,
+              batch_dst: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``[2, E]`` edges j -> i from each of the (at most) `k` nearest rows j of `x_src` to
+    every row i of `x_dst` (Euclidean distance; a row is its own nearest neighbour when the two
+    are the same), within the same example of the sorted batch vectors, grouped by target in
+    target order (so the mini-batch path builds the CSR without a sort), as PyG's ``knn``
+    (pyg-lib) gives DynamicEdgeConv. Brute force per example: ``torch.cdist`` and ``topk``
+    (memory n_dst x n_src per example); no gradient flows through the choice."""
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"knn_graph: k must be a positive int; got {k!r}")
+    dev = x_dst.device
+    if batch_src is None and batch_dst is None:
+        groups = [(0, x_src.shape[0], 0, x_dst.shape[0])]
+    else:
+        bs = torch.zeros(x_src.shape[0], dtype=torch.long, device=dev) if batch_src is None \
+            else batch_src.to(torch.long)
+        bd = torch.zeros(x_dst.shape[0], dtype=torch.long, device=dev) if batch_dst is None \
+            else batch_dst.to(torch.long)
+        for name, b, x in (("batch_src", bs, x_src), ("batch_dst", bd, x_dst)):
+            if b.dim() != 1 or b.shape[0] != x.shape[0] or \
+                    (b.numel() > 1 and not bool((b[1:] >= b[:-1]).all())):
+                raise ValueError(f"knn_graph: {name} must be a sorted [{x.shape[0]}] vector")
+        top = int(max(bs.max() if bs.numel() else -1, bd.max() if bd.numel() else -1)) + 1
+        ps = torch.searchsorted(bs, torch.arange(top + 1, device=dev)).tolist()
+        pd = torch.searchsorted(bd, torch.arange(top + 1, device=dev)).tolist()
+        groups = [(ps[g], ps[g + 1], pd[g], pd[g + 1]) for g in range(top)]
+    src, dst = [], []
+    with torch.no_grad():
+        for s0, s1, d0, d1 in groups:
+            if s1 == s0 or d1 == d0:
+                continue
+            dist = torch.cdist(x_dst[d0:d1].float(), x_src[s0:s1].float())
+            nb = dist.topk(min(k, s1 - s0), dim=1, largest=False).indices
+            src.append(nb.reshape(-1) + s0)
+            dst.append(torch.arange(d0, d1, device=dev).repeat_interleave(nb.shape[1]))
+    if not src:
+        return torch.zeros(2, 0, dtype=torch.long, device=dev)
+    return torch.stack([torch.cat(src), torch.cat(dst)])
+
+
+class DynamicEdgeConv(EdgeConv):
+    """PyG's ``DynamicEdgeConv(nn, k, aggr="max")``: :class:`EdgeConv` over the k-nearest-
+    neighbour graph of the input features, rebuilt every call (:func:`knn_graph`: brute force,
+    sparsejit's own; PyG needs pyg-lib's knn). ``forward(x, batch=None)``, ``x`` and
+    ``batch`` tensors or pairs (source, target)."""
+
+    def __init__(self, nn: Callable, k: int, aggr: str = "max", num_workers: int = 1,
+                 **kwargs):
+        super().__init__(nn, aggr, **kwargs)
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"DynamicEdgeConv: k must be a positive int; got {k!r}")
+        self.k = k
+        self.num_workers = num_workers
+
+    def forward(self, x, batch=None) -> torch.Tensor:
+        x_src, x_dst = pair(x)
+        if not isinstance(x_src, torch.Tensor) or x_src.dim() != 2:
+            raise ValueError("DynamicEdgeConv: x must be [N, F] (static graphs are not "
+                             "supported, as in PyG)")
+        b_src, b_dst = (None, None) if batch is None else pair(batch)
+        edge_index = knn_graph(x_src, x_dst, self.k, b_src, b_dst)
+        return super().forward((x_src, x_dst), edge_index)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(nn={self.nn}, k={self.k})"

@@ -202,9 +202,9 @@ def sorted_csr(edges: Edges) -> Optional[SparseMatrix]:
     row pointers from a count per target, the sources as they are; no sort, no permutation
     (about a third of the sorting op's time on a sampled batch of 70k edges). Within a row
     the entries stay in edge order (the sorting op also orders them by source; the kernels
-    take either, as for an EdgeIndex's CSC). None
-    (the caller sorts) when they are not sorted, an index is out of range (the sorting op
-    then names it), there are none, or under torch.compile (the traced op serves)."""
+    take either, as for an EdgeIndex's CSC). None (the caller sorts) when they are not
+    sorted, an index is out of range (the sorting op then names it), there are none, or
+    under torch.compile (the traced op serves)."""
     dst, src = edges.dst, edges.src
     if torch.compiler.is_compiling() or dst.numel() == 0:
         return None
