@@ -281,11 +281,11 @@ def _pruned_model(seed=0):
     return model
 
 
-def test_fx_pass_fuses_the_identity_blocks_only():
+def test_fx_pass_fuses_the_identity_blocks_only(tmp_path):
     model = _pruned_model()
     x = torch.randn(2, 16, 12, 12)
     sparse = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fold_bn=True, verbose=False,
-                      progress=False)
+                      progress=False, fuse_groups=False, cache_dir=tmp_path)
     gm = copy.deepcopy(sparse)
     found = bottleneck_candidates(gm)
     assert [n3.target for _, _, n3 in found] == ["a.conv3", "b.conv3"]
@@ -297,11 +297,73 @@ def test_fx_pass_fuses_the_identity_blocks_only():
         xi = torch.randn(shape, dtype=dtype)
         assert torch.equal(before(xi), after(xi))  # what the pass times is the same block
         seen.append(name)
-        return name.startswith("b.")  # a measurement that keeps only the second
+        return name.startswith("b ")  # a measurement that keeps only the second
     assert fuse_bottlenecks(gm, shapes, rewrite) == ["b.conv3"]
     gm.recompile()
-    assert seen == ["a.conv1 .. a.conv3", "b.conv1 .. b.conv3"]
+    assert seen == ["a bottleneck", "b bottleneck"]
     assert isinstance(gm.get_submodule("b.conv3"), FusedBottleneck)
     assert not hasattr(gm.b, "conv1") and isinstance(gm.a.conv1, SparseConv2d)
     assert torch.equal(gm(x), sparse(x))
     torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_sparsify_fuses_measured_blocks_caches_and_explains(tmp_path):
+    from sparsejit.families.filter_conv import tuner
+    model = _pruned_model(seed=1)
+    x = torch.randn(2, 16, 12, 12)
+    opts = dict(fold_bn=True, verbose=False, progress=False, cache_dir=tmp_path)
+    plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
+    # min_speedup 0: every measured block is kept, whatever the timings say
+    fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
+    rows = {r["name"]: r for r in tuner.LAST_REPORT}
+    assert rows["a bottleneck"]["fused"] == "fused bottleneck" and not rows["a bottleneck"][
+        "cached"]
+    assert rows["a bottleneck"]["dense_ms"] > 0 and rows["a bottleneck"]["sparse_ms"] > 0
+    assert "c bottleneck" not in rows  # its residual is not its input
+    blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
+    assert len(blocks) == 2
+    assert torch.equal(fused(x), plain(x))
+    torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)
+    assert "fused bottleneck" in tuner.format_report()
+    # the next process converts from the stored decisions, without measuring
+    again = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
+    assert [r["cached"] for r in tuner.LAST_REPORT if r["name"].endswith("bottleneck")] == \
+        [True, True]
+    assert torch.equal(again(x), fused(x))
+    # a block whose stored measurement says slower stays three layers (layers still sparse)
+    store = tuner._store(tmp_path)
+    table = store.load(tuner._TABLE)
+    keys = [k for k in table if k.startswith("bottleneck|")]
+    assert len(keys) == 2
+    for k in keys:
+        table[k] = dict(dense_ms=1.0, sparse_ms=1e6)
+    store.update(tuner._TABLE, table)
+    # (min_speedup 1e-3 keeps every layer sparse, as above, but not a block 1e6x slower)
+    slower = sparsify(copy.deepcopy(model), x, min_speedup=1e-3, **opts)
+    assert not any(isinstance(m, FusedBottleneck) for m in slower.modules())
+    assert any(isinstance(m, SparseConv2d) for m in slower.modules())
+    assert torch.equal(slower(x), plain(x))
+    for k in keys:
+        del table[k]
+    store.update(tuner._TABLE, table)
+    out = tuner.explain(copy.deepcopy(model), x, fold_bn=True, cache_dir=tmp_path,
+                        min_speedup=0.0, file=open(tmp_path / "explain.txt", "w"))
+    assert any(r["name"] == "b bottleneck" and r.get("fused") for r in out["layers"])
+
+
+def test_sparsified_model_with_fused_blocks_compiles_and_exports(tmp_path):
+    model = _pruned_model(seed=2)
+    x = torch.randn(2, 16, 12, 12)
+    fused = sparsify(model, x, min_speedup=0.0, fold_bn=True, cache_dir=tmp_path,
+                     progress=False, verbose=False, repeat=1)
+    assert sum(isinstance(m, FusedBottleneck) for m in fused.modules()) == 2
+    with torch.no_grad():
+        want = fused(x)
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fused, fullgraph=True)(x), want)
+    ep = torch.export.export(fused, (x,))
+    blocks = [n for n in ep.graph.nodes
+              if str(n.target) == "sparsejit.filter_conv_bottleneck.default"]
+    assert len(blocks) == 2
+    with torch.no_grad():
+        assert torch.equal(ep.module()(x), want)

@@ -171,7 +171,8 @@ def fuse_bottlenecks(gm: torch.fx.GraphModule, shapes: dict,
         shape, dtype = shapes[n1.target]
         m1, m2, m3 = (modules[n.target] for n in nodes)
         fused = FusedBottleneck(m1, m2, m3)
-        if rewrite(f"{n1.target} .. {n3.target}", _Chain(m1, m2, m3), fused, shape, dtype):
+        prefix = n3.target.rsplit(".", 1)[0] if "." in n3.target else n3.target
+        if rewrite(f"{prefix} bottleneck", _Chain(m1, m2, m3), fused, shape, dtype):
             apply_bottleneck(gm, nodes, fused)
             done.append(n3.target)
     return done

@@ -25,6 +25,7 @@ from torch import nn
 
 from sparsejit import _core
 from sparsejit.families.filter_conv import fold as _fold
+from sparsejit.families.filter_conv import fused as _fused
 from sparsejit.families.filter_conv.fold import (ChannelsLastPool, ConvPool, ConvReLU,
                                                  fold_batchnorm, functional_pools_as_modules,
                                                  set_module)
@@ -160,16 +161,20 @@ def _residual_unit(mod: nn.Module) -> Optional[nn.Module]:
 
 def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
                 min_speedup: float, repeat: int, clock: str,
-                devices: Dict[str, torch.device], dry: bool = False) -> bool:
+                devices: Dict[str, torch.device], dry: bool = False,
+                groups: bool = True) -> bool:
     """sparsify's fusion pass over a traced model (after the per-layer decisions): residual
-    add + ReLU into the sparse convolutions' output write, and each dense conv + max pool
-    (the stem) on channels_last where that measures faster (`dry`: where the table says so,
+    add + ReLU into the sparse convolutions' output write, with `groups` each bottleneck of
+    three sparse layers as one fused op (fused.py), and each dense conv + max pool (the stem)
+    on channels_last, the last two where they measure faster (`dry`: where the table says so,
     nothing measured). Returns whether `table` (the decision cache) gained entries."""
     changed = False
     by_name = {r["name"]: r for r in rows}
     for name in _fold.fuse_residual(gm, _residual_unit):
         if name in by_name:
             by_name[name]["fused"] = "+ residual, ReLU"
+    if groups:
+        changed |= _fuse_groups(gm, shapes, table, rows, min_speedup, repeat, clock, dry)
     for conv_node, pool_node in _fold.conv_pool_candidates(gm):
         name = conv_node.target
         modules = dict(gm.named_modules())
@@ -196,6 +201,33 @@ def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: 
     changed |= _channels_last_pools(gm, shapes, table, rows, min_speedup, repeat, clock,
                                     devices, dry)
     _fold.finish(gm)
+    return changed
+
+
+def _fuse_groups(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
+                 min_speedup: float, repeat: int, clock: str, dry: bool) -> bool:
+    """Each chain of three sparse layers that makes a bottleneck (fused.bottleneck_candidates)
+    becomes one FusedBottleneck where that measures faster than the three layer calls by
+    `min_speedup` (a row "<block> bottleneck": its two times are the layers' and the fused
+    block's; cached like the layers, by the three weight patterns and kernels and the input)."""
+    changed = False
+
+    def rewrite(label, before, after, shape, dtype):
+        nonlocal changed
+        convs = (after.conv1, after.conv2, after.conv3.conv)
+        fps = "".join(fingerprint(c.rowptr, c.taps) for c in convs)
+        kernels = tuple(int(c.plan[3]) for c in convs)  # plan_header.h: kWordKernel
+        key = f"bottleneck|{fps}|{kernels}|{_input_key(shape, dtype, torch.device('cpu'))}"
+        nnz = sum(c.nnz for c in convs)
+        dense = sum(c.out_channels * c.in_channels * c.kernel_size[0] * c.kernel_size[1]
+                    for c in convs)
+        row = dict(name=label, input_shape=list(shape), weight_shape=[],
+                   sparsity=1.0 - nnz / max(dense, 1))
+        won, new = _measured_rewrite(table, key, before, after, shape, dtype, repeat, clock,
+                                     min_speedup, row, rows, "fused bottleneck", dry)
+        changed |= new
+        return won
+    _fused.fuse_bottlenecks(gm, shapes, rewrite)
     return changed
 
 
@@ -262,7 +294,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
              cache_dir: Union[str, Path, None] = None, progress: Optional[bool] = None,
              verbose: bool = True, clock: str = "wall", fold_bn: bool = False,
              jit: bool = True, baked_max_nnz: Optional[int] = None,
-             fuse: Optional[bool] = None) -> nn.Module:
+             fuse: Optional[bool] = None, fuse_groups: bool = True) -> nn.Module:
     """Replaces each Conv2d and Linear of `model` whose sparse kernel, measured on the input
     shape it sees in ``model(example_input)``, beats the dense module by `min_speedup`;
     returns the converted model (`model` itself, converted in place, unless `fold_bn` traced
@@ -293,7 +325,12 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     ``MaxPool2d`` on a CPU NCHW input is measured the same way against running it on
     channels_last (``ChannelsLastPool``; PyTorch's NCHW max pool is the slow one).
     ``F.max_pool2d`` / ``torch.max_pool2d`` calls with constant arguments take part as
-    ``MaxPool2d`` modules (``max_pool2d_fn``, ...; the same computation).
+    ``MaxPool2d`` modules (``max_pool2d_fn``, ...; the same computation). With
+    `fuse_groups`, each ResNet bottleneck the pass leaves as three sparse layers (1x1 ->
+    odd "same" k x k -> 1x1 + the block's input, each with its ReLU) is timed as one fused
+    op (``FusedBottleneck``: the block over bands of output rows, its intermediates kept in
+    cache) against the three calls and replaced where faster by `min_speedup` (a row
+    "<block> bottleneck"; cached like the layers).
 
     ``sj.tune(model, example_input, **options)`` measures and stores the same decisions
     without converting `model`; ``sj.explain(model, example_input, **options)`` prints what
@@ -302,7 +339,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
 
 
 def _sparsify(model, example_input, min_speedup, threshold, min_sparsity, repeat, cache_dir,
-              progress, verbose, clock, fold_bn, jit, baked_max_nnz, fuse, dry):
+              progress, verbose, clock, fold_bn, jit, baked_max_nnz, fuse, fuse_groups, dry):
     """sparsify's work; `dry`: nothing is measured or stored, a decision missing from the
     store keeps the layer dense (its row says "not measured")."""
     global LAST_JIT_WARMUP_S
@@ -403,7 +440,7 @@ def _sparsify(model, example_input, min_speedup, threshold, min_sparsity, repeat
         bar.step(name)
     if do_fuse:
         changed |= _fuse_graph(model, shapes, table, rows, min_speedup, repeat, clock, devices,
-                               dry)
+                               dry, fuse_groups)
     if changed:
         store.update(_TABLE, table)
     LAST_REPORT[:] = rows
