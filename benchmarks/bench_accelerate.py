@@ -29,7 +29,11 @@ the sides interleaved (runtime.timing.paired_median_ms), medians, 2 threads:
   path off (the structure built by the sorting op), every sparsejit step on a graph it has
   not seen (caches cleared); plus the structure work alone (CSR and transpose) and its share.
 
-``--models`` picks among native, generic, genconv, attention, edgeconv (default: all).
+* hetero (once): ``to_hetero`` of a 2-layer SAGE model (lazy sizes) on a generated graph of
+  two node types (authors, papers; ``--hetero-nodes`` papers, half as many authors) and
+  three edge types (writes, its reverse, cites; ~10 edges per target), summed per node type.
+
+``--models`` picks among native, generic, genconv, attention, edgeconv, hetero (default: all).
 
     python benchmarks/bench_accelerate.py --quick     # one small generated graph, smoke run
     python benchmarks/bench_accelerate.py             # generated + real graphs, F = 64
@@ -60,7 +64,7 @@ from torch_geometric.utils import softmax
 GRAPHS = ["powerlaw:n=100000,avg=10,alpha=2.1,seed=1", "uniform:n=100000,avg=10,seed=2",
           "cora", "pubmed", "facebook"]
 QUICK = ["uniform:n=3000,avg=8,seed=0"]
-MODELS = ("native", "generic", "genconv", "attention", "edgeconv")
+MODELS = ("native", "generic", "genconv", "attention", "edgeconv", "hetero")
 
 
 class NativeModel(torch.nn.Module):
@@ -264,6 +268,54 @@ def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
     return rows
 
 
+class HeteroSage(torch.nn.Module):
+    def __init__(self, f: int):
+        super().__init__()
+        self.c1, self.c2 = pnn.SAGEConv((-1, -1), f), pnn.SAGEConv((-1, -1), f)
+
+    def forward(self, x, edge_index):
+        return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+
+def bench_hetero(papers: int, f: int, repeats: int):
+    g = torch.Generator().manual_seed(0)
+    authors = papers // 2
+    x = {"author": torch.randn(authors, f, generator=g).requires_grad_(True),
+         "paper": torch.randn(papers, f, generator=g).requires_grad_(True)}
+    writes = torch.stack([torch.randint(0, authors, (10 * papers,), generator=g),
+                          torch.randint(0, papers, (10 * papers,), generator=g)])
+    ei = {("author", "writes", "paper"): writes,
+          ("paper", "rev_writes", "author"): writes.flip(0),
+          ("paper", "cites", "paper"): torch.randint(0, papers, (2, 10 * papers), generator=g)}
+    meta = (["author", "paper"], list(ei))
+    torch.manual_seed(0)
+    ref = pnn.to_hetero(HeteroSage(f), meta, aggr="sum")
+    with torch.no_grad():
+        ref(x, ei)  # sizes the lazy Linears
+    acc = sj.accelerate(copy.deepcopy(ref))
+
+    def step(model):
+        def run():
+            model.zero_grad(set_to_none=True)
+            for v in x.values():
+                v.grad = None
+            sum(o.sum() for o in model(x, ei).values()).backward()
+        return run
+
+    with torch.no_grad():
+        ya, yb = ref(x, ei), acc(x, ei)
+    err = max(float((ya[k] - yb[k]).abs().max() / ya[k].abs().max().clamp(min=1e-30))
+              for k in ya)
+    if err > 1e-4:
+        raise SystemExit(f"hetero: accelerated output differs from PyG's (relative {err:.2e})")
+    t_pyg, t_sj = paired_median_ms([step(ref), step(acc)], repeats, clock=CLOCK[0])
+    name = f"hetero:papers={papers},authors={authors}"
+    print(f"{name:>44} {'hetero':<8} pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
+          f"x{t_pyg / t_sj:5.2f}", flush=True)
+    return [dict(graph=name, nodes=papers + authors, edges=30 * papers, F=f, model="hetero",
+                 pyg_ms=t_pyg, accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err)]
+
+
 def _step(model, x, ei):
     def run():
         model.zero_grad(set_to_none=True)
@@ -369,6 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="mini-batch steps (default 20)")
     ap.add_argument("--points", type=int, default=None,
                     help="points of the scan for edgeconv (default 4096; --quick 1024)")
+    ap.add_argument("--hetero-nodes", type=int, default=None,
+                    help="papers of the hetero graph (default 100000; --quick 2000)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "accelerate.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -381,11 +435,13 @@ def main(argv=None) -> int:
         specs = MINIBATCH_QUICK if args.quick else {
             k: v for k, v in MINIBATCH.items() if args.graphs is None or k in args.graphs}
         rows += bench_minibatch(specs, args.steps or (4 if args.quick else 20))
-        graphs, args.models = [], [m for m in args.models if m != "edgeconv"]
+        graphs, args.models = [], []
     for spec in graphs:
         rows += bench_graph(spec, f, repeats, not args.no_compile, args.cached, args.models)
     if "edgeconv" in args.models:
         rows += bench_dgcnn(args.points or (1024 if args.quick else 4096), repeats)
+    if "hetero" in args.models:
+        rows += bench_hetero(args.hetero_nodes or (2000 if args.quick else 100000), f, repeats)
     result = dict(cpu=cpu_line(), threads=args.threads, clock=args.clock, load_average=os.getloadavg(),
                   repeats=repeats, torch=torch.__version__, quick=args.quick,
                   note="forward+backward of the whole model, medians of interleaved steps",

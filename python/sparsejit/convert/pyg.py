@@ -144,6 +144,33 @@ _ARGS: Dict[str, Callable[[nn.Module], dict]] = {
     "DynamicEdgeConv": _dynamic_edge}
 
 
+# Where a lazy layer's input sizes show once its Linears are initialised (a forward pass
+# ran, as to_hetero models do): (source Linear, target Linear or None) per layer.
+_LAZY_LINEARS = {"SAGEConv": ("lin_l", "lin_r"), "GraphConv": ("lin_rel", "lin_root"),
+                 "GCNConv": ("lin", None), "GATConv": ("lin_src", "lin_dst"),
+                 "GATv2Conv": ("lin_l", "lin_r")}
+
+
+def _initialised_in_channels(m: nn.Module, name: str):
+    """in_channels of a layer built with -1 (lazy) whose Linears are initialised now, as
+    the layer was given them (an int, or a (source, target) pair); None when unknown."""
+    channels = getattr(m, "in_channels", None)
+    if not (channels == -1 or (isinstance(channels, (tuple, list)) and -1 in channels)):
+        return None
+    src_name, dst_name = _LAZY_LINEARS.get(name, (None, None))
+    if isinstance(channels, int) and name in ("GATConv", "GATv2Conv") and \
+            getattr(m, "lin", None) is not None:
+        src_name, dst_name = "lin", None
+    src = getattr(m, src_name, None) if src_name else None
+    dst = getattr(m, dst_name, None) if dst_name else None
+    sizes = [getattr(lin, "in_channels", -1) for lin in (src, dst) if lin is not None]
+    if src is None or any(not isinstance(c, int) or c <= 0 for c in sizes):
+        return None
+    if isinstance(channels, int):
+        return sizes[0]
+    return (sizes[0], sizes[1] if len(sizes) > 1 else sizes[0])
+
+
 def _check_common(m: nn.Module, name: str) -> None:
     if getattr(m, "flow", "source_to_target") != "source_to_target":
         raise Unsupported(f"flow={m.flow!r} (sparsejit's layers pass messages source to target)")
@@ -160,7 +187,8 @@ def _check_common(m: nn.Module, name: str) -> None:
             raise Unsupported(f"{path} is not initialised yet (lazy in_channels=-1): run one "
                               "forward pass first")
     channels = getattr(m, "in_channels", None)
-    if channels == -1 or (isinstance(channels, (tuple, list)) and -1 in channels):
+    lazy = channels == -1 or (isinstance(channels, (tuple, list)) and -1 in channels)
+    if lazy and _initialised_in_channels(m, name) is None:
         raise Unsupported("in_channels=-1 (lazy sizes): pass the sizes to the PyG layer")
     for path, sub in m.named_modules():
         # GIN's `nn` is the user's own module, kept as it is (with its hooks) by the new layer.
@@ -187,6 +215,9 @@ def convert(m: nn.Module, name: str) -> nn.Module:
     from sparsejit import nn as sjnn
     _check_common(m, name)
     kwargs = _ARGS[name](m)
+    sized = _initialised_in_channels(m, name)
+    if sized is not None:
+        kwargs["in_channels"] = sized
     cls = getattr(sjnn, "RGCNConv" if name == "FastRGCNConv" else name)
     try:
         with torch.device("meta"):

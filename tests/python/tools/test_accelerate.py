@@ -177,15 +177,23 @@ def test_layers_left_alone_with_reason(make, reason):
 
 
 def test_lazy_native_layer_takes_the_generic_path():
-    # sparsejit.nn's SAGEConv needs the sizes; PyG's own SAGEConv (its Linears lazy) keeps
-    # its forward and runs its mean aggregation on the SpMM path instead
+    # sparsejit.nn's SAGEConv needs the sizes; PyG's own SAGEConv (its Linears lazy, not
+    # initialised yet) keeps its forward and runs its mean aggregation on the SpMM path
     torch.manual_seed(0)
     model = Wrap(pnn.SAGEConv(-1, 6))
     x, ei = torch.randn(40, 8), graph()
-    model(x, ei)  # initialises the lazy weights
     ref = copy.deepcopy(model)
     _, rep = sj.accelerate(model, return_report=True)
     assert "propagate" in model.layer.__dict__ and "lazy" in rep.entries[0].reason
+    torch.manual_seed(1)  # the lazy initialisation draws the weights: the same on both
+    got = model(x, ei)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, ref(x, ei), atol=1e-5, rtol=1e-5)
+    # once a forward pass has sized its Linears (as in a to_hetero model), it converts
+    layer = sj.restore(model).layer
+    assert layer.in_channels == -1 and "propagate" not in layer.__dict__
+    _, rep = sj.accelerate(model, return_report=True)
+    assert isinstance(model.layer, sj.nn.SAGEConv) and model.layer.in_channels == 8, rep
     torch.testing.assert_close(model(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
 
 
