@@ -54,6 +54,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/deepsparse.json"))
     ap.add_argument("--processes", type=int, default=1,
                     help="repeat the measurement in this many fresh processes; medians")
+    ap.add_argument("--split", action="store_true",
+                    help="also time sparsejit's model stage by stage (stem, layer1..4, head: "
+                         "forward hooks around every module the graph calls) with the "
+                         "activation bytes each stage reads and writes per image")
     ap.add_argument("--singles", action="store_true",
                     help="at batch B > 1 also time B one-image calls on each side (sparsejit's "
                          "model sparsified for batch 1, DeepSparse's engine compiled for batch "
@@ -133,6 +137,9 @@ def main() -> None:
                           f"ms (batch gain {med['sparsejit singles'] / med['sparsejit']:.2f}x), "
                           f"DeepSparse {med['deepsparse singles']:.1f} ms (batch gain "
                           f"{med['deepsparse singles'] / med['deepsparse']:.2f}x)", flush=True)
+                if args.split:
+                    row["split"] = stage_split(sparse, x, args.repeat)
+                    print_split(row["split"], med["sparsejit"], batch)
                 rows.append(row)
                 print(f"{args.model} {sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, "
                       f"sparsejit {med['sparsejit']:.1f} ms (no fused groups "
@@ -154,6 +161,54 @@ def main() -> None:
               f"{r['deepsparse_ms']:.1f} ms | {r['sparsejit_vs_deepsparse']:.2f}x |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(cpu=cpu, args=vars(args), rows=rows), indent=1))
+
+
+def stage_split(model: torch.fx.GraphModule, x: torch.Tensor, repeat: int) -> dict:
+    """{stage: (median ms of one call, activation MB read + written per image)}: every module
+    the traced graph calls is timed by forward hooks and charged to its stage (its name up to
+    the first dot; a fused block counts as one module); "other" is the rest of the call (the
+    functional ops between modules)."""
+    called = {n.target for n in model.graph.nodes if n.op == "call_module"}
+    per_call, mb, t0 = {}, {}, {}
+
+    def stage(name):
+        return name.split(".")[0]
+
+    def pre(m, a, name):
+        t0[name] = time.perf_counter()
+
+    def post(m, a, out, name):
+        st = stage(name)
+        per_call[st] = per_call.get(st, 0.0) + (time.perf_counter() - t0[name]) * 1e3
+        moved = sum(t.numel() for t in a if isinstance(t, torch.Tensor)) + out.numel()
+        mb[st] = mb.get(st, 0.0) + 4 * moved / x.shape[0] / 1e6
+    hooks = []
+    for name, m in model.named_modules():
+        if name in called:
+            hooks.append(m.register_forward_pre_hook(lambda m, a, n=name: pre(m, a, n)))
+            hooks.append(m.register_forward_hook(lambda m, a, o, n=name: post(m, a, o, n)))
+    samples = {}
+    try:
+        for r in range(repeat + 1):
+            per_call.clear()
+            mb.clear()
+            t = time.perf_counter()
+            model(x)
+            total = (time.perf_counter() - t) * 1e3
+            per_call["other"] = total - sum(per_call.values())
+            if r:  # the first call warms up
+                for k, v in per_call.items():
+                    samples.setdefault(k, []).append(v)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {k: (statistics.median(v), mb.get(k, 0.0)) for k, v in samples.items()}
+
+
+def print_split(split: dict, total_ms: float, batch: int) -> None:
+    print(f"  stage split (sparsejit, batch {batch}; hooks add a little):")
+    for k, (ms, moved) in split.items():
+        print(f"    {k:<8} {ms:8.2f} ms {100 * ms / total_ms:5.1f}%   {moved:7.2f} MB/image moved")
 
 
 def vgg16_bn(num_classes=1000) -> nn.Module:
