@@ -341,7 +341,8 @@ def test_planted_autograd_and_store_violations_are_found(tmp_path):
         "        f()\n        t.append(time.perf_counter() - t0)\n"
         "    e = torch.cuda.Event(enable_timing=True)\n    return t\n"
         "def save(p, d):\n    p.write_text(json.dumps(d))\n"
-        "def once(f):\n    t0 = time.perf_counter()\n    f()\n    return time.perf_counter() - t0\n")
+        "def once(f):\n    t0 = time.perf_counter()\n    f()\n"
+        "    return time.perf_counter() - t0\n")
     bad = store_and_timer_violations(tmp_path)
     found = "\n".join(bad)
     for what in ("imports json", "imports read_json", "imports write_json_atomic",
