@@ -57,12 +57,14 @@ class Unsupported(Exception):
 class Segments:
     """Edges grouped by target: ``by_edge`` ``[num_dst, E]`` (row i: the ids of i's edges,
     as columns), ``in_order`` (same rows, columns numbered in that CSR order), ``perm`` (CSR
-    position -> edge) and ``inv`` (edge -> CSR position)."""
+    position -> edge), ``inv`` (edge -> CSR position) and ``row`` (every edge's target, in
+    edge order)."""
 
     by_edge: SparseMatrix
     in_order: SparseMatrix
     perm: torch.Tensor
     inv: torch.Tensor
+    row: torch.Tensor
 
 
 def segments(index: torch.Tensor, num_dst) -> Segments:
@@ -82,7 +84,7 @@ def segments(index: torch.Tensor, num_dst) -> Segments:
         A._s.transpose = (ones, index.to(A.indices.dtype), inv.to(A.indices.dtype))
         st = _Structure(A.indptr, ar.to(A.indices.dtype), (A.shape[0], E))
         st.transpose = (ones, row.to(A.indices.dtype), ar.to(A.indices.dtype))
-        return (A, SparseMatrix(st), perm, inv)
+        return (A, SparseMatrix(st), perm, inv, index)
 
     return Segments(*G.prepared(edges, "edge_segments_by_index", build))
 
@@ -238,19 +240,24 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def _softmax_aggregate(agg, x, seg: Segments):
+    """``sum_e softmax_e(t x_e) x_e`` per target and channel, as ``sum_e x_e exp(a_e - m) /
+    (sum_e exp(a_e - m) + 1e-16)`` (PyG's softmax adds the same 1e-16), m the per-target
+    maximum (detached: the softmax does not depend on it): three SpMMs over the edges in
+    their own order and elementwise work, no permutation (sj.edge_softmax is built for a few
+    heads, not one per channel)."""
     t = agg.t
     if agg.channels != 1:
         t = t.view(-1, agg.channels)
     alpha = x if isinstance(t, (int, float)) and t == 1 else x * t
-    E = x.shape[0]
-    xc = _flat(x).index_select(0, seg.perm)
-    ac = _flat(alpha).index_select(0, seg.perm)
-    if not agg.learn and agg.semi_grad:
-        with torch.no_grad():
-            w = edge_softmax(seg.in_order, ac)
-    else:
-        w = edge_softmax(seg.in_order, ac)
-    return spmm(seg.in_order, xc * w, "sum")
+    index = seg.row
+    semi = not agg.learn and agg.semi_grad
+    with torch.no_grad():
+        m = spmm(seg.by_edge, _flat(alpha.detach()), "max").index_select(0, index)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not semi):
+        e = torch.exp(_flat(alpha) - m)
+        den = spmm(seg.by_edge, e, "sum")
+    num = spmm(seg.by_edge, _flat(x) * e, "sum")
+    return num / (den + 1e-16)
 
 
 def _power_mean(agg, x, seg: Segments):
