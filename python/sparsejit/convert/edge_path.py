@@ -8,8 +8,8 @@ Mechanism: two per-instance overrides, no source reading.
   messages, in edge order, are reduced by one ``sj.spmm`` over a matrix ``[num_dst, E]`` whose
   row i holds the ids of i's edges as columns (built from PyG's ``index`` by the traceable
   CSR op, cached per index content like every structure). Served aggregations: sum / mean /
-  max / min, ``SoftmaxAggregation`` (GENConv's default: ``sj.edge_softmax`` of ``t * m`` per
-  channel, then a sum) and ``PowerMeanAggregation``. Any call it cannot serve (a sparse
+  max / min, ``SoftmaxAggregation`` (GENConv's default: ``sum(m e) / (sum(e) + 1e-16)``
+  per channel, ``e = exp(t m - max)``, three SpMMs) and ``PowerMeanAggregation``. Any call it cannot serve (a sparse
   adjacency, ``ptr``, another node dim) goes to the class's aggregate.
 * ``softmax``: when the layer's ``message`` calls ``torch_geometric.utils.softmax`` through a
   module-level name (``from torch_geometric.utils import softmax``), that name in the
