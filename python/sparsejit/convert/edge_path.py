@@ -184,7 +184,10 @@ def _plain_index(index) -> Optional[torch.Tensor]:
     if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.layout != torch.strided \
             or index.dtype.is_floating_point or index.dtype == torch.bool:
         return None
-    return index.as_subclass(torch.Tensor) if type(index) is not torch.Tensor else index
+    # PyG's Index / EdgeIndex as a plain tensor (not other subclasses: under torch.export
+    # the index is a FakeTensor, and as_subclass would make it a constant)
+    return index.as_subclass(torch.Tensor) if \
+        type(index).__module__.startswith("torch_geometric") else index
 
 
 def _num(index: torch.Tensor, n) -> Optional[int]:

@@ -249,3 +249,13 @@ def test_dynamic_edge_conv_bad_input():
         layer(torch.randn(6, F_IN), torch.tensor([1, 0, 0, 1, 1, 1]))
     with pytest.raises(ValueError, match="batch_src must be a sorted"):
         layer(torch.randn(6, F_IN), torch.tensor([0, 0, 1]))
+
+
+def test_export():
+    torch.manual_seed(0)
+    ref = pnn.EdgeConv(NETS["sequential"]()).eval()
+    new = sj.accelerate(copy.deepcopy(ref))
+    n, ei = GRAPHS["random"]
+    x = torch.randn(n, F_IN)
+    exported = torch.export.export(new, (x, ei))
+    torch.testing.assert_close(exported.module()(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)

@@ -189,3 +189,16 @@ def test_aggregation_it_does_not_serve_is_left_with_reason():
     layer = pnn.GENConv(C, C, aggr=["softmax", "mean"])
     _, rep = sj.accelerate(layer, return_report=True)
     assert not ep.installed(layer) and "per-edge path" in rep.left[0].reason
+
+
+@pytest.mark.parametrize("name", ["gen_softmax", "feast", "user_attention"])
+def test_export(name):
+    make, with_ea, _ = LAYERS[name]
+    torch.manual_seed(0)
+    ref = make().eval()
+    new = sj.accelerate(copy.deepcopy(ref))
+    n, ei = GRAPHS["random"]
+    x = torch.randn(n, C)
+    args = (x, ei) if not with_ea else (x, ei, torch.randn(ei.shape[1], C))
+    exported = torch.export.export(new, args)
+    torch.testing.assert_close(exported.module()(*args), ref(*args), atol=1e-5, rtol=1e-5)
