@@ -16,7 +16,7 @@ namespace sparsejit::filter_conv {
 
 std::string check_bottleneck(int64_t c_in, int64_t h, int64_t w, const Pattern& p1,
                              int64_t cin1, const Pattern& p2, int64_t cin2, int64_t r, int64_t s,
-                             const Pattern& p3, int64_t cin3) {
+                             const Pattern& p3, int64_t cin3, const Pattern* p4, int64_t cin4) {
   auto n = [](int64_t v) { return std::to_string(v); };
   if (h < 1 || w < 1) return "x must have at least one row and column; got " + n(h) + "x" + n(w);
   if (cin1 != c_in)
@@ -30,16 +30,22 @@ std::string check_bottleneck(int64_t c_in, int64_t h, int64_t w, const Pattern& 
   if (cin3 != p2.c_out)
     return "conv3 takes " + n(cin3) + " channels but conv2 gives " + n(p2.c_out);
   if (p3.cols != cin3) return "conv3 must be 1x1";
-  if (p3.c_out != c_in)
+  if (p4 == nullptr && p3.c_out != c_in)
     return "conv3 gives " + n(p3.c_out) + " channels; the identity residual needs " + n(c_in);
+  if (p4 != nullptr) {
+    if (cin4 != c_in)
+      return "the shortcut takes " + n(cin4) + " channels but x has " + n(c_in);
+    if (p4->cols != cin4) return "the shortcut must be 1x1";
+    if (p4->c_out != p3.c_out)
+      return "the shortcut gives " + n(p4->c_out) + " channels but conv3 gives " + n(p3.c_out);
+  }
   if (double(c_in) * h * w > double(1 << 30)) return "x's image is too large (over 2^30 floats)";
   return "";
 }
 
 int64_t choose_band(int64_t h, int64_t w, int64_t m1, int64_t m2, int64_t r, int64_t s) {
-  // Alternated on ResNet-50's identity blocks (benchmarks/bench_fused_cnn.py --bands): a
-  // quarter of L2 for the two buffers; larger bands gained nothing, and smaller ones split
-  // the 1x1s' tiles into more partial ones.
+  // A quarter of L2 for the two buffers (the rest for the weights and the input rows);
+  // `bench_filter_conv.py --blocks --bands` times other heights against it.
   const double budget = double(cpu_l2_bytes()) / 4;
   const double per_row = 4.0 * (double(m1) * (w + s - 1) + double(m2) * w);
   const int64_t fit = static_cast<int64_t>(budget / std::max(per_row, 1.0)) - (r - 1);
@@ -47,14 +53,15 @@ int64_t choose_band(int64_t h, int64_t w, int64_t m1, int64_t m2, int64_t r, int
 }
 
 std::shared_ptr<const Bottleneck> prepare_bottleneck(int64_t c_in, int64_t h, int64_t w,
-                                                     const Pattern& p1, const Pattern& p2,
-                                                     int64_t r, int64_t s, const Pattern& p3,
+                                                     const BlockWeights& W, int64_t r, int64_t s,
                                                      int64_t band, Variant v) {
   auto out = std::make_shared<Bottleneck>();
   Bottleneck& B = *out;
+  const Pattern &p1 = *W.p1, &p2 = *W.p2, &p3 = *W.p3;
   B.c_in = c_in;
   B.m1 = p1.c_out;
   B.m2 = p2.c_out;
+  B.c_out = p3.c_out;
   B.h = h;
   B.w = w;
   B.r = r;
@@ -76,10 +83,17 @@ std::shared_ptr<const Bottleneck> prepare_bottleneck(int64_t c_in, int64_t h, in
   g2.pad_w = s / 2;
   Geometry g3 = g1;
   g3.c_in = B.m2;
-  g3.c_out = c_in;
+  g3.c_out = B.c_out;
   B.P1 = prepare(g1, p1, v);
   B.P2 = prepare(g2, p2, v);
   B.P3 = prepare(g3, p3, v);
+  if (W.p4 != nullptr) {
+    Geometry g4 = g1;
+    g4.c_out = B.c_out;
+    B.P4 = prepare(g4, *W.p4, v);
+    if (tile_pixels(B.P4->variant) != tile_pixels(B.P3->variant))  // they share conv3's tiles
+      B.P4 = prepare(g4, *W.p4, B.P3->variant);
+  }
   return out;
 }
 
@@ -111,14 +125,15 @@ float* aligned(std::vector<float>& store) {
 struct StripRunner {
   const Bottleneck& B;
   const Pattern &p1, &p2, &p3;
-  const float *b1, *b2, *b3;
+  const Pattern* p4;
+  const float *b1, *b2, *b3, *b4;
   int64_t T1, T2, T3, hh, pw, wq, plane1, rows1, tiles3;
-  std::vector<float> buf1, buf2, panel_store, acc;
+  std::vector<float> buf1, buf2, panel_store, acc, acc4;
   float* panel;
 
-  StripRunner(const Bottleneck& b, const Pattern& q1, const Pattern& q2, const Pattern& q3,
-              const float* c1, const float* c2, const float* c3)
-      : B(b), p1(q1), p2(q2), p3(q3), b1(c1), b2(c2), b3(c3) {
+  StripRunner(const Bottleneck& b, const BlockWeights& W)
+      : B(b), p1(*W.p1), p2(*W.p2), p3(*W.p3), p4(W.p4), b1(W.b1), b2(W.b2), b3(W.b3),
+        b4(W.b4) {
     T1 = tile_pixels(B.P1->variant);
     T2 = tile_pixels(B.P2->variant);
     T3 = tile_pixels(B.P3->variant);
@@ -132,10 +147,11 @@ struct StripRunner {
     // panel of buf2 are only read into discarded outputs.
     buf1.assign(B.m1 * plane1 + kSlack, 0.0f);
     buf2.assign(tiles3 * B.m2 * T3 + kSlack, 0.0f);
-    panel_store.assign(B.c_in * T1 + 16, 0.0f);
+    panel_store.assign(B.c_in * std::max(T1, T3) + 16, 0.0f);  // conv1's and the shortcut's
     panel = aligned(panel_store);
     acc.assign(std::max({block_of(T1, B.m1) * T1, block_of(T2, B.m2) * T2,
-                         block_of(T3, B.c_in) * T3}), 0.0f);
+                         block_of(T3, B.c_out) * T3}), 0.0f);
+    if (B.P4) acc4.assign(block_of(T3, B.c_out) * T3, 0.0f);
   }
 
   // conv1 on image rows [ra, rb) of image xn into buf1, whose row 0 is image row `base`.
@@ -252,25 +268,48 @@ struct StripRunner {
           }
         }
       }
-      // conv3 + bias + identity + ReLU to the output rows
+      // conv3 + bias + residual (x, or the shortcut on the same pixels) + ReLU to the
+      // output rows
       {
         const Prepared& P = *B.P3;
-        const int64_t ocb = block_of(T3, B.c_in);
+        const int64_t ocb = block_of(T3, B.c_out);
         const int64_t npix = rows * W;
         for (int64_t t = 0; t * T3 < npix; ++t) {
           const int64_t n = std::min(T3, npix - t * T3);
           const int64_t at = r0 * W + t * T3;
-          for (int64_t oc0 = 0; oc0 < B.c_in; oc0 += ocb) {
-            const int64_t oc1 = std::min(B.c_in, oc0 + ocb);
+          if (B.P4) {  // the shortcut's input: x's pixels of this tile, packed like conv1's
+            for (int64_t c = 0; c < B.c_in; ++c) {
+              float* d = panel + c * T3;
+              for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(xn[c * hw + at + i]);
+              std::fill(d + n, d + T3, 0.0f);
+            }
+          }
+          for (int64_t oc0 = 0; oc0 < B.c_out; oc0 += ocb) {
+            const int64_t oc1 = std::min(B.c_out, oc0 + ocb);
             const BlockLaunch bl{buf2.data() + t * B.m2 * T3, P.off_packed.data(), p3.values,
-                                 P.cp.data(), acc.data(), oc0, oc1, P.chunks, B.c_in,
+                                 P.cp.data(), acc.data(), oc0, oc1, P.chunks, B.c_out,
                                  B.m2 * T3};
             run_tile(P, bl);
+            if (B.P4) {
+              const Prepared& Q = *B.P4;
+              const BlockLaunch sl{panel, Q.off_packed.data(), p4->values, Q.cp.data(),
+                                   acc4.data(), oc0, oc1, Q.chunks, B.c_out, B.c_in * T3};
+              run_tile(Q, sl);
+            }
             for (int64_t oc = oc0; oc < oc1; ++oc) {
               const float bias = b3 != nullptr ? b3[oc] : 0.0f;
               const float* a = acc.data() + (oc - oc0) * T3;
-              const E* res = xn + oc * hw + at;
               E* d = yn + oc * hw + at;
+              if (B.P4) {  // the shortcut's value as its own layer would store it (float32)
+                const float sb = b4 != nullptr ? b4[oc] : 0.0f;
+                const float* s4 = acc4.data() + (oc - oc0) * T3;
+                for (int64_t k = 0; k < n; ++k) {
+                  const float z = (a[k] + bias) + (s4[k] + sb);
+                  d[k] = E(z > 0.0f ? z : 0.0f);
+                }
+                continue;
+              }
+              const E* res = xn + oc * hw + at;
               for (int64_t k = 0; k < n; ++k) {  // bfloat16: rounded once, to nearest even
                 const float z = (a[k] + bias) + static_cast<float>(res[k]);
                 d[k] = E(z > 0.0f ? z : 0.0f);
@@ -287,11 +326,9 @@ struct StripRunner {
 
 namespace {
 template <typename E>
-void forward_io(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                const Pattern& p3, const E* x, const float* b1, const float* b2, const float* b3,
-                E* y) {
+void forward_io(const Bottleneck& B, int64_t batch, const BlockWeights& W, const E* x, E* y) {
   if (batch == 0) return;
-  const int64_t img = B.c_in * B.h * B.w;
+  const int64_t img = B.c_in * B.h * B.w, img_out = B.c_out * B.h * B.w;
   // Strips: one per image when the images share the threads out evenly; else each image cut
   // into one strip per thread (R - 1 conv1 rows computed twice at each cut), at most one per
   // band.
@@ -302,27 +339,25 @@ void forward_io(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pat
   const int64_t tasks = batch * per_image;
 #pragma omp parallel
   {
-    StripRunner run(B, p1, p2, p3, b1, b2, b3);
+    StripRunner run(B, W);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t n = t / per_image, k = t % per_image;
       const int64_t s0 = k * strip_rows, s1 = std::min(B.h, s0 + strip_rows);
-      if (s0 < s1) run.run(x + n * img, y + n * img, s0, s1);
+      if (s0 < s1) run.run(x + n * img, y + n * img_out, s0, s1);
     }
   }
 }
 }  // namespace
 
-void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                        const Pattern& p3, const float* x, const float* b1, const float* b2,
-                        const float* b3, float* y) {
-  forward_io(B, batch, p1, p2, p3, x, b1, b2, b3, y);
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const BlockWeights& W,
+                        const float* x, float* y) {
+  forward_io(B, batch, W, x, y);
 }
 
-void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                        const Pattern& p3, const bf16* x, const float* b1, const float* b2,
-                        const float* b3, bf16* y) {
-  forward_io(B, batch, p1, p2, p3, x, b1, b2, b3, y);
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const BlockWeights& W,
+                        const bf16* x, bf16* y) {
+  forward_io(B, batch, W, x, y);
 }
 
 }  // namespace sparsejit::filter_conv

@@ -1,7 +1,8 @@
 // Fused groups of filter-sparse layers (post-tiling fusion, issue 47): a ResNet bottleneck
-// y = relu(conv3(relu(conv2(relu(conv1(x) + b1)) + b2)) + b3 + x), where conv1 and conv3 are
-// 1x1 and conv2 is an odd R x S "same" convolution (stride 1, padding R/2, S/2), run over
-// bands of output rows so that the two intermediate activations never leave the core's caches.
+// y = relu(conv3(relu(conv2(relu(conv1(x) + b1)) + b2)) + b3 + r), where conv1 and conv3 are
+// 1x1, conv2 is an odd R x S "same" convolution (stride 1, padding R/2, S/2), and the residual
+// r is x itself or a 1x1 projection shortcut conv4(x) + b4 (no ReLU), run over bands of
+// output rows so that the intermediate activations never leave the core's caches.
 //
 // Only the output space is tiled: a band of output rows [r0, r1) of one image. Its producer
 // tiles follow from what each consumer reads: conv3 reads conv2's band as it is (1x1), conv2
@@ -30,17 +31,25 @@
 namespace sparsejit::filter_conv {
 
 struct Bottleneck {
-  int64_t c_in = 0, m1 = 0, m2 = 0, h = 0, w = 0;  // conv3 writes c_in channels
+  int64_t c_in = 0, m1 = 0, m2 = 0, c_out = 0, h = 0, w = 0;  // conv3 writes c_out channels
   int64_t r = 3, s = 3;                           // conv2's kernel (odd)
   int64_t band = 0;                               // output rows per band (0: planner)
   std::shared_ptr<const Prepared> P1, P2, P3;     // prepared on the band's geometry
+  std::shared_ptr<const Prepared> P4;             // the projection shortcut, or null
 };
 
-// Empty when the three weight shapes make a bottleneck on an [*, c_in, h, w] input; else a
-// message naming the offending layer.
+// The layers' weights and biases (p4 / b4: the projection shortcut; p4 null for identity).
+struct BlockWeights {
+  const Pattern *p1 = nullptr, *p2 = nullptr, *p3 = nullptr, *p4 = nullptr;
+  const float *b1 = nullptr, *b2 = nullptr, *b3 = nullptr, *b4 = nullptr;
+};
+
+// Empty when the weight shapes (cinK: layer K's input channels per its plan; p4 may be null)
+// make a bottleneck on an [*, c_in, h, w] input; else a message naming the offending layer.
 std::string check_bottleneck(int64_t c_in, int64_t h, int64_t w, const Pattern& p1,
                              int64_t cin1, const Pattern& p2, int64_t cin2, int64_t r, int64_t s,
-                             const Pattern& p3, int64_t cin3);
+                             const Pattern& p3, int64_t cin3, const Pattern* p4 = nullptr,
+                             int64_t cin4 = 0);
 
 // Output rows per band for an image of h x w with m1 conv1 channels: the rolling buffer of
 // conv1 (m1 x (band + r - 1) x (w + s - 1) floats) and conv2's band (m2 x band x w) within
@@ -50,19 +59,16 @@ int64_t choose_band(int64_t h, int64_t w, int64_t m1, int64_t m2, int64_t r, int
 // Prepares the three layers for bands of `band` rows (0: choose_band). Patterns must pass
 // check_pattern and the shapes check_bottleneck; v as for prepare().
 std::shared_ptr<const Bottleneck> prepare_bottleneck(int64_t c_in, int64_t h, int64_t w,
-                                                     const Pattern& p1, const Pattern& p2,
-                                                     int64_t r, int64_t s, const Pattern& p3,
+                                                     const BlockWeights& W, int64_t r, int64_t s,
                                                      int64_t band, Variant v);
 
-// y [batch, c_in, h, w] from x of the same shape (not overlapping y); biases may be null.
-void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                        const Pattern& p3, const float* x, const float* b1, const float* b2,
-                        const float* b3, float* y);
-// The same with bfloat16 x and y: x widened where conv1 stages it and where the residual is
-// added, sums and intermediates in float32, each output rounded once to nearest even (the
-// bits of the float32 block on the widened input, rounded).
-void bottleneck_forward(const Bottleneck& B, int64_t batch, const Pattern& p1, const Pattern& p2,
-                        const Pattern& p3, const bf16* x, const float* b1, const float* b2,
-                        const float* b3, bf16* y);
+// y [batch, c_out, h, w] from x [batch, c_in, h, w] (not overlapping y); biases may be null.
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const BlockWeights& W,
+                        const float* x, float* y);
+// The same with bfloat16 x and y: x widened where it is staged and where the residual is
+// added, sums and intermediates (the shortcut's output too) in float32, each output rounded
+// once to nearest even.
+void bottleneck_forward(const Bottleneck& B, int64_t batch, const BlockWeights& W,
+                        const bf16* x, bf16* y);
 
 }  // namespace sparsejit::filter_conv

@@ -288,7 +288,7 @@ def test_fx_pass_fuses_the_identity_blocks_only(tmp_path):
                       progress=False, fuse_groups=False, cache_dir=tmp_path)
     gm = copy.deepcopy(sparse)
     found = bottleneck_candidates(gm)
-    assert [n3.target for _, _, n3 in found] == ["a.conv3", "b.conv3"]
+    assert [(n3.target, n4) for _, _, n3, n4 in found] == [("a.conv3", None), ("b.conv3", None)]
     shapes = {"a.conv1": ((2, 16, 12, 12), torch.float32), "b.conv1": ((2, 16, 12, 12),
                                                                       torch.float32)}
     seen = []
@@ -367,3 +367,124 @@ def test_sparsified_model_with_fused_blocks_compiles_and_exports(tmp_path):
     assert len(blocks) == 2
     with torch.no_grad():
         assert torch.equal(ep.module()(x), want)
+
+
+# ---- the projection shortcut (a stage's first block, stride 1) ------------------------------
+
+def shortcut_case(c=8, m=4, c_out=16, seed=5, sparsity=0.7):
+    g = torch.Generator().manual_seed(seed)
+    ws = [pruned((m, c, 1, 1), sparsity, g), pruned((m, m, 3, 3), sparsity, g),
+          pruned((c_out, m, 1, 1), sparsity, g), pruned((c_out, c, 1, 1), sparsity, g)]
+    bs = [torch.randn(n, generator=g) for n in (m, m, c_out, c_out)]
+    return ws, bs
+
+
+def shortcut_reference(ws, bs, x):
+    d = [b.double() for b in bs]
+    a = F.relu(F.conv2d(x.double(), ws[0].double(), d[0]))
+    a = F.relu(F.conv2d(a, ws[1].double(), d[1], padding=1))
+    return F.relu(F.conv2d(a, ws[2].double(), d[2]) + F.conv2d(x.double(), ws[3].double(), d[3]))
+
+
+@pytest.mark.parametrize("batch, h, w, band", [(1, 9, 7, 0), (3, 6, 11, 2), (2, 1, 1, 0),
+                                               (0, 4, 4, 0), (2, 13, 5, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shortcut_matches_reference_and_layer_calls_bitwise(batch, h, w, band, threads,
+                                                            poison_empty):
+    ws, bs = shortcut_case(seed=batch + h)
+    x = torch.randn(batch, 8, h, w)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for variant in (5, 3, 1):
+            plans = [PLAN(wt, 0.0, variant) for wt in ws]
+            y = BLOCK(x, *args_of(plans[:3], bs[:3]), band=band, plan4=plans[3][0],
+                      rowptr4=plans[3][1], taps4=plans[3][2], values4=plans[3][3], bias4=bs[3])
+            assert y.shape == (batch, 16, h, w) and not y.isnan().any()
+            torch.testing.assert_close(y.double(), shortcut_reference(ws, bs, x), atol=1e-4,
+                                       rtol=1e-4)
+            r = CONV(*plans[3], x, bs[3], [1, 1], [1, 1], [0, 0], [1, 1], 1, False)
+            a = CONV(*plans[0], x, bs[0], [1, 1], [1, 1], [0, 0], [1, 1], 1, True)
+            a = CONV(*plans[1], a, bs[1], [3, 3], [1, 1], [1, 1], [1, 1], 1, True)
+            want = CONV(*plans[2], a, bs[2], [1, 1], [1, 1], [0, 0], [1, 1], 1, True, residual=r)
+            assert torch.equal(y, want), variant
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("what, match", [
+    ("partial", "plan4, rowptr4, taps4 and values4 together"),
+    ("bias_only", "bias4 given without the shortcut"),
+    ("channels_out", "the shortcut gives 15 channels but conv3 gives 16"),
+    ("channels_in", "the shortcut takes 9 channels but x has 8"),
+    ("not_1x1", "the shortcut .layer 4. must be 1x1"),
+    ("bias4", "bias4 must have shape"),
+])
+def test_shortcut_bad_arguments(what, match):
+    ws, bs = shortcut_case()
+    plans = [list(PLAN(wt, 0.0, 2)) for wt in ws]
+    x = torch.randn(1, 8, 5, 5)
+    kw = dict(plan4=plans[3][0], rowptr4=plans[3][1], taps4=plans[3][2], values4=plans[3][3],
+              bias4=bs[3])
+    if what == "partial":
+        del kw["taps4"]
+    elif what == "bias_only":
+        kw = dict(bias4=bs[3])
+    elif what == "channels_out":
+        p = PLAN(torch.ones(15, 8, 1, 1), 0.0, 2)
+        kw.update(plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3], bias4=None)
+    elif what == "channels_in":
+        p = PLAN(torch.ones(16, 9, 1, 1), 0.0, 2)
+        kw.update(plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3])
+    elif what == "not_1x1":
+        p = PLAN(torch.ones(16, 8, 3, 3), 0.0, 2)
+        kw.update(plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3])
+    elif what == "bias4":
+        kw["bias4"] = torch.randn(3)
+    with pytest.raises((ValueError, RuntimeError), match=match):
+        BLOCK(x, *args_of(plans[:3], bs[:3]), **kw)
+    if what != "bias_only":  # an identity residual needs conv3 to give x's channels
+        with pytest.raises((ValueError, RuntimeError), match="identity residual needs 8"):
+            BLOCK(x, *args_of(plans[:3], bs[:3]))
+
+
+class ProjectionBlock(nn.Module):
+    """A stage's first bottleneck at stride 1 (ResNet-50's layer1.0): 1x1 projection shortcut."""
+
+    def __init__(self, c=8, m=4, out=16):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, m, 1, bias=False), nn.BatchNorm2d(m)
+        self.conv2, self.bn2 = nn.Conv2d(m, m, 3, padding=1, bias=False), nn.BatchNorm2d(m)
+        self.conv3, self.bn3 = nn.Conv2d(m, out, 1, bias=False), nn.BatchNorm2d(out)
+        self.downsample = nn.Sequential(nn.Conv2d(c, out, 1, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + self.downsample(x))
+
+
+def test_sparsify_fuses_a_projection_block_and_exports(tmp_path):
+    torch.manual_seed(3)
+    model = nn.Sequential(ProjectionBlock(), Bottleneck(16)).eval()
+    randomize_bn(model)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                m.weight.mul_(torch.rand(m.weight.shape) > 0.8)
+    x = torch.randn(2, 8, 10, 10)
+    opts = dict(fold_bn=True, verbose=False, progress=False, cache_dir=tmp_path)
+    plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
+    fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
+    blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
+    assert len(blocks) == 2 and isinstance(blocks[0].shortcut, SparseConv2d)
+    assert blocks[1].shortcut is None
+    assert torch.equal(fused(x), plain(x))
+    torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)
+    # the unfused fallback (a gradient asked of the input) gives the same values
+    torch.testing.assert_close(blocks[0](x.clone().requires_grad_()), blocks[0](x))
+    ep = torch.export.export(fused, (x,))
+    assert sum(str(n.target) == "sparsejit.filter_conv_bottleneck.default"
+               for n in ep.graph.nodes) == 2
+    with torch.no_grad():
+        assert torch.equal(ep.module()(x), fused(x))

@@ -1,6 +1,7 @@
 """Fuzz case kinds for the fused bottleneck of filter-sparse layers (``filter_conv_bottleneck``):
 valid random blocks (every sparsity, odd conv2 kernels, tiny and one-row images, empty batch,
-forced bands, any float dtype and layout) against float64 conv2d, and bad arguments (a plan,
+forced bands, any float dtype and layout, identity or projection shortcut) against float64
+conv2d, and bad arguments (a plan,
 rowptr, taps or values that is wrong, channels that do not chain, an even or strided conv2,
 x of the wrong rank / dtype / channels, a negative band). Every valid draw forces one
 precompiled variant in all three plans (a JIT compile costs seconds)."""
@@ -27,11 +28,15 @@ def _block(r: Rand):
     def w(shape):
         t = r.data(shape, torch.float32)
         return t * (torch.rand(shape, generator=r.g) >= sp)
-    ws = [w((m1, c, 1, 1)), w((m2, m1) + k), w((c, m2, 1, 1))]
+    shortcut = r.coin(0.3)  # a 1x1 projection of x as the residual, c_out channels
+    c_out = r.randint(1, 6) if shortcut else c
+    ws = [w((m1, c, 1, 1)), w((m2, m1) + k), w((c_out, m2, 1, 1))]
+    if shortcut:
+        ws.append(w((c_out, c, 1, 1)))
     if r.coin(0.1):  # one output channel dense, the others empty (very skewed)
         ws[1] = torch.zeros_like(ws[1])
         ws[1][0] = r.data(tuple(ws[1].shape[1:]), torch.float32)
-    bs = [r.data((n,), torch.float32) if r.coin(0.7) else None for n in (m1, m2, c)]
+    bs = [r.data((wt.shape[0],), torch.float32) if r.coin(0.7) else None for wt in ws]
     h, wd = r.randint(1, 9), r.randint(1, 9)
     x = r.data((r.randint(0, 3), c, h, wd), torch.float32)
     return ws, bs, x, k
@@ -42,20 +47,30 @@ def _ref(ws, bs, x, k):
     xd = x.float().double()
     a = F.relu(F.conv2d(xd, ws[0].double(), d[0]))
     a = F.relu(F.conv2d(a, ws[1].double(), d[1], padding=(k[0] // 2, k[1] // 2)))
-    y = F.relu(F.conv2d(a, ws[2].double(), d[2]) + xd)
+    res = xd if len(ws) == 3 else F.conv2d(xd, ws[3].double(), d[3])
+    y = F.relu(F.conv2d(a, ws[2].double(), d[2]) + res)
     # magnitudes: the same network on |.| without ReLUs (the error scale of each output)
     m = F.conv2d(xd.abs(), ws[0].double().abs(), None if d[0] is None else d[0].abs())
     m = F.conv2d(m, ws[1].double().abs(), None if d[1] is None else d[1].abs(),
                  padding=(k[0] // 2, k[1] // 2))
-    m = F.conv2d(m, ws[2].double().abs(), None if d[2] is None else d[2].abs()) + xd.abs()
+    res = xd.abs() if len(ws) == 3 else F.conv2d(
+        xd.abs(), ws[3].double().abs(), None if d[3] is None else d[3].abs())
+    m = F.conv2d(m, ws[2].double().abs(), None if d[2] is None else d[2].abs()) + res
     return y, m
 
 
 def _args(plans, bs):
     out = []
-    for p, b in zip(plans, bs):
+    for p, b in zip(plans[:3], bs[:3]):
         out += [*p, b]
     return out
+
+
+def _kw(plans, bs, band):
+    if len(plans) == 3:
+        return dict(band=band)
+    p = plans[3]
+    return dict(band=band, plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3], bias4=bs[3])
 
 
 def bottleneck_valid(r: Rand) -> Case:
@@ -72,17 +87,17 @@ def bottleneck_valid(r: Rand) -> Case:
 
     def call():
         plans = [PLAN(w, 0.0, variant) for w in ws]
-        return BLOCK(x, *_args(plans, bs), band=band)
+        return BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band))
 
     def check(y):
-        if not isinstance(y, torch.Tensor) or y.dtype != dtype or y.shape != x.shape:
+        if not isinstance(y, torch.Tensor) or y.dtype != dtype or y.shape != ref.shape:
             return f"got {getattr(y, 'dtype', type(y))} {getattr(y, 'shape', '')}, " \
-                   f"expected {dtype} {tuple(x.shape)}"
+                   f"expected {dtype} {tuple(ref.shape)}"
         cmp = dtype if dtype != torch.float64 else torch.float32
         return close(y.to(cmp), ref, mag, cmp, "y")
     return Case("valid", call, check, "valid filter_conv_bottleneck",
                 dict(w=[tuple(w.shape) for w in ws], x=tuple(x.shape), dtype=str(dtype),
-                     layout=layout, variant=variant, band=band),
+                     layout=layout, variant=variant, band=band, shortcut=len(ws) == 4),
                 f16=dtype == torch.float16)
 
 
@@ -96,7 +111,7 @@ def bottleneck_bad_args(r: Rand) -> Case:
                      "taps_order", "values_len", "values_dtype", "taps_dtype", "chain",
                      "residual", "even", "x_dtype", "x_rank", "x_channels", "bias", "band",
                      "swap"])
-    i = r.randint(0, 2)
+    i = r.randint(0, len(ws) - 1)
     names = (what.split("_")[0],)
     p = plans[i]
     if what == "plan_len":
@@ -126,10 +141,10 @@ def bottleneck_bad_args(r: Rand) -> Case:
     elif what == "chain":  # conv2 taking another channel count than conv1 gives
         plans[1] = list(PLAN(torch.ones(ws[1].shape[0], ws[1].shape[1] + 1, *k), 0.0, 1))
         names = ("conv2", "channels")
-    elif what == "residual":  # conv3 not giving x's channels
+    elif what == "residual":  # conv3 not giving x's channels (or the shortcut's)
         plans[2] = list(PLAN(torch.ones(ws[2].shape[0] + 1, ws[2].shape[1], 1, 1), 0.0, 1))
-        names = ("conv3", "residual", "bias")
-        bs = [bs[0], bs[1], None]
+        names = ("conv3", "residual", "bias", "shortcut")
+        bs = [bs[0], bs[1], None] + bs[3:]
     elif what == "even":
         plans[1] = list(PLAN(torch.ones(ws[1].shape[0], ws[1].shape[1], 2, 2), 0.0, 1))
         names = ("conv2", "odd")
@@ -140,7 +155,7 @@ def bottleneck_bad_args(r: Rand) -> Case:
         x = x[0]
     elif what == "x_channels":
         x = r.data((1, x.shape[1] + 1) + tuple(x.shape[2:]), torch.float32)
-        names = ("conv1", "channels", "x")
+        names = ("conv1", "channels", "x", "shortcut")
     elif what == "bias":
         bs = list(bs)
         n = ws[i].shape[0] + 1
@@ -149,11 +164,11 @@ def bottleneck_bad_args(r: Rand) -> Case:
         band = r.choice([-1, -2**40])
     elif what == "swap" and k != (1, 1):  # conv1 and conv2 swapped (a k x k where a 1x1 belongs)
         plans[0], plans[1] = plans[1], plans[0]
-        bs = [bs[1], bs[0], bs[2]]
+        bs = [bs[1], bs[0]] + bs[2:]
         names = ("1x1", "conv1", "conv2", "channels")
     else:
         return bottleneck_valid(r)
-    return Case("invalid", lambda: BLOCK(x, *_args(plans, bs), band=band), None,
+    return Case("invalid", lambda: BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band)), None,
                 f"filter_conv_bottleneck with a bad {what}", dict(what=what, layer=i + 1),
                 names=names)
 

@@ -214,7 +214,8 @@ def _fuse_groups(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows:
 
     def rewrite(label, before, after, shape, dtype):
         nonlocal changed
-        convs = (after.conv1, after.conv2, after.conv3.conv)
+        convs = (after.conv1, after.conv2, after.conv3.conv) + \
+            (() if after.shortcut is None else (after.shortcut,))
         fps = "".join(fingerprint(c.rowptr, c.taps) for c in convs)
         kernels = tuple(int(c.plan[3]) for c in convs)  # plan_header.h: kWordKernel
         key = f"bottleneck|{fps}|{kernels}|{_input_key(shape, dtype, torch.device('cpu'))}"
