@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from sparsejit.convert import gen_conv
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.edge_softmax import edge_softmax
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
@@ -150,6 +151,9 @@ def install(m: nn.Module) -> str:
             g[name] = softmax
         entry[3].add(id(m))
         m.__dict__["propagate"] = types.MethodType(_active_propagate, m)
+    elif gen_conv.is_gen_conv(m):
+        gen_conv.install(m)
+        what += " (no edge features: on node rows)"
     return what
 
 
@@ -162,7 +166,7 @@ def uninstall(m: nn.Module) -> None:
                     g[name] = orig
             del _PATCHED[key]
     prop = m.__dict__.get("propagate")
-    if getattr(prop, "__func__", None) is _active_propagate:
+    if getattr(prop, "__func__", None) is _active_propagate or gen_conv.installed(m):
         del m.__dict__["propagate"]
     m.__dict__.pop(KIND, None)
     m.__dict__.pop("aggregate", None)

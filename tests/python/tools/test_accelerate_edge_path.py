@@ -68,6 +68,15 @@ LAYERS = {  # name: (factory, takes edge_attr, aggregation the report names)
     "gen_powermean_fixed": (lambda: pnn.GENConv(C, C, aggr="powermean", p=2.0), True,
                             "powermean"),
     "gen_add": (lambda: pnn.GENConv(C, C, aggr="add"), True, "sum"),
+    # without edge features: GENConv's aggregation on node rows (convert/gen_conv.py)
+    "gen_nodes_softmax": (lambda: pnn.GENConv(C, C), False, "on node rows"),
+    "gen_nodes_softmax_learn_t": (lambda: pnn.GENConv(C, 6, learn_t=True, t=0.7,
+                                                      msg_norm=True), False, "softmax"),
+    "gen_nodes_softmax_sg": (lambda: pnn.GENConv(C, C, aggr="softmax_sg", t=2.0), False,
+                             "softmax"),
+    "gen_nodes_powermean": (lambda: pnn.GENConv(C, C, aggr="powermean", learn_p=True, p=1.5),
+                            False, "powermean"),
+    "gen_nodes_add": (lambda: pnn.GENConv(C, C, aggr="add"), False, "sum"),
     "gen_max": (lambda: pnn.GENConv(C, C, aggr="max"), False, "max"),
     "gen_mean": (lambda: pnn.GENConv(C, C, aggr="mean"), False, "mean"),
     "feast": (lambda: pnn.FeaStConv(C, 6, heads=2), False, "mean"),
@@ -124,8 +133,15 @@ def test_the_path_runs_sparsejit_ops(monkeypatch):
     monkeypatch.setattr(ep, "edge_softmax", lambda *a: seen.append("softmax") or esm(*a))
     n, ei = GRAPHS["random"]
     x = torch.randn(n, C)
-    sj.accelerate(pnn.GENConv(C, C))(x, ei)
+    gen = sj.accelerate(pnn.GENConv(C, C))
+    gen(x, ei, torch.randn(ei.shape[1], C))  # with edge features: per edge
     assert seen == ["max", "sum", "sum"]  # softmax aggregation: maximum, denominator, sum
+    seen.clear()
+    from sparsejit.convert import gen_conv
+    monkeypatch.setattr(gen_conv, "spmm", lambda *a, **k: seen.append(a[2]) or spmm(*a, **k))
+    gen(x, ei)  # without: on node rows
+    assert seen == ["max", "sum", "sum"] and gen_conv.installed(gen)
+    seen.clear()
     seen.clear()
     layer = sj.accelerate(UserAttention(C, 4))
     layer(x, ei)
@@ -202,3 +218,22 @@ def test_export(name):
     args = (x, ei) if not with_ea else (x, ei, torch.randn(ei.shape[1], C))
     exported = torch.export.export(new, args)
     torch.testing.assert_close(exported.module()(*args), ref(*args), atol=1e-5, rtol=1e-5)
+
+
+def test_gen_conv_far_below_the_channel_maximum_goes_per_edge(monkeypatch):
+    from sparsejit.convert import gen_conv
+    torch.manual_seed(0)
+    ref = pnn.GENConv(C, C).double()
+    layer = sj.accelerate(copy.deepcopy(ref))
+    n, ei = GRAPHS["random"]
+    x = torch.randn(n, C, dtype=torch.float64)
+    x[n - 1] = 500.0  # a source with no out-edges here: the channel maxima are 500
+    ei = ei[:, ei[0] != n - 1]
+    fell_back = []
+    per_edge = ep.aggregate
+    monkeypatch.setattr(ep, "aggregate", lambda *a, **k: fell_back.append(1) or per_edge(*a, **k))
+    layer.__dict__["aggregate"] = ep.aggregate.__get__(layer)
+    want, got = _run(ref, x, ei, None), _run(layer, x, ei, None)
+    assert fell_back and gen_conv.installed(layer)
+    torch.testing.assert_close(got[0], want[0], **TOL)
+    torch.testing.assert_close(got[1], want[1], **TOL)
