@@ -94,8 +94,8 @@ def _softmax(agg, A, h):
         t = t.view(-1, agg.channels)
     a = h if isinstance(t, (int, float)) and t == 1 else h * t
     semi = not agg.learn and agg.semi_grad
-    if torch.compiler.is_compiling():  # the spread check reads data: per edge instead
-        return None
+    if torch.compiler.is_compiling() or h.dtype == torch.float16:
+        return None  # the spread check reads data / exp(-60) underflows in half: per edge
     with torch.no_grad():
         top = a.detach().amax(0, keepdim=True) if a.shape[0] else a.new_zeros(1, a.shape[1])
         own = spmm(A, a.detach(), "max")  # each target's maximum (0 without in-edges)
