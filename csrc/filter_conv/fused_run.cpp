@@ -330,12 +330,11 @@ void forward_io(const Bottleneck& B, int64_t batch, const BlockWeights& W, const
   if (batch == 0) return;
   const int64_t img = B.c_in * B.h * B.w, img_out = B.c_out * B.h * B.w;
   // Strips: one per image when the images share the threads out evenly; else each image cut
-  // into one strip per thread (R - 1 conv1 rows computed twice at each cut), at most one per
-  // band.
+  // into one strip of equal rows per thread (R - 1 conv1 rows computed twice at each cut),
+  // at most one per row.
   const int64_t threads = omp_get_max_threads();
-  const int64_t bands = (B.h + B.band - 1) / B.band;
-  const int64_t per_image = batch % threads == 0 ? 1 : std::min(threads, bands);
-  const int64_t strip_rows = ((bands + per_image - 1) / per_image) * B.band;
+  const int64_t per_image = batch % threads == 0 ? 1 : std::min(threads, B.h);
+  const int64_t strip_rows = (B.h + per_image - 1) / per_image;
   const int64_t tasks = batch * per_image;
 #pragma omp parallel
   {
