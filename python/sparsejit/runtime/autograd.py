@@ -55,16 +55,13 @@ def _function(name: str, forward: Callable, backward: Callable) -> type:
     """A torch.autograd.Function subclass named `name` whose forward and backward are the
     given plain functions (``forward(ctx, *args)``, ``backward(ctx, *grads)``)."""
 
-    def fwd(ctx, *args):
-        return forward(ctx, *args)
-
     def bwd(ctx, *grads):
         with _below_autograd_unless_recording():
             return backward(ctx, *grads)
 
     meta = type(torch.autograd.Function)  # its metaclass builds the backward node class
     return meta(name, (torch.autograd.Function,),
-                {"forward": staticmethod(fwd), "backward": staticmethod(bwd),
+                {"forward": staticmethod(forward), "backward": staticmethod(bwd),
                  "__doc__": forward.__doc__, "__module__": forward.__module__})
 
 
