@@ -202,7 +202,6 @@ def _minibatch_model(kind: str, f: int, classes: int):
 def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
     """Rows of per-step medians: PyG, accelerated, accelerated without the sorted path."""
     import statistics
-    import time
     from sparsejit.families.spmm import graph as G
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_minibatch import NeighborSampler
@@ -262,7 +261,8 @@ def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
                              speedup=med[0] / med[1], structure_ms=prep_ms,
                              structure_share=prep_ms / med[1], max_rel_err=0.0))
             print(f"{spec:>20} batch {batch} {kind:<5} subgraphs {nodes:.0f} nodes / {edges:.0f} "
-                  f"edges: pyg {med[0]:8.2f} ms  accelerated {med[1]:8.2f} ms  x{med[0] / med[1]:5.2f}"
+                  f"edges: pyg {med[0]:8.2f} ms  accelerated {med[1]:8.2f} ms  "
+                  f"x{med[0] / med[1]:5.2f}"
                   f"  (sorting op {med[2]:8.2f} ms; structure {prep_ms:.2f} ms = "
                   f"{100 * prep_ms / med[1]:.0f}% of the step)", flush=True)
     return rows
@@ -442,7 +442,8 @@ def main(argv=None) -> int:
         rows += bench_dgcnn(args.points or (1024 if args.quick else 4096), repeats)
     if "hetero" in args.models:
         rows += bench_hetero(args.hetero_nodes or (2000 if args.quick else 100000), f, repeats)
-    result = dict(cpu=cpu_line(), threads=args.threads, clock=args.clock, load_average=os.getloadavg(),
+    result = dict(cpu=cpu_line(), threads=args.threads, clock=args.clock,
+                  load_average=os.getloadavg(),
                   repeats=repeats, torch=torch.__version__, quick=args.quick,
                   note="forward+backward of the whole model, medians of interleaved steps",
                   rows=rows)

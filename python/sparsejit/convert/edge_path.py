@@ -9,8 +9,9 @@ Mechanism: two per-instance overrides, no source reading.
   row i holds the ids of i's edges as columns (built from PyG's ``index`` by the traceable
   CSR op, cached per index content like every structure). Served aggregations: sum / mean /
   max / min, ``SoftmaxAggregation`` (GENConv's default: ``sum(m e) / (sum(e) + 1e-16)``
-  per channel, ``e = exp(t m - max)``, three SpMMs) and ``PowerMeanAggregation``. Any call it cannot serve (a sparse
-  adjacency, ``ptr``, another node dim) goes to the class's aggregate.
+  per channel, ``e = exp(t m - max)``, three SpMMs) and ``PowerMeanAggregation``. Any call
+  it cannot serve (a sparse adjacency, ``ptr``, another node dim) goes to the class's
+  aggregate.
 * ``softmax``: when the layer's ``message`` calls ``torch_geometric.utils.softmax`` through a
   module-level name (``from torch_geometric.utils import softmax``), that name in the
   message's module is pointed at :func:`softmax` below, which computes the same function with
@@ -231,7 +232,7 @@ def aggregate(self, inputs, index, ptr=None, dim_size=None):
     if n is None:
         return type(self).aggregate(self, inputs, index, ptr=ptr, dim_size=dim_size)
     seg = segments(idx, n)
-    E, tail = inputs.shape[0], tuple(inputs.shape[1:])
+    tail = tuple(inputs.shape[1:])
     if kind in _REDUCE:
         out = spmm(seg.by_edge, _flat(inputs), _REDUCE[kind])
     elif kind == "SoftmaxAggregation":

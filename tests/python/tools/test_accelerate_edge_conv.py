@@ -83,7 +83,7 @@ def test_accelerated_edge_conv_equals_pyg(net, aggr, graph):
     assert list(after) == list(before) and all(after[k] is before[k] for k in before)
     x = torch.randn(n, F_IN, dtype=torch.float64)
     _assert_same(_run(new, x, ei), _run(ref, x, ei))
-    if "batchnorm" in net and pyg_layer.training:  # the running statistics moved alike (the same tensors)
+    if "batchnorm" in net and pyg_layer.training:  # running statistics moved alike (shared)
         keys = [k for k in ref.state_dict() if k.endswith("running_mean")]
         assert keys
         for k in keys:
