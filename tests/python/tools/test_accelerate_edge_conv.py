@@ -259,3 +259,19 @@ def test_export():
     x = torch.randn(n, F_IN)
     exported = torch.export.export(new, (x, ei))
     torch.testing.assert_close(exported.module()(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+
+
+def test_dgcnn_example_trains_both_models_alike(capsys, tmp_path):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "examples" / "accelerate_dgcnn.py"
+    spec = importlib.util.spec_from_file_location("accelerate_dgcnn", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--points", "300", "--k", "8", "--epochs", "3", "--threads", "1",
+                     "--plot", str(tmp_path / "dgcnn.png")]) == 0
+    out = capsys.readouterr().out
+    losses = [line.split("final loss ")[1].split(",")[0] for line in out.splitlines()
+              if "final loss" in line]
+    assert len(losses) == 2 and losses[0] == losses[1]  # same weights, same maths
+    assert "2 converted" in out
