@@ -358,6 +358,9 @@ std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Var
   P.out_direct = L.out_direct;
   P.wq = L.wq;
   P.plane_c = L.plane_c;
+  P.hq = L.hq;
+  P.plane = L.plane;
+  P.slot = L.slot;
   P.img = L.img;
   P.len = L.len;
   const int64_t cin_g = g.c_in / g.groups;

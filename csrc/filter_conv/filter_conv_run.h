@@ -85,6 +85,11 @@ struct Prepared {
   double jit_compile_ms = 0;  // this prepare's compile time (0 on a cache hit)
   bool in_place = false, out_direct = false, packed = false;
   int64_t wq = 0, plane_c = 0, img = 0, len = 0, chunks = 0;
+  // The phase planes' layout (not in place): hq rows of wq per plane, `plane` = hq * wq
+  // floats; slot[ph * stride_w + pw] = the plane of phase (ph, pw) within a channel, -1 if
+  // no tap reads it (the fused groups write a producer's output straight into it).
+  int64_t hq = 0, plane = 0;
+  std::vector<int64_t> slot;
   std::vector<int32_t> off, off_packed;
   std::vector<int64_t> cp;  // [c_out, chunks + 1]
 };

@@ -1,11 +1,12 @@
 // Fused groups of filter-sparse layers (csrc/filter_conv/fused_run.h).
 //
 // filter_conv_bottleneck(x, plan1, rowptr1, taps1, values1, bias1, plan2, ..., bias2, plan3,
-//                        ..., bias3, band=0, plan4=None, ..., bias4=None) -> y:
+//                        ..., bias3, band=0, plan4=None, ..., bias4=None, stride2=1) -> y:
 //   y = relu(conv3(relu(conv2(relu(conv1(x) + b1)) + b2)) + b3 + r), conv1 / conv3 1x1, conv2
-//   an odd R x S stride-1 "same" convolution, r = x, or with layer 4 (a 1x1 projection
-//   shortcut) r = conv4(x) + b4; each layer's arrays from filter_conv_plan; run over bands of
-//   `band` output rows (0: the planner's) so the intermediates stay in cache.
+//   an odd R x S convolution with padding R/2, S/2 and stride `stride2`, r = x (stride 1), or
+//   with layer 4 (a 1x1 projection shortcut at the same stride) r = conv4(x) + b4; each
+//   layer's arrays from filter_conv_plan; run over bands of `band` output rows (0: the
+//   planner's) so the intermediates stay in cache.
 //   CPU, float32 NCHW; bfloat16 read and written by the kernel (float32 inside); float16 /
 //   float64 and channels_last computed through a float32 NCHW copy, returned as given.
 //   Inference only, like filter_conv.
@@ -26,7 +27,7 @@ SJ_LIBRARY_FRAGMENT(m) {
         "Tensor values1, Tensor? bias1, Tensor plan2, Tensor rowptr2, Tensor taps2, "
         "Tensor values2, Tensor? bias2, Tensor plan3, Tensor rowptr3, Tensor taps3, "
         "Tensor values3, Tensor? bias3, int band=0, Tensor? plan4=None, Tensor? rowptr4=None, "
-        "Tensor? taps4=None, Tensor? values4=None, Tensor? bias4=None) -> Tensor");
+        "Tensor? taps4=None, Tensor? values4=None, Tensor? bias4=None, int stride2=1) -> Tensor");
 }
 
 namespace sparsejit {
@@ -115,7 +116,7 @@ tx::Tensor filter_conv_bottleneck_cpu(
     const std::optional<tx::Tensor>& bias3, int64_t band,
     const std::optional<tx::Tensor>& plan4, const std::optional<tx::Tensor>& rowptr4,
     const std::optional<tx::Tensor>& taps4, const std::optional<tx::Tensor>& values4,
-    const std::optional<tx::Tensor>& bias4) {
+    const std::optional<tx::Tensor>& bias4, int64_t stride2) {
   check_float(x_in, "x");
   SPARSEJIT_CHECK(kOp, x_in.dim() == 4, "x must be 4-D [N, C, H, W]; got shape ", x_in.sizes());
   SPARSEJIT_CHECK(kOp, x_in.device().is_cpu(), "x must be on the CPU; got ", x_in.device());
@@ -140,11 +141,11 @@ tx::Tensor filter_conv_bottleneck_cpu(
                   "conv1 and conv3 must be 1x1; got ", L[0].r, "x", L[0].s, " and ", L[2].r, "x",
                   L[2].s);
   const std::string gerr = filter_conv::check_bottleneck(
-      c, h, w, L[0].p, L[0].cin, L[1].p, L[1].cin, L[1].r, L[1].s, L[2].p, L[2].cin,
+      c, h, w, L[0].p, L[0].cin, L[1].p, L[1].cin, L[1].r, L[1].s, stride2, L[2].p, L[2].cin,
       shortcut ? &L[3].p : nullptr, L[3].cin);
   SPARSEJIT_CHECK(kOp, gerr.empty(), gerr);
-  const std::vector<int64_t> key = {c, h, w, band, L[0].variant, L[1].variant, L[2].variant,
-                                    shortcut ? L[3].variant : -1};
+  const std::vector<int64_t> key = {c, h, w, band, stride2, L[0].variant, L[1].variant,
+                                    L[2].variant, shortcut ? L[3].variant : -1};
   // (an identity block's entry: the first six arrays; the shortcut's two repeat rowptr1 /
   // taps1, which changes nothing in the key)
   const tx::Tensor& r4 = shortcut ? L[3].rowptr : rowptr1;
@@ -177,7 +178,7 @@ tx::Tensor filter_conv_bottleneck_cpu(
     bool same = true;
     for (int i = 1; i < nl; ++i) same = same && L[i].variant == L[0].variant;
     const int64_t v = same ? L[0].variant : 0;
-    e->prepared = filter_conv::prepare_bottleneck(c, h, w, W, L[1].r, L[1].s, band,
+    e->prepared = filter_conv::prepare_bottleneck(c, h, w, W, L[1].r, L[1].s, stride2, band,
                                                   static_cast<filter_conv::Variant>(v));
     int64_t bytes = sizeof(Entry);
     for (const auto* P : {e->prepared->P1.get(), e->prepared->P2.get(), e->prepared->P3.get(),
@@ -193,17 +194,17 @@ tx::Tensor filter_conv_bottleneck_cpu(
                                             OpKind::FilterConv, hit->stamps[i], &herr),
                     "plan", i + 1, ": ", herr);
   }
-  const int64_t c_out = L[2].c_out;
+  const int64_t c_out = L[2].c_out, h2 = hit->prepared->h2, w2 = hit->prepared->w2;
   const bool channels_last = c > 1 && h > 1 && w > 1 && !x_in.is_contiguous() &&
                              x_in.is_contiguous(tx::MemoryFormat::ChannelsLast);
   if (x_in.scalar_type() == tx::kBFloat16) {  // read and written by the kernel, float32 inside
     const auto xb = x_in.contiguous();
-    auto yb = new_output({batch, c_out, h, w}, xb.options());
+    auto yb = new_output({batch, c_out, h2, w2}, xb.options());
     filter_conv::bottleneck_forward(*hit->prepared, batch, W, ptr<bf16>(xb), ptr<bf16>(yb));
     return channels_last ? yb.contiguous(tx::MemoryFormat::ChannelsLast) : yb;
   }
   const auto x = x_in.to(tx::kFloat).contiguous();
-  auto y = new_output({batch, c_out, h, w}, x.options());
+  auto y = new_output({batch, c_out, h2, w2}, x.options());
   filter_conv::bottleneck_forward(*hit->prepared, batch, W, ptr<float>(x), ptr<float>(y));
   if (channels_last) y = y.contiguous(tx::MemoryFormat::ChannelsLast);
   return x_in.scalar_type() == tx::kFloat ? y : y.to(x_in.scalar_type());

@@ -230,8 +230,11 @@ def test_module_rejects_what_it_cannot_fuse():
     assert bottleneck_problem(c1, c2, c3) is None
     strided = SparseConv2d(ws[1], bs[1], stride=2, padding=1, relu=True)
     no_relu = SparseConv2d(ws[0], bs[0])
-    with pytest.raises(ValueError, match="odd 'same' convolution"):
+    with pytest.raises(ValueError, match="a strided block needs its projection shortcut"):
         FusedBottleneck(c1, strided, c3)
+    even = SparseConv2d(torch.randn(8, 8, 2, 2), None, padding=1, relu=True)
+    with pytest.raises(ValueError, match="conv2 must be an odd convolution"):
+        FusedBottleneck(c1, even, c3)
     with pytest.raises(ValueError, match="ReLU"):
         FusedBottleneck(no_relu, c2, c3)
     with pytest.raises(ValueError, match="must be SparseConv2d"):
@@ -486,5 +489,103 @@ def test_sparsify_fuses_a_projection_block_and_exports(tmp_path):
     ep = torch.export.export(fused, (x,))
     assert sum(str(n.target) == "sparsejit.filter_conv_bottleneck.default"
                for n in ep.graph.nodes) == 2
+    with torch.no_grad():
+        assert torch.equal(ep.module()(x), fused(x))
+
+
+# ---- a strided block (ResNet-50 v1.5's layer2.0 .. layer4.0: the stride on the 3x3) ----------
+
+def strided_reference(ws, bs, x, stride, k=(3, 3)):
+    d = [b.double() for b in bs]
+    a = F.relu(F.conv2d(x.double(), ws[0].double(), d[0]))
+    a = F.relu(F.conv2d(a, ws[1].double(), d[1], stride, padding=(k[0] // 2, k[1] // 2)))
+    sc = F.conv2d(x.double(), ws[3].double(), d[3], stride)
+    return F.relu(F.conv2d(a, ws[2].double(), d[2]) + sc)
+
+
+@pytest.mark.parametrize("batch, h, w, band, stride, k", [
+    (1, 12, 12, 0, 2, (3, 3)), (3, 11, 9, 1, 2, (3, 3)), (2, 13, 7, 2, 2, (3, 3)),
+    (2, 1, 1, 0, 2, (3, 3)), (1, 2, 5, 0, 2, (3, 3)), (2, 10, 9, 2, 3, (3, 3)),
+    (2, 9, 9, 1, 2, (5, 5)), (2, 8, 6, 0, 2, (1, 1)), (0, 6, 6, 0, 2, (3, 3))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_strided_matches_reference_and_layer_calls_bitwise(batch, h, w, band, stride, k,
+                                                           threads, poison_empty):
+    g = torch.Generator().manual_seed(batch * 7 + h)
+    ws = [pruned((4, 8, 1, 1), 0.6, g), pruned((4, 4) + k, 0.6, g),
+          pruned((16, 4, 1, 1), 0.6, g), pruned((16, 8, 1, 1), 0.6, g)]
+    bs = [torch.randn(n, generator=g) for n in (4, 4, 16, 16)]
+    x = torch.randn(batch, 8, h, w)
+    pad = [k[0] // 2, k[1] // 2]
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for variant in (5, 2, 1):
+            plans = [PLAN(wt, 0.0, variant) for wt in ws]
+            y = BLOCK(x, *args_of(plans[:3], bs[:3]), band=band, plan4=plans[3][0],
+                      rowptr4=plans[3][1], taps4=plans[3][2], values4=plans[3][3], bias4=bs[3],
+                      stride2=stride)
+            want = strided_reference(ws, bs, x, stride, k)
+            assert y.shape == want.shape and not y.isnan().any()
+            torch.testing.assert_close(y.double(), want, atol=1e-4, rtol=1e-4)
+            r = CONV(*plans[3], x, bs[3], [1, 1], [stride] * 2, [0, 0], [1, 1], 1, False)
+            a = CONV(*plans[0], x, bs[0], [1, 1], [1, 1], [0, 0], [1, 1], 1, True)
+            a = CONV(*plans[1], a, bs[1], list(k), [stride] * 2, pad, [1, 1], 1, True)
+            layers = CONV(*plans[2], a, bs[2], [1, 1], [1, 1], [0, 0], [1, 1], 1, True,
+                          residual=r)
+            assert torch.equal(y, layers), variant
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_strided_bad_arguments():
+    ws, bs = shortcut_case()
+    plans = [list(PLAN(wt, 0.0, 2)) for wt in ws]
+    x = torch.randn(1, 8, 6, 6)
+    with pytest.raises((ValueError, RuntimeError), match="needs the projection shortcut"):
+        BLOCK(x, *args_of(plans[:3], bs[:3]), stride2=2)
+    for bad in (0, -1, 9, 2**40):
+        with pytest.raises((ValueError, RuntimeError), match="stride2 must be in"):
+            BLOCK(x, *args_of(plans[:3], bs[:3]), plan4=plans[3][0], rowptr4=plans[3][1],
+                  taps4=plans[3][2], values4=plans[3][3], stride2=bad)
+
+
+class StridedBlock(nn.Module):
+    """ResNet-50 v1.5's first block of a stage: the stride on the 3x3 and on the shortcut."""
+
+    def __init__(self, c=8, m=4, out=16):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, m, 1, bias=False), nn.BatchNorm2d(m)
+        self.conv2 = nn.Conv2d(m, m, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(m)
+        self.conv3, self.bn3 = nn.Conv2d(m, out, 1, bias=False), nn.BatchNorm2d(out)
+        self.downsample = nn.Sequential(nn.Conv2d(c, out, 1, stride=2, bias=False),
+                                        nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + self.downsample(x))
+
+
+def test_sparsify_fuses_a_strided_block_compiles_and_exports(tmp_path):
+    torch.manual_seed(4)
+    model = nn.Sequential(StridedBlock(), Bottleneck(16)).eval()
+    randomize_bn(model)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                m.weight.mul_(torch.rand(m.weight.shape) > 0.8)
+    x = torch.randn(2, 8, 15, 14)
+    opts = dict(fold_bn=True, verbose=False, progress=False, cache_dir=tmp_path)
+    plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
+    fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
+    blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
+    assert len(blocks) == 2 and blocks[0].conv2.stride == (2, 2)
+    assert torch.equal(fused(x), plain(x))
+    torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fused, fullgraph=True)(x), fused(x))
+    ep = torch.export.export(fused, (x,))
     with torch.no_grad():
         assert torch.equal(ep.module()(x), fused(x))

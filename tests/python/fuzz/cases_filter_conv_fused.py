@@ -1,7 +1,7 @@
 """Fuzz case kinds for the fused bottleneck of filter-sparse layers (``filter_conv_bottleneck``):
 valid random blocks (every sparsity, odd conv2 kernels, tiny and one-row images, empty batch,
-forced bands, any float dtype and layout, identity or projection shortcut) against float64
-conv2d, and bad arguments (a plan,
+forced bands, any float dtype and layout, identity or projection shortcut, conv2 strided
+with its shortcut) against float64 conv2d, and bad arguments (a plan,
 rowptr, taps or values that is wrong, channels that do not chain, an even or strided conv2,
 x of the wrong rank / dtype / channels, a negative band). Every valid draw forces one
 precompiled variant in all three plans (a JIT compile costs seconds)."""
@@ -39,22 +39,23 @@ def _block(r: Rand):
     bs = [r.data((wt.shape[0],), torch.float32) if r.coin(0.7) else None for wt in ws]
     h, wd = r.randint(1, 9), r.randint(1, 9)
     x = r.data((r.randint(0, 3), c, h, wd), torch.float32)
-    return ws, bs, x, k
+    stride = r.choice([1, 2, 2, 3]) if shortcut else 1
+    return ws, bs, x, k, stride
 
 
-def _ref(ws, bs, x, k):
+def _ref(ws, bs, x, k, stride=1):
     d = [t.double() if t is not None else None for t in bs]
     xd = x.float().double()
     a = F.relu(F.conv2d(xd, ws[0].double(), d[0]))
-    a = F.relu(F.conv2d(a, ws[1].double(), d[1], padding=(k[0] // 2, k[1] // 2)))
-    res = xd if len(ws) == 3 else F.conv2d(xd, ws[3].double(), d[3])
+    a = F.relu(F.conv2d(a, ws[1].double(), d[1], stride, padding=(k[0] // 2, k[1] // 2)))
+    res = xd if len(ws) == 3 else F.conv2d(xd, ws[3].double(), d[3], stride)
     y = F.relu(F.conv2d(a, ws[2].double(), d[2]) + res)
     # magnitudes: the same network on |.| without ReLUs (the error scale of each output)
     m = F.conv2d(xd.abs(), ws[0].double().abs(), None if d[0] is None else d[0].abs())
-    m = F.conv2d(m, ws[1].double().abs(), None if d[1] is None else d[1].abs(),
+    m = F.conv2d(m, ws[1].double().abs(), None if d[1] is None else d[1].abs(), stride,
                  padding=(k[0] // 2, k[1] // 2))
     res = xd.abs() if len(ws) == 3 else F.conv2d(
-        xd.abs(), ws[3].double().abs(), None if d[3] is None else d[3].abs())
+        xd.abs(), ws[3].double().abs(), None if d[3] is None else d[3].abs(), stride)
     m = F.conv2d(m, ws[2].double().abs(), None if d[2] is None else d[2].abs()) + res
     return y, m
 
@@ -66,16 +67,17 @@ def _args(plans, bs):
     return out
 
 
-def _kw(plans, bs, band):
+def _kw(plans, bs, band, stride=1):
     if len(plans) == 3:
-        return dict(band=band)
+        return dict(band=band, stride2=stride)
     p = plans[3]
-    return dict(band=band, plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3], bias4=bs[3])
+    return dict(band=band, plan4=p[0], rowptr4=p[1], taps4=p[2], values4=p[3], bias4=bs[3],
+                stride2=stride)
 
 
 def bottleneck_valid(r: Rand) -> Case:
     """A fused block on a random input, any dtype and layout, a forced band or the planner's."""
-    ws, bs, x, k = _block(r)
+    ws, bs, x, k, stride = _block(r)
     dtype = r.choice(FLOATS)
     x = x.to(dtype)
     layout = r.choice(["contiguous", "channels_last"])
@@ -83,11 +85,11 @@ def bottleneck_valid(r: Rand) -> Case:
         x = x.contiguous(memory_format=torch.channels_last)
     variant = r.choice(PRECOMPILED)
     band = r.choice([0, 0, 1, 2, 3, 100])
-    ref, mag = _ref(ws, bs, x, k)
+    ref, mag = _ref(ws, bs, x, k, stride)
 
     def call():
         plans = [PLAN(w, 0.0, variant) for w in ws]
-        return BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band))
+        return BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band, stride))
 
     def check(y):
         if not isinstance(y, torch.Tensor) or y.dtype != dtype or y.shape != ref.shape:
@@ -97,12 +99,13 @@ def bottleneck_valid(r: Rand) -> Case:
         return close(y.to(cmp), ref, mag, cmp, "y")
     return Case("valid", call, check, "valid filter_conv_bottleneck",
                 dict(w=[tuple(w.shape) for w in ws], x=tuple(x.shape), dtype=str(dtype),
-                     layout=layout, variant=variant, band=band, shortcut=len(ws) == 4),
+                     layout=layout, variant=variant, band=band, shortcut=len(ws) == 4,
+                     stride=stride),
                 f16=dtype == torch.float16)
 
 
 def bottleneck_bad_args(r: Rand) -> Case:
-    ws, bs, x, k = _block(r)
+    ws, bs, x, k, stride = _block(r)
     if x.shape[0] == 0:
         x = r.data((1,) + tuple(x.shape[1:]), torch.float32)
     plans = [list(PLAN(w, 0.0, r.choice(PRECOMPILED))) for w in ws]
@@ -110,7 +113,7 @@ def bottleneck_bad_args(r: Rand) -> Case:
     what = r.choice(["plan_len", "plan_header", "rowptr_len", "rowptr_break", "taps_range",
                      "taps_order", "values_len", "values_dtype", "taps_dtype", "chain",
                      "residual", "even", "x_dtype", "x_rank", "x_channels", "bias", "band",
-                     "swap"])
+                     "swap", "stride"])
     i = r.randint(0, len(ws) - 1)
     names = (what.split("_")[0],)
     p = plans[i]
@@ -162,13 +165,20 @@ def bottleneck_bad_args(r: Rand) -> Case:
         bs[i] = r.data((n,), torch.float32)
     elif what == "band":
         band = r.choice([-1, -2**40])
+    elif what == "stride":
+        if len(plans) == 3 and r.coin():  # strided without the shortcut
+            stride = r.choice([2, 3])
+            names = ("stride", "shortcut")
+        else:
+            stride = r.choice([0, -1, 9, 2**40])
     elif what == "swap" and k != (1, 1):  # conv1 and conv2 swapped (a k x k where a 1x1 belongs)
         plans[0], plans[1] = plans[1], plans[0]
         bs = [bs[1], bs[0]] + bs[2:]
         names = ("1x1", "conv1", "conv2", "channels")
     else:
         return bottleneck_valid(r)
-    return Case("invalid", lambda: BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band)), None,
+    return Case("invalid", lambda: BLOCK(x, *_args(plans, bs), **_kw(plans, bs, band, stride)),
+                None,
                 f"filter_conv_bottleneck with a bad {what}", dict(what=what, layer=i + 1),
                 names=names)
 

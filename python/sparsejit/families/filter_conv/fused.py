@@ -4,9 +4,10 @@ so its intermediate activations stay in the core's cache instead of going to mem
 between the layer calls.
 
 ``FusedBottleneck(conv1, conv2, conv3, shortcut=None)`` takes the layers sparsify made of a
-block (``conv1``, ``conv2``: SparseConv2d with ReLU; ``conv3``: a ResidualSparseConv2d; the
-residual is the block's input, or ``shortcut(x)``, a 1x1 SparseConv2d projection without
-ReLU) and computes ``conv3(conv2(conv1(x)), residual=x or shortcut(x))``. sparsify's fusion
+block (``conv1``, ``conv2``: SparseConv2d with ReLU, conv2 at stride 1 or more; ``conv3``: a
+ResidualSparseConv2d; the residual is the block's input, or ``shortcut(x)``, a 1x1
+SparseConv2d projection at conv2's stride without ReLU) and computes
+``conv3(conv2(conv1(x)), residual=x or shortcut(x))``. sparsify's fusion
 pass (``fuse_bottlenecks``) finds such chains in the traced model, times the fused module
 against the chain on the shape the example input gave, and keeps the faster.
 """
@@ -27,7 +28,7 @@ _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 @torch.library.register_fake("sparsejit::filter_conv_bottleneck")
 def _bottleneck_fake(x, plan1, rowptr1, taps1, values1, bias1, plan2, rowptr2, taps2, values2,
                      bias2, plan3, rowptr3, taps3, values3, bias3, band=0, plan4=None,
-                     rowptr4=None, taps4=None, values4=None, bias4=None):
+                     rowptr4=None, taps4=None, values4=None, bias4=None, stride2=1):
     if x.dim() != 4:
         raise ValueError("sparsejit.filter_conv_bottleneck: x must be 4-D [N, C, H, W]; got "
                          f"shape {tuple(x.shape)}")
@@ -39,16 +40,21 @@ def _bottleneck_fake(x, plan1, rowptr1, taps1, values1, bias1, plan2, rowptr2, t
         torch._check_value(c_out == x.shape[1], lambda: "sparsejit.filter_conv_bottleneck: "
                            f"conv3 gives {c_out} channels; the identity residual needs "
                            f"{x.shape[1]}")
-    y = x.new_empty((x.shape[0], c_out, x.shape[2], x.shape[3]))
+    if stride2 < 1:
+        raise ValueError(f"sparsejit.filter_conv_bottleneck: stride2 must be in [1, 8]; got "
+                         f"{stride2}")
+    # conv2's padding is k // 2 for an odd k: (H + 2 (k // 2) - k) // s + 1 = (H - 1) // s + 1
+    y = x.new_empty((x.shape[0], c_out, (x.shape[2] - 1) // stride2 + 1,
+                     (x.shape[3] - 1) // stride2 + 1))
     if x.shape[1] > 1 and x.shape[2] > 1 and x.shape[3] > 1 and not x.is_contiguous() and \
             x.is_contiguous(memory_format=torch.channels_last):
         y = y.contiguous(memory_format=torch.channels_last)  # as the CPU op does
     return y
 
 
-def _is_1x1(c) -> bool:
-    return c.kernel_size == (1, 1) and c.stride == (1, 1) and c.padding == (0, 0) and \
-        c.groups == 1
+def _is_1x1(c, stride: int = 1) -> bool:
+    return c.kernel_size == (1, 1) and c.stride == (stride, stride) and \
+        c.padding == (0, 0) and c.groups == 1
 
 
 def bottleneck_problem(conv1, conv2, conv3, shortcut=None) -> Optional[str]:
@@ -61,9 +67,13 @@ def bottleneck_problem(conv1, conv2, conv3, shortcut=None) -> Optional[str]:
     if not (_is_1x1(conv1) and _is_1x1(c3)):
         return "conv1 and conv3 must be 1x1, stride 1, unpadded, ungrouped"
     r, s = conv2.kernel_size
-    if r % 2 == 0 or s % 2 == 0 or conv2.stride != (1, 1) or conv2.dilation != (1, 1) or \
-            conv2.padding != (r // 2, s // 2) or conv2.groups != 1:
-        return "conv2 must be an odd 'same' convolution (stride 1, padding k // 2, ungrouped)"
+    t = conv2.stride[0]
+    if r % 2 == 0 or s % 2 == 0 or conv2.stride != (t, t) or not 1 <= t <= 8 or \
+            conv2.dilation != (1, 1) or conv2.padding != (r // 2, s // 2) or conv2.groups != 1:
+        return ("conv2 must be an odd convolution with padding k // 2, one stride for both "
+                "dimensions (1 to 8), undilated, ungrouped")
+    if t != 1 and shortcut is None:
+        return "a strided block needs its projection shortcut"
     if not (conv1.relu and conv2.relu and conv3.relu):
         return "every layer must end in a ReLU"
     if conv1.out_channels != conv2.in_channels or conv2.out_channels != c3.in_channels:
@@ -71,8 +81,8 @@ def bottleneck_problem(conv1, conv2, conv3, shortcut=None) -> Optional[str]:
     if shortcut is None and c3.out_channels != conv1.in_channels:
         return "conv3's channels do not match an identity residual"
     if shortcut is not None:
-        if not isinstance(shortcut, SparseConv2d) or not _is_1x1(shortcut) or shortcut.relu:
-            return "the shortcut must be a 1x1 SparseConv2d, stride 1, without ReLU"
+        if not isinstance(shortcut, SparseConv2d) or not _is_1x1(shortcut, t) or shortcut.relu:
+            return "the shortcut must be a 1x1 SparseConv2d at conv2's stride, without ReLU"
         if shortcut.in_channels != conv1.in_channels or \
                 shortcut.out_channels != c3.out_channels:
             return "the shortcut's channels do not match the block's"
@@ -118,7 +128,7 @@ class FusedBottleneck(nn.Module):
         return torch.ops.sparsejit.filter_conv_bottleneck(
             x, a.plan, a.rowptr, a.taps, a.values, a.bias, b.plan, b.rowptr, b.taps, b.values,
             b.bias, c.plan, c.rowptr, c.taps, c.values, c.bias, self.band, s.plan, s.rowptr,
-            s.taps, s.values, s.bias)
+            s.taps, s.values, s.bias, b.stride[0])
 
     def extra_repr(self) -> str:
         return f"band={self.band or 'auto'}"
