@@ -219,12 +219,22 @@ struct StripRunner {
                 const float z = a[i + k] + bias;
                 d[k] = z > 0.0f ? z : 0.0f;
               }
-            } else {  // columns alternate between the phases' planes
+            } else {  // columns cycle through the phases' planes: one row pointer each
+              float* dst[8];
+              for (int64_t ph = 0; ph < st; ++ph) {
+                float* d = at(row - base, ph);  // padded column ph: phase ph, column 0
+                dst[ph] = d == nullptr ? nullptr : d - buf1.data() + chan;
+              }
+              int64_t pc = col + pw_pad, phase = pc % st, j = pc / st;
               for (int64_t k = 0; k < run; ++k) {
-                float* d = at(row - base, col + k + pw_pad);
-                if (d == nullptr) continue;  // a phase no tap reads
-                const float z = a[i + k] + bias;
-                *(d - buf1.data() + chan) = z > 0.0f ? z : 0.0f;
+                if (dst[phase] != nullptr) {  // (null: a phase no tap reads)
+                  const float z = a[i + k] + bias;
+                  dst[phase][j] = z > 0.0f ? z : 0.0f;
+                }
+                if (++phase == st) {
+                  phase = 0;
+                  ++j;
+                }
               }
             }
             i += run;
@@ -333,9 +343,13 @@ struct StripRunner {
               if (st == 1) {
                 for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(xc[at3 + i]);
               } else {
+                int64_t oh = at3 / W2, ow = at3 % W2;
                 for (int64_t i = 0; i < n; ++i) {
-                  const int64_t oh = (at3 + i) / W2, ow = (at3 + i) % W2;
-                  d[i] = static_cast<float>(xc[st * oh * W + st * ow]);
+                  d[i] = static_cast<float>(xc[st * (oh * W + ow)]);
+                  if (++ow == W2) {
+                    ow = 0;
+                    ++oh;
+                  }
                 }
               }
               std::fill(d + n, d + T3, 0.0f);
