@@ -120,6 +120,12 @@ NN_CASES: Dict[str, Case] = {
         _pruned(torch.nn.Conv2d(8, 8, 3, padding=1))), _image, ({2: "h", 3: "w"},)),
     "SparseLinear": Case(lambda: sj.nn.SparseLinear(_pruned(torch.nn.Linear(32, 16))), _rows,
                          ({0: "rows"},)),
+    "FusedBottleneck": Case(lambda: sj.nn.FusedBottleneck(
+        sj.nn.SparseConv2d.from_dense(_pruned(torch.nn.Conv2d(8, 4, 1)), relu=True),
+        sj.nn.SparseConv2d.from_dense(_pruned(torch.nn.Conv2d(4, 4, 3, padding=1), 1),
+                                      relu=True),
+        sj.nn.ResidualSparseConv2d(sj.nn.SparseConv2d.from_dense(
+            _pruned(torch.nn.Conv2d(4, 8, 1), 2)))), _image, ({2: "h", 3: "w"},)),
 }
 
 # The sparsejit.spconv modules (the spconv.pytorch drop-ins).
