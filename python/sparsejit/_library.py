@@ -123,6 +123,9 @@ _load_library()
 
 ops = torch.ops.sparsejit
 
+# The floating dtypes every family's ops take for features (float16 computed in float32).
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
 _TYPE_PREFIX = "TypeError: "
 
 

@@ -135,6 +135,10 @@ def room_violations(graph: Dict[str, Set[str]]) -> List[str]:
                          d.startswith("sparsejit.families.") and dleaf in (
                              "spmm", "sddmm", "edge_softmax") and d.count(".") == 3):
                 bad.append(f"{mod} imports {d}: stored-result readers sit below the ops")
+            if mod.startswith("sparsejit.families.") and d.startswith("sparsejit.families.") \
+                    and mod.split(".")[2] != d.split(".")[2] and \
+                    any(part.startswith("_") for part in d.split(".")[3:]):
+                bad.append(f"{mod} imports {d}: another family's private module")
             family_pkg = mod.startswith("sparsejit.families.") and mod.count(".") == 2
             if mod.startswith("sparsejit.families.") and not family_pkg and leaf != "tuner" and \
                     dleaf == "tuner":
@@ -160,6 +164,17 @@ def test_planted_room_violations_are_found():
     assert bad[0].startswith("sparsejit.families.rgms.schedules imports")
     assert bad[1].startswith("sparsejit.families.spmm.spmm imports")
     assert bad[2].startswith("sparsejit.runtime.store imports")
+
+
+def test_a_planted_private_import_across_families_is_found():
+    graph = {
+        "sparsejit.families.rgms.ops": {"sparsejit.families.spmm._common"},
+        "sparsejit.families.spmm.spmm": {"sparsejit.families.spmm._common"},   # its own: allowed
+        "sparsejit.families.attention.ops": {"sparsejit.families.spmm.checks"},  # public: allowed
+    }
+    assert room_violations(graph) == [
+        "sparsejit.families.rgms.ops imports sparsejit.families.spmm._common: another "
+        "family's private module"]
 
 
 def test_a_planted_cycle_is_found(tmp_path):

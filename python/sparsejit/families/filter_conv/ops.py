@@ -12,6 +12,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from sparsejit._library import FLOAT_DTYPES
+
 # Variants (the plan's kernel word, the ops' `variant` argument; kernels/cpu/filter_conv_args.h).
 # "generic" is the planner's tile with the precompiled loop; "jit" and "jit_baked" the same tile
 # with the loop compiled for the layer by the CPU JIT (the layer's constants; baked: every tap
@@ -21,7 +23,6 @@ VARIANTS = {"auto": 0, "scalar": 1, "vec8x1": 2, "vec8x2": 3, "vec8x4": 4, "vec8
             "jit": 6, "jit_baked": 7, "generic": 8}
 JIT_VARIANTS = ("jit", "jit_baked")
 
-_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def _pair(v: Sequence[int], name: str):
@@ -65,13 +66,13 @@ def _filter_conv_fake(plan, rowptr, taps, values, x, bias: Optional[torch.Tensor
     if x.dim() != 4:
         raise ValueError(f"sparsejit.filter_conv: x must be 4-D [N, C_in, H, W]; got shape "
                          f"{tuple(x.shape)}")
-    if x.dtype not in _FLOATS:
+    if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"sparsejit: x must be float32, float64, bfloat16 or float16; got "
                         f"{x.dtype}")
     oh, ow = output_size(x.shape[2], x.shape[3], kernel_size, stride, padding, dilation)
     y = x.new_empty((x.shape[0], rowptr.shape[0] - 1, oh, ow))
     if residual is not None:
-        if residual.dtype not in _FLOATS:
+        if residual.dtype not in FLOAT_DTYPES:
             raise TypeError(f"sparsejit: residual must be float32, float64, bfloat16 or "
                             f"float16; got {residual.dtype}")
         torch._check_value(residual.dim() == 4, lambda: "sparsejit.filter_conv: residual must have "

@@ -16,11 +16,10 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from sparsejit._library import ops, restores_type_errors
+from sparsejit._library import FLOAT_DTYPES, ops, restores_type_errors
 
 from sparsejit.families.point_conv import schedules
 from sparsejit.families.point_conv.plan import KINDS, plan_info, plan_pairs  # noqa: F401  (re-exported)
-from sparsejit.families.spmm._common import FLOAT_DTYPES
 from sparsejit.runtime.autograd import call_op
 
 DATAFLOWS = {"auto": 0, "gather_gemm_scatter": 1, "output_stationary": 2}

@@ -17,11 +17,10 @@ from typing import Dict, Optional, Tuple, Union
 
 import torch
 
-from sparsejit._library import ops, restores_type_errors
+from sparsejit._library import FLOAT_DTYPES, ops, restores_type_errors
 
 from sparsejit import _core
 from sparsejit.families.rgms import schedules
-from sparsejit.families.spmm._common import FLOAT_DTYPES
 from sparsejit.runtime.autograd import call_op
 from sparsejit.runtime.caches import LruCache, content_key, own
 

@@ -1,16 +1,14 @@
-"""Argument checks shared by the op wrappers of the spmm and attention families (their eager
-autograd path is sparsejit.runtime.autograd.call_op)."""
+"""Argument checks of the spmm family's op wrappers, which the attention family (built on the
+same CSR structure) shares; their eager autograd path is sparsejit.runtime.autograd.call_op."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
+from sparsejit._library import FLOAT_DTYPES
 from sparsejit.families.spmm.matrix import SparseMatrix
-
-FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def check_dense(A: SparseMatrix, t: torch.Tensor, name: str, rows: int, side: str) -> None:
