@@ -11,6 +11,25 @@ the sides interleaved (runtime.timing.paired_median_ms), medians, 2 threads:
   accelerated. ``--cached`` builds SGConv / APPNP with cached=True (the normalised graph
   kept, as in a transductive training loop); by default each forward normalises again on
   both sides (PyG's gcn_norm runs in both).
+* genconv: GENConv -> ReLU -> GENConv (softmax aggregation, DeeperGCN's layer; the per-edge
+  path: PyG's message, sparsejit's aggregation). PyG eager against accelerated.
+* attention: a user's own two-head attention layer (GAT-like scores, PyG's ``softmax``)
+  twice: the per-edge path with the message's softmax on sj.edge_softmax.
+* edgeconv (once, not per graph): DGCNN's EdgeConv stack, EdgeConv(MLP([8, 64, 64, 64])) ->
+  EdgeConv(MLP([128, 128])), on a k = 20 nearest-neighbour graph (coordinates) of
+  ``--points`` points of a real KITTI scan ($SPARSEJIT_DATA/pointclouds/kitti_pointpillars,
+  random points when absent). PyG's DynamicEdgeConv needs pyg-lib's knn (not installed), so
+  the graph is built once, outside the timing, and both sides run EdgeConv on it.
+
+* minibatch (``--minibatch``, not in the default run): NeighborLoader-style training of a
+  2-layer SAGE and a 2-layer GCN (PyG modules, accelerated) on a new sampled subgraph every
+  step (bench_minibatch.py's sampler: seeds first, edges sorted by target as PyG's samplers
+  give them; random features, F = 64), forward + cross-entropy on the seeds + backward + Adam,
+  on Cora- and PubMed-sized batches: PyG, accelerated, and accelerated with the sorted-edges
+  path off (the structure built by the sorting op), every sparsejit step on a graph it has
+  not seen (caches cleared); plus the structure work alone (CSR and transpose) and its share.
+
+``--models`` picks among native, generic, genconv, attention, edgeconv (default: all).
 
     python benchmarks/bench_accelerate.py --quick     # one small generated graph, smoke run
     python benchmarks/bench_accelerate.py             # generated + real graphs, F = 64
@@ -32,13 +51,16 @@ import torch
 
 import sparsejit as sj
 from sparsejit.info import cpu_line
-from sparsejit.runtime.timing import paired_median_ms
+from sparsejit.runtime.timing import CLOCKS, paired_median_ms
 from sparsejit.tools.data import load_graph
 from torch_geometric import nn as pnn
+from torch_geometric.nn import MessagePassing
+from torch_geometric.utils import softmax
 
 GRAPHS = ["powerlaw:n=100000,avg=10,alpha=2.1,seed=1", "uniform:n=100000,avg=10,seed=2",
           "cora", "pubmed", "facebook"]
 QUICK = ["uniform:n=3000,avg=8,seed=0"]
+MODELS = ("native", "generic", "genconv", "attention", "edgeconv")
 
 
 class NativeModel(torch.nn.Module):
@@ -64,6 +86,184 @@ class GenericModel(torch.nn.Module):
         return self.tag(self.appnp(self.lin(self.sg(x, ei)).relu(), ei), ei)
 
 
+class GenModel(torch.nn.Module):
+    def __init__(self, f: int):
+        super().__init__()
+        self.c1, self.c2 = pnn.GENConv(f, f), pnn.GENConv(f, f)
+
+    def forward(self, x, ei):
+        return self.c2(self.c1(x, ei).relu(), ei)
+
+
+class UserAttention(MessagePassing):
+    """A user's attention layer, written against PyG's API (not a PyG built-in)."""
+
+    def __init__(self, f: int, heads: int = 2):
+        super().__init__(aggr="add", node_dim=0)
+        self.heads, self.out = heads, f // heads
+        self.lin = torch.nn.Linear(f, f)
+        self.att = torch.nn.Parameter(torch.randn(1, heads, 2 * self.out) * 0.1)
+
+    def forward(self, x, edge_index):
+        h = self.lin(x).view(-1, self.heads, self.out)
+        return self.propagate(edge_index, x=h).reshape(x.shape[0], -1)
+
+    def message(self, x_i, x_j, index, ptr, size_i):
+        a = torch.nn.functional.leaky_relu((torch.cat([x_i, x_j], -1) * self.att).sum(-1), 0.2)
+        return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
+
+
+class AttentionModel(torch.nn.Module):
+    def __init__(self, f: int):
+        super().__init__()
+        self.a1, self.a2 = UserAttention(f), UserAttention(f)
+
+    def forward(self, x, ei):
+        return self.a2(self.a1(x, ei).relu(), ei)
+
+
+class DGCNN(torch.nn.Module):
+    def __init__(self, f: int):
+        super().__init__()
+        self.c1 = pnn.EdgeConv(pnn.MLP([2 * f, 64, 64, 64]))
+        self.c2 = pnn.EdgeConv(pnn.MLP([128, 128]))
+
+    def forward(self, x, ei):
+        return self.c2(self.c1(x, ei), ei)
+
+
+def scan_points(n: int, seed: int = 0):
+    """(name, [n, 4] float32 points: x, y, z, intensity) of KITTI scan 000000, n of them
+    drawn at random; random points when the data is absent."""
+    from sparsejit.tools.data import data_dir
+    g = torch.Generator().manual_seed(seed)
+    root = data_dir()
+    path = None if root is None else root / "pointclouds/kitti_pointpillars/000000.bin"
+    if path is not None and path.exists():
+        pts = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.float32).view(-1, 4)
+        pick = torch.randperm(pts.shape[0], generator=g)[:n]
+        return f"kitti000000[{len(pick)}]", pts[pick].clone()
+    return f"random_points[{n}]", torch.randn(n, 4, generator=g)
+
+
+def knn_graph(pos: torch.Tensor, k: int) -> torch.Tensor:
+    """[2, n k] edges j -> i for the k nearest points j of every point i (itself included, as
+    PyG's knn for DynamicEdgeConv), sorted by target."""
+    nb = torch.cdist(pos, pos).topk(min(k, pos.shape[0]), largest=False).indices
+    dst = torch.arange(pos.shape[0]).repeat_interleave(nb.shape[1])
+    return torch.stack([nb.reshape(-1), dst])
+
+
+def _pair(name, spec_name, n, e, f, ref, acc, x, ei, repeats, label):
+    err = _check_equal(ref, acc, x, ei, name)
+    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
+                                    clock=CLOCK[0])
+    print(f"{spec_name:>44} {label:<8} pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
+          f"x{t_pyg / t_sj:5.2f}", flush=True)
+    return dict(graph=spec_name, nodes=n, edges=e, F=f, model=name, pyg_ms=t_pyg,
+                accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err)
+
+
+def bench_dgcnn(points: int, repeats: int, k: int = 20):
+    name, pts = scan_points(points)
+    ei = knn_graph(pts[:, :3], k)
+    x = pts.clone().requires_grad_(True)
+    torch.manual_seed(0)
+    ref = DGCNN(4)
+    acc = sj.accelerate(copy.deepcopy(ref))
+    return [_pair("edgeconv", name, pts.shape[0], ei.shape[1], 4, ref, acc, x, ei, repeats,
+                  "edgeconv")]
+
+
+CLOCK = ["wall"]  # --clock: "cpu" counts this process's CPU time (robust to other jobs)
+MINIBATCH = {"cora": (256, (10, 10)), "pubmed": (1024, (15, 10))}
+MINIBATCH_QUICK = {"uniform:n=3000,avg=8,seed=0": (128, (5, 5))}
+
+
+def _minibatch_model(kind: str, f: int, classes: int):
+    c1, c2 = ((pnn.SAGEConv(f, f), pnn.SAGEConv(f, classes)) if kind == "sage" else
+              (pnn.GCNConv(f, f), pnn.GCNConv(f, classes)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = c1, c2
+
+        def forward(self, x, ei):
+            return self.c2(self.c1(x, ei).relu(), ei)
+
+    return Net()
+
+
+def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
+    """Rows of per-step medians: PyG, accelerated, accelerated without the sorted path."""
+    import statistics
+    import time
+    from sparsejit.families.spmm import graph as G
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_minibatch import NeighborSampler
+
+    def timed(fn):
+        tick = CLOCKS[CLOCK[0]]
+        t0 = tick()
+        fn()
+        return (tick() - t0) * 1e3
+
+    def train_step(model, opt, x, ei, y):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x, ei)[: y.shape[0]], y).backward()
+        opt.step()
+
+    sorted_csr = G.sorted_csr
+    rows = []
+    for spec, (batch, fanout) in specs.items():
+        g = load_graph(spec)
+        feats = torch.randn(g.num_nodes, f)
+        labels = torch.randint(0, classes, (g.num_nodes,))
+        sampler = NeighborSampler(g.edge_index, g.num_nodes, fanout, seed=0)
+        data = [sampler.sample(batch) for _ in range(steps + 2)]
+        data = [(feats[n], ei, labels[n[:batch]]) for n, ei in data]
+        for kind in ("sage", "gcn"):
+            torch.manual_seed(0)
+            ref = _minibatch_model(kind, f, classes)
+            acc = sj.accelerate(copy.deepcopy(ref))
+            off = sj.accelerate(copy.deepcopy(ref))
+            opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (ref, acc, off)]
+            times = ([], [], [])
+            for i, (x, ei, y) in enumerate(data):
+                ts = [timed(lambda: train_step(ref, opts[0], x, ei, y))]
+                G.clear_cache()
+                ts.append(timed(lambda: train_step(acc, opts[1], x, ei, y)))
+                G.clear_cache()
+                G.sorted_csr = lambda e: None
+                try:
+                    ts.append(timed(lambda: train_step(off, opts[2], x, ei, y)))
+                finally:
+                    G.sorted_csr = sorted_csr
+                if i >= 2:  # two warm-up steps
+                    for t, v in zip(times, ts):
+                        t.append(v)
+            med = [statistics.median(t) for t in times]
+            prep = []
+            for x, ei, _ in data[2:]:
+                G.clear_cache()
+                n = x.shape[0]
+                prep.append(timed(lambda: G.structure(G.edges_of(ei, (n, n)))))
+            prep_ms = statistics.median(prep)
+            edges = statistics.median(d[1].shape[1] for d in data)
+            nodes = statistics.median(d[0].shape[0] for d in data)
+            rows.append(dict(graph=f"{spec} batch {batch} fanout {fanout}", nodes=nodes,
+                             edges=edges, F=f, model=f"minibatch_{kind}", pyg_ms=med[0],
+                             accelerated_ms=med[1], accelerated_sorting_op_ms=med[2],
+                             speedup=med[0] / med[1], structure_ms=prep_ms,
+                             structure_share=prep_ms / med[1], max_rel_err=0.0))
+            print(f"{spec:>20} batch {batch} {kind:<5} subgraphs {nodes:.0f} nodes / {edges:.0f} "
+                  f"edges: pyg {med[0]:8.2f} ms  accelerated {med[1]:8.2f} ms  x{med[0] / med[1]:5.2f}"
+                  f"  (sorting op {med[2]:8.2f} ms; structure {prep_ms:.2f} ms = "
+                  f"{100 * prep_ms / med[1]:.0f}% of the step)", flush=True)
+    return rows
+
+
 def _step(model, x, ei):
     def run():
         model.zero_grad(set_to_none=True)
@@ -81,20 +281,42 @@ def _check_equal(a, b, x, ei, what):
     return err
 
 
-def bench_graph(spec, f, repeats, compile_pyg, cached):
+def bench_graph(spec, f, repeats, compile_pyg, cached, models=("native", "generic")):
     g = load_graph(spec)
     x = torch.randn(g.num_nodes, f, requires_grad=True)
     ei = g.edge_index
+    rows = []
+    if "native" in models:
+        rows += _bench_native(g, f, x, ei, repeats)
+    if "generic" in models:
+        rows += _bench_generic(g, f, x, ei, repeats, compile_pyg, cached)
+    for name, make in (("genconv", GenModel), ("attention", AttentionModel)):
+        if name in models:
+            torch.manual_seed(0)
+            ref = make(f)
+            acc = sj.accelerate(copy.deepcopy(ref))
+            rows.append(_pair(name, g.name, g.num_nodes, g.num_edges, f, ref, acc, x, ei,
+                              repeats, name))
+    return rows
+
+
+def _bench_native(g, f, x, ei, repeats):
     rows = []
     torch.manual_seed(0)
     ref = NativeModel(f, f)
     acc = sj.accelerate(copy.deepcopy(ref))
     err = _check_equal(ref, acc, x, ei, "native")
-    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats)
+    t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
+                                    clock=CLOCK[0])
     rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="native",
                      pyg_ms=t_pyg, accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err))
     print(f"{g.name:>44} native   pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
           f"x{t_pyg / t_sj:5.2f}", flush=True)
+    return rows
+
+
+def _bench_generic(g, f, x, ei, repeats, compile_pyg, cached):
+    rows = []
     torch.manual_seed(0)
     ref = GenericModel(f, f, cached)
     acc = sj.accelerate(copy.deepcopy(ref))
@@ -102,7 +324,7 @@ def bench_graph(spec, f, repeats, compile_pyg, cached):
     fns = [_step(ref, x, ei), _step(acc, x, ei)]
     if compile_pyg:
         fns.append(_step(torch.compile(copy.deepcopy(ref)), x, ei))
-    ts = paired_median_ms(fns, repeats)
+    ts = paired_median_ms(fns, repeats, clock=CLOCK[0])
     row = dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="generic",
                cached=cached, pyg_ms=ts[0], accelerated_ms=ts[1], speedup=ts[0] / ts[1],
                max_rel_err=err)
@@ -139,16 +361,32 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cached", action="store_true", help="SGConv / APPNP with cached=True")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled PyG side")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="cpu: this process's CPU time, for a machine others use too")
+    ap.add_argument("--minibatch", action="store_true",
+                    help="the mini-batch rows (Cora / PubMed-sized sampled batches) only")
+    ap.add_argument("--steps", type=int, default=None, help="mini-batch steps (default 20)")
+    ap.add_argument("--points", type=int, default=None,
+                    help="points of the scan for edgeconv (default 4096; --quick 1024)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "accelerate.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    CLOCK[0] = args.clock
     graphs = args.graphs or (QUICK if args.quick else GRAPHS)
     f = args.features or (32 if args.quick else 64)
     repeats = args.repeats or (3 if args.quick else 9)
     rows = []
+    if args.minibatch:
+        specs = MINIBATCH_QUICK if args.quick else {
+            k: v for k, v in MINIBATCH.items() if args.graphs is None or k in args.graphs}
+        rows += bench_minibatch(specs, args.steps or (4 if args.quick else 20))
+        graphs, args.models = [], [m for m in args.models if m != "edgeconv"]
     for spec in graphs:
-        rows += bench_graph(spec, f, repeats, not args.no_compile, args.cached)
-    result = dict(cpu=cpu_line(), threads=args.threads, load_average=os.getloadavg(),
+        rows += bench_graph(spec, f, repeats, not args.no_compile, args.cached, args.models)
+    if "edgeconv" in args.models:
+        rows += bench_dgcnn(args.points or (1024 if args.quick else 4096), repeats)
+    result = dict(cpu=cpu_line(), threads=args.threads, clock=args.clock, load_average=os.getloadavg(),
                   repeats=repeats, torch=torch.__version__, quick=args.quick,
                   note="forward+backward of the whole model, medians of interleaved steps",
                   rows=rows)

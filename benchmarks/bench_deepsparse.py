@@ -1,4 +1,4 @@
-"""Pruned ResNet-50 inference against DeepSparse (Neural Magic's sparse CPU engine), side by
+"""Pruned ResNet-50 (or VGG-16) inference against DeepSparse (Neural Magic's sparse CPU engine), side by
 side in one process: the model of bench_resnet50_sparse.py (v1.5, magnitude-pruned per layer,
 BatchNorm folded), `sj.sparsify`-ed for sparsejit and exported to ONNX for DeepSparse, the
 same input, calls alternated, medians.
@@ -9,7 +9,8 @@ environment (deepsparse 1.8.0 has a cp311 wheel; 1.9.0 is an empty stub; onnx 1.
     python3 -m venv --system-site-packages /work/ds_venv
     /work/ds_venv/bin/pip install deepsparse==1.8.0 onnx==1.14.1
     PYTHONPATH=python /work/ds_venv/bin/python benchmarks/bench_deepsparse.py \\
-        [--sparsities 0.8 0.9] [--batches 1 8] [--threads 2] [--processes 3] [--singles]
+        [--model resnet50|vgg16] [--sparsities 0.8 0.9] [--batches 1 8] [--threads 2]
+        [--processes 3] [--singles]
 
 Writes benchmarks/results/deepsparse.json and prints a markdown table (CPU named).
 `--processes N` runs the whole measurement in N fresh processes, one after the other, and
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
@@ -37,10 +39,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import sparsejit as sj  # noqa: E402
 import bench_resnet50_sparse as R  # noqa: E402
+from sparsejit.families.filter_conv.fold import fold_batchnorm  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["resnet50", "vgg16"], default="resnet50",
+                    help="resnet50: v1.5 (bottlenecks, residuals); vgg16: VGG-16 with "
+                         "BatchNorm (a plain chain of 3x3s, pruned classifier)")
     ap.add_argument("--sparsities", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--threads", type=int, default=2)
@@ -65,12 +71,8 @@ def main() -> None:
     rows = []
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         for sparsity in args.sparsities:
-            torch.manual_seed(0)
-            dense = R.ResNet50().eval()
-            R.randomize_bn(dense)
-            R.prune_by_magnitude(dense, sparsity)
-            folded = R.fold_batchnorm(copy.deepcopy(dense)).eval()
-            onnx_path = str(Path(tmp) / f"resnet50_{int(sparsity * 100)}.onnx")
+            dense, folded = build_model(args.model, sparsity)
+            onnx_path = str(Path(tmp) / f"{args.model}_{int(sparsity * 100)}.onnx")
             torch.onnx.export(folded, (torch.randn(1, 3, 224, 224),), onnx_path,
                               opset_version=13, dynamo=False, input_names=["x"],
                               output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
@@ -79,9 +81,13 @@ def main() -> None:
                 sparse = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
                                      fold_bn=True)
                 # the same decisions without the fusion pass (residual add + ReLU in the
-                # conv's output write, the stem's conv + pool on channels_last)
+                # conv's output write, the stem's conv + pool on channels_last, fused
+                # bottlenecks), and without the fused bottlenecks only
                 unfused = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
                                       fold_bn=True, fuse=False, verbose=False)
+                layers_only = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05,
+                                          progress=None, fold_bn=True, fuse_groups=False,
+                                          verbose=False)
                 engine = Engine(model=onnx_path, batch_size=batch, num_cores=args.threads)
                 xn = x.numpy()
                 want = folded(x)
@@ -91,8 +97,10 @@ def main() -> None:
                 err_ds = float((got_ds - want).abs().max()) / scale
                 err_sj = float((got_sj - want).abs().max()) / scale
                 assert torch.equal(unfused(x), got_sj), "the fusion pass changed the result"
+                assert torch.equal(layers_only(x), got_sj), "fused groups changed the result"
                 fns = {"dense": lambda: folded(x), "sparsejit": lambda: sparse(x),
-                       "unfused": lambda: unfused(x), "deepsparse": lambda: engine.run([xn])}
+                       "unfused": lambda: unfused(x), "no groups": lambda: layers_only(x),
+                       "deepsparse": lambda: engine.run([xn])}
                 if args.singles and batch > 1:
                     one = sj.sparsify(copy.deepcopy(dense), x[:1], min_speedup=1.05,
                                       progress=None, fold_bn=True, verbose=False)
@@ -114,6 +122,7 @@ def main() -> None:
                 row = dict(sparsity=sparsity, batch=batch, threads=args.threads,
                            dense_folded_ms=med["dense"], sparsejit_ms=med["sparsejit"],
                            sparsejit_unfused_ms=med["unfused"],
+                           sparsejit_no_groups_ms=med["no groups"], model=args.model,
                            deepsparse_ms=med["deepsparse"],
                            sparsejit_vs_deepsparse=med["deepsparse"] / med["sparsejit"],
                            rel_error_sparsejit=err_sj, rel_error_deepsparse=err_ds)
@@ -125,8 +134,9 @@ def main() -> None:
                           f"DeepSparse {med['deepsparse singles']:.1f} ms (batch gain "
                           f"{med['deepsparse singles'] / med['deepsparse']:.2f}x)", flush=True)
                 rows.append(row)
-                print(f"{sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, sparsejit "
-                      f"{med['sparsejit']:.1f} ms (unfused {med['unfused']:.1f}), DeepSparse "
+                print(f"{args.model} {sparsity:.0%} batch {batch}: dense {med['dense']:.1f} ms, "
+                      f"sparsejit {med['sparsejit']:.1f} ms (no fused groups "
+                      f"{med['no groups']:.1f}, unfused {med['unfused']:.1f}), DeepSparse "
                       f"{med['deepsparse']:.1f} ms -> "
                       f"sparsejit {row['sparsejit_vs_deepsparse']:.2f}x DeepSparse (max rel. "
                       f"error vs dense: sparsejit {err_sj:.1e}, DeepSparse {err_ds:.1e})",
@@ -134,14 +144,52 @@ def main() -> None:
                 del engine
     cpu = cpu_line()
     print(f"\nCPU: {cpu}, {args.threads} threads\n")
-    print("| sparsity | batch | dense (BN folded) | sparsejit `sparsify` | same, `fuse=False` | "
-          "DeepSparse 1.8 | sparsejit vs DeepSparse |\n|---|---|---|---|---|---|---|")
+    print(f"{args.model}\n\n| sparsity | batch | dense (BN folded) | sparsejit `sparsify` | "
+          "same, `fuse_groups=False` | same, `fuse=False` | DeepSparse 1.8 | "
+          "sparsejit vs DeepSparse |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['sparsity']:.0%} | {r['batch']} | {r['dense_folded_ms']:.1f} ms | "
-              f"{r['sparsejit_ms']:.1f} ms | {r['sparsejit_unfused_ms']:.1f} ms | "
+              f"{r['sparsejit_ms']:.1f} ms | {r['sparsejit_no_groups_ms']:.1f} ms | "
+              f"{r['sparsejit_unfused_ms']:.1f} ms | "
               f"{r['deepsparse_ms']:.1f} ms | {r['sparsejit_vs_deepsparse']:.2f}x |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(cpu=cpu, args=vars(args), rows=rows), indent=1))
+
+
+def vgg16_bn(num_classes=1000) -> nn.Module:
+    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512,
+           "M"]
+    layers, c = [], 3
+    for v in cfg:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2, 2))
+        else:
+            layers += [nn.Conv2d(c, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+            c = v
+    return nn.Sequential(nn.Sequential(*layers), nn.Flatten(),
+                         nn.Linear(512 * 7 * 7, 4096), nn.ReLU(inplace=True),
+                         nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+                         nn.Linear(4096, num_classes))
+
+
+def build_model(name: str, sparsity: float):
+    """(the pruned dense model in eval mode, the same with BatchNorm folded)."""
+    torch.manual_seed(0)
+    if name == "resnet50":
+        dense = R.ResNet50().eval()
+        R.randomize_bn(dense)
+        R.prune_by_magnitude(dense, sparsity)
+        return dense, R.fold_batchnorm(copy.deepcopy(dense)).eval()
+    dense = vgg16_bn().eval()
+    R.randomize_bn(dense)
+    first = dense[0][0]
+    for m in dense.modules():  # every layer but the first conv, by magnitude
+        if isinstance(m, (nn.Conv2d, nn.Linear)) and m is not first:
+            w = m.weight.data
+            cut = w.abs().flatten().kthvalue(int(w.numel() * sparsity)).values
+            w.mul_(w.abs() > cut)
+    folded, _, _ = fold_batchnorm(copy.deepcopy(dense))
+    return dense, folded.eval()
 
 
 def across_processes(args) -> None:
@@ -153,7 +201,8 @@ def across_processes(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):
             out = str(Path(tmp) / f"p{i}.json")
-            cmd = [sys.executable, __file__, "--sparsities", *map(str, args.sparsities),
+            cmd = [sys.executable, __file__, "--model", args.model,
+                   "--sparsities", *map(str, args.sparsities),
                    "--batches", *map(str, args.batches), "--threads", str(args.threads),
                    "--repeat", str(args.repeat), "--processes", "1", "--out", out]
             r = subprocess.run(cmd, capture_output=True, text=True)

@@ -3,6 +3,7 @@ with the layer's real magnitude-pruning pattern from DLMC (random values on it).
 
     python3 benchmarks/bench_filter_conv.py [--quick] [--batches 1 8] [--threads 2]
         [--jit] [--out benchmarks/results/filter_conv.json]
+    python3 benchmarks/bench_filter_conv.py --blocks [--bands 0 4 8 16] (fused bottlenecks)
 
 Patterns: $SPARSEJIT_DATA/dlmc/rn50/magnitude_pruning/0.8 (default data dir: the repository's
 ../shared/data). Each file is the layer's im2col weight [C_out, C_in * R * S]; its columns are
@@ -38,7 +39,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from sparsejit.families.filter_conv.layers import BAKED_MAX_NNZ, SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.layers import SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.tuner import BAKED_MAX_NNZ  # noqa: E402
 from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
 from sparsejit.families.spmm.plans import _cpu_model  # noqa: E402  (one CPU-model string)
 
@@ -149,9 +151,17 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/filter_conv.json"))
     ap.add_argument("--table", metavar="JSON", help="print the markdown tables of a saved run "
                     "(for benchmarks/RESULTS.md) and exit")
+    ap.add_argument("--blocks", action="store_true",
+                    help="ResNet-50's identity bottlenecks instead of layers: the fused block "
+                         "(filter_conv_bottleneck) against its three layer calls")
+    ap.add_argument("--bands", type=int, nargs="+", default=[0],
+                    help="with --blocks: band heights to time (0 = the planner's)")
     args = ap.parse_args()
     if args.table:
         print_markdown(json.loads(Path(args.table).read_text()))
+        return
+    if args.blocks:
+        run_blocks(args)
         return
     torch.set_num_threads(args.threads)
     data = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
@@ -261,6 +271,79 @@ def main():
                 cpu=_cpu_model(), note="dense = torch.nn.functional.conv2d (oneDNN)")
     out.write_text(json.dumps(dict(meta=meta, summary=summary, records=records), indent=1))
     print(f"wrote {out}")
+
+
+BLOCKS = [(1, 64, 256, 56), (2, 128, 512, 28), (3, 256, 1024, 14), (4, 512, 2048, 7)]
+
+
+def run_blocks(args):
+    """Each stage's first identity bottleneck (its DLMC patterns): the fused op against the
+    three layer calls it replaces, alternated; the useful rate (2 * nnz * pixels) and the
+    intermediate traffic the fusion keeps in cache: between the layer calls, conv1's output
+    is written and read, copied into conv2's padded planes (written, read), and conv2's
+    output written and read, all of it per image."""
+    torch.set_num_threads(args.threads)
+    data = Path(os.environ.get("SPARSEJIT_DATA", ROOT.parent / "shared" / "data"))
+    pdir = data / "dlmc/rn50/magnitude_pruning/0.8"
+    have = pdir.is_dir()
+    if not have:
+        print(f"no DLMC patterns at {pdir}: random patterns of the same sparsity")
+    repeat = args.repeat or (5 if args.quick else 15)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    plan_op, conv, block = (torch.ops.sparsejit.filter_conv_plan, torch.ops.sparsejit.filter_conv,
+                            torch.ops.sparsejit.filter_conv_bottleneck)
+    records = []
+    print(f"{'block':<10} {'sparsity':>8} {'batch':>5} {'band':>4} {'layers ms':>9} "
+          f"{'fused ms':>9} {'speedup':>8} {'GF/s':>6} {'MB/img kept':>11}")
+    blocks = BLOCKS[:2] if args.quick else BLOCKS
+    with torch.no_grad():
+        for sparsity in args.sparsities:
+            keep = (1 - sparsity) / 0.2
+            for g, m, c, h in blocks:
+                tag = f"block_group{g}_1_1"
+                shapes = [(m, c, 1), (m, m, 3), (c, m, 1)]
+                ws = []
+                for i, (co, ci, k) in enumerate(shapes):
+                    if have:
+                        ws.append(pattern_weight(pdir / f"bottleneck_{i + 1}_{tag}.smtx.gz", co,
+                                                 ci, k, min(keep, 1.0), seed=g * 3 + i))
+                    else:
+                        w = torch.randn(co, ci, k, k)
+                        ws.append(w * (torch.rand_like(w) >= sparsity))
+                bs = [torch.randn(w.shape[0]) for w in ws]
+                plans = [plan_op(w) for w in ws]
+                nnz = sum(int(p[2].numel()) for p in plans)
+                args3 = [t for p, b in zip(plans, bs) for t in (*p, b)]
+                for batch in args.batches:
+                    x = torch.randn(batch, c, h, h)
+
+                    def layers():
+                        a = conv(*plans[0], x, bs[0], [1, 1], [1, 1], [0, 0], [1, 1], 1, True)
+                        a = conv(*plans[1], a, bs[1], [3, 3], [1, 1], [1, 1], [1, 1], 1, True)
+                        return conv(*plans[2], a, bs[2], [1, 1], [1, 1], [0, 0], [1, 1], 1,
+                                    True, residual=x)
+                    fused = [lambda b=b: block(x, *args3, band=b) for b in args.bands]
+                    for f in fused:
+                        assert torch.equal(f(), layers())
+                    t_layers, *t_fused = median_many([layers] + fused, repeat, clock)
+                    kept = 4 * (2 * m * h * h + 2 * m * (h + 2) ** 2 + 2 * m * h * h) / 1e6
+                    for band, tf in zip(args.bands, t_fused):
+                        rec = dict(block=f"layer{g}.1", c=c, m=m, h=h, sparsity=sparsity,
+                                   batch=batch, band=band, nnz=nnz, layers_ms=t_layers,
+                                   fused_ms=tf, speedup=t_layers / tf,
+                                   fused_gflops=2 * nnz * h * h * batch / tf / 1e6,
+                                   kept_mb_per_image=kept, threads=args.threads)
+                        records.append(rec)
+                        print(f"{rec['block']:<10} {sparsity:>8.0%} {batch:>5} {band:>4} "
+                              f"{t_layers:>9.3f} {tf:>9.3f} {rec['speedup']:>7.2f}x "
+                              f"{rec['fused_gflops']:>6.1f} {kept:>11.2f}", flush=True)
+    out = Path(args.out if args.out != str(ROOT / "benchmarks/results/filter_conv.json")
+               else ROOT / "benchmarks/results/filter_conv_blocks.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(torch=torch.__version__, threads=args.threads, repeat=repeat, clock=args.clock,
+                load_average=os.getloadavg(), cpu=_cpu_model())
+    out.write_text(json.dumps(dict(meta=meta, records=records), indent=1))
+    print(f"CPU: {meta['cpu']}; wrote {out}")
 
 
 def print_markdown(run):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 import sparsejit as sj  # noqa: E402
-import sparsejit.families.filter_conv.layers as fc  # noqa: E402
+import sparsejit.families.filter_conv.tuner as fc  # noqa: E402
 from sparsejit.info import cpu_line  # noqa: E402
 
 

@@ -1,6 +1,7 @@
 """One-line conversion of existing models: :func:`accelerate` and :func:`restore`
-(PyG convs, PyG message-passing layers of the gather-scale-aggregate kind, spconv modules,
-pruned Conv2d layers). See docs/MIGRATING_FROM_PYG.md."""
+(PyG convs, PyG message-passing layers of the gather-scale-aggregate kind, other PyG
+message-passing layers' aggregation and edge softmax, spconv modules, pruned Conv2d layers).
+See docs/MIGRATING_FROM_PYG.md."""
 
 from sparsejit.convert.accelerate import accelerate, restore
 from sparsejit.convert.report import Entry, Report

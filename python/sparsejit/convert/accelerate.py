@@ -7,6 +7,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from torch import nn
 
+from sparsejit.convert import edge_path as ep
 from sparsejit.convert import message_passing as mp
 from sparsejit.convert import pyg, spconv
 from sparsejit.convert.report import Report
@@ -34,6 +35,9 @@ def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.M
     if mp.installed(m):
         report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate", "already accelerated")
         return None, False
+    if ep.installed(m):
+        report.add(path, _type(m), f"{type(m).__name__} + SpMM aggregate", "already accelerated")
+        return None, False
     name = pyg.pyg_conv_name(m)
     native_reason = ""
     if name is not None:
@@ -55,7 +59,13 @@ def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.M
             report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate",
                        native_reason + f"message {how}, reduce {form.reduce}")
         except mp.Unsupported as e:
-            report.add(path, _type(m), None, native_reason + f"generic path: {e}")
+            try:
+                what = ep.install(m)
+                report.add(path, _type(m), f"{type(m).__name__} + SpMM aggregate",
+                           native_reason + f"per-edge messages ({e}); aggregation {what}")
+            except ep.Unsupported as e2:
+                report.add(path, _type(m), None, native_reason + f"generic path: {e}; "
+                           f"per-edge path: {e2}")
         return None, False
     return None, True  # spconv modules are converted after their children
 
@@ -136,13 +146,17 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     when `model` itself is a converted layer).
 
     * Each torch_geometric conv that :mod:`sparsejit.nn` implements (GCN, SAGE, GraphConv,
-      GIN, GINE, GAT, GATv2, Transformer, RGCN / FastRGCN) becomes that layer, holding the
-      PyG module's own parameter and buffer tensors: optimizers, tensor hooks and
-      ``state_dict`` keys keep working; module hooks move with it.
+      GIN, GINE, EdgeConv, GAT, GATv2, Transformer, RGCN / FastRGCN) becomes that layer,
+      holding the PyG module's own parameter and buffer tensors: optimizers, tensor hooks
+      and ``state_dict`` keys keep working; module hooks move with it.
     * Every other PyG ``MessagePassing`` layer whose message is a per-edge scaled gather
       (SGConv, APPNP, TAGConv, ChebConv, ClusterGCNConv, LEConv, users' own) keeps its class
       and forward; its ``propagate`` runs on sparsejit's SpMM (see
       :mod:`sparsejit.convert.message_passing`).
+    * Any other ``MessagePassing`` layer (GENConv, FeaStConv, AGNNConv, users' attention
+      layers) keeps its message; its aggregation (sum / mean / max / min, softmax, power
+      mean) runs on sparsejit's SpMM, and a ``softmax(alpha, index)`` its message calls on
+      ``sj.edge_softmax`` (see :mod:`sparsejit.convert.edge_path`).
     * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, with the same weights.
     * Conv2d layers with at least `min_sparsity` zeros are offered to
       :func:`sparsejit.sparsify`'s measured decision when `example_input` is given (and
@@ -180,6 +194,8 @@ def _restore(m: nn.Module, done: Dict[int, nn.Module]) -> nn.Module:
             out = orig
     if mp.installed(out):
         mp.uninstall(out)
+    if ep.installed(out):
+        ep.uninstall(out)
     done[id(m)] = out
     for name, child in list(out._modules.items()):
         if child is not None:

@@ -22,7 +22,7 @@ from torch import nn
 # PyG class name -> the sparsejit.nn class name (same names) and the node_dim PyG gives it.
 _NODE_DIM = {"GCNConv": -2, "SAGEConv": -2, "GraphConv": -2, "GINConv": -2, "GINEConv": -2,
              "GATConv": 0, "GATv2Conv": 0, "TransformerConv": 0, "RGCNConv": 0,
-             "FastRGCNConv": 0}
+             "FastRGCNConv": 0, "EdgeConv": -2, "DynamicEdgeConv": -2}
 _SUM = ("add", "sum")
 _ANY = ("add", "sum", "mean", "max", "min")
 
@@ -128,10 +128,20 @@ def _rgcn(m):
                 root_weight=m.root is not None, is_sorted=m.is_sorted, bias=m.bias is not None)
 
 
+def _edge(m):
+    return dict(nn=m.nn, aggr=_aggr(m, _ANY, "EdgeConv"))
+
+
+def _dynamic_edge(m):
+    return dict(nn=m.nn, k=m.k, aggr=_aggr(m, _ANY, "DynamicEdgeConv"),
+                num_workers=m.num_workers)
+
+
 _ARGS: Dict[str, Callable[[nn.Module], dict]] = {
     "GCNConv": _gcn, "SAGEConv": _sage, "GraphConv": _graph, "GINConv": _gin,
     "GINEConv": _gine, "GATConv": _gat, "GATv2Conv": _gatv2, "TransformerConv": _transformer,
-    "RGCNConv": _rgcn, "FastRGCNConv": _rgcn}
+    "RGCNConv": _rgcn, "FastRGCNConv": _rgcn, "EdgeConv": _edge,
+    "DynamicEdgeConv": _dynamic_edge}
 
 
 def _check_common(m: nn.Module, name: str) -> None:

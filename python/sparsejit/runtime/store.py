@@ -65,14 +65,17 @@ def fingerprint(a, b=None, num_cols: int = 0) -> str:
 
 
 class JsonStore:
-    """The stored results of one kind (``prefix``) under ``<cache dir>/<folder>``."""
+    """The stored results of one kind (``prefix``) under ``<cache dir>/<folder>``, or under
+    `root` when given (a caller's own directory, e.g. ``sparsify(cache_dir=...)``)."""
 
-    def __init__(self, prefix: str, folder: str = "tuned", what: str = "tuned results"):
+    def __init__(self, prefix: str, folder: str = "tuned", what: str = "tuned results",
+                 root: Optional[Path] = None):
         self.prefix, self.folder, self.what = prefix, folder, what
-        self._any: Dict[str, bool] = {}  # cache dir -> holds any file of this kind
+        self._root = None if root is None else Path(root)
+        self._any: Dict[str, bool] = {}  # directory -> holds any file of this kind
 
     def root(self) -> Path:
-        return Path(_core.cache_dir()) / self.folder
+        return self._root if self._root is not None else Path(_core.cache_dir()) / self.folder
 
     def path(self, fp: str) -> Path:
         return self.root() / f"{self.prefix}{fp}.json"
@@ -85,8 +88,12 @@ class JsonStore:
 
     def put(self, fp: str, key: str, entry) -> bool:
         """Adds (or replaces) one entry, atomically; False (with a warning) if unwritable."""
+        return self.update(fp, {key: entry})
+
+    def update(self, fp: str, entries: dict) -> bool:
+        """Adds (or replaces) `entries` in one write: the file as it is now, plus these."""
         data = self.load(fp)
-        data[key] = entry
+        data.update(entries)
         if not write_json_atomic(self.path(fp), data, self.what):
             return False
         self._any.clear()
@@ -95,7 +102,7 @@ class JsonStore:
     def any(self) -> bool:
         """Whether any result of this kind is stored (looked up once per cache directory):
         lets lookups skip fingerprinting when nothing was ever tuned."""
-        key = _core.cache_dir()
+        key = str(self.root())
         hit = self._any.get(key)
         if hit is None:
             try:

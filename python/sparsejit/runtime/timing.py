@@ -31,20 +31,49 @@ def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1,
     return times[len(times) // 2]
 
 
-def paired_median_ms(fns: Sequence[Callable[[], object]], repeat: int,
-                     warmup: int = 2) -> List[float]:
-    """Median wall milliseconds of each of `fns`, their calls interleaved (a, b, a, b, ...)
-    after `warmup` calls of each, so that a drift in the machine's state (threads spinning
-    up, first page faults, a neighbour's load) reaches all of them alike."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def paired_median_ms(fns: Sequence[Callable[[], object]], repeat: int, warmup: int = 2,
+                     clock: str = "wall", rotate: bool = False,
+                     device: str = "cpu") -> List[float]:
+    """Median milliseconds of each of `fns`, their calls interleaved (a, b, a, b, ...) after
+    `warmup` calls of each, so that a drift in the machine's state (threads spinning up, first
+    page faults, a neighbour's load) reaches all of them alike.
+
+    ``clock="cpu"`` counts this process's CPU time instead of elapsed time (robust to other
+    jobs; use with one thread). `rotate` starts each round with the next function (a, b; b, a;
+    ...), so that none always runs second and finds its input in cache. On a CUDA `device`
+    each call is timed with CUDA events on the current stream (whatever `clock` says), and the
+    device is synchronised once, at the end."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got {clock!r}")
     for fn in fns:
         for _ in range(warmup):
             fn()
-    times: List[List[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
+    n = len(fns)
+    rounds = [[(rep + j) % n if rotate else j for j in range(n)] for rep in range(repeat)]
+    if device != "cpu":
+        import torch
+        events: List[list] = [[] for _ in fns]
+        for order in rounds:
+            for i in order:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[i]()
+                end.record()
+                events[i].append((start, end))
+        _sync(device)
+        times = [[a.elapsed_time(b) for a, b in ev] for ev in events]
+    else:
+        tick = CLOCKS[clock]
+        times = [[] for _ in fns]
+        for order in rounds:
+            for i in order:
+                t0 = tick()
+                fns[i]()
+                times[i].append((tick() - t0) * 1e3)
     return [sorted(ts)[len(ts) // 2] for ts in times]
 
 

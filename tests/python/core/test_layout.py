@@ -189,3 +189,163 @@ def test_package_imports_of_submodules_are_edges_to_the_submodule(tmp_path):
     assert cycles(graph) == [["toy", "toy.a", "toy.b"]]
     (pkg / "a.py").write_text("from toy import b\n")  # now a submodule: no edge to toy
     assert cycles(import_graph(pkg, "toy")) == [["toy.a", "toy.b"]]
+
+
+# ---- one way per concern: eager autograd, stored results, timing ---------------------------
+#
+# Every family builds these the same way (issue 46, points 1 and 2): an op's gradient is the
+# formula registered with torch.library.register_autograd, and its eager calls go through
+# runtime.autograd.call_op (every torch.autograd.Function is made in runtime/autograd.py);
+# measured results go through runtime.store.JsonStore; timing loops are runtime.timing's.
+
+_AUTOGRAD_HOME = "runtime/autograd.py"
+_CLOCK_NAMES = {"perf_counter_ns", "process_time", "process_time_ns", "monotonic",
+                "monotonic_ns", "thread_time", "elapsed_time"}
+_STORE_MODULES = {"json", "pickle", "shelve", "sqlite3", "marshal"}
+_STORE_INTERNALS = {"read_json", "write_json_atomic"}
+
+
+def _sources(root: Path, under: str = ""):
+    base = root / under if under else root
+    for p in sorted(base.rglob("*.py")):
+        yield p.relative_to(root).as_posix(), ast.parse(p.read_text(), str(p))
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def autograd_violations(root: Path) -> List[str]:
+    """(1) `autograd.Function` is named (subclassed, built, imported) only in
+    runtime/autograd.py; (2) each op a family registers a formula for
+    (``register_autograd("sparsejit::X", ...)``) is called eagerly through ``call_op(ops.X...)``
+    somewhere in that family's package."""
+    bad = []
+    registered: Dict[str, List[str]] = {}   # family -> ops with a registered formula
+    routed: Dict[str, Set[str]] = {}        # family -> ops passed to call_op
+    for rel, tree in _sources(root):
+        family = rel.split("/")[1] if rel.startswith("families/") else None
+        for node in ast.walk(tree):
+            if rel != _AUTOGRAD_HOME:
+                if isinstance(node, ast.Attribute) and node.attr == "Function" and \
+                        _dotted(node.value).endswith("autograd"):
+                    bad.append(f"{rel}:{node.lineno}: a torch.autograd.Function of its own "
+                               "(use runtime.autograd.call_op or composite)")
+                if isinstance(node, ast.ImportFrom) and node.module == "torch.autograd" and \
+                        any(a.name == "Function" for a in node.names):
+                    bad.append(f"{rel}:{node.lineno}: imports torch.autograd.Function")
+            if not isinstance(node, ast.Call):
+                continue
+            name = _dotted(node.func)
+            if name.endswith("register_autograd") and node.args and \
+                    isinstance(node.args[0], ast.Constant) and \
+                    str(node.args[0].value).startswith("sparsejit::"):
+                op = str(node.args[0].value).split("::", 1)[1]
+                registered.setdefault(family or rel, []).append(f"{op} ({rel}:{node.lineno})")
+            if name.split(".")[-1] == "call_op" and node.args and family:
+                chain = _dotted(node.args[0]).split(".")
+                if "ops" in chain and chain.index("ops") + 1 < len(chain):
+                    routed.setdefault(family, set()).add(chain[chain.index("ops") + 1])
+    for family, ops in registered.items():
+        for entry in ops:
+            op = entry.split(" ", 1)[0]
+            if op not in routed.get(family, set()):
+                bad.append(f"families/{family}: {entry} has a registered formula but no eager "
+                           f"call through call_op(ops.{op}...)")
+    return sorted(bad)
+
+
+def store_and_timer_violations(root: Path) -> List[str]:
+    """Under families/: (1) no module of its own file store: no import of json / pickle /
+    shelve / sqlite3 / marshal or of runtime.store's file internals (read_json,
+    write_json_atomic), no ``write_text`` / ``write_bytes``: results go through JsonStore;
+    (2) no timer of its own: no clock but ``time.perf_counter``, and that one only called
+    directly, outside any loop (a one-off duration); no ``torch.cuda.Event``. Timing loops
+    are runtime.timing's (median_ms, paired_median_ms)."""
+    bad = []
+    for rel, tree in _sources(root, "families"):
+        loops = [n for n in ast.walk(tree) if isinstance(
+            n, (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))]
+        in_loop = {id(c) for lp in loops for c in ast.walk(lp) if c is not lp}
+        calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            where = f"{rel}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in _STORE_MODULES:
+                        bad.append(f"{where}: imports {a.name} (store results in a JsonStore)")
+            elif isinstance(node, ast.ImportFrom):
+                if (node.module or "").split(".")[0] in _STORE_MODULES:
+                    bad.append(f"{where}: imports from {node.module}")
+                for a in node.names:
+                    if a.name in _STORE_INTERNALS:
+                        bad.append(f"{where}: imports {a.name} (a store of its own; use "
+                                   "JsonStore)")
+                    if node.module == "time" and a.name != "perf_counter":
+                        bad.append(f"{where}: imports time.{a.name}")
+            elif isinstance(node, ast.Attribute):
+                name = _dotted(node)
+                if node.attr in ("write_text", "write_bytes", "dump", "dumps"):
+                    bad.append(f"{where}: {name} writes a file of its own (use JsonStore)")
+                elif node.attr in _CLOCK_NAMES or name in ("time.time", "torch.cuda.Event",
+                                                           "cuda.Event"):
+                    bad.append(f"{where}: {name}: a timer of its own (runtime.timing)")
+                elif name == "time.perf_counter":
+                    if id(node) not in calls:
+                        bad.append(f"{where}: time.perf_counter passed around as a clock "
+                                   "(runtime.timing)")
+                    elif id(node) in in_loop:
+                        bad.append(f"{where}: time.perf_counter read in a loop: a timing loop "
+                                   "of its own (runtime.timing)")
+    return sorted(bad)
+
+
+def test_one_eager_autograd_path():
+    bad = autograd_violations(PKG)
+    assert not bad, "\n".join(bad)
+
+
+def test_one_store_and_one_timer():
+    bad = store_and_timer_violations(PKG)
+    assert not bad, "\n".join(bad)
+
+
+def test_planted_autograd_and_store_violations_are_found(tmp_path):
+    """The old ways, planted in a toy tree: each is found, and the one way passes."""
+    fam = tmp_path / "families" / "toy"
+    fam.mkdir(parents=True)
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "autograd.py").write_text(
+        "import torch\nclass F(torch.autograd.Function):\n    pass\n")   # its home: allowed
+    (fam / "ops.py").write_text(
+        "import torch\nfrom torch.autograd import Function\n"
+        "class _ToyFunction(torch.autograd.Function):\n    pass\n"
+        "def toy(x):\n    return torch.ops.sparsejit.toy(x)\n"
+        "torch.library.register_autograd('sparsejit::toy', None, setup_context=None)\n"
+        "torch.library.register_autograd('sparsejit::routed', None, setup_context=None)\n"
+        "def routed(x):\n    return call_op(ops.routed.default, None, None, (x,), (x,))\n")
+    bad = autograd_violations(tmp_path)
+    assert len(bad) == 3, bad
+    assert "imports torch.autograd.Function" in bad[0] and "Function of its own" in bad[1]
+    assert "sparsejit::toy" not in bad[2] and "toy (families/toy/ops.py:7)" in bad[2]
+    (fam / "tuner.py").write_text(
+        "import json, time\nfrom sparsejit.runtime.store import read_json, write_json_atomic\n"
+        "_CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}\n"
+        "def measure(fns):\n    t = []\n    for f in fns:\n        t0 = time.perf_counter()\n"
+        "        f()\n        t.append(time.perf_counter() - t0)\n"
+        "    e = torch.cuda.Event(enable_timing=True)\n    return t\n"
+        "def save(p, d):\n    p.write_text(json.dumps(d))\n"
+        "def once(f):\n    t0 = time.perf_counter()\n    f()\n    return time.perf_counter() - t0\n")
+    bad = store_and_timer_violations(tmp_path)
+    found = "\n".join(bad)
+    for what in ("imports json", "imports read_json", "imports write_json_atomic",
+                 "time.perf_counter passed around", "time.process_time", "read in a loop",
+                 "torch.cuda.Event", "write_text", "json.dumps"):
+        assert what in found, (what, found)
+    assert not any(":15:" in b or ":17:" in b for b in bad), bad   # once(): a one-off duration

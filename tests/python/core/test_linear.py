@@ -119,10 +119,10 @@ def test_linear_add_against_float64(n, f_in, f_out):
     ADD(out, x, w)
     want = out0.double() + x.double() @ w.double().t()
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-4)
-    # autograd: through _LinearAdd on a fresh, non-leaf out
+    # autograd: through _linear_add on a fresh, non-leaf out
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     base = out0.clone().requires_grad_()
-    y = dense_ops._LinearAdd.apply(base * 1.0, xr, wr)
+    y = dense_ops._linear_add(base * 1.0, xr, wr)
     torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
     gy = torch.randn(n, f_out, generator=g)
     y.backward(gy)
@@ -135,14 +135,14 @@ def test_linear_add_against_float64(n, f_in, f_out):
 
 @pytest.mark.parametrize("n", [1, 3, 1200])
 def test_linear_add_hands_a_broadcast_gradient_on_contiguous(n):
-    """``loss = y.sum()`` sends a broadcast (stride 0) gradient; _LinearAdd copies it once and
+    """``loss = y.sum()`` sends a broadcast (stride 0) gradient; _linear_add copies it once and
     gives `out`'s producer that copy, with the same values (so the aggregation that made
     `out` does not copy it again). The gradients of x and weight stay those of float64."""
     g = torch.Generator().manual_seed(n)
     x = torch.randn(n, 16, generator=g, requires_grad=True)
     w = torch.randn(8, 16, generator=g, requires_grad=True)
     leaf = torch.randn(n, 8, generator=g, requires_grad=True)
-    y = dense_ops._LinearAdd.apply(leaf.clone(), x, w)  # CloneBackward hands its grad through
+    y = dense_ops._linear_add(leaf.clone(), x, w)  # CloneBackward hands its grad through
     d_out, dx, dw = torch.autograd.grad(y.sum(), [leaf, x, w])
     assert d_out.is_contiguous() and d_out.stride() == (8, 1)
     torch.testing.assert_close(d_out, torch.ones(n, 8))
@@ -188,7 +188,7 @@ def test_relu_linear_relu_output_used_elsewhere(uses):
     g = torch.Generator().manual_seed(5)
     leaf = torch.randn(1100, 8, generator=g, requires_grad=True)
     w = torch.randn(12, 8, generator=g, requires_grad=True)
-    y, r = dense_ops._ReluLinear.apply(leaf * 1.0, w, None)
+    y, r = dense_ops._relu_linear(leaf * 1.0, w, None)
     both = uses == "both"
     ((y.square().sum() if both else 0.0) + (r * 3.0).sum()).backward()
     ld, wd = leaf.detach().double().requires_grad_(), w.detach().double().requires_grad_()

@@ -154,7 +154,7 @@ def test_cuda_sparsify_measures_on_the_gpu_and_converts(tmp_path):
     sparse = [mod for mod in out.modules() if isinstance(mod, SparseConv2d)]
     assert len(sparse) == 3
     assert all(s.values.is_cuda for s in sparse)
-    from sparsejit.families.filter_conv.layers import LAST_REPORT
+    from sparsejit.families.filter_conv.tuner import LAST_REPORT
     assert all(r["kernel"] == "cuda" and r["dense_ms"] > 0 and r["sparse_ms"] > 0
                for r in LAST_REPORT)
     with torch.no_grad():

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import sparsejit as sj
-from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear, sparsify
+from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear
+from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
 torch.manual_seed(0)
@@ -288,7 +289,7 @@ def test_torch_export():
 
 
 def test_sparsify_decides_and_caches(tmp_path, monkeypatch, capsys):
-    import sparsejit.families.filter_conv.layers as fc
+    import sparsejit.families.filter_conv.tuner as fc
     calls = []
     real = fc.measure
 

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparsejit.families.filter_conv.fold import ChannelsLastPool, ConvPool, ConvReLU
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d, sparsify
+from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
+from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
 from test_filter_conv import GEOMETRIES, pruned_weight, reference
@@ -148,7 +149,7 @@ def test_sparsify_fuses_residual_and_relu(tmp_path):
     assert len(_adds(plain)) == 2 and not _adds(fused)
     res = [mod for mod in fused.modules() if isinstance(mod, ResidualSparseConv2d)]
     assert len(res) == 2 and all(r.relu and not r.conv.relu for r in res)
-    from sparsejit.families.filter_conv.layers import LAST_REPORT, format_report
+    from sparsejit.families.filter_conv.tuner import LAST_REPORT, format_report
     assert sum(r.get("fused") == "+ residual, ReLU" for r in LAST_REPORT) == 2
     assert "+ residual, ReLU" in format_report()
     with torch.no_grad():
@@ -163,8 +164,9 @@ def test_sparsify_fuses_residual_and_relu(tmp_path):
 def test_fused_model_compiles_and_exports(tmp_path):
     m = randomize_bn(nn.Sequential(Bottleneck(), Bottleneck()))
     x = torch.randn(2, 16, 12, 12)
+    # the residual fusion alone (fused bottlenecks: test_fused_bottleneck.py)
     fused = sparsify(m, x, min_speedup=0.0, fold_bn=True, cache_dir=tmp_path, progress=False,
-                     verbose=False, repeat=1)
+                     verbose=False, repeat=1, fuse_groups=False)
     with torch.no_grad():
         want = fused(x)
         torch.testing.assert_close(torch.compile(fused, fullgraph=True)(x), want)
@@ -202,7 +204,7 @@ def test_sparsify_runs_dense_stem_and_pool_on_channels_last(tmp_path, relu):
         want = m(x)
     kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
     out = sparsify(m, x, min_speedup=0.0, **kw)
-    from sparsejit.families.filter_conv.layers import LAST_REPORT
+    from sparsejit.families.filter_conv.tuner import LAST_REPORT
     pools = [mod for mod in out.modules() if isinstance(mod, ConvPool)]
     assert len(pools) == 1 and pools[0].relu == (relu == "module")
     assert isinstance(pools[0].conv, nn.Conv2d)
@@ -279,7 +281,7 @@ def test_sparsify_runs_other_max_pools_on_channels_last(tmp_path):
         want = m(x)
     kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
     out = sparsify(m, x, min_speedup=0.0, **kw)
-    from sparsejit.families.filter_conv.layers import LAST_REPORT
+    from sparsejit.families.filter_conv.tuner import LAST_REPORT
     assert isinstance(out.pool, ChannelsLastPool) and out.pool.pool is m.pool
     assert isinstance(out.conv1, SparseConv2d)
     row = [r for r in LAST_REPORT if r["name"] == "pool"]
@@ -325,7 +327,7 @@ class FunctionalPools(nn.Module):
 def test_pools_off_the_cpu_are_not_measured_or_rewritten():
     """The channels-last pool rewrite is measured on the CPU: a pool whose input was on
     another device (here meta; CUDA in practice) or on an unknown one stays as it is."""
-    from sparsejit.families.filter_conv.layers import _channels_last_pools
+    from sparsejit.families.filter_conv.tuner import _channels_last_pools
     for devices in ({"pool": torch.device("meta")}, {}):
         gm = torch.fx.symbolic_trace(nn.Sequential(nn.Conv2d(4, 4, 3), nn.MaxPool2d(2)))
         pool_name = [n for n, m in gm.named_modules() if isinstance(m, nn.MaxPool2d)][0]
@@ -375,7 +377,7 @@ def test_sparsify_runs_functional_pools_on_channels_last(tmp_path):
         want = m(x)
     kw = dict(fold_bn=True, cache_dir=tmp_path, progress=False, verbose=False, repeat=1)
     out = sparsify(m, x, min_speedup=0.0, **kw)
-    from sparsejit.families.filter_conv.layers import LAST_REPORT
+    from sparsejit.families.filter_conv.tuner import LAST_REPORT
     made = ["max_pool2d_fn", "max_pool2d_fn_1", "max_pool2d_fn_2"]
     assert [type(getattr(out, n)) for n in made] == [ChannelsLastPool] * 3
     rows = {r["name"]: r for r in LAST_REPORT}

@@ -12,7 +12,8 @@ from torch import nn
 import sparsejit as sj
 from sparsejit import _core
 from sparsejit.families.filter_conv.fold import ConvReLU, fold_batchnorm
-from sparsejit.families.filter_conv.layers import SparseConv2d, sparsify
+from sparsejit.families.filter_conv.layers import SparseConv2d
+from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
 from test_filter_conv import GEOMETRIES, pruned_weight, reference, run_op
@@ -237,7 +238,7 @@ def test_fold_bn_dense_choice_and_training_mode(tmp_path):
 
 def test_sparsify_measures_jit_variants(tmp_path):
     import json
-    import sparsejit.families.filter_conv.layers as fc
+    import sparsejit.families.filter_conv.tuner as fc
     m = randomize_bn(nn.Sequential(nn.Conv2d(8, 12, 3, padding=1), nn.BatchNorm2d(12)))
     x = torch.randn(1, 8, 14, 14)
     with torch.no_grad():

@@ -32,13 +32,14 @@ from .cases_attention import ATTENTION_CASES
 from .cases_spmm_build import BUILD_CASES
 from .cases_point_conv import CONV_CASES
 from .cases_filter_conv import FILTER_CASES
+from .cases_filter_conv_fused import FUSED_CASES
 from .cases_point_conv_api import POINTCLOUD_CASES
 from .cases_spmm_raw import RAW_CASES
 from .cases_rgms import RGMS_CASES
 from .refs import Rand
 
 ROSTER = (API_CASES + BUILD_CASES + RAW_CASES + RGMS_CASES + CONV_CASES + POINTCLOUD_CASES
-          + FILTER_CASES + ATTENTION_CASES)
+          + FILTER_CASES + FUSED_CASES + ATTENTION_CASES)
 
 ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, NotImplementedError)
 REPEATS = 2  # every case kind runs this many times per seed, with different draws

@@ -161,8 +161,10 @@ def test_model_without_graph_layers_is_unchanged():
 @pytest.mark.parametrize("make, reason", [
     (lambda: pnn.GCNConv(8, 6, flow="target_to_source"), "flow"),
     (lambda: pnn.SAGEConv(8, 6, aggr=["mean", "max"]), "aggr"),
-    (lambda: pnn.EdgeConv(torch.nn.Linear(16, 6)), "probe"),
-    (lambda: pnn.GENConv(8, 8), "softmax"),
+    # (EdgeConv, here before, is native now; FeaStConv and GENConv take the per-edge path)
+    (lambda: pnn.PNAConv(8, 6, ["mean", "max"], ["identity"], torch.tensor([1, 2, 3])),
+     "DegreeScaler"),
+    (lambda: pnn.GENConv(8, 8, aggr=["softmax", "mean"]), "per-edge path"),
 ])
 def test_layers_left_alone_with_reason(make, reason):
     torch.manual_seed(0)
@@ -208,7 +210,8 @@ def test_bad_model_argument():
 
 
 def test_verbose_prints_the_table(capsys):
-    model = torch.nn.ModuleDict({"a": pnn.GCNConv(4, 4), "b": pnn.EdgeConv(torch.nn.Linear(8, 4))})
+    model = torch.nn.ModuleDict({"a": pnn.GCNConv(4, 4),
+                                 "b": pnn.GENConv(4, 4, aggr=["softmax", "mean"])})
     sj.accelerate(model, verbose=True)
     text = capsys.readouterr().out
     assert "a " in text and "sparsejit.GCNConv" in text and "left as it was" in text

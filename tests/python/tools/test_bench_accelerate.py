@@ -1,5 +1,6 @@
 """benchmarks/bench_accelerate.py runs end to end on a small generated graph (--quick) and
-writes its JSON rows: both models, their outputs checked equal to PyG's before timing."""
+writes its JSON rows: every model (native, generic, genconv, attention on the graph; the
+EdgeConv stack on a scan's k-NN graph), their outputs checked equal to PyG's before timing."""
 
 import json
 import os
@@ -19,11 +20,30 @@ def test_bench_accelerate_quick(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_accelerate.py"),
                         "--quick", "--no-compile", "--repeats", "1", "--graphs",
-                        "uniform:n=400,avg=4,seed=0", "--out", str(out)],
+                        "uniform:n=400,avg=4,seed=0", "--points", "200", "--out", str(out)],
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [row["model"] for row in rows] == ["native", "generic"]
+    assert [row["model"] for row in rows] == ["native", "generic", "genconv", "attention",
+                                              "edgeconv"]
     for row in rows:
         assert row["pyg_ms"] > 0 and row["accelerated_ms"] > 0 and row["max_rel_err"] < 1e-4
-    assert out.with_suffix(".md").read_text().count("| uniform:n=400,avg=4 |") == 2
+    assert out.with_suffix(".md").read_text().count("| uniform:n=400,avg=4 |") == 4
+    assert rows[-1]["nodes"] == 200 and rows[-1]["edges"] == 200 * 20
+
+
+def test_bench_accelerate_minibatch_quick(tmp_path):
+    out = tmp_path / "mb.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_accelerate.py"),
+                        "--quick", "--minibatch", "--steps", "3", "--clock", "cpu",
+                        "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["clock"] == "cpu"
+    rows = result["rows"]
+    assert [row["model"] for row in rows] == ["minibatch_sage", "minibatch_gcn"]
+    for row in rows:
+        assert row["pyg_ms"] > 0 and row["accelerated_ms"] > 0
+        assert row["accelerated_sorting_op_ms"] > 0 and 0 < row["structure_share"] < 1

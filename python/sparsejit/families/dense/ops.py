@@ -15,7 +15,8 @@ from typing import Dict, Optional
 import torch
 
 from sparsejit import _core
-from sparsejit._library import restores_type_errors
+from sparsejit._library import ops, restores_type_errors
+from sparsejit.runtime.autograd import call_op, composite
 from sparsejit.runtime.timing import paired_median_ms
 
 
@@ -23,7 +24,8 @@ from sparsejit.runtime.timing import paired_median_ms
 def segment_matmul(x: torch.Tensor, ptr: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """pyg-lib's segment_matmul: rows ``ptr[k]:ptr[k+1]`` of `x` times ``w[k]``
     (``x [N, F_in]``, ``ptr [K + 1]`` from 0 to N, ``w [K, F_in, F_out]``)."""
-    return torch.ops.sparsejit.segment_matmul(x, ptr, w)
+    return call_op(ops.segment_matmul.default, _segment_matmul_setup, _segment_matmul_backward,
+                   (x, ptr, w), (x, w))
 
 
 @restores_type_errors
@@ -52,7 +54,7 @@ def gather_matmul(x: torch.Tensor, index: torch.Tensor, w: torch.Tensor) -> torc
     counts = torch.zeros(k, dtype=torch.long, device=index.device).index_add_(
         0, index, torch.ones_like(index))
     ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    y = torch.ops.sparsejit.segment_matmul(x[perm], ptr, w)
+    y = segment_matmul(x[perm], ptr, w)
     return torch.empty_like(y).index_copy_(0, perm, y)
 
 
@@ -182,31 +184,32 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     on the number of rows). The same values up to the GEMMs' order of summation;
     differentiable."""
     if _takes_dense_layer(x, weight, bias):
-        return torch.ops.sparsejit.linear(x, weight, bias)
+        return call_op(ops.linear.default, _linear_setup, _linear_backward, (x, weight, bias),
+                       (x, weight, bias))
     return torch.nn.functional.linear(x, weight, bias)
 
 
-class _LinearAdd(torch.autograd.Function):
+def _linear_add_forward(ctx, out, x, weight):
     """``out += x @ weight^T`` in place (``sparsejit::linear_add_``) on a fresh ``out`` that
     autograd has not saved; its gradient passes through, dx and dw as :func:`linear`'s
-    (:func:`_product_grads`)."""
+    (:func:`_product_grads`). An in-place op has no registered formula: a composite."""
+    torch.ops.sparsejit.linear_add_(out, x, weight)
+    ctx.mark_dirty(out)
+    ctx.save_for_backward(x, weight)
+    return out
 
-    @staticmethod
-    def forward(ctx, out, x, weight):
-        torch.ops.sparsejit.linear_add_(out, x, weight)
-        ctx.mark_dirty(out)
-        ctx.save_for_backward(x, weight)
-        return out
 
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        # `out`'s gradient is handed on contiguous: the aggregation that made `out` would
-        # otherwise copy a broadcast gradient (``out.sum().backward()``) a second time.
-        grad = grad.contiguous()
-        dx, dw = _product_grads(grad, x, weight, need[1], need[2])
-        return grad, dx, dw
+def _linear_add_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    # `out`'s gradient is handed on contiguous: the aggregation that made `out` would
+    # otherwise copy a broadcast gradient (``out.sum().backward()``) a second time.
+    grad = grad.contiguous()
+    dx, dw = _product_grads(grad, x, weight, need[1], need[2])
+    return grad, dx, dw
+
+
+_linear_add = composite("LinearAdd", _linear_add_forward, _linear_add_backward)
 
 
 def linear_add_(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -217,40 +220,40 @@ def linear_add_(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> tor
     in x, weight and ``out``."""
     if out.dtype == torch.float32 and out.device.type == "cpu" and out.is_contiguous() and \
             _takes_dense_layer(x, weight, None):
-        return _LinearAdd.apply(out, x, weight)
+        return _linear_add(out, x, weight)
     return out.addmm_(x, weight.t())
 
 
-class _ReluLinear(torch.autograd.Function):
+def _relu_linear_forward(ctx, h, weight, bias):
     """``relu_(h) @ weight^T + bias`` on a fresh ``h`` that autograd has not saved (a Linear's
     output): outputs the product and ``h`` itself, made ReLU in place. The backward writes the
     product's input gradient into a buffer of its own (:func:`_product_grads`) and applies
     the ReLU's mask there in place, where autograd's ReLU would allocate one more [N, F]
     tensor and pass over memory once more."""
+    r = torch.relu_(h)
+    ctx.mark_dirty(h)
+    ctx.set_materialize_grads(False)  # no zero-filled [N, F] gradient for an unused r
+    out = torch.ops.sparsejit.linear(r, weight, bias)
+    ctx.save_for_backward(r, weight)
+    ctx.has_bias = bias is not None
+    return out, r
 
-    @staticmethod
-    def forward(ctx, h, weight, bias):
-        r = torch.relu_(h)
-        ctx.mark_dirty(h)
-        ctx.set_materialize_grads(False)  # no zero-filled [N, F] gradient for an unused r
-        out = torch.ops.sparsejit.linear(r, weight, bias)
-        ctx.save_for_backward(r, weight)
-        ctx.has_bias = bias is not None
-        return out, r
 
-    @staticmethod
-    def backward(ctx, grad, grad_r):
-        r, weight = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        if grad is None:  # only r's gradient reached this node
-            grad = torch.zeros((r.shape[0], weight.shape[0]), dtype=r.dtype)
-        dr, dw = _product_grads(grad, r, weight, need[0], need[1])
-        if dr is not None:
-            if grad_r is not None:  # h's ReLU output was used elsewhere as well
-                dr = dr.add_(grad_r)
-            torch.ops.aten.threshold_backward.grad_input(dr, r, 0.0, grad_input=dr)
-        db = grad.sum(0) if ctx.has_bias and need[2] else None
-        return dr, dw, db
+def _relu_linear_backward(ctx, grad, grad_r):
+    r, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if grad is None:  # only r's gradient reached this node
+        grad = torch.zeros((r.shape[0], weight.shape[0]), dtype=r.dtype)
+    dr, dw = _product_grads(grad, r, weight, need[0], need[1])
+    if dr is not None:
+        if grad_r is not None:  # h's ReLU output was used elsewhere as well
+            dr = dr.add_(grad_r)
+        torch.ops.aten.threshold_backward.grad_input(dr, r, 0.0, grad_input=dr)
+    db = grad.sum(0) if ctx.has_bias and need[2] else None
+    return dr, dw, db
+
+
+_relu_linear = composite("ReluLinear", _relu_linear_forward, _relu_linear_backward)
 
 
 def relu_linear(h: torch.Tensor, weight: torch.Tensor,
@@ -260,7 +263,7 @@ def relu_linear(h: torch.Tensor, weight: torch.Tensor,
     layer the ReLU's gradient is applied in place on the product's (one [N, F] buffer and
     pass fewer, the same values); else ``relu_`` and :func:`linear`."""
     if h.is_contiguous() and _takes_dense_layer(h, weight, bias):
-        return _ReluLinear.apply(h, weight, bias)[0]
+        return _relu_linear(h, weight, bias)[0]
     return linear(torch.relu_(h), weight, bias)
 
 

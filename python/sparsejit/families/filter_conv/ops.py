@@ -1,6 +1,6 @@
 """Filter-sparse convolution ops (pruned Conv2d inference): fakes for torch.compile /
-torch.export. The user-facing module is sparsejit.families.filter_conv.layers (SparseConv2d,
-sparsify).
+torch.export. The user-facing modules are sparsejit.families.filter_conv.layers (SparseConv2d)
+and .tuner (sparsify).
 
 ``filter_conv_plan(weight, threshold, variant) -> (plan, rowptr, taps, values)`` compresses a
 weight ``[C_out, C_in/groups, R, S]`` per output channel; ``filter_conv(plan, rowptr, taps,

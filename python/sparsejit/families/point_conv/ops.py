@@ -16,11 +16,12 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from sparsejit._library import restores_type_errors
+from sparsejit._library import ops, restores_type_errors
 
 from sparsejit.families.point_conv import schedules
 from sparsejit.families.point_conv.plan import KINDS, plan_info, plan_pairs  # noqa: F401  (re-exported)
 from sparsejit.families.spmm._common import FLOAT_DTYPES
+from sparsejit.runtime.autograd import call_op
 
 DATAFLOWS = {"auto": 0, "gather_gemm_scatter": 1, "output_stationary": 2}
 
@@ -81,8 +82,9 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         fwd, bwd, wgrad = _tuned_dataflows(plan, weight.shape[1], weight.shape[2],
                                            features.dtype, bool(swap))
         d = fwd | (bwd << 2) | (wgrad << 4)
-    return torch.ops.sparsejit.sparse_conv(features, weight, bias, plan, num_out,
-                                           bool(swap), d, bool(relu))
+    return call_op(ops.sparse_conv.default, _sparse_conv_setup, _sparse_conv_backward,
+                   (features, weight, bias, plan, num_out, bool(swap), d, bool(relu)),
+                   (features, weight, bias))
 
 
 def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int, int]:

@@ -116,7 +116,11 @@ def tune_conv_model(model: torch.nn.Module, example, dtype: Optional[torch.dtype
 
 
 def _accepts(obj, args, kwargs) -> bool:
-    return isinstance(obj, torch.nn.Module) or is_conv_plan(obj)
+    """A conv plan, or a model whose example input is not a dense tensor (a tuple of them):
+    those are filter_conv's (sparsify's) models."""
+    if isinstance(obj, torch.nn.Module):
+        return not (args and isinstance(args[0], (torch.Tensor, tuple)))
+    return is_conv_plan(obj)
 
 
 def tune(A, op="spmm", F: int = 64, reduce: str = "sum", dtype: torch.dtype = torch.float32,

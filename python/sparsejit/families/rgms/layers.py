@@ -12,6 +12,7 @@ from torch import nn
 from sparsejit.families.rgms.ops import cached_from_edge_index, rgms
 from sparsejit.families.spmm.matrix import SparseMatrix
 from sparsejit.families.spmm.spmm import spmm
+from sparsejit.runtime.autograd import composite
 from sparsejit.runtime.caches import LruCache, content_key
 
 
@@ -140,7 +141,7 @@ def _featureless_bases(comp, basis, ids, edge_index, edge_type, n, reduce):
     (``c_e = 1 / |N_r(i)|`` for mean). On AIFB (90 relations, 30 bases, 8,285 nodes) this
     replaces a 358 MFLOP weight product by a 56 MFLOP SpMM."""
     A, perm, et_sorted, by_rel = _featureless_structure(edge_index, edge_type, n, comp.shape[0])
-    vals = _GatherRows.apply(comp, et_sorted, by_rel)                      # [E, B], CSR order
+    vals = _gather_rows(comp, et_sorted, by_rel)                            # [E, B], CSR order
     if reduce == "mean":
         dst = A.row_indices().long()
         key = et_sorted * n + dst
@@ -154,18 +155,18 @@ def _featureless_bases(comp, basis, ids, edge_index, edge_type, n, reduce):
     return spmm(A.with_values(vals), x, reduce="sum").sum(dim=1)
 
 
-class _GatherRows(torch.autograd.Function):
+def _gather_rows_forward(ctx, table, idx, by_rel):
     """``table[idx]`` whose backward is an SpMM over the (relation x edge) incidence matrix
     ``by_rel`` instead of index_add (serial in torch, and slow for few rows hit many times)."""
+    ctx.by_rel = by_rel
+    return table.index_select(0, idx)
 
-    @staticmethod
-    def forward(ctx, table, idx, by_rel):
-        ctx.by_rel = by_rel
-        return table.index_select(0, idx)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return spmm(ctx.by_rel, grad.contiguous(), reduce="sum"), None, None
+def _gather_rows_backward(ctx, grad):
+    return spmm(ctx.by_rel, grad.contiguous(), reduce="sum"), None, None
+
+
+_gather_rows = composite("GatherRows", _gather_rows_forward, _gather_rows_backward)
 
 
 def _featureless_structure(edge_index, edge_type, n, num_relations):

@@ -17,11 +17,12 @@ from typing import Dict, Optional, Tuple, Union
 
 import torch
 
-from sparsejit._library import restores_type_errors
+from sparsejit._library import ops, restores_type_errors
 
 from sparsejit import _core
 from sparsejit.families.rgms import schedules
-from sparsejit.families.spmm._common import FLOAT_DTYPES, without_autograd
+from sparsejit.families.spmm._common import FLOAT_DTYPES
+from sparsejit.runtime.autograd import call_op
 from sparsejit.runtime.caches import LruCache, content_key, own
 
 _REDUCES = ("sum", "mean")
@@ -283,21 +284,14 @@ def rgms(
                          f"{A.shape[0]} targets; pass x_root")
     sid, tile, gemm = _STRATEGIES[strategy], 0, 0
     if strategy == "auto" and not torch.compiler.is_compiling():
-        sched = schedules.schedule_for(  # a schedule stored by sj.tune, if any
-A, X.shape[1], W.shape[2], X.dtype, reduce)
+        # a schedule stored by sj.tune, if any
+        sched = schedules.schedule_for(A, X.shape[1], W.shape[2], X.dtype, reduce)
         if sched is not None:
             sid, tile, gemm = sched
-    tensors = (X, W, values, root, bias, x_root)
-    if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
-            any(t is not None and t.requires_grad for t in tensors):
-        # Eager training: a plain autograd.Function around the same ops. torch.library's
-        # registered-autograd path costs ~0.2 ms a call in Python (its fill_defaults), more
-        # than the whole op on small graphs; compiled graphs still go through it.
-        return _RgmsFunction.apply(X, W, values, root, bias, x_root, A.plan, reduce,
-                                   A.shape[0], tile, sid, gemm)
-    with without_autograd(*tensors):
-        return torch.ops.sparsejit.rgms(A.plan, X, W, values, reduce, A.shape[0], gemm, tile,
-                                        sid, root, bias, x_root)
+    # Every schema argument, positionally (runtime.autograd.call_op).
+    args = (A.plan, X, W, values, reduce, A.shape[0], gemm, tile, sid, root, bias, x_root)
+    return call_op(ops.rgms.default, _rgms_setup, _rgms_backward, args,
+                   (X, W, values, root, bias, x_root))
 
 
 def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, strategy, need):
@@ -315,26 +309,6 @@ def _rgms_grads(plan, x, w, values, root, x_root, grad, reduce, gemm, tile, stra
     d_xr = grad @ root.t() if need_xr and x_root is not None else None
     return (dx if need_x else None, dw if need_w else None, dv if need_v else None, d_root,
             d_bias, d_xr)
-
-
-class _RgmsFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, X, W, values, root, bias, x_root, plan, reduce, num_rows, tile, strategy,
-                gemm):
-        with torch._C._AutoDispatchBelowAutograd():
-            y = torch.ops.sparsejit.rgms(plan, X, W, values, reduce, num_rows, gemm, tile,
-                                         strategy, root, bias, x_root)
-        ctx.save_for_backward(X, W, values, root, x_root, plan)
-        ctx.reduce, ctx.tile, ctx.strategy, ctx.gemm = reduce, tile, strategy, gemm
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        X, W, values, root, x_root, plan = ctx.saved_tensors
-        with torch._C._AutoDispatchBelowAutograd():
-            grads = _rgms_grads(plan, X, W, values, root, x_root, grad, ctx.reduce, ctx.gemm,
-                                ctx.tile, ctx.strategy, ctx.needs_input_grad[:6])
-        return grads + (None, None, None, None, None, None)
 
 
 # ---- fakes --------------------------------------------------------------------------------

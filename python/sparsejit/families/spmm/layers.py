@@ -23,6 +23,7 @@ from sparsejit.families.dense.ops import linear as dense_linear, linear_add_, re
 from sparsejit.families.spmm.spmm import spmm
 from sparsejit.families.spmm import graph as G
 from sparsejit.families.spmm.matrix import SparseMatrix, _Structure
+from sparsejit.runtime.autograd import composite
 
 
 def linear(in_channels: int, out_channels: int, bias: bool = True,
@@ -204,7 +205,7 @@ def aggregate_rows(A: SparseMatrix, m: int, x_src: torch.Tensor, reduce: str, li
         out = bias.expand(n, c_out).clone()
     else:
         out = h.new_zeros(n, c_out)
-    return _AddLeadingRows.apply(out, h)
+    return _add_leading_rows(out, h)
 
 
 def aggregate_and_root(A: SparseMatrix, x_src: torch.Tensor, reduce: str, lin: nn.Module,
@@ -219,21 +220,22 @@ def aggregate_and_root(A: SparseMatrix, x_src: torch.Tensor, reduce: str, lin: n
     return out if root is None else add_linear(out, root, x_dst)
 
 
-class _AddLeadingRows(torch.autograd.Function):
+def _add_leading_rows_forward(ctx, out, h):
     """``out[:len(h)] += h`` in place on a fresh ``out`` that autograd has not saved; the
     backward hands the gradient through (no copy: autograd's in-place slice update would
     clone and zero-fill the whole gradient)."""
+    out[: h.shape[0]].add_(h)
+    ctx.mark_dirty(out)
+    ctx.m = h.shape[0]
+    return out
 
-    @staticmethod
-    def forward(ctx, out, h):
-        out[: h.shape[0]].add_(h)
-        ctx.mark_dirty(out)
-        ctx.m = h.shape[0]
-        return out
 
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, grad[: ctx.m]
+def _add_leading_rows_backward(ctx, grad):
+    return grad, grad[: ctx.m]
+
+
+_add_leading_rows = composite("AddLeadingRows", _add_leading_rows_forward,
+                              _add_leading_rows_backward)
 
 
 _REDUCE = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}

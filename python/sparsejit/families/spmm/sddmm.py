@@ -10,7 +10,8 @@ import torch
 
 from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
-from sparsejit.families.spmm._common import call_op, check_dense, check_same_device, needs_grad, transpose
+from sparsejit.families.spmm._common import check_dense, check_same_device, transpose
+from sparsejit.runtime.autograd import call_op, needs_grad
 
 
 @restores_type_errors

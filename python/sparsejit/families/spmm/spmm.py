@@ -17,8 +17,8 @@ from sparsejit.families.spmm import plans
 from sparsejit.runtime import tuners
 from sparsejit._library import ops, restores_type_errors
 from sparsejit.families.spmm.matrix import SparseMatrix, as_matrix
-from sparsejit.families.spmm._common import (check_dense, check_same_device, needs_grad, row_width, transpose,
-                      call_op)
+from sparsejit.families.spmm._common import check_dense, check_same_device, row_width, transpose
+from sparsejit.runtime.autograd import call_op, needs_grad
 
 REDUCES = ("sum", "mean", "max", "min")
 ACTIVATIONS = (None,) + tuple(a for a in _core.enums()["act"] if a != "runtime")

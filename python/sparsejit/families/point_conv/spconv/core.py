@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from sparsejit.families.point_conv.ops import conv_plan
+from sparsejit.runtime.autograd import composite
 
 
 @dataclass
@@ -38,33 +39,33 @@ def _sites(idx: torch.Tensor):
     return tuple(idx[:, d] for d in range(idx.shape[1]))
 
 
-class _Dense(torch.autograd.Function):
+def _dense_forward(ctx, features, indices, batch_size, spatial, channels_first):
     """Sites -> dense ``[B, C, *spatial]`` (or ``[B, *spatial, C]``). The features are written
     in place into a zero tensor of the final layout (through a channels-last view when channels
     come first), and the backward gathers the gradient at the sites: one pass over the dense
     tensor each way. The out-of-place ``index_put`` and permuted copy it replaces made three
     passes forward and two backward (SECOND's bird's-eye-view map, 7.7 MB: 4.3-6.0 ms against
     0.16-0.48 ms forward)."""
+    c = features.shape[1]
+    if channels_first:
+        out = features.new_zeros(batch_size, c, *spatial)
+        view = out.movedim(1, -1)  # [B, *spatial, C], sharing out's storage
+    else:
+        out = view = features.new_zeros(batch_size, *spatial, c)
+    idx = indices.long()
+    view.index_put_(_sites(idx), features)
+    ctx.save_for_backward(idx)
+    ctx.channels_first = channels_first
+    return out
 
-    @staticmethod
-    def forward(ctx, features, indices, batch_size, spatial, channels_first):
-        c = features.shape[1]
-        if channels_first:
-            out = features.new_zeros(batch_size, c, *spatial)
-            view = out.movedim(1, -1)  # [B, *spatial, C], sharing out's storage
-        else:
-            out = view = features.new_zeros(batch_size, *spatial, c)
-        idx = indices.long()
-        view.index_put_(_sites(idx), features)
-        ctx.save_for_backward(idx)
-        ctx.channels_first = channels_first
-        return out
 
-    @staticmethod
-    def backward(ctx, grad):
-        (idx,) = ctx.saved_tensors
-        g = grad.movedim(1, -1) if ctx.channels_first else grad
-        return g[_sites(idx)], None, None, None, None
+def _dense_backward(ctx, grad):
+    (idx,) = ctx.saved_tensors
+    g = grad.movedim(1, -1) if ctx.channels_first else grad
+    return g[_sites(idx)], None, None, None, None
+
+
+_dense = composite("Dense", _dense_forward, _dense_backward)
 
 
 class SparseConvTensor:
@@ -143,8 +144,8 @@ class SparseConvTensor:
         return None if key is None else self.indice_dict.get(key)
 
     def dense(self, channels_first: bool = True) -> torch.Tensor:
-        return _Dense.apply(self.features, self.indices, self.batch_size,
-                            tuple(self.spatial_shape), channels_first)
+        return _dense(self.features, self.indices, self.batch_size,
+                      tuple(self.spatial_shape), channels_first)
 
     def plan(self, kind: str, ksize, stride, padding, dilation,
              out_indices: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
