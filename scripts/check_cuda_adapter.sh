@@ -27,7 +27,8 @@ status=0
 STABLE=(-DSPARSEJIT_STABLE_ABI=1 -DUSE_CUDA=1 -fvisibility=hidden
         "-DTORCH_TARGET_VERSION=(((0ULL + 2) << 56) | ((0ULL + 10) << 48))")
 for backend in stable aten; do
-  for f in torch_ext/library.cpp torch_ext/cuda_fallback.cpp torch_ext/ops/*.cpp; do
+  for f in torch_ext/library.cpp torch_ext/cuda_fallback.cpp torch_ext/ops/*.cpp \
+           torch_ext/composite/*.cpp; do
     flags=()
     [ "$backend" = stable ] && flags=("${STABLE[@]}")
     if ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Wno-unused-parameter \

@@ -238,7 +238,6 @@ class Tensor : public torch::stable::Tensor {
   Tensor index_add_(int64_t dim, const Tensor& index, const Tensor& source) const;
   Tensor add_(const Tensor& o) const;
   Tensor div_(const Tensor& o) const;
-  Tensor mul_(const Tensor& o) const;
   Tensor addmm_(const Tensor& a, const Tensor& b) const;
   template <class T>
   T item() const;
@@ -348,9 +347,6 @@ inline Tensor Tensor::add_(const Tensor& o) const { return copy_(add_signed(*thi
 inline Tensor Tensor::div_(const Tensor& o) const {
   return op2("aten::div_", "Tensor", *this, o);
 }
-inline Tensor Tensor::mul_(const Tensor& o) const {
-  return op2("aten::mul_", "Tensor", *this, o);
-}
 inline Tensor Tensor::addmm_(const Tensor& a, const Tensor& b) const {
   return add_(op2("aten::mm", "", a, b));
 }
@@ -389,9 +385,6 @@ inline Tensor operator-(const Tensor& a, const Tensor& b) { return add_signed(a,
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add_signed(a, b, 1); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) {
   return op2("aten::mul", "Tensor", a, b);
-}
-inline Tensor operator/(const Tensor& a, const Tensor& b) {
-  return op2("aten::div", "Tensor", a, b);
 }
 inline Tensor operator*(const Tensor& a, double v) { return a * a.scalar(v); }
 inline Tensor operator+(const Tensor& a, double v) { return a + a.scalar(v); }
@@ -528,9 +521,6 @@ inline Tensor repeat_interleave(const Tensor& self, const Tensor& repeats,
 inline Tensor& mm_out(Tensor& out, const Tensor& a, const Tensor& b) {
   (void)call_boxed<1>("aten::mm", "out", a, b, out);
   return out;
-}
-inline Tensor mm(const Tensor& a, const Tensor& b) {
-  return unbox_tensor(call_boxed<1>("aten::mm", "", a, b)[0]);
 }
 inline Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0) {
   return unbox_tensor(call_boxed<1>("aten::cat", "", ts, dim)[0]);

@@ -9,7 +9,7 @@
 //   perm[E]         edge id (position in the input) of each sorted entry (for values)
 //
 // Within one relation the targets are strictly increasing, so a relation's groups can be
-// scattered into the output in parallel without races (rgms_run.cpp relies on it).
+// scattered into the output in parallel without races (rgms_forward.cpp relies on it).
 #pragma once
 
 #include <algorithm>

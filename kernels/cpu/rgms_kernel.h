@@ -1,4 +1,4 @@
-// The row loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_run.cpp) and
+// The row loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_forward.cpp) and
 // the point-cloud convolution (csrc/point_conv/point_conv_run.cpp), the part that is bound by the rows it
 // gathers rather than by arithmetic. Compiled once generic (run-time row width) and, by the
 // JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
@@ -46,7 +46,7 @@ namespace sparsejit::cpu {
 // dX runs the forward's kinds on the transposed structure.) Kinds 2 and 4 replace gather ->
 // small GEMM -> scatter by one pass over the groups with the product done row by row while the
 // row is in registers (no tile buffers, no GEMM call per tile): what wins for narrow rows
-// (csrc/rgms/rgms_run.cpp picks them up to 64 columns).
+// (csrc/rgms/rgms_forward.cpp picks them up to 64 columns).
 // coef_q = values[perm[q]] (1 without values), divided by the group's size when mean.
 struct RgmsTileLaunch {
   int32_t kind = 0;
@@ -154,7 +154,7 @@ inline void reduce_group(const RgmsTileLaunch& l, const S* x, const T* values, i
   }
 }
 
-// The widest row a fused kind keeps on the stack (rgms_run.cpp uses them up to 64).
+// The widest row a fused kind keeps on the stack (csrc/rgms/rgms_forward.cpp uses them up to 64).
 constexpr int64_t kFusedMaxWidth = 256;
 
 // Whether a constant width is whole vectors, few enough to stay in registers.

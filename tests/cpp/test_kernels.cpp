@@ -368,8 +368,8 @@ TEST(AttentionLanes, HeadDotsAndFourLaneExpMatchTheScalar) {
   check_head_dots<8, 8>(rng);
   check_head_dots<8, 64>(rng);
   namespace at = sparsejit::attention;
-  using V4 = at::FloatVec<4>::type;
-  using I4 = at::FloatVec<4>::itype;
+  using V4 = at::F32Lanes<4>;
+  using I4 = at::I32Lanes<4>;
   std::uniform_real_distribution<float> u(-110.0f, 95.0f);
   std::vector<float> xs = {0.0f, -0.0f, 88.72284f, -103.91f, -150.0f,
                            std::numeric_limits<float>::infinity(),

@@ -8,15 +8,16 @@
 //   (edge_index[1]), sorted by (target, source), stable; perm maps CSR positions to edges.
 //
 // CPU: the counting sorts of csrc/core/csr.h. CUDA: the same results from device-generic ATen
-// ops (a stable sort, searchsorted, index_add), no copy to the host; they also run on CPU
-// tensors when SPARSEJIT_STRUCTURE_ATEN=1, which is how tests check them against the counting
-// sorts on a machine without a GPU.
+// ops (a stable sort, searchsorted, index_add: torch_ext/composite/csr_builders.h), no copy to
+// the host; they also run on CPU tensors when SPARSEJIT_STRUCTURE_ATEN=1, which is how tests
+// check them against the counting sorts on a machine without a GPU.
 #include "torch_ext/tensor_api.h"
 
 #include <cstdlib>
 
 #include "csrc/core/csr.h"
 #include "torch_ext/common.h"
+#include "torch_ext/composite/csr_builders.h"
 #include "torch_ext/cuda_fallback.h"
 
 SJ_LIBRARY_FRAGMENT(m) {
@@ -132,45 +133,13 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_cpu(
   return {rowptr, col, perm, f32 ? values : values.to(dtype)};
 }
 
-// ---- Device-generic builders (ATen ops only) --------------------------------------------------
-// Host synchronisations: one read of a flag per call to raise a bad structure or edge (the
-// error must be raised by the op); the offending edge or message is read only on failure.
-
-// The CSR of the edge list (src[k] -> dst[k]) with rows = dst, in (target, source, edge) order,
-// as csr_from_edges: one stable sort of the key dst * n + src (two stable sorts when n * n
-// does not fit), rowptr by searching the sorted targets. src, dst: int64 [m], in range.
-std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> aten_csr(const tx::Tensor& src,
-                                                        const tx::Tensor& dst, int64_t n) {
-  tx::Tensor perm;
-  if (n <= 3037000499LL) {  // n * n + n < 2^63
-    perm = std::get<1>(tx::sort(dst * n + src, /*stable=*/true, 0, false));
-  } else {
-    const auto by_src = std::get<1>(tx::sort(src, /*stable=*/true, 0, false));
-    perm = by_src.index_select(
-        0, std::get<1>(tx::sort(dst.index_select(0, by_src), /*stable=*/true, 0, false)));
-  }
-  const auto rows_sorted = dst.index_select(0, perm);
-  const auto rowptr = tx::searchsorted(rows_sorted, tx::arange(n + 1, dst.options()));
-  return {rowptr, src.index_select(0, perm), perm};
-}
-
-// csr_from_edge_index's range check on the device: raises naming the first bad edge.
-void aten_check_edges(const tx::Tensor& ei, int64_t num_nodes, const char* op) {
-  if (ei.size(1) == 0) return;
-  const auto bad = tx::logical_or(ei < 0, ei >= num_nodes).any(0);
-  if (!bad.any().item<bool>()) return;  // the sync
-  const int64_t k = bad.nonzero().select(1, 0)[0].item<int64_t>();
-  const auto e = ei.select(1, k).cpu();
-  SJ_CHECK_VALUE(false, "sparsejit.", op, ": edge_index[:, ", k, "] = [",
-                    e[0].item<int64_t>(), ", ", e[1].item<int64_t>(),
-                    "] is out of range for num_nodes = ", num_nodes);
-}
+// ---- On the device: the builders of torch_ext/composite/csr_builders.h -------------------------
 
 std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_from_edge_index_aten(
     const tx::Tensor& edge_index, int64_t num_nodes) {
   const auto ei = checked_edge_index(edge_index, num_nodes, "csr_from_edge_index");
-  aten_check_edges(ei, num_nodes, "csr_from_edge_index");
-  return aten_csr(ei[0], ei[1], num_nodes);
+  composite::check_edges_in_range(ei, num_nodes, "csr_from_edge_index");
+  return composite::csr_from_edges(ei[0], ei[1], num_nodes);
 }
 
 std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_aten(
@@ -178,34 +147,15 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> gcn_adjacency_aten(
   SJ_CHECK_TYPE(tx::isFloatingType(dtype), "sparsejit.gcn_adjacency: dtype must be a "
                    "floating type; got ", dtype);
   const auto ei = checked_edge_index(edge_index, num_nodes, "gcn_adjacency");
-  aten_check_edges(ei, num_nodes, "gcn_adjacency");
-  const int64_t e = ei.size(1);
-  const auto loops = tx::arange(num_nodes, ei.options());
-  const auto src = tx::cat({ei[0], loops}), dst = tx::cat({ei[1], loops});
-  auto [rowptr, col, perm] = aten_csr(src, dst, num_nodes);
-  // d_v = 1 + incoming edges that are not self-loops: sums of 0s and 1s, exact in any order.
-  const auto deg = tx::ones({num_nodes}, ei.options().dtype(tx::kDouble))
-                       .index_add_(0, ei[1], ei[0].ne(ei[1]).to(tx::kDouble));
-  const auto dinv = deg.sqrt().reciprocal();  // 1 / sqrt(d), rounded as the CPU's
-  const auto row = dst.index_select(0, perm);
-  auto values = dinv.index_select(0, row) * dinv.index_select(0, col);
-  values.masked_fill_(tx::logical_and(perm < e, col == row), 0.0);  // an old self-loop
-  return {rowptr, col, perm, values.to(dtype)};
+  composite::check_edges_in_range(ei, num_nodes, "gcn_adjacency");
+  return composite::gcn_adjacency(ei, num_nodes, dtype);
 }
 
 // validate_csr's invariants as device reductions; on failure, the CPU validator names it.
 void validate_csr_aten(const tx::Tensor& rowptr, const tx::Tensor& col, int64_t num_cols) {
   check_index_pair(rowptr, col);
   SJ_CHECK_VALUE(num_cols >= 0, "sparsejit: num_cols must be >= 0; got ", num_cols);
-  const int64_t rows = rowptr.numel() - 1;
-  bool ok = rows >= 0;
-  if (ok) {
-    auto bad = rowptr[0].ne(0).logical_or(rowptr[rows].ne(col.numel()));
-    if (rows > 0)
-      bad = bad.logical_or((rowptr.narrow(0, 1, rows) < rowptr.narrow(0, 0, rows)).any());
-    if (col.numel() > 0) bad = bad.logical_or(tx::logical_or(col < 0, col >= num_cols).any());
-    ok = !bad.item<bool>();  // the sync
-  }
+  const bool ok = rowptr.numel() >= 1 && !composite::csr_invalid(rowptr, col, num_cols);
   if (!ok) validate_csr_cpu(rowptr.cpu(), col.cpu(), num_cols);  // raises, naming the problem
 }
 
@@ -213,14 +163,7 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor> csr_transpose_aten(const tx::Tens
                                                                   const tx::Tensor& col,
                                                                   int64_t num_cols) {
   validate_csr_aten(rowptr, col, num_cols);
-  const int64_t rows = rowptr.numel() - 1, nnz = col.numel();
-  const auto counts = (rowptr.narrow(0, 1, rows) - rowptr.narrow(0, 0, rows)).to(tx::kLong);
-  const auto row = tx::repeat_interleave(tx::arange(rows, rowptr.options()), counts, 0, nnz);
-  // Entries are in row order, so a stable sort by column leaves each column's rows ascending.
-  auto [col_sorted, t_perm] = tx::sort(col, /*stable=*/true, 0, false);
-  const auto t_rowptr = tx::searchsorted(col_sorted, tx::arange(num_cols + 1, col.options()));
-  return {t_rowptr.to(rowptr.scalar_type()), row.index_select(0, t_perm),
-          t_perm.to(rowptr.scalar_type())};
+  return composite::csr_transpose(rowptr, col, num_cols);
 }
 
 // The CPU ops: the counting sorts, or the ATen builders when SPARSEJIT_STRUCTURE_ATEN is set.

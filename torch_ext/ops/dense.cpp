@@ -11,6 +11,7 @@
 //   two GEMMs: sparsejit.families.dense.ops.linear_add_).
 //
 // float32 / float64 run natively; bfloat16 / float16 run in float32 and are converted back.
+// segment_matmul off the float32 CPU kernels: torch_ext/composite/dense_composite.h.
 #include "torch_ext/tensor_api.h"
 
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "csrc/dense/gemm.h"
 #include "torch_ext/common.h"
+#include "torch_ext/composite/dense_composite.h"
 
 SJ_LIBRARY_FRAGMENT(m) {
   m.def("segment_matmul(Tensor x, Tensor ptr, Tensor w) -> Tensor");
@@ -76,11 +78,7 @@ tx::Tensor segment_matmul_impl(const tx::Tensor& x_in, const tx::Tensor& p, cons
                          ptr<float>(y), tx::get_num_threads());
     return y.to(x_in.scalar_type());
   }
-  for (int64_t k = 0; k < w.size(0); ++k) {
-    if (v[k + 1] == v[k]) continue;
-    auto y_k = y.narrow(0, v[k], v[k + 1] - v[k]);
-    tx::mm_out(y_k, x.narrow(0, v[k], v[k + 1] - v[k]), w[k]);
-  }
+  composite::segment_matmul(x, w, v, y);
   return y.to(x_in.scalar_type());
 }
 
@@ -108,11 +106,7 @@ tx::Tensor segment_matmul_backward_w_impl(const tx::Tensor& x_in, const tx::Tens
                                 ptr<float>(dw), tx::get_num_threads());
     return dw.to(x_in.scalar_type());
   }
-  for (int64_t k = 0; k < k_n; ++k) {
-    auto dw_k = dw[k];
-    tx::mm_out(dw_k, x.narrow(0, v[k], v[k + 1] - v[k]).t(),
-               dy.narrow(0, v[k], v[k + 1] - v[k]));
-  }
+  composite::segment_matmul_grad_w(x, dy, v, dw);
   return dw.to(x_in.scalar_type());
 }
 

@@ -29,7 +29,7 @@
 #include "csrc/plan/plan_header.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
-#include "torch_ext/ops/point_conv_tensor_map.h"
+#include "torch_ext/composite/point_conv_tensor_map.h"
 #ifdef SPARSEJIT_WITH_CUDA
 #include <list>
 #include <mutex>

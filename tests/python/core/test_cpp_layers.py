@@ -7,6 +7,9 @@ system headers. `codegen/` turns kernel specs into code: it may include `kernels
 module in `csrc/python/` sits beside `torch_ext/` and is Torch-free as well.
 
 This is a lint: it reads every `#include` of the tree, so a new wrong-way include fails CI.
+Two more lints hold the rooms' shape: no source file over 800 lines (split by what the code
+does), and the adapters in `torch_ext/ops/` only adapt: whatever is built from ATen ops or other
+sparsejit ops (a nested op call, an ATen GEMM) lives in `torch_ext/composite/`.
 """
 
 from __future__ import annotations
@@ -115,3 +118,78 @@ def test_allows_the_right_way(tmp_path):
         d.mkdir(parents=True, exist_ok=True)
         (d / "ok.cpp").write_text(f"#include {inc}\n#include <cstdint>\n")
     assert violations(tmp_path) == []
+
+
+# ---- sizes and adapters ---------------------------------------------------------------------
+
+MAX_LINES = 800
+SIZE_ROOMS = ("csrc", "torch_ext", "kernels", "codegen", "python/sparsejit")
+_SIZED = _SOURCES + ("*.py", "*.inc")
+
+
+def oversized(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """Every source file of SIZE_ROOMS under `root` longer than `limit` lines."""
+    found = []
+    for room in SIZE_ROOMS:
+        base = root / room
+        if not base.is_dir():
+            continue
+        for path in sorted({p for pat in _SIZED for p in base.rglob(pat)}):
+            n = len(path.read_text(errors="replace").splitlines())
+            if n > limit:
+                found.append(f"{path.relative_to(root).as_posix()}: {n} lines")
+    return found
+
+
+def test_no_source_file_over_800_lines():
+    bad = oversized(ROOT)
+    assert not bad, (f"files over {MAX_LINES} lines (split them by what they do):\n" +
+                     "\n".join(bad))
+
+
+def test_detects_a_planted_oversized_file(tmp_path):
+    d = tmp_path / "csrc" / "toy"
+    d.mkdir(parents=True)
+    (d / "ok.cpp").write_text("int x;\n" * MAX_LINES)
+    (d / "big.cpp").write_text("int x;\n" * (MAX_LINES + 1))
+    (tmp_path / "python" / "sparsejit").mkdir(parents=True)
+    (tmp_path / "python" / "sparsejit" / "big.py").write_text("x = 1\n" * 900)
+    assert oversized(tmp_path) == ["csrc/toy/big.cpp: 801 lines",
+                                   "python/sparsejit/big.py: 900 lines"]
+
+
+# What an adapter does not do itself: call another op through the dispatcher (the CUDA -> CPU
+# fallback's call_on_cpu is the exception: it is the same op, on CPU copies) or run ATen's GEMM.
+_COMPOSING = re.compile(r"\bcall_boxed\s*<|findSchemaOrThrow|\btx::mm(_out)?\s*\(")
+
+
+def composing_adapters(root: Path) -> list[str]:
+    """Lines of torch_ext/ops/*.{cpp,h} that compose ops instead of adapting one."""
+    found = []
+    base = root / "torch_ext" / "ops"
+    if not base.is_dir():
+        return found
+    for path in sorted({p for pat in ("*.cpp", "*.h") for p in base.glob(pat)}):
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if _COMPOSING.search(code):
+                found.append(f"{path.relative_to(root).as_posix()}:{k}: {line.strip()}")
+    return found
+
+
+def test_adapters_only_adapt():
+    bad = composing_adapters(ROOT)
+    assert not bad, ("torch_ext/ops/ composes ops (move it to torch_ext/composite/):\n" +
+                     "\n".join(bad))
+
+
+def test_detects_a_planted_composite_in_an_adapter(tmp_path):
+    d = tmp_path / "torch_ext" / "ops"
+    d.mkdir(parents=True)
+    (d / "ok.cpp").write_text('// tx::mm_out(y, a, b) in a comment is fine\n'
+                              'auto y = call_on_cpu<tx::Tensor>("sparsejit::spmm", x);\n')
+    (d / "bad.cpp").write_text("void f() {\n  tx::mm_out(y, a, b);\n"
+                               '  tx::call_boxed<1>("sparsejit::spmm", "", x);\n}\n')
+    bad = composing_adapters(tmp_path)
+    assert [b.split(": ")[0] for b in bad] == ["torch_ext/ops/bad.cpp:2",
+                                              "torch_ext/ops/bad.cpp:3"], bad

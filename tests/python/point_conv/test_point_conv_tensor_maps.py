@@ -1,4 +1,4 @@
-"""The device-generic kernel-map builders (torch_ext/ops/point_conv_tensor_map.h), which the
+"""The device-generic kernel-map builders (torch_ext/composite/point_conv_tensor_map.h), which the
 CUDA ``conv_plan`` runs, on CPU tensors: ``SPARSEJIT_STRUCTURE_ATEN=1`` routes the CPU op
 through them, and every plan and output-coordinate tensor must equal the CPU core's word for
 word (header, fingerprint, pairs and their order, row indexes), for submanifold, strided

@@ -719,7 +719,7 @@ def test_rgcnconv_bipartite_matches_pyg():
     torch.testing.assert_close(ours(x, ei, et), pyg(x, ei, et), atol=1e-5, rtol=1e-5)
 
 
-# ---- tiles, threads and GEMM kernels (csrc/rgms/rgms_run.cpp) -------------------------------
+# ---- tiles, threads and GEMM kernels (csrc/rgms/rgms_forward.cpp, rgms_backward.cpp) ---------
 
 
 def _grads_reference(ei, et, n_dst, X, W, values, reduce, dY):
