@@ -345,14 +345,16 @@ int64_t set_stream_output_bytes(int64_t bytes) {
   return stream_slot().exchange(bytes < 1 ? int64_t{1} : bytes);
 }
 
-std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v) {
+std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v,
+                                        Variant tile) {
   auto out = std::make_shared<Prepared>();
   Prepared& P = *out;
   const int64_t nnz = p.rowptr[p.c_out];
   P.requested = v;
   const bool jit = v == Variant::Jit || v == Variant::JitBaked ||
                    (v == Variant::Auto && codegen::CpuJit::instance().enabled());
-  P.variant = v == Variant::Auto || v == Variant::Generic || jit ? choose_variant(g, nnz) : v;
+  const Variant planned = tile != Variant::Auto ? tile : choose_variant(g, nnz);
+  P.variant = v == Variant::Auto || v == Variant::Generic || jit ? planned : v;
   const Layout L = make_layout(g);
   P.in_place = L.in_place;
   P.out_direct = L.out_direct;

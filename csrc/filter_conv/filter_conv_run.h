@@ -94,7 +94,11 @@ struct Prepared {
   std::vector<int64_t> cp;  // [c_out, chunks + 1]
 };
 // The geometry must pass check_geometry and the pattern check_pattern (the batch is ignored).
-std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v);
+// `tile`: where v leaves the tile to the planner (Auto, Generic, Jit, JitBaked), this tile
+// instead of choose_variant(g) (the fused groups prepare a layer on one band but keep the
+// tile the whole layer would get, so their sums stay those of the layer calls).
+std::shared_ptr<const Prepared> prepare(const Geometry& g, const Pattern& p, Variant v,
+                                        Variant tile = Variant::Auto);
 
 // y [batch, c_out, out_h, out_w] = conv(x [batch, c_in, h, w], W) (+ bias[c_out])
 // (+ residual) (ReLU): the residual (a tensor of y's shape, e.g. a ResNet block's identity)

@@ -99,14 +99,23 @@ std::shared_ptr<const Bottleneck> prepare_bottleneck(int64_t c_in, int64_t h, in
   Geometry g3 = g1;
   g3.c_in = B.m2;
   g3.c_out = B.c_out;
-  B.P1 = prepare(g1, p1, v);
-  B.P2 = prepare(g2, p2, v);
-  B.P3 = prepare(g3, p3, v);
-  if (W.p4 != nullptr) {
+  // Each layer keeps the tile its own call on the whole image gets (choose_variant of the
+  // layer's full geometry), so the block's sums are those of the layer calls, bit for bit,
+  // whatever the band height.
+  Geometry f1 = g1, f2 = g2, f3 = g3;
+  f1.h = h;
+  f1.w = w;
+  f2.h = h;
+  f3.h = B.h2;
+  auto nnz = [](const Pattern& p) { return p.rowptr[p.c_out]; };
+  B.P1 = prepare(g1, p1, v, choose_variant(f1, nnz(p1)));
+  B.P2 = prepare(g2, p2, v, choose_variant(f2, nnz(p2)));
+  B.P3 = prepare(g3, p3, v, choose_variant(f3, nnz(p3)));
+  if (W.p4 != nullptr) {  // its output pixels are conv3's: the same tiles
     Geometry g4 = g1;
     g4.c_out = B.c_out;
-    B.P4 = prepare(g4, *W.p4, v);
-    if (tile_pixels(B.P4->variant) != tile_pixels(B.P3->variant))  // they share conv3's tiles
+    B.P4 = prepare(g4, *W.p4, v, B.P3->variant);
+    if (tile_pixels(B.P4->variant) != tile_pixels(B.P3->variant))  // a forced variant
       B.P4 = prepare(g4, *W.p4, B.P3->variant);
   }
   return out;

@@ -589,3 +589,23 @@ def test_sparsify_fuses_a_strided_block_compiles_and_exports(tmp_path):
     ep = torch.export.export(fused, (x,))
     with torch.no_grad():
         assert torch.equal(ep.module()(x), fused(x))
+
+
+@pytest.mark.parametrize("kinds", [(0, 0, 0, 0), (6, 8, 6, 6), (8, 8, 8, 8)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_planner_tiles_follow_the_whole_layer_not_the_band(kinds, stride):
+    # bands of one to three rows hold fewer pixels than the layer's tile: each layer keeps the
+    # tile its own call gets on the whole image (auto / jit / generic plans), so the block
+    # still gives the layer calls' bits (a 5x5 ResNet-50 layer4.0 once differed by 1 ulp)
+    ws, bs = shortcut_case(c=16, m=8, c_out=32, seed=9)
+    x = torch.randn(2, 16, 14, 14)
+    plans = [PLAN(wt, 0.0, k) for wt, k in zip(ws, kinds)]
+    r = CONV(*plans[3], x, bs[3], [1, 1], [stride] * 2, [0, 0], [1, 1], 1, False)
+    a = CONV(*plans[0], x, bs[0], [1, 1], [1, 1], [0, 0], [1, 1], 1, True)
+    a = CONV(*plans[1], a, bs[1], [3, 3], [stride] * 2, [1, 1], [1, 1], 1, True)
+    want = CONV(*plans[2], a, bs[2], [1, 1], [1, 1], [0, 0], [1, 1], 1, True, residual=r)
+    for band in (0, 1, 2, 3):
+        y = BLOCK(x, *args_of(plans[:3], bs[:3]), band=band, plan4=plans[3][0],
+                  rowptr4=plans[3][1], taps4=plans[3][2], values4=plans[3][3], bias4=bs[3],
+                  stride2=stride)
+        assert torch.equal(y, want), band
