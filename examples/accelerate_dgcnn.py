@@ -30,6 +30,7 @@ import sparsejit as sj
 from sparsejit.families.spmm.edge_conv import knn_graph
 from sparsejit.runtime.timing import Progress
 from sparsejit.tools.data import data_dir
+from sparsejit.tools.plot import loss_curves
 
 
 class DGCNN(torch.nn.Module):
@@ -105,23 +106,7 @@ def main(argv=None) -> int:
     (_, c0, _), (_, c1, _) = runs.values()
     print(f"{name} ({args.points} points, k = {args.k}): accelerated epochs "
           f"{c0[-1] / c1[-1]:.2f}x the PyG model's speed")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)")
-        return 0
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, (losses, clock, _) in runs.items():
-        ax.plot(clock, losses, label=label)
-    ax.set_xlabel("training time (s)")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"DGCNN on {name}: PyG model, unchanged vs sparsejit.accelerate")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.plot)
-    print(f"wrote {args.plot}")
+    loss_curves(runs, f"DGCNN on {name}: PyG model, unchanged vs sparsejit.accelerate", args.plot)
     return 0
 
 

@@ -27,6 +27,7 @@ from torch_geometric.nn import APPNP, GCNConv
 import sparsejit as sj
 from sparsejit.runtime.timing import Progress
 from sparsejit.tools.data import load_graph
+from sparsejit.tools.plot import loss_curves
 
 
 class Net(torch.nn.Module):
@@ -105,23 +106,7 @@ def main(argv=None) -> int:
               f"{1e3 * clock[-1] / args.epochs:.1f} ms per epoch")
     (_, c0, _), (_, c1, _) = runs.values()
     print(f"{name}: accelerated epochs {c0[-1] / c1[-1]:.2f}x the PyG model's speed")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)")
-        return 0
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, (losses, clock, _) in runs.items():
-        ax.plot(clock, losses, label=label)
-    ax.set_xlabel("training time (s)")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"{name}: PyG model, unchanged vs sparsejit.accelerate")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.plot)
-    print(f"wrote {args.plot}")
+    loss_curves(runs, f"{name}: PyG model, unchanged vs sparsejit.accelerate", args.plot)
     return 0
 
 

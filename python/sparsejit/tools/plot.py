@@ -1,6 +1,7 @@
 """Bar chart (SVG, no plotting library needed) of sparsejit's speed-up over each peer, per
 case group (geometric mean over F and reduce), from benchmark records: ``svg(records, title)``.
-Used by ``sparsejit-bench --out-svg`` and ``benchmarks/plot.py``."""
+Used by ``sparsejit-bench --out-svg`` and ``benchmarks/plot.py``. ``loss_curves``: the examples'
+training-loss-against-time plot (matplotlib, when installed)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,28 @@ def svg(records, title):
                    f'<text x="{left + pi * 130 + 14}" y="{H - 9}">vs {p}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def loss_curves(runs, title: str, path) -> bool:
+    """Training loss against training time of each run (``{label: (losses, clock, ...)}``, the
+    examples' records) as a PNG at `path`, with matplotlib when it is installed. Returns whether
+    the plot was written (False, with a message, without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)")
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, (losses, clock, *_) in runs.items():
+        ax.plot(clock, losses, label=label)
+    ax.set_xlabel("training time (s)")
+    ax.set_ylabel("training loss")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return True

@@ -452,14 +452,17 @@ def test_shortcut_bad_arguments(what, match):
 
 
 class ProjectionBlock(nn.Module):
-    """A stage's first bottleneck at stride 1 (ResNet-50's layer1.0): 1x1 projection shortcut."""
+    """A stage's first bottleneck with its 1x1 projection shortcut: at stride 1 ResNet-50's
+    layer1.0, at stride 2 v1.5's layer2.0 .. layer4.0 (the stride on the 3x3 and the shortcut)."""
 
-    def __init__(self, c=8, m=4, out=16):
+    def __init__(self, c=8, m=4, out=16, stride=1):
         super().__init__()
         self.conv1, self.bn1 = nn.Conv2d(c, m, 1, bias=False), nn.BatchNorm2d(m)
-        self.conv2, self.bn2 = nn.Conv2d(m, m, 3, padding=1, bias=False), nn.BatchNorm2d(m)
+        self.conv2 = nn.Conv2d(m, m, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(m)
         self.conv3, self.bn3 = nn.Conv2d(m, out, 1, bias=False), nn.BatchNorm2d(out)
-        self.downsample = nn.Sequential(nn.Conv2d(c, out, 1, bias=False), nn.BatchNorm2d(out))
+        self.downsample = nn.Sequential(nn.Conv2d(c, out, 1, stride=stride, bias=False),
+                                        nn.BatchNorm2d(out))
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -467,25 +470,29 @@ class ProjectionBlock(nn.Module):
         return F.relu(self.bn3(self.conv3(y)) + self.downsample(x))
 
 
-def test_sparsify_fuses_a_projection_block_and_exports(tmp_path):
-    torch.manual_seed(3)
-    model = nn.Sequential(ProjectionBlock(), Bottleneck(16)).eval()
+@pytest.mark.parametrize("stride, shape", [(1, (2, 8, 10, 10)), (2, (2, 8, 15, 14))])
+def test_sparsify_fuses_a_projection_block_compiles_and_exports(stride, shape, tmp_path):
+    torch.manual_seed(3 + stride)
+    model = nn.Sequential(ProjectionBlock(stride=stride), Bottleneck(16)).eval()
     randomize_bn(model)
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.Conv2d):
                 m.weight.mul_(torch.rand(m.weight.shape) > 0.8)
-    x = torch.randn(2, 8, 10, 10)
+    x = torch.randn(shape)
     opts = dict(fold_bn=True, verbose=False, progress=False, cache_dir=tmp_path)
     plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
     fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
     blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
     assert len(blocks) == 2 and isinstance(blocks[0].shortcut, SparseConv2d)
-    assert blocks[1].shortcut is None
+    assert blocks[0].conv2.stride == (stride, stride) and blocks[1].shortcut is None
     assert torch.equal(fused(x), plain(x))
     torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)
     # the unfused fallback (a gradient asked of the input) gives the same values
     torch.testing.assert_close(blocks[0](x.clone().requires_grad_()), blocks[0](x))
+    with torch.no_grad():
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fused, fullgraph=True)(x), fused(x))
     ep = torch.export.export(fused, (x,))
     assert sum(str(n.target) == "sparsejit.filter_conv_bottleneck.default"
                for n in ep.graph.nodes) == 2
@@ -548,47 +555,6 @@ def test_strided_bad_arguments():
             BLOCK(x, *args_of(plans[:3], bs[:3]), plan4=plans[3][0], rowptr4=plans[3][1],
                   taps4=plans[3][2], values4=plans[3][3], stride2=bad)
 
-
-class StridedBlock(nn.Module):
-    """ResNet-50 v1.5's first block of a stage: the stride on the 3x3 and on the shortcut."""
-
-    def __init__(self, c=8, m=4, out=16):
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c, m, 1, bias=False), nn.BatchNorm2d(m)
-        self.conv2 = nn.Conv2d(m, m, 3, stride=2, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(m)
-        self.conv3, self.bn3 = nn.Conv2d(m, out, 1, bias=False), nn.BatchNorm2d(out)
-        self.downsample = nn.Sequential(nn.Conv2d(c, out, 1, stride=2, bias=False),
-                                        nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = F.relu(self.bn2(self.conv2(y)))
-        return F.relu(self.bn3(self.conv3(y)) + self.downsample(x))
-
-
-def test_sparsify_fuses_a_strided_block_compiles_and_exports(tmp_path):
-    torch.manual_seed(4)
-    model = nn.Sequential(StridedBlock(), Bottleneck(16)).eval()
-    randomize_bn(model)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.Conv2d):
-                m.weight.mul_(torch.rand(m.weight.shape) > 0.8)
-    x = torch.randn(2, 8, 15, 14)
-    opts = dict(fold_bn=True, verbose=False, progress=False, cache_dir=tmp_path)
-    plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
-    fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
-    blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
-    assert len(blocks) == 2 and blocks[0].conv2.stride == (2, 2)
-    assert torch.equal(fused(x), plain(x))
-    torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)
-    with torch.no_grad():
-        torch._dynamo.reset()
-        assert torch.equal(torch.compile(fused, fullgraph=True)(x), fused(x))
-    ep = torch.export.export(fused, (x,))
-    with torch.no_grad():
-        assert torch.equal(ep.module()(x), fused(x))
 
 
 @pytest.mark.parametrize("kinds", [(0, 0, 0, 0), (6, 8, 6, 6), (8, 8, 8, 8)])
