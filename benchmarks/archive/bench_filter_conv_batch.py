@@ -1,5 +1,6 @@
 """Does a batch make the pruned ResNet-50's sparse layers cheaper per image? Every sparse layer
-of the `sparsify(fold_bn=True)`-ed model of bench_resnet50_sparse.py (fusion pass on), run on
+of the `sparsify(fold_bn=True)`-ed model of bench_resnet50_sparse.py (fusion pass on, fused
+bottlenecks off: it times the layers one by one), run on
 the input it receives in a forward at batch B, against B calls on one-image slices of that
 input; then the whole model at batch B against the same batch in chunks, and against the
 early stages alone in chunks (`--prefix-stages`: the model split after the last node of each
@@ -67,7 +68,7 @@ def main() -> None:
     rows = []
     with torch.no_grad():
         model = sj.sparsify(copy.deepcopy(dense), x, min_speedup=1.05, progress=None,
-                            fold_bn=True, verbose=False, repeat=args.repeat)
+                            fold_bn=True, verbose=False, repeat=args.repeat, fuse_groups=False)
         captured = {}
 
         def hook(name):

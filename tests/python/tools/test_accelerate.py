@@ -226,6 +226,7 @@ def test_verbose_prints_the_table(capsys):
     assert sj.convert.last_report() is not None
 
 
+@pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_compile_fullgraph_native_model():
     torch.manual_seed(0)
 

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 pytest.importorskip("torch_geometric")
 
 
+@pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_bench_accelerate_quick(tmp_path):
     out = tmp_path / "acc.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
@@ -34,6 +35,7 @@ def test_bench_accelerate_quick(tmp_path):
     assert rows[-1]["nodes"] == 450 and rows[-1]["edges"] == 9000
 
 
+@pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_bench_accelerate_minibatch_quick(tmp_path):
     out = tmp_path / "mb.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))

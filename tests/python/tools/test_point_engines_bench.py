@@ -113,6 +113,7 @@ def test_every_engine_agrees_with_sparsejit(engs, kind, cloud_kind):
         assert res[name]["out"] < 1e-4, (name, res[name])
 
 
+@pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_minkunet14_same_on_every_engine(engs):
     # 800 sites in 48^3, two batches: the fourth stride-2 level (16^3 cells) still has
     # more than one site, which training-mode BatchNorm needs
@@ -147,6 +148,7 @@ def test_canonical_weights_cover_every_conv(engs):
     assert {w.shape[0] for w in ws} == {1, 2, 3, 5}
 
 
+@pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_script_end_to_end(tmp_path):
     out = tmp_path / "engines.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
