@@ -20,9 +20,7 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
-from sparsejit._library import restores_type_errors
-
-_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+from sparsejit._library import FLOAT_DTYPES as _FLOATS, restores_type_errors
 
 
 @torch.library.register_fake("sparsejit::filter_conv_bottleneck")
