@@ -257,9 +257,8 @@ struct StripRunner {
   void zero_rows(int64_t first, int64_t count) {
     for (int64_t pr = first; pr < first + count; ++pr) {
       for (int64_t pc = 0; pc < st; ++pc) {
-        float* row = at(pr, pc);
+        float* row = at(pr, pc);  // (pc < st: column 0 of phase pc's plane row)
         if (row == nullptr) continue;
-        row -= pc / st;  // the plane row's start
         for (int64_t c = 0; c < B.m1; ++c) std::fill_n(row + c * plane_c, wq, 0.0f);
       }
     }
@@ -280,9 +279,8 @@ struct StripRunner {
       if (have_hi > base) {
         const int64_t keep_rows = hq - B.band;  // plane rows from `band` on move up
         for (int64_t c = 0; c < B.m1; ++c) {
-          for (size_t sl = 0; sl < std::max<size_t>(1, B.P2->slot.size()); ++sl) {
-            float* p = buf1.data() + c * plane_c + int64_t(sl) * plane;
-            if (int64_t(sl) * plane >= plane_c) break;
+          for (int64_t sl = 0; sl < plane_c / plane; ++sl) {  // each phase plane read
+            float* p = buf1.data() + c * plane_c + sl * plane;
             std::memmove(p, p + B.band * wq, sizeof(float) * keep_rows * wq);
           }
         }

@@ -146,13 +146,10 @@ tx::Tensor filter_conv_bottleneck_cpu(
   SPARSEJIT_CHECK(kOp, gerr.empty(), gerr);
   const std::vector<int64_t> key = {c, h, w, band, stride2, L[0].variant, L[1].variant,
                                     L[2].variant, shortcut ? L[3].variant : -1};
-  // (an identity block's entry: the first six arrays; the shortcut's two repeat rowptr1 /
-  // taps1, which changes nothing in the key)
-  const tx::Tensor& r4 = shortcut ? L[3].rowptr : rowptr1;
-  const tx::Tensor& t4 = shortcut ? L[3].taps : taps1;
+  // (an identity block has no fourth layer: rowptr1 / taps1 stand in, changing nothing)
   const std::initializer_list<const tx::Tensor*> arrays = {
-      &rowptr1, &taps1, &rowptr2, &taps2, &rowptr3, &taps3, shortcut ? &*rowptr4 : &r4,
-      shortcut ? &*taps4 : &t4};
+      &rowptr1, &taps1, &rowptr2, &taps2, &rowptr3, &taps3,
+      shortcut ? &*rowptr4 : &rowptr1, shortcut ? &*taps4 : &taps1};
   auto hit = std::static_pointer_cast<const Entry>(once_find("filter_conv_bottleneck", arrays, key));
   filter_conv::BlockWeights W;
   W.p1 = &L[0].p;
