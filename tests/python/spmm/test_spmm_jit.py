@@ -117,8 +117,12 @@ def test_jit_matches_generic_across_threads(reduce):
                 out_j, arg_j = _run(A, X, reduce, JIT, need_arg=need_arg)
                 out_g, arg_g = _run(A, X, reduce, GENERIC, need_arg=need_arg)
                 assert torch.equal(out_j, out_g) and torch.equal(arg_j, arg_g)
-            torch.testing.assert_close(out_j.double(), dense_reference_spmm(
-                A.with_values(A.values.double()), X.double(), reduce), atol=1e-4, rtol=1e-4)
+            # float32 sums of 3,000 terms (row 7): the error scales with the row's sum of
+            # |a * x|, so the bound is elementwise, 1e-6 of it (a fixed 1e-4 failed once in CI).
+            ref = dense_reference_spmm(A.with_values(A.values.double()), X.double(), reduce)
+            bound = dense_reference_spmm(A.with_values(A.values.double().abs()),
+                                         X.double().abs(), "sum")
+            assert ((out_j.double() - ref).abs() <= 1e-6 * bound + 1e-5).all()
     finally:
         torch.set_num_threads(old_threads)
         _core.set_min_parallel_work(old_work)
