@@ -362,6 +362,11 @@ uint64_t hash_range(const I* data, int64_t n, uint64_t h) {
 }  // namespace
 
 template <typename I>
+uint64_t hash_words(const I* data, int64_t n, uint64_t seed) {
+  return hash_range(data, n, seed);
+}
+
+template <typename I>
 uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols) {
   uint64_t h = mix64(mix64(mix64(0x5350524a49545346ull, rows), cols), nnz);
   h = hash_range(rowptr, rows + 1, h);
@@ -376,5 +381,8 @@ uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, i
 
 SPARSEJIT_INSTANTIATE_CSR(int32_t)
 SPARSEJIT_INSTANTIATE_CSR(int64_t)
+template uint64_t hash_words<int32_t>(const int32_t*, int64_t, uint64_t);
+template uint64_t hash_words<int64_t>(const int64_t*, int64_t, uint64_t);
+template uint64_t hash_words<uint64_t>(const uint64_t*, int64_t, uint64_t);
 
 }  // namespace sparsejit

@@ -67,4 +67,10 @@ RowStats row_stats(const I* rowptr, int64_t rows, int64_t cols);
 template <typename I>
 uint64_t fingerprint(const I* rowptr, int64_t rows, const I* col, int64_t nnz, int64_t cols);
 
+// The word hash under `fingerprint`, for structures that are not one CSR (a point cloud's
+// sorted keys): every word of data[0, n) and n, order-sensitive, chained from `seed`. The
+// project's one structure hash: plans stamp what it returns (I: int32_t, int64_t, uint64_t).
+template <typename I>
+uint64_t hash_words(const I* data, int64_t n, uint64_t seed);
+
 }  // namespace sparsejit

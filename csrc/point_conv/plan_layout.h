@@ -1,11 +1,11 @@
-// The point-cloud convolution's plan layout: the one owner of its word positions. The Torch
-// adapter (torch_ext/ops/point_conv.cpp) builds and reads plans through it, and Python reads it
-// from `_core.plan_layout()["point_conv"]` / `_core.point_conv_plan_view()` instead of
-// restating it.
+// The point-cloud convolution's plan layout: the one owner of its word positions. Plans are
+// assembled through it (csrc/point_conv/plan_build.h), the Torch adapter
+// (torch_ext/ops/point_conv.cpp) reads them through it, and Python reads it from
+// `_core.plan_layout()["point_conv"]` / `_core.point_conv_plan_view()` instead of restating it.
 //
 // A plan is int64 words: the common header (csrc/plan/plan_header.h, OpKind::PointConv;
 // kWordKernel = kind, kWordParam = identity group or -1, stamp rows = n_out, nnz = M pairs,
-// cols = n_in, hash = fingerprint of the input coordinate keys), then word kWordKernelVolume =
+// cols = n_in, hash = sites_fingerprint of the input coordinate keys), then word kWordKernelVolume =
 // K, then the arrays of kArrays in order: group_ptr [K + 1] int64, in_idx / out_idx [M] int32,
 // out_row_ptr [n_out + 1] int64, out_row_pair [M] int32, in_row_ptr [n_in + 1] int64,
 // in_row_pair [M] int32, pair_group [M] int32 (each int32 array padded to whole words).

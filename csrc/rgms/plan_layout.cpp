@@ -1,5 +1,7 @@
 #include "csrc/rgms/plan_layout.h"
 
+#include <algorithm>
+
 #include "csrc/core/csr.h"
 
 namespace sparsejit::rgms {
@@ -17,6 +19,12 @@ plan::StructureStamp stamp_plan(const int64_t* words, int64_t r, int64_t e, int6
   s.hash = static_cast<int64_t>(fingerprint<int64_t>(rel_ptr, r, rel_ptr + r + 1, rest, num_src) >>
                                 1);
   return s;
+}
+
+void write_plan_head(int64_t* words, int64_t r, int64_t e, int64_t num_dst, int64_t num_src) {
+  std::fill(words, words + kFixedWords, int64_t{0});
+  plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0, /*param=*/r,
+                     stamp_plan(words, r, e, num_dst, num_src));
 }
 
 }  // namespace sparsejit::rgms

@@ -77,4 +77,8 @@ PlanWords<W> view_words(W* words, int64_t r, int64_t e) {
 plan::StructureStamp stamp_plan(const int64_t* words, int64_t r, int64_t e, int64_t num_dst,
                                 int64_t num_src);
 
+// Stamps a plan whose arrays are written: its kFixedWords header words (OpKind::Rgms, R,
+// stamp_plan over the arrays). The one way both devices' builders finish a plan.
+void write_plan_head(int64_t* words, int64_t r, int64_t e, int64_t num_dst, int64_t num_src);
+
 }  // namespace sparsejit::rgms

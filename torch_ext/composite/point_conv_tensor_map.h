@@ -24,10 +24,10 @@
 #include <tuple>
 #include <vector>
 
-#include "csrc/plan/plan_header.h"
 #include "csrc/point_conv/coords.h"
 #include "csrc/point_conv/kernel_map.h"
 #include "csrc/point_conv/merge_detail.h"
+#include "csrc/point_conv/plan_build.h"
 #include "csrc/point_conv/plan_layout.h"
 #include "torch_ext/common.h"
 
@@ -37,11 +37,6 @@ namespace sparsejit::point_conv_tensor {
 // keys[q] + delta[o] (unsigned, wrapping) in keys, or -1.
 using KeySearch =
     std::function<tx::Tensor(const tx::Tensor& keys, const tx::Tensor& delta, int64_t k)>;
-
-inline uint64_t mix(uint64_t h, uint64_t v) {  // as conv_plan_cpu's fingerprint
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  return h * 0xBF58476D1CE4E5B9ull;
-}
 
 // Row index of `rows` (int32 [M], values in [0, num_rows)): row_ptr int64 [num_rows + 1] and
 // row_pair int32 [M], pair ids ascending within each row (index_by_row's counting sort).
@@ -98,18 +93,17 @@ inline std::optional<SortedSites> sort_sites(const tx::Tensor& coords,
   return s;
 }
 
-// The plan's fingerprint, as conv_plan_cpu's: the input count and the sorted input keys.
-inline uint64_t sites_hash(const int64_t* sorted_keys, int64_t n) {
-  uint64_t h = mix(0, static_cast<uint64_t>(n));
-  for (int64_t q = 0; q < n; ++q) h = mix(h, static_cast<uint64_t>(sorted_keys[q]));
-  return h;
+// The sorted keys (int64 here) as the core's uint64 keys: the same bits, for the plan's
+// fingerprint (csrc/point_conv/plan_build.h sites_fingerprint, as the CPU core's plans).
+inline const uint64_t* as_keys(const int64_t* sorted_keys) {
+  return reinterpret_cast<const uint64_t*>(sorted_keys);
 }
 
 // The plan tensor from its pairs (in_idx / out_idx int32 [M], grouped by offset as group_ptr
 // says), the header written as the CPU does; the row indexes and pair_group follow from them.
 inline tx::Tensor write_plan(point_conv::Kind kind, int64_t identity,
                              const std::vector<int64_t>& group_ptr, int64_t n_in, int64_t n_out,
-                             uint64_t hash, const tx::Tensor& in_idx, const tx::Tensor& out_idx) {
+                             int64_t hash, const tx::Tensor& in_idx, const tx::Tensor& out_idx) {
   using point_conv::kArrays;
   const int64_t K = static_cast<int64_t>(group_ptr.size()) - 1, m = group_ptr[K];
   const auto i64 = in_idx.options().dtype(tx::kLong);
@@ -121,9 +115,7 @@ inline tx::Tensor write_plan(point_conv::Kind kind, int64_t identity,
   const tx::Tensor src[] = {gp, in_idx, out_idx, out_ptr, out_pair, in_ptr, in_pair, pair_group};
   tx::Tensor plan = tx::zeros({point_conv::plan_words(K, m, n_in, n_out)}, i64);
   std::vector<int64_t> head(point_conv::kFixedWords, 0);
-  plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(hash >> 1)};
-  plan::write_header(head.data(), OpKind::PointConv, kind, 0, identity, stamp);
-  head[point_conv::kWordKernelVolume] = K;
+  point_conv::write_plan_head(head.data(), kind, identity, K, m, n_in, n_out, hash);
   plan.narrow(0, 0, point_conv::kFixedWords).copy_(tx::tensor(head, tx::kLong));
   int64_t word = point_conv::kFixedWords;
   for (size_t a = 0; a < sizeof(kArrays) / sizeof(kArrays[0]); ++a) {
@@ -181,7 +173,7 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> subm_plan(
   for (int64_t k = 0; k < center; ++k) count[k] = count[K - 1 - k] = hw[k];
   count[center] = n;
   for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + count[k];
-  const uint64_t h = sites_hash(hw + center, n);
+  const int64_t h = point_conv::sites_fingerprint(as_keys(hw + center), n);
 
   std::vector<tx::Tensor> ins{in_lo}, outs{out_lo};
   const tx::Tensor ar = tx::arange(n, i32);
@@ -409,7 +401,7 @@ inline std::optional<std::tuple<tx::Tensor, tx::Tensor>> strided_plan(
   const int64_t* hw = host.const_data_ptr<int64_t>();
   std::vector<int64_t> group_ptr(K + 1, 0);
   for (int64_t k = 0; k < K; ++k) group_ptr[k + 1] = group_ptr[k] + hw[k];
-  const uint64_t h = sites_hash(hw + K, n);
+  const int64_t h = point_conv::sites_fingerprint(as_keys(hw + K), n);
   return std::make_tuple(write_plan(kind, -1, group_ptr, n, n_out, h, in_idx, out_idx),
                          site_coords);
 }

@@ -60,9 +60,7 @@ std::optional<tx::Tensor> rgms_plan_tensor(const tx::Tensor& ei, const tx::Tenso
   // sync: the words for the fingerprint (the CPU plan's own stamp_plan over them).
   tx::Tensor host = plan.cpu();
   int64_t* words = ptr<int64_t>(host);
-  std::fill(words, words + rgms::kFixedWords, int64_t{0});
-  plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0, /*param=*/r,
-                     rgms::stamp_plan(words, r, e, num_dst, num_src));
+  rgms::write_plan_head(words, r, e, num_dst, num_src);
   if (plan.device().is_cpu()) return host;
   plan.narrow(0, 0, rgms::kFixedWords).copy_(host.narrow(0, 0, rgms::kFixedWords));
   return plan;

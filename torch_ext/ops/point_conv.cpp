@@ -3,10 +3,10 @@
 // conv_plan(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
 //           out_coords?) -> (plan, out_coords)
 //   Validates the coordinates once (csrc/point_conv/coords.h: errors name row, column and value),
-//   finds the kernel map by merging sorted keys (csrc/point_conv/kernel_map.h) and stores it as a
-//   plan tensor (layout below). kind: "subm" (outputs = inputs), "spconv" (spconv's strided
-//   output sites), "coarse" (unique(floor(c / stride))), "transposed" (spconv's
-//   SparseConvTranspose sites), "generalized" (outputs = out_coords).
+//   finds the kernel map by merging sorted keys and assembles and stamps the plan tensor
+//   (csrc/point_conv/plan_build.h; layout below). kind: "subm" (outputs = inputs), "spconv"
+//   (spconv's strided output sites), "coarse" (unique(floor(c / stride))), "transposed"
+//   (spconv's SparseConvTranspose sites), "generalized" (outputs = out_coords).
 // sparse_conv(features, weight [K, C_in, C_out], bias?, plan, num_out, swap, dataflow)
 //   -> [num_out, C_out]: the point-conv core (csrc/point_conv) over the plan's pairs; swap = read the map
 //   backwards (spconv's inverse convolution: outputs are the plan's input sites).
@@ -24,6 +24,7 @@
 #include <string>
 
 #include "csrc/point_conv/kernel_map.h"
+#include "csrc/point_conv/plan_build.h"
 #include "csrc/point_conv/plan_layout.h"
 #include "csrc/point_conv/point_conv_run.h"
 #include "csrc/plan/plan_header.h"
@@ -61,15 +62,9 @@ using point_conv::kCoarse;
 using point_conv::plan_words;
 using point_conv::PlanView;
 using point_conv::view_words;
-using point_conv::words32;
 constexpr int kWordK = point_conv::kWordKernelVolume;
 constexpr int64_t kMaxKernelVolume = int64_t{1} << 20;  // K of a plan (check_plan's bound)
 constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' widest margin
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  return h * 0xBF58476D1CE4E5B9ull;
-}
 
 // ---- plan ---------------------------------------------------------------------------------
 
@@ -223,38 +218,19 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
     if (r.has_value()) return *r;
   }
   const point_conv::CoordSet in = coord_set(coords, "coords", shape, batch_size, margin);
+  point_conv::CoordSet given_out;
+  if (kind == kGeneralized) {
+    SPARSEJIT_CHECK(op, out_coords.has_value(), "kind 'generalized' needs out_coords");
+    SPARSEJIT_CHECK(op, out_coords->dim() == 2 && out_coords->size(1) == dims + 1,
+                    "out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
+                    out_coords->sizes());
+    given_out = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
+  }
   point_conv::KernelMap km;
-  point_conv::CoordSet out_set;
-  const point_conv::CoordSet* out = &in;
+  point_conv::CoordSet out_sites;
+  const point_conv::CoordSet* out = nullptr;
   try {
-    switch (kind) {
-      case kSubm: point_conv::submanifold_map(in, p, km); break;
-      case kSpconv:
-        out_set = point_conv::spconv_output_sites(in, p, margin);
-        point_conv::generalized_map(in, out_set, p, km);
-        out = &out_set;
-        break;
-      case kCoarse:
-        out_set = point_conv::coarse_output_sites(in, p, margin);
-        point_conv::generalized_map(in, out_set, p, km);
-        out = &out_set;
-        break;
-      case kTransposed:
-        out_set = point_conv::transposed_output_sites(in, p, margin);
-        point_conv::transposed_map(in, out_set, p, km);
-        out = &out_set;
-        break;
-      case kGeneralized: {
-        SPARSEJIT_CHECK(op, out_coords.has_value(), "kind 'generalized' needs out_coords");
-        SPARSEJIT_CHECK(op, out_coords->dim() == 2 && out_coords->size(1) == dims + 1,
-                        "out_coords must be [M, 1 + ", dims, "] like coords; got shape ",
-                        out_coords->sizes());
-        out_set = coord_set(*out_coords, "out_coords", {}, batch_size, margin);
-        point_conv::generalized_map(in, out_set, p, km);
-        out = &out_set;
-        break;
-      }
-    }
+    out = &point_conv::build_kernel_map(kind, in, &given_out, p, margin, km, out_sites);
   } catch (const std::invalid_argument& e) {
     const bool packing = std::string(e.what()).find("packing range") != std::string::npos;
     SPARSEJIT_CHECK(op, false, e.what(),
@@ -263,51 +239,10 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
                             : "");
   }
   const int64_t k = km.kernel_volume(), m = km.size(), n_in = in.size(), n_out = out->size();
-  // The submanifold centre offset pairs every site with itself: stored as the identity
-  // (pairs (r, r) in row order) so the core runs it as one GEMM without a gather.
-  int64_t identity = -1;
-  if (kind == kSubm) {
-    const int64_t c = k / 2;
-    if (km.offset_ptr[c + 1] - km.offset_ptr[c] == n_in) {
-      bool all_self = true;
-      for (int64_t q = km.offset_ptr[c]; q < km.offset_ptr[c + 1] && all_self; ++q)
-        all_self = km.in_idx[q] == km.out_idx[q];
-      if (all_self) {
-        identity = c;
-        for (int64_t r = 0; r < n_in; ++r)
-          km.in_idx[km.offset_ptr[c] + r] = km.out_idx[km.offset_ptr[c] + r] =
-              static_cast<int32_t>(r);
-      }
-    }
-  }
-  // Every word is written below; only the header and the int32 arrays' padding need zeros.
+  const int64_t identity = point_conv::mark_identity(kind, n_in, km);
   auto plan_t = tx::empty({plan_words(k, m, n_in, n_out)}, coords.options().dtype(tx::kLong));
-  int64_t* w = ptr<int64_t>(plan_t);
-  std::fill(w, w + kFixedWords, int64_t{0});
-  uint64_t h = mix(0, static_cast<uint64_t>(n_in));
-  for (uint64_t key : in.keys) h = mix(h, key);
-  plan::StructureStamp stamp{n_out, m, n_in, static_cast<int64_t>(h >> 1)};
-  plan::write_header(w, OpKind::PointConv, kind, 0, identity, stamp);
-  w[kWordK] = k;
-  PlanView v = view_words(w, k, m, n_in, n_out);
-  auto mut64 = [](const int64_t* p) { return const_cast<int64_t*>(p); };
-  auto mut32 = [](const int32_t* p) { return const_cast<int32_t*>(p); };
-  std::copy(km.offset_ptr.begin(), km.offset_ptr.end(), mut64(v.group_ptr));
-  std::copy(km.in_idx.begin(), km.in_idx.end(), mut32(v.in_idx));
-  std::copy(km.out_idx.begin(), km.out_idx.end(), mut32(v.out_idx));
-  if (m % 2 == 1)  // the padding int32 after each int32 array
-    for (const int32_t* a : {v.in_idx, v.out_idx, v.out_row_pair, v.in_row_pair, v.pair_group})
-      mut32(a)[m] = 0;
-  // The two row indexes are independent serial counting sorts: one thread each.
-#pragma omp parallel sections num_threads(2) if (m > 4096)
-  {
-#pragma omp section
-    point_conv::index_by_row(v.group_ptr, k, v.out_idx, n_out, mut64(v.out_row_ptr),
-                      mut32(v.out_row_pair), mut32(v.pair_group));
-#pragma omp section
-    point_conv::index_by_row(v.group_ptr, k, v.in_idx, n_in, mut64(v.in_row_ptr),
-                      mut32(v.in_row_pair), nullptr);
-  }
+  point_conv::write_plan(ptr<int64_t>(plan_t), kind, identity, km, n_in, n_out,
+                         point_conv::sites_fingerprint(in.keys.data(), n_in));
   auto oc = tx::empty({n_out, dims + 1}, coords.options().dtype(tx::kInt));
   if (kind == kSubm || kind == kGeneralized) {
     // Output rows keep the caller's order (site id = row).

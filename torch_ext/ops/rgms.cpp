@@ -96,9 +96,7 @@ tx::Tensor rgms_plan_cpu(
   const auto v = rgms::view_words(words, num_relations, e);
   rgms::build_plan(s, d, ptr<int64_t>(et), e, num_dst, num_relations, v.rel_ptr, v.grp_ptr,
                    v.grp_dst, v.src, v.perm);
-  plan::write_header(words, OpKind::Rgms, /*kernel=*/0, /*prefetch=*/0,
-                     /*param=*/num_relations,
-                     rgms::stamp_plan(words, num_relations, e, num_dst, num_src));
+  rgms::write_plan_head(words, num_relations, e, num_dst, num_src);
   // (edges on another device reach here only when the builder declined: back to their device)
   return edge_index.device().is_cpu() ? plan : plan.to(edge_index.device());
 }
