@@ -29,6 +29,8 @@ namespace sparsejit::point_conv {
 
 enum class Dataflow : int64_t { Auto = 0, GatherGemmScatter = 1, OutputStationary = 2 };
 const char* dataflow_name(Dataflow d);
+inline constexpr Dataflow kAllDataflows[] = {Dataflow::Auto, Dataflow::GatherGemmScatter,
+                                             Dataflow::OutputStationary};
 
 struct Pairs {
   int64_t num_groups = 0;
@@ -126,6 +128,15 @@ int64_t os_rows_together(int64_t num_groups, int64_t c_in, int64_t c_out, int64_
 // (compiled for c_out = 16, 32, 64, 128; other widths take Gemm), or gathered tiles of X and
 // dY through the dense GEMM (sgemm with trans_a). Auto asks choose_wgrad_path.
 enum class WgradPath : int64_t { Auto = 0, Registers = 1, Gemm = 2 };
+inline constexpr WgradPath kAllWgradPaths[] = {WgradPath::Auto, WgradPath::Registers,
+                                               WgradPath::Gemm};
+inline const char* wgrad_path_name(WgradPath w) {
+  switch (w) {
+    case WgradPath::Registers: return "registers";
+    case WgradPath::Gemm: return "gemm";
+    default: return "auto";
+  }
+}
 WgradPath choose_wgrad_path(const Pairs& p, int64_t c_in, int64_t c_out);
 
 // weight_grad for bfloat16 X and dY (bits, uint16) into a float32 dW: gathered bfloat16 tiles

@@ -284,7 +284,9 @@ py::dict rgms_plan_view(int64_t r, int64_t e) {
 }
 
 // kernels/common/enums.h as {"scalar": {"f32": 0, ...}, "index": ..., "reduce": ...,
-// "act": ..., "op": ...}: the one numbering, for Python code that passes enum values.
+// "act": ..., "op": ...}, and the op arguments of RGMS (csrc/rgms/rgms_run.h: "rgms_strategy",
+// "rgms_gemm") and point_conv (point_conv_run.h: "point_conv_dataflow", "point_conv_wgrad"):
+// the one numbering, for Python code that passes enum values.
 template <typename E, size_t N>
 py::dict enum_dict(const E (&values)[N], const char* (*name)(E)) {
   py::dict d;
@@ -300,6 +302,10 @@ py::dict enums() {
   d["reduce"] = enum_dict(kAllReduces, &reduce_name);
   d["act"] = enum_dict(kAllActs, &act_name);
   d["op"] = enum_dict(kAllOpKinds, &op_name);
+  d["rgms_strategy"] = enum_dict(rgms::kAllStrategies, &rgms::strategy_name);
+  d["rgms_gemm"] = enum_dict(rgms::kAllGemms, &rgms::gemm_name);
+  d["point_conv_dataflow"] = enum_dict(point_conv::kAllDataflows, &point_conv::dataflow_name);
+  d["point_conv_wgrad"] = enum_dict(point_conv::kAllWgradPaths, &point_conv::wgrad_path_name);
   return d;
 }
 

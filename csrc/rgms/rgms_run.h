@@ -65,6 +65,29 @@ enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 
 enum class Gemm : int { kAuto = 0, kOneDnn = 1, kBuiltin = 2, kFused = 3 };
 constexpr int64_t kFusedMaxForward = 32;
 
+// The ops' `strategy` and `gemm` arguments by name, exported to Python as
+// `_core.enums()["rgms_strategy"]` / `["rgms_gemm"]` (the tuner passes them, never numbers).
+inline constexpr Strategy kAllStrategies[] = {Strategy::kAuto, Strategy::kAggregateFirst,
+                                              Strategy::kTransformFirst};
+inline constexpr Gemm kAllGemms[] = {Gemm::kAuto, Gemm::kOneDnn, Gemm::kBuiltin, Gemm::kFused};
+inline const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::kAuto: return "auto";
+    case Strategy::kAggregateFirst: return "aggregate_first";
+    case Strategy::kTransformFirst: return "transform_first";
+  }
+  return "unknown";
+}
+inline const char* gemm_name(Gemm g) {
+  switch (g) {
+    case Gemm::kAuto: return "auto";
+    case Gemm::kOneDnn: return "onednn";
+    case Gemm::kBuiltin: return "builtin";
+    case Gemm::kFused: return "fused";
+  }
+  return "unknown";
+}
+
 // Distinct sources per relation (structure only, so computed once per typed structure and
 // cached by the caller): src_ptr [R + 1], src_list [sum S_r] (first-seen order), and each
 // entry's slot in its relation's list.

@@ -21,7 +21,7 @@ inline constexpr OpKind kAllOpKinds[] = {
     OpKind::Spmm,        OpKind::Sddmm,         OpKind::Rgms,
     OpKind::PointConv,   OpKind::FilterConv,    OpKind::Attention,
     OpKind::EdgeSoftmax, OpKind::EdgeSoftmaxBackward, OpKind::AttentionBackward,
-    OpKind::PointConvMap, OpKind::RgmsBackward, OpKind::PointConvImplicit};
+    OpKind::PointConvMap, OpKind::PointConvImplicit};
 // The families whose plans are tensors with the common header (plan_header.h).
 inline constexpr OpKind kPlanOpKinds[] = {OpKind::Spmm, OpKind::Sddmm, OpKind::Rgms,
                                           OpKind::PointConv, OpKind::FilterConv};
@@ -35,7 +35,7 @@ namespace detail {
 
 // Short names: f32 f64 bf16 f16 / i32 i64 / sum mean max min / none relu leaky_relu elu gelu
 // runtime / spmm sddmm rgms point_conv filter_conv attention edge_softmax edge_softmax_backward
-// attention_backward point_conv_map rgms_backward. Unknown values throw
+// attention_backward point_conv_map point_conv_implicit. Unknown values throw
 // std::invalid_argument naming the value.
 inline const char* scalar_name(ScalarKind k) {
   switch (k) {
@@ -90,7 +90,6 @@ inline const char* op_name(OpKind op) {
     case OpKind::AttentionBackward: return "attention_backward";
     case OpKind::PointConvMap: return "point_conv_map";
     case OpKind::PointConvImplicit: return "point_conv_implicit";
-    case OpKind::RgmsBackward: return "rgms_backward";
     default: detail::bad_enum("op kind", static_cast<int>(op));
   }
 }

@@ -36,7 +36,8 @@ enum class OpKind : int {
   EdgeSoftmaxBackward = 8,
   AttentionBackward = 9,   // fused sparse attention backward (CUDA kernels)
   PointConvMap = 10,       // point-cloud kernel-map search (CUDA kernels)
-  RgmsBackward = 11,       // RGMS backward gather/scatter (CUDA kernels)
+  // 11 is retired (an RGMS backward kind that never had a kernel): never reuse a number,
+  // kernel caches and plans store them.
   PointConvImplicit = 12,  // point-cloud output-stationary implicit GEMM (CUDA kernels)
 };
 

@@ -801,12 +801,14 @@ def test_rgms_transform_first_row_widths(f_out, reduce, weighted, poison_empty):
         torch.set_num_threads(old)
 
 
-@pytest.mark.parametrize("gemm", [1, 2, 3])
-@pytest.mark.parametrize("strategy", [1, 2])
-def test_rgms_each_gemm_kernel(gemm, strategy):
-    """oneDNN (1), the built-in kernel (2) and the fused row kernels (3, at widths that are
-    not whole vectors) forced, after torch has run its own oneDNN matmul (the case that once
-    made libdnnl's sgemm return 'unimplemented')."""
+@pytest.mark.parametrize("gemm_name", ["onednn", "builtin", "fused"])
+@pytest.mark.parametrize("strategy_name", ["aggregate_first", "transform_first"])
+def test_rgms_each_gemm_kernel(gemm_name, strategy_name):
+    """oneDNN, the built-in kernel and the fused row kernels (at widths that are not whole
+    vectors) forced by the names _core.enums() exports, after torch has run its own oneDNN
+    matmul (the case that once made libdnnl's sgemm return 'unimplemented')."""
+    gemm = _core.enums()["rgms_gemm"][gemm_name]
+    strategy = _core.enums()["rgms_strategy"][strategy_name]
     torch.randn(64, 64) @ torch.randn(64, 64)
     g = torch.Generator().manual_seed(5)
     ei, et, n, _, r = typed_graph("hub", seed=3)

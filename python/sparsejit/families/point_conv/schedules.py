@@ -14,13 +14,16 @@ from typing import Callable, Dict, List, Tuple
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from sparsejit import _core
 from sparsejit.families.point_conv.plan import is_point_conv_plan, plan_head
 from sparsejit.runtime import caches
 from sparsejit.runtime.cpu import cpu_model
 from sparsejit.runtime.store import JsonStore, fingerprint
 
-DATAFLOW_NAMES = {1: "gather_gemm_scatter", 2: "output_stationary"}
-WGRAD_NAMES = {1: "registers", 2: "gemm"}  # point_conv::WgradPath
+# Stored choices by id (csrc/point_conv/point_conv_run.h through _core.enums(); "auto" is the
+# cost model's, never stored).
+DATAFLOW_NAMES = {i: n for n, i in _core.enums()["point_conv_dataflow"].items() if n != "auto"}
+WGRAD_NAMES = {i: n for n, i in _core.enums()["point_conv_wgrad"].items() if n != "auto"}
 
 STORE = JsonStore("conv-", what="the conv schedule")
 _MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}  # (fp, key) -> (fwd, bwd, wgrad)

@@ -25,7 +25,7 @@ from sparsejit.runtime.autograd import call_op
 from sparsejit.runtime.caches import LruCache, content_key, own
 
 _REDUCES = ("sum", "mean")
-_STRATEGIES = {"auto": 0, "aggregate_first": 1, "transform_first": 2}
+_STRATEGIES = schedules.STRATEGIES  # the ops' `strategy` argument by name
 _LAYOUT = _core.plan_layout()
 _WORDS = _LAYOUT["words"]
 

@@ -15,6 +15,12 @@ from sparsejit.runtime.cpu import cpu_model
 from sparsejit.runtime.store import JsonStore
 
 STORE = JsonStore("rgms-", what="the RGMS schedule")
+# The ops' `strategy` and `gemm` arguments by name (csrc/rgms/rgms_run.h through _core.enums()).
+STRATEGIES: Dict[str, int] = dict(_core.enums()["rgms_strategy"])
+GEMMS: Dict[str, int] = dict(_core.enums()["rgms_gemm"])
+# The kernels tune measures: "tiles" = the planner's GEMM tiles (gemm "auto"), "fused" = the
+# fused rows for every pass.
+KERNELS: Dict[str, int] = {"tiles": GEMMS["auto"], "fused": GEMMS["fused"]}
 _MEMORY: Dict[Tuple[str, str], Optional[Tuple[int, int, int]]] = {}  # None: nothing stored
 _UNSEEN = object()
 
@@ -56,8 +62,10 @@ def schedule_for(A, f_in: int, f_out: int, dtype: torch.dtype,
         entry = STORE.get(fp, key)
         hit = None
         if isinstance(entry, dict) and "strategy" in entry and "tile" in entry:
-            gemm = int(entry.get("gemm", 0))  # stores from before the kernel choice: tiles
-            hit = (int(entry["strategy"]), int(entry["tile"]), gemm if gemm in (0, 3) else 0)
+            # stores from before the kernel choice: tiles
+            gemm = int(entry.get("gemm", KERNELS["tiles"]))
+            hit = (int(entry["strategy"]), int(entry["tile"]),
+                   gemm if gemm in KERNELS.values() else KERNELS["tiles"])
         _MEMORY[(fp, key)] = hit
     return hit
 

@@ -20,12 +20,12 @@ import torch
 from sparsejit import _core
 from sparsejit.families.rgms.ops import _STRATEGIES, TypedSparseMatrix
 from sparsejit.families.rgms.schedules import (  # noqa: F401  (re-exported: the tuner's API)
-    STORE, clear_schedule_cache, remember, schedule_for, schedule_key, typed_fingerprint)
+    KERNELS, STORE, clear_schedule_cache, remember, schedule_for, schedule_key,
+    typed_fingerprint)
 from sparsejit.runtime import tuners
 from sparsejit.runtime.timing import Progress, median_ms
 
 _TILES = (32, 64, 128, 256, 512, 1024)
-_KERNELS = {"tiles": 0, "fused": 3}  # the raw ops' `gemm` argument
 
 
 def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
@@ -34,7 +34,7 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
     """Measures every (strategy, tile) with GEMM tiles, and every strategy with the fused row
     kernels, for one RGMS layer's forward + backward on A with random ``[num_src, F]``
     features and ``[R, F, F_out]`` weights; returns ``{"best": name, "times_ms": {...},
-    "key": ..., "strategy": id, "tile": t, "gemm": 0 (tiles) or 3 (fused)}``."""
+    "key": ..., "strategy": id, "tile": t, "gemm": KERNELS["tiles"] or KERNELS["fused"]}``."""
     if reduce not in ("sum", "mean"):
         raise ValueError(f"reduce must be 'sum' or 'mean'; got {reduce!r}")
     if dtype not in (torch.float32, torch.float64, torch.bfloat16):
@@ -55,7 +55,7 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
     times: Dict[str, float] = {}
     ref = None
     for s, t, kernel in cands:
-        sid, gemm = _STRATEGIES[s], _KERNELS[kernel]
+        sid, gemm = _STRATEGIES[s], KERNELS[kernel]
 
         def step():
             y = torch.ops.sparsejit.rgms(A.plan, X, W, vals, reduce, n_dst, gemm, t, sid)
@@ -75,7 +75,7 @@ def tune_rgms(A: TypedSparseMatrix, F: int = 16, F_out: Optional[int] = None,
     s_best, t_best, k_best = next(c for c in cands if (
         f"{c[0]}/tile={c[1]}" if c[2] == "tiles" else f"{c[0]}/fused") == best)
     result = {"best": best, "times_ms": times, "strategy": _STRATEGIES[s_best],
-              "tile": int(t_best), "gemm": _KERNELS[k_best],
+              "tile": int(t_best), "gemm": KERNELS[k_best],
               "key": schedule_key(F, f_out, dtype, reduce)}
     fp = typed_fingerprint(A)
     remember(fp, result["key"], (result["strategy"], result["tile"], result["gemm"]))
