@@ -1,5 +1,5 @@
 """Where RGMS's products should run: oneDNN GEMM tiles (gemm=1) against the fused row kernels
-(gemm=3, kernels/cpu/rgms_kernel.h kinds 2-4), each pass alone (forward, grad X, grad W), on
+(gemm=3, kernels/cpu/row_tile_kernel.h kinds 2-4), each pass alone (forward, grad X, grad W), on
 AIFB and an AIFB-sized random typed graph, F = 16 / 32 / 64. Medians; ratios > 1 mean the
 fused kernels are faster. Sets the `kFusedMaxAuto` policy in csrc/rgms/rgms_run.h.
 

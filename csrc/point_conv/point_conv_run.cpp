@@ -17,7 +17,7 @@
 #include "csrc/core/isa.h"
 #include "csrc/rgms/row_tiles.h"
 #include "csrc/dense/gemm.h"
-#include "csrc/point_conv/register_kernels.h"
+#include "csrc/point_conv/register_blocked.h"
 
 namespace sparsejit::point_conv {
 

@@ -14,7 +14,7 @@
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
-#include "codegen/cpu_rgms_spec.h"
+#include "codegen/cpu_row_tile_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "codegen/disk_cache.h"
@@ -99,9 +99,9 @@ py::dict jit_sddmm(int dtype, int index, int64_t heads, int64_t features) {
   return jit_lookup(spec);
 }
 
-py::dict jit_rgms_tile(int dtype, int64_t width, int64_t width2) {
+py::dict jit_row_tile(int dtype, int64_t width, int64_t width2) {
   using namespace sparsejit;
-  codegen::CpuRgmsTileSpec spec;
+  codegen::CpuRowTileSpec spec;
   spec.dtype = static_cast<ScalarKind>(dtype);
   spec.width = width;
   spec.width2 = width2;
@@ -333,7 +333,7 @@ PYBIND11_MODULE(_core, m) {
         "Out rows the output-stationary JIT kernel takes together for num_groups x c_in x "
         "c_out weights of elem_bytes each (4 beyond four times the L1 data cache, else 1)",
         py::arg("num_groups"), py::arg("c_in"), py::arg("c_out"), py::arg("elem_bytes"));
-  m.def("jit_rgms_tile", &jit_rgms_tile, "Compiles (or finds) RGMS's tile loops for a row "
+  m.def("jit_row_tile", &jit_row_tile, "Compiles (or finds) the row-tile loops for a row "
         "width (and, width2 > 0, the fused row kernels for that pair of widths); returns "
         "what it did", py::arg("dtype"), py::arg("width"), py::arg("width2") = 0);
   m.def("jit_enabled", [] { return CpuJit::instance().enabled(); });

@@ -18,7 +18,7 @@
 #include "csrc/dense/gemm.h"
 #include "csrc/rgms/rgms_run.h"
 #include "csrc/rgms/row_tiles.h"
-#include "kernels/cpu/rgms_kernel.h"
+#include "kernels/cpu/row_tile_kernel.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -107,7 +107,7 @@ template <typename T>
 void slot_rows_run(SlotDir d, const PlanView& pv, const int64_t* slot, const T* values,
                    bool mean, int64_t g0, int64_t g1, const T* in, T* out, int64_t w);
 
-// The tile loops (kernels/cpu/rgms_kernel.h), JIT-specialized per width or generic: the
+// The tile loops (kernels/cpu/row_tile_kernel.h), JIT-specialized per width or generic: the
 // row-loop family RGMS shares with the point-cloud convolution (csrc/rgms/row_tiles.h).
 using rows::TileFn;
 using rows::tile_fn;
@@ -138,19 +138,19 @@ std::vector<TileFn> share_fns(const Problem& p, int64_t width, int64_t align, in
 // never for grad W, see rgms_run.h).
 enum class Pass { kForward, kGradW };
 inline bool use_fused(const Problem& p, Pass pass) {
-  if (p.f_in <= 0 || p.f_out <= 0 || p.f_in > cpu::rgms_detail::kFusedMaxWidth ||
-      p.f_out > cpu::rgms_detail::kFusedMaxWidth)
+  if (p.f_in <= 0 || p.f_out <= 0 || p.f_in > cpu::row_tile_detail::kFusedMaxWidth ||
+      p.f_out > cpu::row_tile_detail::kFusedMaxWidth)
     return false;
   return p.gemm == Gemm::kFused ||
          (p.gemm == Gemm::kAuto && pass != Pass::kGradW &&
           std::max(p.f_in, p.f_out) <= kFusedMaxForward);
 }
 
-// One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/rgms_kernel.h).
+// One tile's launch for groups [g0, g1), columns [c0, c0 + w) (kernels/cpu/row_tile_kernel.h).
 template <typename T>
-cpu::RgmsTileLaunch tile_launch(const Problem& p, int32_t kind, const T* values, const T* in,
+cpu::RowTileLaunch tile_launch(const Problem& p, int32_t kind, const T* values, const T* in,
                                 T* out, int64_t c0, int64_t w, int64_t g0, int64_t g1) {
-  cpu::RgmsTileLaunch l;
+  cpu::RowTileLaunch l;
   l.kind = kind;
   l.mean = p.mean;
   l.grp_ptr = p.plan.grp_ptr;

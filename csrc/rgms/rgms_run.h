@@ -55,7 +55,7 @@ enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 
 
 // Where the small dense products run (tests force each; kAuto = the planner's choice):
 // per tile of groups on oneDNN or the built-in GEMM kernel, or kFused: no GEMM call, each
-// group's row multiplied while it is in registers (kernels/cpu/rgms_kernel.h kinds 2 and 4,
+// group's row multiplied while it is in registers (kernels/cpu/row_tile_kernel.h kinds 2 and 4,
 // JIT-compiled for the two widths). kAuto takes kFused for the forward (and so for grad X,
 // the forward on the transposed structure) up to kFusedMaxForward columns each side, oneDNN
 // tiles otherwise (benchmarks/bench_rgms_kernels.py, 2 threads, quiet machine, AIFB and an
@@ -134,7 +134,7 @@ struct Problem {
   const bf16* x_bf16 = nullptr;
   // With x_bf16 and w_bf16 on the fused rows (fused_bf16_takes): W in bfloat16 pairs per
   // relation (dense::pack_bf16_vnni, w_pairs_stride values per relation) for kind 8 of
-  // kernels/cpu/rgms_kernel.h; forward() packs them itself.
+  // kernels/cpu/row_tile_kernel.h; forward() packs them itself.
   const bf16* w_pairs = nullptr;
   int64_t w_pairs_stride = 0;
 };

@@ -2,14 +2,14 @@
 
 #include "codegen/cpu_jit.h"
 #include "codegen/jit_policy.h"
-#include "codegen/cpu_rgms_spec.h"
+#include "codegen/cpu_row_tile_spec.h"
 
 namespace sparsejit::rows {
 namespace {
 
 template <typename T>
 void generic_tile(const void* l) {
-  cpu::rgms_detail::run<T, 0>(*static_cast<const cpu::RgmsTileLaunch*>(l));
+  cpu::row_tile_detail::run<T, 0>(*static_cast<const cpu::RowTileLaunch*>(l));
 }
 
 }  // namespace
@@ -23,12 +23,12 @@ template <typename T>
 TileFn tile_fn(int64_t width, int64_t work, int64_t width2) {
   auto& jit = codegen::CpuJit::instance();
   const bool shape_ok =
-      width2 > 0 ? width >= 1 && width2 <= codegen::CpuRgmsTileSpec::kMaxWidth2 &&
-                       width <= cpu::rgms_detail::kFusedMaxWidth
+      width2 > 0 ? width >= 1 && width2 <= codegen::CpuRowTileSpec::kMaxWidth2 &&
+                       width <= cpu::row_tile_detail::kFusedMaxWidth
                  : width >= 4 && width % 4 == 0;
-  if (shape_ok && width <= codegen::CpuRgmsTileSpec::kMaxWidth &&
+  if (shape_ok && width <= codegen::CpuRowTileSpec::kMaxWidth &&
       codegen::worth_jit(OpKind::Rgms, work)) {
-    codegen::CpuRgmsTileSpec spec;
+    codegen::CpuRowTileSpec spec;
     spec.dtype = sizeof(T) == 4 ? ScalarKind::F32 : ScalarKind::F64;
     spec.width = width;
     spec.width2 = width2;

@@ -1,6 +1,6 @@
 // The row loops shared by the gather-GEMM-scatter passes of RGMS (csrc/rgms) and of the
-// point-cloud convolution (csrc/point_conv): one kernel family (kernels/cpu/rgms_kernel.h, launched
-// through a cpu::RgmsTileLaunch), JIT-compiled with the row widths as constants when the JIT
+// point-cloud convolution (csrc/point_conv): one kernel family
+// (kernels/cpu/row_tile_kernel.h, launched through a cpu::RowTileLaunch), JIT-compiled with the row widths as constants when the JIT
 // is on and the pass moves enough rows to pay for a first compile, else the generic
 // instantiation (the same bits). Torch-free.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cpu/rgms_kernel.h"
+#include "kernels/cpu/row_tile_kernel.h"
 
 namespace sparsejit::rows {
 
@@ -25,10 +25,10 @@ TileFn tile_fn(int64_t width, int64_t work, int64_t width2 = 0);
 
 // Rows t < n of a kind 5 / 6 launch through idx (int32_t or int64_t).
 template <typename I>
-inline cpu::RgmsTileLaunch row_launch(int32_t kind, const void* in, void* out, int64_t w,
+inline cpu::RowTileLaunch row_launch(int32_t kind, const void* in, void* out, int64_t w,
                                       const I* idx, int64_t n) {
   static_assert(std::is_same_v<I, int32_t> || std::is_same_v<I, int64_t>);
-  cpu::RgmsTileLaunch l;
+  cpu::RowTileLaunch l;
   l.kind = kind;
   l.in = in;
   l.out = out;

@@ -28,7 +28,7 @@ enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3, Gelu = 4, Run
 enum class OpKind : int {
   Spmm = 1,                 // SpMM (csrc/spmm, kernels/cpu/spmm_kernel.h, kernels/cuda/spmm.cuh)
   Sddmm = 2,                // SDDMM, part of the spmm family (its own plans and specs)
-  Rgms = 3,                 // RGMS tile loops (csrc/rgms, kernels/cpu/rgms_kernel.h)
+  Rgms = 3,                 // RGMS tile loops (csrc/rgms, kernels/cpu/row_tile_kernel.h)
   PointConv = 4,            // point-cloud convolution (csrc/point_conv, point_conv_kernel.h)
   FilterConv = 5,           // filter-sparse convolution (csrc/filter_conv, filter_conv_tiles.h)
   Attention = 6,            // fused sparse attention (csrc/attention, attention_kernel.h)

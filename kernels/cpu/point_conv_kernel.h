@@ -10,7 +10,7 @@
 //     (float weights, float accumulation: the same bits as the float32 rows run on the
 //     widened features, then rounded; with bfloat16 weights and AVX512-BF16, two channels
 //     per vdpbf16ps, still the same bits);
-//   - ahead of time in csrc/point_conv/register_kernels.cpp for C_out = 16, 32, 64, 128 (C_in at run
+//   - ahead of time in csrc/point_conv/register_blocked.cpp for C_out = 16, 32, 64, 128 (C_in at run
 //     time), for when the JIT is off or the pass is too small to pay for a compile.
 // The row is cut into column blocks of at most 8 vectors (so a block's accumulators and the
 // operands fit the 16 vector registers), and narrow blocks keep several accumulator sets

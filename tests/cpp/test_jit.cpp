@@ -12,7 +12,7 @@
 #include "codegen/cpu_attention_spec.h"
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"
-#include "codegen/cpu_rgms_spec.h"
+#include "codegen/cpu_row_tile_spec.h"
 #include "codegen/cpu_sddmm_spec.h"
 #include "codegen/cpu_spmm_spec.h"
 #include "kernels/cpu/kernels.h"
@@ -22,7 +22,7 @@ namespace sparsejit {
 namespace {
 
 using codegen::CpuJit;
-using codegen::CpuRgmsTileSpec;
+using codegen::CpuRowTileSpec;
 using codegen::CpuSddmmSpec;
 using codegen::CpuSpmmSpec;
 
@@ -55,12 +55,12 @@ TEST(JitSpec, NamesAndKeysAreDistinctAcrossOps) {
     }
 }
 
-TEST(JitSpec, RgmsTileWidthsAreKeyedAndChecked) {
+TEST(JitSpec, RowTileWidthsAreKeyedAndChecked) {
   std::set<uint64_t> keys;
   std::set<std::string> names;
   for (int64_t w : {8, 16, 64})
     for (int64_t w2 : {0, 8, 16, 64}) {
-      CpuRgmsTileSpec s;
+      CpuRowTileSpec s;
       s.width = w;
       s.width2 = w2;
       EXPECT_EQ(s.op(), OpKind::Rgms);
@@ -68,9 +68,9 @@ TEST(JitSpec, RgmsTileWidthsAreKeyedAndChecked) {
       EXPECT_TRUE(names.insert(s.name()).second) << s.name();
       EXPECT_NE(s.source().find(", " + std::to_string(w2) + ">("), std::string::npos);
     }
-  CpuRgmsTileSpec bad;
+  CpuRowTileSpec bad;
   bad.width = 16;
-  bad.width2 = CpuRgmsTileSpec::kMaxWidth2 + 1;
+  bad.width2 = CpuRowTileSpec::kMaxWidth2 + 1;
   try {
     bad.source();
     FAIL() << "no exception";

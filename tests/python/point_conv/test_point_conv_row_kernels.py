@@ -1,5 +1,5 @@
 """The row loops RGMS and the point-cloud convolution share (csrc/rgms/row_tiles.h,
-kernels/cpu/rgms_kernel.h kinds 5-6): the convolution's gather-GEMM-scatter dataflow and its
+kernels/cpu/row_tile_kernel.h kinds 5-6): the convolution's gather-GEMM-scatter dataflow and its
 weight gradient load the JIT-compiled loops for their channel widths, give the same bits as
 the generic loops, and match a plain per-pair reference."""
 
@@ -53,7 +53,7 @@ def test_conv_gather_gemm_scatter_row_kernels(c_in, c_out, kind, threads, poison
         _core.jit_clear_memory_cache()
         jitted = run()
         if c_in % 4 == 0 and plan_info(plan)["pairs"] * c_in >= 1 << 16:
-            info = _core.jit_rgms_tile(_core.enums()["scalar"]["f32"], c_in)
+            info = _core.jit_row_tile(_core.enums()["scalar"]["f32"], c_in)
             assert info["ok"] and info["memory_hit"], info["error"]  # the gather loaded it
         generic = generic_only(run)
     finally:

@@ -524,7 +524,7 @@ def test_rgms_gradcheck(kind, reduce):
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("f_in", [24, 5])
 def test_rgms_backward_matches_reference_autograd(reduce, f_in):
-    """Large enough for the parallel paths (kernels/cpu/rgms_kernel.h parallelizes when
+    """Large enough for the parallel paths (kernels/cpu/row_tile_kernel.h parallelizes when
     groups x F > 32768; the column-split scatter into dX also needs F >= 16)."""
     g = torch.Generator().manual_seed(11)
     n, e, r = 2500, 24000, 6
@@ -1299,7 +1299,7 @@ def _all_strategies(A, X, W, v, dY, n, gemm, need_values):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empty):
     """The gather / scatter tile loops compiled by the JIT with the row width as a constant
-    (codegen/cpu_rgms_spec) against the generic loops (SPARSEJIT_JIT=0): the same bits, for
+    (codegen/cpu_row_tile_spec) against the generic loops (SPARSEJIT_JIT=0): the same bits, for
     the forward and every gradient, each strategy."""
     from sparsejit import _core
 
@@ -1327,7 +1327,7 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
         _core.jit_clear_memory_cache()
         jitted = run()
         # the ops loaded the width-specialized loops (a lookup now hits the memory cache)
-        info = _core.jit_rgms_tile(f32, width)
+        info = _core.jit_row_tile(f32, width)
         assert info["ok"] and info["memory_hit"], info["error"]
         generic = generic_only(run)
     finally:
@@ -1346,7 +1346,7 @@ def test_rgms_jit_tiles_match_generic_bitwise(width, dtype, threads, poison_empt
 @pytest.mark.parametrize("threads", [1, 2])
 def test_rgms_fused_rows_jit_match_generic_and_reference(f_in, f_out, dtype, threads,
                                                          poison_empty):
-    """The fused row kernels (gemm=3: kernels/cpu/rgms_kernel.h kinds 2-4) compiled by the
+    """The fused row kernels (gemm=3: kernels/cpu/row_tile_kernel.h kinds 2-4) compiled by the
     JIT with both widths constant against their generic instantiation (SPARSEJIT_JIT=0):
     the same bits for the forward and the X and W gradients, each strategy, with values and
     mean; and both against the float64 reference. Skewed relations (one empty, a fan-out
@@ -1377,7 +1377,7 @@ def test_rgms_fused_rows_jit_match_generic_and_reference(f_in, f_out, dtype, thr
         _core.jit_clear_memory_cache()
         jitted = run()
         # the forward loaded the kernel compiled for (F_in, F_out)
-        info = _core.jit_rgms_tile(scalar, f_in, f_out)
+        info = _core.jit_row_tile(scalar, f_in, f_out)
         assert info["ok"] and info["memory_hit"], info["error"]
         generic = generic_only(run)
     finally:

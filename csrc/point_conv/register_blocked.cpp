@@ -1,4 +1,4 @@
-#include "csrc/point_conv/register_kernels.h"
+#include "csrc/point_conv/register_blocked.h"
 
 #include "codegen/cpu_point_conv_spec.h"
 #include "codegen/cpu_jit.h"

@@ -1,9 +1,10 @@
-// The row loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_forward.cpp) and
-// the point-cloud convolution (csrc/point_conv/point_conv_run.cpp), the part that is bound by the rows it
-// gathers rather than by arithmetic. Compiled once generic (run-time row width) and, by the
-// JIT (codegen/cpu_rgms_spec), with the row width as a compile-time constant, so a row's
-// accumulators stay in registers and the inner loops unroll; csrc/rgms/row_tiles.h picks. Both instantiations do the same
-// element-wise operations in the same order: their results are bit-identical (tested).
+// The row-tile loops of the gather-GEMM-scatter core shared by RGMS (csrc/rgms/rgms_forward.cpp)
+// and the point-cloud convolution (csrc/point_conv/point_conv_run.cpp), the part that is bound
+// by the rows it gathers rather than by arithmetic. Compiled once generic (run-time row width)
+// and, by the JIT (codegen/cpu_row_tile_spec), with the row width as a compile-time constant,
+// so a row's accumulators stay in registers and the inner loops unroll; csrc/rgms/row_tiles.h
+// picks. Both instantiations do the same element-wise operations in the same order: their
+// results are bit-identical (tested).
 #pragma once
 
 #include <algorithm>
@@ -48,7 +49,7 @@ namespace sparsejit::cpu {
 // row is in registers (no tile buffers, no GEMM call per tile): what wins for narrow rows
 // (csrc/rgms/rgms_forward.cpp picks them up to 64 columns).
 // coef_q = values[perm[q]] (1 without values), divided by the group's size when mean.
-struct RgmsTileLaunch {
+struct RowTileLaunch {
   int32_t kind = 0;
   int32_t mean = 0;
   const int64_t* grp_ptr = nullptr;
@@ -71,12 +72,12 @@ struct RgmsTileLaunch {
   const void* scale = nullptr;  // T, or null
 };
 
-namespace rgms_detail {
+namespace row_tile_detail {
 
 // W > 0: the width at compile time; W == 0: l.width. S: how X is stored (T, or bf16 for
 // kind 7, widened exactly: the sums are those of its float32 copy).
 template <typename T, int W, typename S = T>
-inline void gather_reduce(const RgmsTileLaunch& l) {
+inline void gather_reduce(const RowTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
   const S* x = static_cast<const S*>(l.in);
   const T* values = static_cast<const T*>(l.values);
@@ -136,7 +137,7 @@ inline void axpy(T* y, T a, const T* x, int64_t n_rt) {
 // Sum over group g's entries of coef_q * in[src[q] * ld_in + c0 + 0:w] into agg[0:w] (S: how
 // X is stored; bfloat16 rows are widened exactly, element by element).
 template <typename T, int W, typename S = T>
-inline void reduce_group(const RgmsTileLaunch& l, const S* x, const T* values, int64_t w,
+inline void reduce_group(const RowTileLaunch& l, const S* x, const T* values, int64_t w,
                          int64_t g, T* agg) {
   const int64_t p0 = l.grp_ptr[g], p1 = l.grp_ptr[g + 1];
   const T inv = l.mean ? T(1) / T(p1 - p0) : T(1);
@@ -213,7 +214,7 @@ inline void rows_product(const T* const* a, int64_t rows, int64_t kdim, const T*
 constexpr int64_t kFusedBlock = 24;
 
 template <typename T, int W, int W2>
-inline void fused_forward(const RgmsTileLaunch& l) {
+inline void fused_forward(const RowTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
   const T* x = static_cast<const T*>(l.in);
   const T* values = static_cast<const T*>(l.values);
@@ -241,7 +242,7 @@ inline void fused_forward(const RgmsTileLaunch& l) {
 }
 
 template <typename T, int W, int W2>
-inline void fused_grad_w(const RgmsTileLaunch& l) {
+inline void fused_grad_w(const RowTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width, w2 = W2 > 0 ? W2 : l.width2;
   const T* x = static_cast<const T*>(l.in);
   const T* dy = static_cast<const T*>(l.aux);
@@ -310,7 +311,7 @@ inline void bf16_pairs_block(const uint32_t* const* a, const bf16* w, int64_t ld
 #endif
 
 template <typename T, int W, int W2>
-inline void fused_forward_bf16(const RgmsTileLaunch& l) {
+inline void fused_forward_bf16(const RowTileLaunch& l) {
   if constexpr (!std::is_same_v<T, float>) {
     return;  // float kernels only
   } else {
@@ -379,12 +380,12 @@ inline void fused_forward_bf16(const RgmsTileLaunch& l) {
 }
 
 // Row t's index for kinds 5-6.
-inline int64_t row_index(const RgmsTileLaunch& l, int64_t t) {
+inline int64_t row_index(const RowTileLaunch& l, int64_t t) {
   return l.idx32 != nullptr ? int64_t(l.idx32[t]) : l.idx64[t];
 }
 
 template <typename T, int W>
-inline void gather_rows(const RgmsTileLaunch& l) {
+inline void gather_rows(const RowTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
   const T* x = static_cast<const T*>(l.in);
   const T* scale = static_cast<const T*>(l.scale);
@@ -403,7 +404,7 @@ inline void gather_rows(const RgmsTileLaunch& l) {
 }
 
 template <typename T, int W>
-inline void scatter_add_rows(const RgmsTileLaunch& l) {
+inline void scatter_add_rows(const RowTileLaunch& l) {
   const int64_t w = W > 0 ? W : l.width;
   const T* in = static_cast<const T*>(l.in);
   T* y = static_cast<T*>(l.out);
@@ -416,7 +417,7 @@ inline void scatter_add_rows(const RgmsTileLaunch& l) {
 }
 
 template <typename T, int W, int W2 = 0>
-inline void run(const RgmsTileLaunch& l) {
+inline void run(const RowTileLaunch& l) {
   switch (l.kind) {
     case 0: gather_reduce<T, W>(l); break;
     case 7:  // kind 0 from bfloat16 rows (float only)
@@ -430,5 +431,5 @@ inline void run(const RgmsTileLaunch& l) {
   }
 }
 
-}  // namespace rgms_detail
+}  // namespace row_tile_detail
 }  // namespace sparsejit::cpu

@@ -1,16 +1,17 @@
-// The JIT spec of RGMS's tile loops (kernels/cpu/rgms_kernel.h with a compile-time row
-// width); its entry point takes a cpu::RgmsTileLaunch.
+// The JIT spec of the row-tile loops (kernels/cpu/row_tile_kernel.h with a compile-time row
+// width: RGMS's tiles and fused rows, the point-cloud convolution's gathers and scatter-adds);
+// its entry point takes a cpu::RowTileLaunch.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "codegen/kernel_spec.h"
-#include "kernels/cpu/rgms_kernel.h"
+#include "kernels/cpu/row_tile_kernel.h"
 
 namespace sparsejit::codegen {
 
-struct CpuRgmsTileSpec final : KernelSpecBase {
+struct CpuRowTileSpec final : KernelSpecBase {
   ScalarKind dtype = ScalarKind::F32;  // F32 or F64 (the RGMS compute types)
   int64_t width = 0;                   // gathered row width, 1 .. kMaxWidth
   // The other width of the fused kinds (F_out forward, F_out in the gradients), 1 ..
@@ -21,7 +22,7 @@ struct CpuRgmsTileSpec final : KernelSpecBase {
   static constexpr int64_t kMaxWidth2 = 256;
 
   OpKind op() const override { return OpKind::Rgms; }
-  // rgms_tile_f32_w64, rgms_tile_f32_w16_o16
+  // row_tile_f32_w64, row_tile_f32_w16_o16
   std::string name() const override;
   std::string source() const override;
   uint64_t packed_key() const override;

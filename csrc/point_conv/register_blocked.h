@@ -1,5 +1,5 @@
-// The register-resident kernels of the point-conv core (internal to csrc/point_conv): rows of the output
-// or of dW held in vector registers across a stream of pairs, compiled for 16/32/64/128
+// The register-blocked kernels of the point-conv core (internal to csrc/point_conv): rows of
+// the output or of dW held in vector registers across a stream of pairs, compiled for 16/32/64/128
 // output channels, each in an AVX2 and a baseline clone picked at load time (the build
 // has no -march). Called by point_conv_run.cpp inside its OpenMP regions.
 #pragma once
