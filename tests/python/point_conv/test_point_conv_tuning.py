@@ -74,7 +74,7 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
         win = res["best"][part]
         assert all(res["times_ms"][f"{part}/{win}"] <= t for k, t in res["times_ms"].items()
                    if k.startswith(part))
-    stored = list((cache / "tuned").glob("conv-*.json"))
+    stored = list((cache / "tuned").glob("point_conv-*.json"))
     assert len(stored) == 1
     entry = json.loads(stored[0].read_text())[res["key"]]
     ids = {v: k for k, v in conv_tuning.DATAFLOW_NAMES.items()}
@@ -108,7 +108,7 @@ def test_corrupt_or_foreign_store_is_ignored(cache):
     plan, _ = conv_plan(idx, shape, 1, "subm", 3)
     fp = conv_tuning.plan_fingerprint(plan)
     (cache / "tuned").mkdir()
-    path = cache / "tuned" / f"conv-{fp}.json"
+    path = cache / "tuned" / f"point_conv-{fp}.json"
     key = conv_tuning.schedule_key(8, 8, torch.float32, False)
     for text in ("{not json", json.dumps({key: {"forward": 7, "backward": 1, "wgrad": 1}}),
                  json.dumps({key: {"forward": 1, "backward": 1}}), json.dumps({key: "x"})):
@@ -118,6 +118,10 @@ def test_corrupt_or_foreign_store_is_ignored(cache):
     path.write_text(json.dumps({key: {"forward": 2, "backward": 1, "wgrad": 2}}))
     conv_tuning.clear_schedule_cache()
     assert conv_tuning.tuned_choices(plan, 8, 8, torch.float32, False) == (2, 1, 2)
+    # A store under the prefix before the rename ("conv-") is not read: measured again.
+    path.rename(cache / "tuned" / f"conv-{fp}.json")
+    conv_tuning.clear_schedule_cache()
+    assert conv_tuning.tuned_choices(plan, 8, 8, torch.float32, False) == (0, 0, 0)
 
 
 def test_tune_model_covers_every_layer_and_keeps_results(cache, monkeypatch):

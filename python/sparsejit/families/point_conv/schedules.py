@@ -25,7 +25,7 @@ from sparsejit.runtime.store import JsonStore, fingerprint
 DATAFLOW_NAMES = {i: n for n, i in _core.enums()["point_conv_dataflow"].items() if n != "auto"}
 WGRAD_NAMES = {i: n for n, i in _core.enums()["point_conv_wgrad"].items() if n != "auto"}
 
-STORE = JsonStore("conv-", what="the conv schedule")
+STORE = JsonStore("point_conv-", what="the point_conv schedule")
 _MEMORY: Dict[Tuple[str, str], Tuple[int, int, int]] = {}  # (fp, key) -> (fwd, bwd, wgrad)
 _FP = WeakIdKeyDictionary()  # plan tensor -> fingerprint, by identity
 # id(plan) -> (weakref to plan, {(c_in, c_out, dtype, swap, threads): choices}): the per-call
