@@ -15,7 +15,7 @@ void gemm_raw(Gemm g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   // Auto = oneDNN (when loaded; else dense::sgemm falls back to the built-in kernel): on the
   // tile shapes here it measured 1.2-2.5x faster than the built-in kernel, which wins only
-  // below ~64 x 16 x 16 (benchmarks/gemm_bench.cpp, docs/RGMS.md).
+  // below ~64 x 16 x 16 (benchmarks/archive/gemm_bench.cpp, docs/RGMS.md).
   if (g == Gemm::kBuiltin) {
     dense::sgemm_builtin(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
   } else {

@@ -58,7 +58,7 @@ enum class Strategy : int { kAuto = 0, kAggregateFirst = 1, kTransformFirst = 2 
 // group's row multiplied while it is in registers (kernels/cpu/row_tile_kernel.h kinds 2 and 4,
 // JIT-compiled for the two widths). kAuto takes kFused for the forward (and so for grad X,
 // the forward on the transposed structure) up to kFusedMaxForward columns each side, oneDNN
-// tiles otherwise (benchmarks/bench_rgms_kernels.py, 2 threads, quiet machine, AIFB and an
+// tiles otherwise (benchmarks/archive/bench_rgms_kernels.py, 2 threads, quiet machine, AIFB and an
 // AIFB-sized random graph: fused forward 1.95-2.31x at 16 columns, 1.12-1.43x at 32, 0.83-0.99x
 // at 64; grad W 0.95-1.27x at 16, behind from 64; docs/RGMS.md). sj.tune measures both per
 // structure.

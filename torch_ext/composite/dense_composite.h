@@ -1,5 +1,5 @@
 // segment_matmul from ATen's GEMM: what torch_ext/ops/dense.cpp runs, after its checks, where
-// the dense layer's one-region float32 kernels (csrc/dense/segment_gemm.h) do not apply
+// the dense layer's one-region float32 kernels (csrc/dense/gemm.h segment_matmul) do not apply
 // (float64, or tensors on another device: one tx::mm_out per segment, cuBLAS on a GPU).
 #pragma once
 
