@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple, Union
 
-from torch import nn
+from torch import fx, nn
 
 from sparsejit.convert import edge_path as ep
-from sparsejit.convert import engines
+from sparsejit.convert import engines, hetero
 from sparsejit.convert import message_passing as mp
 from sparsejit.convert import pyg, spconv
 from sparsejit.convert.report import Report
@@ -167,7 +167,7 @@ def _sparsify(model: nn.Module, example_input, report: Report, verbose: bool,
 
 def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
                sparsify_convs: bool = True, min_sparsity: float = 0.3,
-               return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
+               group_edge_types: bool = True, return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
     """Moves `model` onto sparsejit's kernels in place and returns it (the returned module
     when `model` itself is a converted layer).
 
@@ -186,6 +186,10 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, MinkowskiEngine modules
       :mod:`sparsejit.minkowski`'s and TorchSparse modules :mod:`sparsejit.torchsparse`'s,
       with the same weights (see :mod:`sparsejit.convert.engines`).
+    * In a ``to_hetero`` model, one layer's SAGEConv / GraphConv calls whose outputs are
+      summed into one node type run as one ``sparsejit.rgms`` call (see
+      :mod:`sparsejit.convert.hetero`; ``group_edge_types=False`` keeps one call per edge
+      type).
     * Conv2d layers with at least `min_sparsity` zeros are offered to
       :func:`sparsejit.sparsify`'s measured decision when `example_input` is given (and
       `sparsify_convs`); without it they are listed in the report.
@@ -201,6 +205,9 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     report = Report()
     blocked = dict(engines.engines_in(model), spconv=spconv.blocker(model))
     model = _walk(model, "", report, {}, blocked)
+    for path, sub in list(model.named_modules()) if group_edge_types else ():
+        if isinstance(sub, fx.GraphModule):  # to_hetero's: edge types into one rgms call
+            hetero.group(sub, path, report)
     if sparsify_convs:
         model = _sparsify(model, example_input, report, verbose, min_sparsity)
     LAST_REPORT = report
@@ -244,4 +251,6 @@ def restore(model: nn.Module) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"sparsejit.restore: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
+    for sub in list(model.modules()):
+        hetero.ungroup(sub)
     return _restore(model, {})
