@@ -147,9 +147,12 @@ TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
 }
 
 TEST(CudaSpec, LayoutCoversTheRow) {
+  int spmm_specs = 0;
   for (const auto& p : enumerate_cuda_variants()) {
     const auto* m = dynamic_cast<const CudaSpmmSpec*>(p.get());
+    EXPECT_EQ(m != nullptr, p->op() == CudaOp::Spmm) << p->name();
     if (!m) continue;
+    ++spmm_specs;
     const CudaSpmmSpec& s = *m;
     const SpmmLayout l = spmm_layout(s);
     const int64_t hf = s.heads * s.features;
@@ -160,6 +163,7 @@ TEST(CudaSpec, LayoutCoversTheRow) {
       EXPECT_EQ(l.gn, 1) << s.name();
     }
   }
+  EXPECT_GT(spmm_specs, 100);
 }
 
 TEST(CudaPlanner, BalancedRowsGetARowGroup) {
