@@ -120,6 +120,9 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   EXPECT_GT(per_op[CudaOp::Attention], 0);
   EXPECT_GT(per_op[CudaOp::AttentionBackward], 0);
   EXPECT_GT(per_op[CudaOp::FilterConv], 0);
+  EXPECT_GT(per_op[CudaOp::PointConv], 0);
+  EXPECT_GT(per_op[CudaOp::PointConvMap], 0);
+  EXPECT_GT(per_op[CudaOp::PointConvImplicit], 0);
 }
 
 TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
