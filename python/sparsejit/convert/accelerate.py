@@ -186,8 +186,9 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, MinkowskiEngine modules
       :mod:`sparsejit.minkowski`'s and TorchSparse modules :mod:`sparsejit.torchsparse`'s,
       with the same weights (see :mod:`sparsejit.convert.engines`).
-    * In a ``to_hetero`` model, one layer's SAGEConv / GraphConv calls whose outputs are
-      summed into one node type run as one ``sparsejit.rgms`` call (see
+    * In a ``to_hetero`` model or a ``HeteroConv`` (aggr="sum"), one layer's SAGEConv /
+      GraphConv calls whose outputs are summed into one node type run as one
+      ``sparsejit.rgms`` call (see
       :mod:`sparsejit.convert.hetero`; ``group_edge_types=False`` keeps one call per edge
       type).
     * Conv2d layers with at least `min_sparsity` zeros are offered to
@@ -208,6 +209,8 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     for path, sub in list(model.named_modules()) if group_edge_types else ():
         if isinstance(sub, fx.GraphModule):  # to_hetero's: edge types into one rgms call
             hetero.group(sub, path, report)
+        elif hetero.is_heteroconv(sub):
+            hetero.group_heteroconv(sub, path, report)
     if sparsify_convs:
         model = _sparsify(model, example_input, report, verbose, min_sparsity)
     LAST_REPORT = report
@@ -253,4 +256,5 @@ def restore(model: nn.Module) -> nn.Module:
                         f"{type(model).__name__}")
     for sub in list(model.modules()):
         hetero.ungroup(sub)
+        hetero.ungroup_heteroconv(sub)
     return _restore(model, {})

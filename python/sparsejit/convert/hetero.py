@@ -1,6 +1,7 @@
 """Edge types grouped into one RGMS call: in a ``to_hetero`` model (a ``torch.fx``
-GraphModule), the per-edge-type convolutions of one layer whose outputs are summed into one
-node type become one ``sparsejit.rgms`` call, as R-GCN runs its relations.
+GraphModule) or a ``HeteroConv`` (aggr="sum"), the per-edge-type convolutions of one layer
+whose outputs are summed into one node type become one ``sparsejit.rgms`` call, as R-GCN runs
+its relations.
 
 For a target type d reached by relations r = 1..R (each from a source type s_r):
 
@@ -16,13 +17,15 @@ biases: one pass over every edge into d, one root product instead of R. ``mean``
 (target, relation), as each layer's own mean. Relations whose layers differ in kind,
 configuration or source width are not grouped (each runs its own layer), and that is said in
 the report. The layers keep their parameters (the grouped module holds none of its own, so
-``state_dict`` keys do not change); the graph's code is rewritten and :func:`ungroup` puts the
-original back.
+``state_dict`` keys do not change); a GraphModule's code is rewritten, a HeteroConv gets a
+per-instance ``forward`` (for calls ``conv(x_dict, edge_index_dict)``; any other call runs
+HeteroConv's own), and :func:`ungroup` puts the originals back.
 """
 
 from __future__ import annotations
 
 import operator
+import sys
 from typing import List, Optional, Tuple
 
 import torch
@@ -236,3 +239,80 @@ def ungroup(gm: nn.Module) -> None:
 
 def grouped(gm: nn.Module) -> bool:
     return _SAVED in gm.__dict__
+
+
+# ---- HeteroConv ----------------------------------------------------------------------------------
+
+_HC = "_sparsejit_hetero_conv_groups"
+
+
+def _heteroconv_forward(self, *args_dict, **kwargs_dict):
+    """HeteroConv.forward with each group's edge types as one rgms call (the others, and any
+    call with extra arguments, as HeteroConv runs them)."""
+    groups = self.__dict__[_HC]
+    if len(args_dict) != 2 or kwargs_dict:
+        return type(self).forward(self, *args_dict, **kwargs_dict)
+    x_dict, ei_dict = args_dict
+    outs: dict = {}
+    done = set()
+    for dst, (etypes, grp) in groups.items():
+        if dst in x_dict and all(e in ei_dict and e[0] in x_dict for e in etypes):
+            outs.setdefault(dst, []).append(grp(tuple(x_dict[e[0]] for e in etypes),
+                                                x_dict[dst], tuple(ei_dict[e] for e in etypes)))
+            done.update(etypes)
+    for edge_type, conv in self.convs.items():
+        if edge_type in done or edge_type not in ei_dict:
+            continue
+        src, _, dst = edge_type
+        if src == dst and src in x_dict:
+            x = x_dict[src]
+        elif src in x_dict or dst in x_dict:
+            x = (x_dict.get(src, None), x_dict.get(dst, None))
+        else:
+            continue
+        outs.setdefault(dst, []).append(conv(x, ei_dict[edge_type]))
+    return {k: v[0] if len(v) == 1 else torch.stack(v).sum(0) for k, v in outs.items()}
+
+
+def group_heteroconv(m: nn.Module, path: str, report) -> None:
+    """Groups HeteroConv `m`'s edge types per target type (aggr="sum" only)."""
+    if _HC in m.__dict__:
+        return
+    where = path or "(model)"
+    if getattr(m, "aggr", None) != "sum":
+        report.add_group(where, None, f"HeteroConv aggr={getattr(m, 'aggr', None)!r} "
+                         "(grouped: 'sum')")
+        return
+    by_dst: dict = {}
+    for edge_type, conv in m.convs.items():
+        by_dst.setdefault(edge_type[2], []).append((edge_type, conv))
+    groups = {}
+    for dst, members in by_dst.items():
+        if len(members) < 2:
+            continue
+        rels = ["__".join(e) for e, _ in members]
+        name = f"{where}[{' + '.join(rels)}]"
+        # Calls as (layer, x_src, x_dst, edge_index): only the layers and widths matter here;
+        # the target input is one tensor (x_dict[dst]) by construction.
+        why = _why_not([(conv, e[0], dst, None) for e, conv in members])
+        if why is not None:
+            report.add_group(name, None, why)
+            continue
+        groups[dst] = (tuple(e for e, _ in members),
+                       HeteroGroup([conv for _, conv in members], rels))
+        report.add_group(name, "one sparsejit.rgms call",
+                         f"{len(members)} relations summed into one node type")
+    if groups:
+        m.__dict__[_HC] = groups
+        m.forward = _heteroconv_forward.__get__(m)
+
+
+def ungroup_heteroconv(m: nn.Module) -> None:
+    if m.__dict__.pop(_HC, None) is not None:
+        m.__dict__.pop("forward", None)
+
+
+def is_heteroconv(m: nn.Module) -> bool:
+    mod = sys.modules.get("torch_geometric.nn.conv")
+    cls = getattr(mod, "HeteroConv", None) if mod is not None else None
+    return cls is not None and type(m) is cls

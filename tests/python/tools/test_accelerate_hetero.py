@@ -191,3 +191,39 @@ def test_to_hetero_grouped_compiles_and_exports():
         assert got.keys() == want.keys()
         for k in want:
             torch.testing.assert_close(got[k], want[k], **TOL)
+
+
+@pytest.mark.parametrize("kind", sorted(GROUPABLE))
+def test_hetero_conv_edge_types_grouped(kind):
+    torch.manual_seed(0)
+    x, ei = equal_width_data(seed=3)
+    make = {"sage": lambda: pnn.SAGEConv(10, 16),
+            "graphconv_add": lambda: pnn.GraphConv(10, 16, aggr="add"),
+            "graphconv_mean": lambda: pnn.GraphConv(10, 16, aggr="mean")}[kind]
+    conv = pnn.HeteroConv({t: make() for t in TYPES[1]}, aggr="sum").double()
+    ref = copy.deepcopy(conv)
+    before = conv.state_dict(keep_vars=True)
+    _, rep = sj.accelerate(conv, return_report=True)
+    assert len(rep.converted) == 3, rep
+    assert [(g.path, g.converted) for g in rep.groups] == [
+        ("(model)[author__writes__paper + paper__cites__paper]", True)], rep
+    after = conv.state_dict(keep_vars=True)
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+    # A node type missing from the call: that group's edge types are skipped, as PyG does.
+    x_only_paper = {"paper": x["paper"]}
+    ei_cites = {TYPES[1][2]: ei[TYPES[1][2]]}
+    _assert_same(_run(conv, x_only_paper, ei_cites), _run(ref, x_only_paper, ei_cites))
+    sj.restore(conv)
+    assert "forward" not in conv.__dict__
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+
+
+def test_hetero_conv_mean_not_grouped():
+    x, ei = equal_width_data()
+    conv = pnn.HeteroConv({t: pnn.SAGEConv(10, 16) for t in TYPES[1]}, aggr="mean").double()
+    ref = copy.deepcopy(conv)
+    _, rep = sj.accelerate(conv, return_report=True)
+    assert [g.converted for g in rep.groups] == [False] and "aggr='mean'" in \
+        rep.groups[0].reason, rep
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
