@@ -205,7 +205,7 @@ def run_filter_conv(records, repeat: int) -> None:
         conv = torch.nn.Conv2d(c, c, 3, padding=1)
         with torch.no_grad():  # 80% of the weights pruned at random
             conv.weight.mul_((torch.rand_like(conv.weight) > 0.8).float())
-        layer = sj.nn.SparseConv2d.from_dense(conv)
+        layer = sj.nn.PrunedConv2d.from_dense(conv)
         x = torch.randn(1, c, hw, hw)
         with torch.no_grad():
             t = _median_ms(lambda: layer(x), repeat=repeat)
@@ -216,7 +216,7 @@ def run_filter_conv(records, repeat: int) -> None:
         conv = torch.nn.Conv2d(c_in, c_out, k, padding=k // 2)
         with torch.no_grad():
             conv.weight.mul_((torch.rand_like(conv.weight) > 0.9).float())
-        layer = sj.nn.SparseConv2d.from_dense(conv, relu=True)
+        layer = sj.nn.PrunedConv2d.from_dense(conv, relu=True)
         x = torch.randn(8, c_in, hw, hw)
         with torch.no_grad():
             t = _median_ms(lambda: layer(x), repeat=repeat)

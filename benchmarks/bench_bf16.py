@@ -164,25 +164,25 @@ def main() -> None:
             pair(f"SubMConv3d layer {c} -> {c}, {cloud}: forward + backward (map cached)",
                  lambda: step(layer, st), lambda: step(layer_b, st_b))
     if "filter_conv" in fam:
-        from sparsejit.families.filter_conv.layers import ResidualSparseConv2d
-        from sparsejit.nn import SparseConv2d
+        from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d
+        from sparsejit.nn import PrunedConv2d
         wt = torch.randn(256, 256, 3, 3, generator=gen)
         wt = wt * (torch.rand(wt.shape, generator=gen) >= 0.9)
-        mod = SparseConv2d(wt, torch.randn(256, generator=gen), 1, 1)
+        mod = PrunedConv2d(wt, torch.randn(256, generator=gen), 1, 1)
         x = torch.randn(8, 256, 14, 14, generator=gen)
         xb = x.bfloat16()
         # a first-stage bottleneck's expanding 1x1 with the block's residual fused: bound by
         # the bytes of its input, residual and output (25.7 MB of float32 output at batch 8)
         w1 = torch.randn(256, 64, 1, 1, generator=gen)
         w1 = w1 * (torch.rand(w1.shape, generator=gen) >= 0.9)
-        mod1 = ResidualSparseConv2d(SparseConv2d(w1, torch.randn(256, generator=gen)))
+        mod1 = ResidualPrunedConv2d(PrunedConv2d(w1, torch.randn(256, generator=gen)))
         x1 = torch.randn(8, 64, 56, 56, generator=gen)
         r1 = torch.randn(8, 256, 56, 56, generator=gen)
         x1b, r1b = x1.bfloat16(), r1.bfloat16()
         with torch.no_grad():
-            pair("SparseConv2d 3x3 256 -> 256, 14 x 14, batch 8, 90% pruned",
+            pair("PrunedConv2d 3x3 256 -> 256, 14 x 14, batch 8, 90% pruned",
                  lambda: mod(x), lambda: mod(xb))
-            pair("ResidualSparseConv2d 1x1 64 -> 256 + residual + ReLU, 56 x 56, batch 8, "
+            pair("ResidualPrunedConv2d 1x1 64 -> 256 + residual + ReLU, 56 x 56, batch 8, "
                  "90% pruned", lambda: mod1(x1, r1), lambda: mod1(x1b, r1b))
     print(f"CPU: {cpu_line()}; {args.threads} threads{graph}\n")
     print("| op | float32 | bfloat16 | bfloat16 speed-up |")

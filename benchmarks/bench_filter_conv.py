@@ -39,7 +39,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from sparsejit.families.filter_conv.layers import SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.layers import PrunedConv2d  # noqa: E402
 from sparsejit.families.filter_conv.tuner import BAKED_MAX_NNZ  # noqa: E402
 from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
 from sparsejit.families.spmm.plans import _cpu_model  # noqa: E402  (one CPU-model string)
@@ -190,7 +190,7 @@ def main():
                                        min(keep, 1.0), seed=i)
                     b = torch.randn(c_out)
                     x = torch.randn(batch, c_in, h, h)
-                    sp = SparseConv2d(w, b, stride, pad)
+                    sp = PrunedConv2d(w, b, stride, pad)
                     dense = lambda: F.conv2d(x, w, b, stride, pad)  # noqa: E731
                     # With --jit, "sparse" is the precompiled loop (else the default, "auto").
                     gen = VARIANTS["generic"] if args.jit else -1

@@ -17,7 +17,9 @@ $SPARSEJIT_DATA, default ../shared/data) and voxel size, and per channel count C
     on its GEMMs' rate) against this CPU's FMA peak and the dense GEMM of the same shape;
 and whole networks on the first scan per voxel size: MinkUNet14A (MinkowskiEngine's
 definition, benchmarks/point_engines.py) forward + backward and inference on every engine,
-and SECOND's middle encoder (examples/pointcloud_unet.py, spconv semantics: kernel-3 stride-2
+where MinkowskiEngine imports, also ME's own MinkUNet14A module after
+``sparsejit.accelerate(net)`` (row "sj.accelerate(ME)": its time and ME / it); and SECOND's
+middle encoder (examples/pointcloud_unet.py, spconv semantics: kernel-3 stride-2
 convolutions, which MinkowskiEngine and TorchSparse 2.0 do not express) on sparsejit and spconv,
 on the same scan voxelized 4x coarser (as the example: it ends in a dense bird's-eye map).
 
@@ -54,12 +56,14 @@ sys.path.insert(0, str(HERE.parent / "examples"))
 from point_engines import (MinkUNet14A, SpconvLike, canonical_weights, engines,  # noqa: E402
                            load_weights)
 from pointcloud_scenes import case_by_name, case_names  # noqa: E402
+import sparsejit as sj  # noqa: E402
 from sparsejit.info import cpu_line  # noqa: E402
 from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv  # noqa: E402
 from sparsejit.runtime.timing import Progress  # noqa: E402
 from sparsejit.tools.roofline import gemm_peak_gflops  # noqa: E402
 
 THREADS = 2
+ACCEL = "sj.accelerate(ME)"  # MinkowskiEngine's network object after sparsejit.accelerate
 
 
 def set_threads(n: int) -> None:
@@ -275,9 +279,14 @@ def bench_minkunet(engs, name, coords, shape, feats, width, reps):
     set_shape(engs, shape)
     torch.manual_seed(0)
     nets = {n: MinkUNet14A(e, cin=feats.shape[1], width=width) for n, e in engs.items()}
+    if "minkowski" in engs:  # MinkowskiEngine's network, accelerated in one line
+        engs = dict(engs, **{ACCEL: engs["minkowski"]})
+        nets[ACCEL] = MinkUNet14A(engs[ACCEL], cin=feats.shape[1], width=width)
     ws = canonical_weights(nets["sparsejit"])
     for net in nets.values():
         load_weights(net, ws)
+    if ACCEL in nets:
+        sj.accelerate(nets[ACCEL])
     res = {"case": name, "voxels": coords.shape[0], "width": width, "maxdiff": {}}
 
     def infer_out(n):  # first, while the BatchNorm statistics are fresh on every engine
@@ -325,6 +334,8 @@ def bench_minkunet(engs, name, coords, shape, feats, width, reps):
     for k in ("fwd_bwd_ms", "inference_ms"):
         res[f"speedup_{k}_vs"] = {n: t / res[k]["sparsejit"] for n, t in res[k].items()
                                   if n != "sparsejit"}
+        if ACCEL in res[k] and "minkowski" in res[k]:
+            res[f"accelerate_speedup_{k}"] = res[k]["minkowski"] / res[k][ACCEL]
     return res
 
 
@@ -367,6 +378,8 @@ def bench_second(engs, name, coords, feats, shape, reps):
     for k in ("fwd_bwd_ms", "inference_ms"):
         res[f"speedup_{k}_vs"] = {n: t / res[k]["sparsejit"] for n, t in res[k].items()
                                   if n != "sparsejit"}
+        if ACCEL in res[k] and "minkowski" in res[k]:
+            res[f"accelerate_speedup_{k}"] = res[k]["minkowski"] / res[k][ACCEL]
     return res
 
 
@@ -419,6 +432,12 @@ def summary(rows, nets, engine_names):
             cells = [n["case"], "-", f"{n['net']} {k[:-3]}", f"{n[k]['sparsejit']:.1f}"]
             cells += [_ratio(sp, n.get("maxdiff", {}), p) for p in peers] + [""]
             lines.append("| " + " | ".join(cells) + " |")
+            if f"accelerate_speedup_{k}" in n:  # ME's own network code, accelerated
+                cells = [n["case"], "-", f"{n['net']} {k[:-3]}, {ACCEL}", f"{n[k][ACCEL]:.1f}"]
+                cells += [f"{n[f'accelerate_speedup_{k}']:.2f}x" +
+                          ("" if n["maxdiff"].get(ACCEL, {}).get("agree", True) else "!")
+                          if p == "minkowski" else "-" for p in peers] + [""]
+                lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

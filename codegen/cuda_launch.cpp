@@ -9,108 +9,6 @@
 
 namespace sparsejit::codegen {
 
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-size_t align_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
-
-unsigned grid_x(int64_t threads, int block) {
-  // Callers keep problems below 2^31 blocks (rows * 32 / block for the widest groups).
-  return static_cast<unsigned>(std::max<int64_t>(0, ceil_div(threads, block)));
-}
-
-}  // namespace
-
-SpmmLaunchPlan plan_spmm_launch(const CudaSpmmChoice& choice, int64_t rows, int64_t nnz) {
-  const CudaKernelSpec& s = choice.spec;
-  const SpmmLayout l = spmm_layout(s);
-  const std::vector<std::string> entries = s.entry_points();
-  SpmmLaunchPlan p;
-  CudaLaunch base;
-  base.block.x = static_cast<unsigned>(s.block);
-  base.grid.y = static_cast<unsigned>(l.tiles);
-  if (rows == 0) return p;  // nothing to write
-  if (s.strategy == CudaStrategy::RowGroup) {
-    CudaLaunch a = base;
-    a.entry = entries[0];
-    a.grid.x = grid_x(rows * s.group, s.block);
-    p.launches.push_back(a);
-    return p;
-  }
-  p.num_chunks = spmm_num_chunks(nnz, choice.chunk);
-  const int64_t hf = s.heads * s.features;
-  const size_t acc_bytes = s.dtype == CudaScalar::F64 ? 8 : 4;
-  const bool atomic = s.strategy == CudaStrategy::NnzAtomic;
-  const bool arg = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
-  const size_t slots = static_cast<size_t>(p.num_chunks) * (atomic ? 1 : 2);
-  p.partial_offset = 0;
-  size_t end = slots * hf * acc_bytes;
-  p.zero_bytes = atomic ? end : 0;
-  p.partial_arg_offset = align_up(end, 256);
-  if (arg) end = p.partial_arg_offset + slots * hf * sizeof(long long);
-  p.tail_row_offset = align_up(end, 256);
-  p.workspace_bytes = p.tail_row_offset + static_cast<size_t>(p.num_chunks) * sizeof(long long);
-  for (size_t k = 0; k < entries.size(); ++k) {
-    CudaLaunch a = base;
-    a.entry = entries[k];
-    a.grid.x = grid_x(p.num_chunks * l.gf, s.block);
-    p.launches.push_back(a);
-  }
-  return p;
-}
-
-void bind_spmm_workspace(const SpmmLaunchPlan& plan, const CudaSpmmChoice& choice, void* workspace,
-                         cuda::SpmmParams* p) {
-  p->partial = nullptr;
-  p->partial_arg = nullptr;
-  p->tail_row = nullptr;
-  p->chunk = choice.chunk;
-  p->num_chunks = plan.num_chunks;
-  if (plan.workspace_bytes == 0) return;
-  char* w = static_cast<char*>(workspace);
-  p->partial = w + plan.partial_offset;
-  const bool arg = choice.spec.reduce == Reduce::Max || choice.spec.reduce == Reduce::Min;
-  if (arg && choice.spec.strategy == CudaStrategy::NnzSegment)
-    p->partial_arg = reinterpret_cast<long long*>(w + plan.partial_arg_offset);
-  p->tail_row = reinterpret_cast<long long*>(w + plan.tail_row_offset);
-}
-
-CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz) {
-  CudaLaunch a;
-  a.entry = spec.entry_points()[0];
-  a.block.x = static_cast<unsigned>(spec.block);
-  a.grid.x = grid_x(nnz, sddmm_layout(spec).entries_per_block);
-  return a;
-}
-
-std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
-                                              int64_t cols) {
-  const std::vector<std::string> entries = spec.entry_points();
-  std::vector<CudaLaunch> out;
-  for (size_t k = 0; k < entries.size(); ++k) {
-    CudaLaunch a;
-    a.entry = entries[k];
-    a.block.x = static_cast<unsigned>(spec.block);
-    // A group per (row, head); the backward's second pass per (column, head).
-    a.grid.x = grid_x((k == 0 ? rows : cols) * spec.heads * spec.group, spec.block);
-    out.push_back(a);
-  }
-  return out;
-}
-
-CudaLaunch plan_edge_softmax_launch(const CudaKernelSpec& spec, int64_t rows) {
-  CudaLaunch a;
-  a.entry = spec.entry_points()[0];
-  a.block.x = static_cast<unsigned>(spec.block);
-  a.grid.x = grid_x(rows * 32, spec.block);
-  return a;
-}
-
 // ---- Executor -------------------------------------------------------------------------------
 
 namespace {
@@ -154,7 +52,7 @@ bool CudaKernels::available(std::string* why) {
   return nv && dr;
 }
 
-std::string CudaKernels::build(const CudaKernelSpec& spec, int device, CudaBuildInfo* info) {
+std::string CudaKernels::build(const CudaKernelSpecBase& spec, int device, CudaBuildInfo* info) {
   CudaBuildInfo local;
   CudaBuildInfo& bi = info ? *info : local;
   std::string err;
@@ -166,7 +64,7 @@ std::string CudaKernels::build(const CudaKernelSpec& spec, int device, CudaBuild
   return compile_cuda_cached(spec.source(), spec.name(), target, &bi);
 }
 
-bool CudaKernels::run(const CudaKernelSpec& spec, int device, void* stream,
+bool CudaKernels::run(const CudaKernelSpecBase& spec, int device, void* stream,
                       const std::vector<CudaLaunch>& launches, void* params, std::string* error) {
   if (launches.empty()) return true;
   const auto key = std::make_tuple(spec.name(), device);

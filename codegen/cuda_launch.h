@@ -1,6 +1,9 @@
-// From a CUDA kernel spec and a problem size to launches: grids, blocks, workspace layout
-// (plan_* functions, GPU-free and unit-tested, shared with the host-emulation tests), and the
-// executor that compiles (NVRTC, disk cache), loads (driver, per device) and launches them.
+// Launching generated CUDA kernels: a launch (entry, grid, block) and the executor that
+// compiles (NVRTC, disk cache), loads (driver, per device) and launches the kernels of a spec
+// of any family. Each family's launch plans (problem size -> grids, blocks, workspace; GPU-free
+// and unit-tested, shared with the host-emulation tests) sit beside its spec: plan_spmm_launch
+// in codegen/cuda_spmm.h, plan_attention_launch in cuda_attention.h, the point-conv and filter
+// conv plans in cuda_point_conv.h and cuda_filter_conv.h.
 #pragma once
 
 #include <cstddef>
@@ -21,27 +24,6 @@ struct CudaLaunch {
   unsigned shared_bytes = 0;
 };
 
-// An SpMM call: launches in order and the workspace they need. The first `zero_bytes` of
-// the workspace must be zeroed before the first launch (atomic partials).
-struct SpmmLaunchPlan {
-  std::vector<CudaLaunch> launches;
-  int64_t num_chunks = 0;
-  size_t workspace_bytes = 0;
-  size_t zero_bytes = 0;
-  size_t partial_offset = 0, partial_arg_offset = 0, tail_row_offset = 0;
-};
-
-SpmmLaunchPlan plan_spmm_launch(const CudaSpmmChoice& choice, int64_t rows, int64_t nnz);
-// Points the workspace fields of `p` into `workspace` (and sets chunk / num_chunks).
-void bind_spmm_workspace(const SpmmLaunchPlan& plan, const CudaSpmmChoice& choice, void* workspace,
-                         cuda::SpmmParams* p);
-
-CudaLaunch plan_sddmm_launch(const CudaKernelSpec& spec, int64_t nnz);
-CudaLaunch plan_edge_softmax_launch(const CudaKernelSpec& spec, int64_t rows);
-// Fused attention: the forward, or the backward's rows pass then its columns pass.
-std::vector<CudaLaunch> plan_attention_launch(const CudaKernelSpec& spec, int64_t rows,
-                                              int64_t cols);
-
 // Compiles and loads specs on demand (memory cache keyed by spec name, arch and device) and
 // launches them on a stream. Thread-safe.
 class CudaKernels {
@@ -53,11 +35,11 @@ class CudaKernels {
 
   // Runs `launches` from `spec`'s module on `device` and `stream`, each with the parameter
   // block `params`. Errors name the kernel, grid, block and the generated source.
-  bool run(const CudaKernelSpec& spec, int device, void* stream,
+  bool run(const CudaKernelSpecBase& spec, int device, void* stream,
            const std::vector<CudaLaunch>& launches, void* params, std::string* error);
 
   // Compiles (through the disk cache) without launching; returns the binary path.
-  std::string build(const CudaKernelSpec& spec, int device, CudaBuildInfo* info);
+  std::string build(const CudaKernelSpecBase& spec, int device, CudaBuildInfo* info);
 
  private:
   CudaKernels() = default;

@@ -1,10 +1,22 @@
-// CUDA kernel specs: everything that changes a generated CUDA kernel, the source generator
-// (kernel templates of kernels/cuda, embedded as text, plus a configuration struct and an
-// extern "C" entry point), the list of variants the planner can pick, and the planner itself
-// (row-length statistics -> schedule). Torch-free and GPU-free, so it is unit-tested anywhere.
+// CUDA kernel specs: the common base of every generated CUDA kernel (element and index type,
+// block size; name, validation, entry points, source) and the list of variants CI compiles.
+// Each family has its own spec beside its planner, variants and launch plans, as the CPU
+// side has one small spec per family over codegen/kernel_spec.h:
+//
+//   codegen/cuda_spmm.h         CudaSpmmSpec, CudaSddmmSpec, CudaEdgeSoftmaxSpec (spmm.cuh,
+//                               sddmm.cuh, edge_softmax.cuh; codegen/cuda_spec_spmm.cpp)
+//   codegen/cuda_attention.h    CudaAttentionSpec (attention.cuh; cuda_spec_attention.cpp)
+//   codegen/cuda_point_conv.h   CudaPointConvSpec, CudaPointMapSpec, CudaPointConvImplicitSpec
+//                               (point_conv.cuh; cuda_spec_point_conv.cpp)
+//   codegen/cuda_filter_conv.h  CudaFilterConvSpec (filter_conv.cuh; cuda_spec_filter_conv.cpp)
+//
+// The generated source is one translation unit: the embedded kernel headers of kernels/cuda,
+// a `Config` struct (T, I, H, BLOCK, then the family's members) and one extern "C" entry per
+// kernel pass. Torch-free and GPU-free, so it is unit-tested anywhere.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,134 +28,77 @@ namespace sparsejit::codegen {
 // Op and scalar kinds of kernels/common/enums.h (one numbering for CPU and CUDA).
 using CudaOp = OpKind;
 using CudaScalar = ScalarKind;
-// SpMM schedules (kernels/cuda/spmm.cuh): a group of lanes per row, or equal chunks of stored
-// entries whose split rows are finished by an ordered segment fix-up or by atomics.
-enum class CudaStrategy : int32_t { RowGroup = 0, NnzSegment = 1, NnzAtomic = 2 };
 
 int cuda_scalar_bytes(CudaScalar s);
-const char* cuda_scalar_name(CudaScalar s);      // f32, f16, bf16, f64
-const char* cuda_strategy_name(CudaStrategy s);  // rowgroup, segment, atomic
+const char* cuda_scalar_name(CudaScalar s);  // f32, f16, bf16, f64
 
-struct CudaKernelSpec {
-  CudaOp op = CudaOp::Spmm;
+class CudaKernelSpecBase {
+ public:
+  virtual ~CudaKernelSpecBase() = default;
+
   CudaScalar dtype = CudaScalar::F32;
   IndexKind index = IndexKind::I64;
-  int64_t heads = 1;
-  int64_t features = 1;  // per head (SpMM, SDDMM); unused by edge softmax
-  // SpMM only:
-  int32_t value_mode = 0;  // 0 none, 1 values[nnz], 2 values[nnz, H]
-  Reduce reduce = Reduce::Sum;
-  Act act = Act::None;  // never Runtime: the activation is compiled in
-  CudaStrategy strategy = CudaStrategy::RowGroup;
-  // Schedule:
-  int32_t group = 32;          // g: lanes per row / chunk worker / SDDMM group (1, 2, 4, ..., 32)
-  int32_t vec = 1;             // scalars per load; vec * sizeof(T) <= 16 and features % vec == 0
-  int32_t split = 1;           // SDDMM: groups per stored entry (1, 2, 4), summed in shared memory
-  bool deterministic = false;  // no floating-point atomics (the atomic strategy is refused)
-  int32_t block = 256;         // threads per block
-  // Fused attention only (Attention, AttentionBackward; `features` is the q / k width D):
-  int32_t att_mode = 0;     // 0 dot product, 1 additive (GAT; D = 1), 2 GATv2
-  int64_t v_features = 1;   // Dv
-  bool has_bias = false;    // a [nnz, H] score bias
-  // Point-conv implicit GEMM only (codegen/cuda_point_conv.h; `features` is C_in,
-  // `v_features` C_out): the weight read as W[k]^T ([K, C_out, C_in]), and outputs per thread
-  // along the channels (1, 2 or 4: 16, 32 or 64 channels per block).
-  bool trans_w = false;
-  int32_t cols_per_thread = 4;
-  // Filter conv only (codegen/cuda_filter_conv.h): compiled-in kernel geometry, output
-  // channels per block; the epilogue is `act` (None or Relu) with an optional bias.
-  struct FilterConvShape {
-    int32_t r = 1, s = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
-    int32_t channels_per_block = 4;
-  } conv;
+  int32_t block = 256;  // threads per block
 
-  // "" when the spec can be generated, else why not.
+  virtual OpKind op() const = 0;
+  // "" when the spec can be generated, else why not (the block, then the family's checks).
   std::string validate() const;
-  // Readable and unique: spmm_rowgroup_f32_i32_sum_v1_h1_f64_relu_g8_vec4 (+ _det).
+  // Readable and unique among all specs (spmm_rowgroup_f32_i32_sum_v1_h1_f64_relu_g8_vec4),
+  // with _b<block> when the block is not 256.
   std::string name() const;
-  // Kernel entry points in launch order (one, or the chunk pass and its fix-up).
-  std::vector<std::string> entry_points() const;
+  // Kernel entry points in launch order (one, or the passes of a multi-pass op).
+  virtual std::vector<std::string> entry_points() const { return {name()}; }
   // The complete CUDA source handed to NVRTC.
   std::string source() const;
+  // The kernels' parameter struct in kernels/cuda/cuda_args.h (SpmmParams, ...).
+  virtual const char* params_type() const = 0;
+  // A copy of the family spec (lists of specs of several families hold pointers).
+  virtual std::unique_ptr<CudaKernelSpecBase> clone() const = 0;
+
+ protected:
+  CudaKernelSpecBase() = default;
+  CudaKernelSpecBase(const CudaKernelSpecBase&) = default;
+  CudaKernelSpecBase& operator=(const CudaKernelSpecBase&) = default;
+
+  // The name without the block suffix.
+  virtual std::string stem() const = 0;
+  // The family's checks ("" when valid).
+  virtual std::string validate_family() const = 0;
+  // kernels/cuda/<family>.cuh
+  virtual const char* kernel_header() const = 0;
+  // The heads constant H of the Config (1 for the convolutions).
+  virtual int64_t config_heads() const { return 1; }
+  // The family's Config members and, per entry point, the kernel template it instantiates.
+  virtual std::string config(std::vector<std::string>* bodies) const = 0;
 };
 
-// How an SpMM spec spreads its lanes (derived, shared by the generator and the launcher).
-struct SpmmLayout {
-  int gf = 1;         // lanes over features
-  int gn = 1;         // lanes over stored entries (row-group only)
-  int co = 1;         // vectors per lane per tile (feature coarsening)
-  int tile = 1;       // features per tile: gf * co * vec
-  int tiles = 1;      // tiles per row: grid.y
-  bool exact = true;  // every tile full
-};
-SpmmLayout spmm_layout(const CudaKernelSpec& s);
+// A spec of any family, shared (the variant list, the tests' spec lists).
+using CudaSpecPtr = std::shared_ptr<const CudaKernelSpecBase>;
+template <class Spec>
+CudaSpecPtr share_spec(const Spec& s) {
+  return std::make_shared<const Spec>(s);
+}
+// Every family spec implements clone() as this.
+template <class Spec>
+std::unique_ptr<CudaKernelSpecBase> clone_spec(const Spec& s) {
+  return std::make_unique<Spec>(s);
+}
 
-// SDDMM: vectors per lane per head, entries per block.
-struct SddmmLayout {
-  int m = 1;
-  int entries_per_block = 1;
-};
-SddmmLayout sddmm_layout(const CudaKernelSpec& s);
-
-// Every variant the planner may pick, over a covering set of problem shapes: each schedule
-// (strategy x g x vector width, SDDMM splits) with each dtype, each reduce, value mode and
-// activation at least once, and both index types. A few hundred; all must compile.
-std::vector<CudaKernelSpec> enumerate_cuda_variants();
-
-// ---- Planner -------------------------------------------------------------------------------
-struct CudaRowStats {
-  int64_t rows = 0;
-  int64_t nnz = 0;
-  int64_t max_row = 0;  // longest row (stored entries)
-};
-
-struct CudaSpmmProblem {
-  CudaScalar dtype = CudaScalar::F32;
-  IndexKind index = IndexKind::I64;
-  int64_t heads = 1;
-  int64_t features = 1;
-  int32_t value_mode = 0;
-  Reduce reduce = Reduce::Sum;
-  Act act = Act::None;
-  int32_t max_vec_bytes = 16;  // 16 when every operand pointer is 16-byte aligned, less if not
-  bool deterministic = false;
-};
-
-struct CudaSpmmChoice {
-  CudaKernelSpec spec;
-  int64_t chunk = 0;  // stored entries per chunk (nnz-balanced strategies)
-  std::string reason;
-};
+// Every variant the planners may pick, over a covering set of problem shapes, for every
+// family (each appends its own: append_spmm_variants, append_attention_variants, ...). A few
+// hundred; all must compile.
+std::vector<CudaSpecPtr> enumerate_cuda_variants();
 
 // The widest load (scalars) with vec * bytes <= max_bytes that divides `features`.
 int32_t choose_vec(CudaScalar dtype, int64_t features, int32_t max_bytes);
 
-// Heuristic from row-length statistics: a group of lanes per row sized to the row width and
-// the average row length while rows are balanced; equal-nnz chunks when the longest row is far
-// above the average (atomic partials for sum / mean unless deterministic, ordered segments
-// otherwise).
-CudaSpmmChoice plan_cuda_spmm(const CudaSpmmProblem& prob, const CudaRowStats& stats);
-
-CudaKernelSpec plan_cuda_sddmm(CudaScalar dtype, IndexKind index, int64_t heads, int64_t features,
-                               int32_t max_vec_bytes);
-CudaKernelSpec plan_cuda_edge_softmax(CudaScalar dtype, IndexKind index, int64_t heads,
-                                      bool backward);
-
-// Number of chunks for an nnz-balanced launch: max(1, ceil(nnz / chunk)).
-int64_t spmm_num_chunks(int64_t nnz, int64_t chunk);
-
-// ---- Fused attention (codegen/cuda_spec_attention.cpp) ---------------------------------------
-// A group of lanes per (row, head) sized to the head widths (f32 / f64 compute; float16 and
-// bfloat16 inputs run in float32).
-CudaKernelSpec plan_cuda_attention(CudaScalar dtype, IndexKind index, int64_t heads, int64_t d,
-                                   int64_t dv, int32_t mode, bool bias, bool backward);
-namespace attention_spec {
-std::string attention_validate(const CudaKernelSpec& s);
-std::string attention_name(const CudaKernelSpec& s);
-std::vector<std::string> attention_entry_points(const CudaKernelSpec& s);
-// The Config members and the kernel bodies of the entry points.
-std::string attention_config(const CudaKernelSpec& s, std::vector<std::string>* bodies);
-void add_attention_variants(std::vector<CudaKernelSpec>* out);
-}  // namespace attention_spec
+// Helpers of the family spec files.
+namespace cuda_spec_detail {
+int64_t pow2_ceil(int64_t v);
+int64_t pow2_floor(int64_t v);
+int64_t ceil_div(int64_t a, int64_t b);
+bool is_pow2(int64_t v);
+const char* act_short(Act a);  // none, relu, leaky, elu, gelu
+}  // namespace cuda_spec_detail
 
 }  // namespace sparsejit::codegen

@@ -1,3 +1,4 @@
+// The filter conv CUDA spec, its variants, planner and launch plan (codegen/cuda_filter_conv.h).
 #include <algorithm>
 #include <sstream>
 
@@ -13,9 +14,9 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-std::string filter_conv_validate(const CudaKernelSpec& s) {
+std::string CudaFilterConvSpec::validate_family() const {
   std::ostringstream e;
-  const auto& c = s.conv;
+  const auto& c = conv;
   if (c.r < 1 || c.s < 1 || c.r > 64 || c.s > 64)
     e << "kernel size must be in [1, 64]; got " << c.r << "x" << c.s << ". ";
   if (c.stride_h < 1 || c.stride_w < 1 || c.stride_h > 64 || c.stride_w > 64)
@@ -26,34 +27,35 @@ std::string filter_conv_validate(const CudaKernelSpec& s) {
     e << "padding must be in [0, 4096]; got " << c.pad_h << "x" << c.pad_w << ". ";
   if (c.channels_per_block < 1 || c.channels_per_block > 64)
     e << "channels_per_block must be in [1, 64]; got " << c.channels_per_block << ". ";
-  if (s.act != Act::None && s.act != Act::Relu)
+  if (act != Act::None && act != Act::Relu)
     e << "filter conv fuses ReLU or no activation. ";
-  if (s.index != IndexKind::I64) e << "filter conv plans hold int64 taps. ";
+  if (index != IndexKind::I64) e << "filter conv plans hold int64 taps. ";
   return e.str();
 }
 
-std::string filter_conv_name(const CudaKernelSpec& s) {
-  const auto& c = s.conv;
+std::string CudaFilterConvSpec::stem() const {
+  const auto& c = conv;
   std::ostringstream os;
-  os << "filter_conv_" << cuda_scalar_name(s.dtype) << "_k" << c.r << "x" << c.s << "_s"
+  os << "filter_conv_" << cuda_scalar_name(dtype) << "_k" << c.r << "x" << c.s << "_s"
      << c.stride_h << "x" << c.stride_w << "_p" << c.pad_h << "x" << c.pad_w << "_d" << c.dil_h
-     << "x" << c.dil_w << (s.act == Act::Relu ? "_relu" : "") << "_oc" << c.channels_per_block;
+     << "x" << c.dil_w << (act == Act::Relu ? "_relu" : "") << "_oc" << c.channels_per_block;
   return os.str();
 }
 
-std::string filter_conv_config(const CudaKernelSpec& s) {
-  const auto& c = s.conv;
+std::string CudaFilterConvSpec::config(std::vector<std::string>* bodies) const {
+  const auto& c = conv;
   std::ostringstream os;
   os << "  static constexpr int R = " << c.r << ", S = " << c.s << ";\n"
      << "  static constexpr int SH = " << c.stride_h << ", SW = " << c.stride_w << ";\n"
      << "  static constexpr int PH = " << c.pad_h << ", PW = " << c.pad_w << ";\n"
      << "  static constexpr int DH = " << c.dil_h << ", DW = " << c.dil_w << ";\n"
-     << "  static constexpr int ACT = " << (s.act == Act::Relu ? 1 : 0) << ";\n"
+     << "  static constexpr int ACT = " << (act == Act::Relu ? 1 : 0) << ";\n"
      << "  static constexpr int OCB = " << c.channels_per_block << ";\n";
+  *bodies = {"filter_conv_kernel"};
   return os.str();
 }
 
-std::vector<CudaKernelSpec> filter_conv_variants() {
+void append_filter_conv_variants(std::vector<CudaSpecPtr>* all) {
   // (r, s, stride, pad, dilation): the layers of ResNet / MobileNet-style networks and the
   // odd ones (rectangular, dilated, padding larger than the kernel reach).
   const int shapes[][5] = {{1, 1, 1, 0, 1}, {3, 3, 1, 1, 1}, {3, 3, 2, 1, 1}, {7, 7, 2, 3, 1},
@@ -62,13 +64,11 @@ std::vector<CudaKernelSpec> filter_conv_variants() {
   const CudaScalar dtypes[] = {CudaScalar::F32, CudaScalar::F16, CudaScalar::BF16,
                                CudaScalar::F64};
   const int tiles[][2] = {{64, 1}, {128, 2}, {256, 4}, {256, 8}};  // (block, channels)
-  std::vector<CudaKernelSpec> out;
+  std::vector<CudaFilterConvSpec> out;
   int turn = 0;
   for (const auto& sh : shapes) {
     for (CudaScalar dt : dtypes) {
-      CudaKernelSpec s;
-      s.op = CudaOp::FilterConv;
-      s.index = IndexKind::I64;
+      CudaFilterConvSpec s;
       s.dtype = dt;
       s.conv.r = sh[0];
       s.conv.s = sh[1];
@@ -84,7 +84,7 @@ std::vector<CudaKernelSpec> filter_conv_variants() {
   }
   // Rectangular kernels with different strides, padding and dilation per axis.
   for (CudaScalar dt : dtypes) {
-    CudaKernelSpec s = out[static_cast<size_t>(dt == CudaScalar::F32 ? 1 : 2)];
+    CudaFilterConvSpec s = out[static_cast<size_t>(dt == CudaScalar::F32 ? 1 : 2)];
     s.dtype = dt;
     s.conv.r = 3;
     s.conv.s = 1;
@@ -96,13 +96,11 @@ std::vector<CudaKernelSpec> filter_conv_variants() {
     s.conv.dil_w = 1;
     if (s.validate().empty()) out.push_back(s);
   }
-  return out;
+  for (const CudaFilterConvSpec& s : out) all->push_back(share_spec(s));
 }
 
-CudaKernelSpec plan_cuda_filter_conv(const CudaFilterConvProblem& prob) {
-  CudaKernelSpec s;
-  s.op = CudaOp::FilterConv;
-  s.index = IndexKind::I64;
+CudaFilterConvSpec plan_cuda_filter_conv(const CudaFilterConvProblem& prob) {
+  CudaFilterConvSpec s;
   s.dtype = prob.dtype;
   s.act = prob.relu ? Act::Relu : Act::None;
   s.conv.r = prob.r;
@@ -121,7 +119,7 @@ CudaKernelSpec plan_cuda_filter_conv(const CudaFilterConvProblem& prob) {
   return s;
 }
 
-std::vector<CudaLaunch> plan_filter_conv_launch(const CudaKernelSpec& spec, int64_t pixels,
+std::vector<CudaLaunch> plan_filter_conv_launch(const CudaFilterConvSpec& spec, int64_t pixels,
                                                 int64_t c_out) {
   if (pixels <= 0 || c_out <= 0) return {};
   CudaLaunch a;

@@ -5,7 +5,12 @@ few steps of per-voxel segmentation on a KITTI scan (the labels are four height 
 stand-in task) and prints the loss and the step time.
 
     python examples/minkunet_minkowski.py [--scan 000000] [--voxel 0.1] [--steps 10]
-        [--engine sparsejit|minkowskiengine]   # the same model code on ME itself
+        [--engine sparsejit|minkowskiengine|accelerate]
+
+``minkowskiengine`` runs the same model code on ME itself; ``accelerate`` builds it with ME's
+modules and hands it to ``sparsejit.accelerate`` (the one-line path for an existing ME model:
+ME's tensors go in, sparsejit's modules run). Both need MinkowskiEngine installed
+(benchmarks/peers/build_minkowski.sh).
 
 Reads $SPARSEJIT_DATA/pointclouds/kitti_pointpillars/<scan>.bin (default data folder:
 <repo>/../shared/data); with no data it uses a random cloud.
@@ -107,10 +112,11 @@ def main() -> None:
     ap.add_argument("--scan", default="000000")
     ap.add_argument("--voxel", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--engine", choices=["sparsejit", "minkowskiengine"], default="sparsejit")
+    ap.add_argument("--engine", choices=["sparsejit", "minkowskiengine", "accelerate"],
+                    default="sparsejit")
     args = ap.parse_args()
-    if args.engine == "minkowskiengine":
-        import MinkowskiEngine as ME  # the real engine, for comparison
+    if args.engine in ("minkowskiengine", "accelerate"):
+        import MinkowskiEngine as ME  # the real engine
     else:
         import sparsejit.minkowski as ME
 
@@ -122,6 +128,9 @@ def main() -> None:
     z = pts[:, 2]
     labels = torch.bucketize(z, torch.quantile(z, torch.tensor([0.25, 0.5, 0.75])))
     model = make_model(ME, feats.shape[1], 4)
+    if args.engine == "accelerate":
+        import sparsejit
+        sparsejit.accelerate(model, verbose=True)  # ME's model, one line
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     times = []
     bar = Progress(args.steps, f"MinkUNet on {args.engine}")

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "codegen/cuda_launch.h"
+#include "codegen/cuda_spmm.h"  // CudaRowStats (row_stats below)
 #include "codegen/disk_cache.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_fallback.h"
@@ -30,7 +31,7 @@
 namespace sparsejit::cuda_ext {
 
 using codegen::CudaKernels;
-using codegen::CudaKernelSpec;
+using codegen::CudaKernelSpecBase;
 using codegen::CudaScalar;
 using ::sparsejit::IndexKind;
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_filter_conv import first_call_ms, geomean, median_many  # noqa: E402
-from sparsejit.families.filter_conv.layers import SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.layers import PrunedConv2d  # noqa: E402
 from sparsejit.families.filter_conv.ops import VARIANTS  # noqa: E402
 
 # (C_in, C_out, k, H = W, density)
@@ -52,7 +52,7 @@ def main():
             w = torch.randn(c_out, c_in, k, k, generator=g)
             w[torch.rand(w.shape, generator=g) > density] = 0
             x = torch.randn(1, c_in, h, h, generator=g)
-            m = SparseConv2d(w, None, 1, k // 2)
+            m = PrunedConv2d(w, None, 1, k // 2)
             fns = [lambda kid=VARIANTS[v]: m(x, variant=kid)
                    for v in ("generic", "jit", "jit_baked")]
             first = [first_call_ms(f) for f in fns[1:]]

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import sparsejit as sj  # noqa: E402
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d  # noqa: E402
+from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d  # noqa: E402
 from sparsejit.families.filter_conv.ops import output_size  # noqa: E402
 import bench_filter_conv as B  # noqa: E402
 import bench_resnet50_sparse as R  # noqa: E402
@@ -76,8 +76,8 @@ def main() -> None:
                 captured.setdefault(name, (mod, tuple(a) + tuple(kw.values())))
             return h
         layers = [(n, m) for n, m in model.named_modules()
-                  if isinstance(m, ResidualSparseConv2d) or
-                  (isinstance(m, SparseConv2d) and not n.endswith(".conv"))]
+                  if isinstance(m, ResidualPrunedConv2d) or
+                  (isinstance(m, PrunedConv2d) and not n.endswith(".conv"))]
         hooks = [m.register_forward_pre_hook(hook(n), with_kwargs=True) for n, m in layers]
         model(x)
         for h in hooks:
@@ -88,13 +88,13 @@ def main() -> None:
             med = alternated({"batch": lambda: mod(*a),
                               "slices": lambda: [mod(*[t[i:i + 1] for t in a])
                                                  for i in range(b)]}, args.repeat)
-            conv = mod.conv if isinstance(mod, ResidualSparseConv2d) else mod
+            conv = mod.conv if isinstance(mod, ResidualPrunedConv2d) else mod
             oh, ow = output_size(a[0].shape[2], a[0].shape[3], conv.kernel_size, conv.stride,
                                  conv.padding, conv.dilation)
             macs = conv.nnz * b * oh * ow
             rows.append(dict(layer=name, input=list(a[0].shape), c_out=conv.out_channels,
                              kernel=list(conv.kernel_size), stride=list(conv.stride),
-                             nnz=conv.nnz, residual=isinstance(mod, ResidualSparseConv2d),
+                             nnz=conv.nnz, residual=isinstance(mod, ResidualPrunedConv2d),
                              batch_ms=med["batch"], slices_ms=med["slices"],
                              gmacs=macs / med["batch"] / 1e6))
         stages = stage_times(model, x, args.repeat)

@@ -49,7 +49,7 @@ def main() -> None:
             layers = {}
             for lanes, env in ((8, "0"), (16, "1")):
                 os.environ["SPARSEJIT_FILTER_CONV_WIDE"] = env
-                layers[lanes] = B.SparseConv2d(w.clone(), b, stride, pad)
+                layers[lanes] = B.PrunedConv2d(w.clone(), b, stride, pad)
                 layers[lanes](x)  # prepares (and compiles) with this setting
             assert torch.equal(layers[8](x), layers[16](x)), name
             times = {8: [], 16: []}

@@ -3,7 +3,7 @@
 // The op library validates a structure once per live tensor set (torch_ext/validated.h). On
 // PyTorch's stable ABI it has no weak references, so a table entry holds its tensors alive.
 // Python objects that own index arrays (a SparseMatrix's structure, a TypedSparseMatrix's
-// plan, a SparseConv2d's buffers) register the arrays' data addresses here while they live
+// plan, a PrunedConv2d's buffers) register the arrays' data addresses here while they live
 // and release them when they die (a weakref finalizer). An entry whose tensors are all owned
 // is kept for as long as its owner lives: its strong references add nothing to what the owner
 // holds, and the release drops it at once. Entries for other tensors (raw op calls, graphs

@@ -6,15 +6,15 @@ GATConv, GATv2Conv, TransformerConv (attention family) and RGCNConv / FastRGCNCo
 torch_geometric's layers: same constructors, parameter names and ``forward(x, edge_index,
 ...)``, so a PyG model switches by changing its import and a PyG layer's ``state_dict()``
 loads. ``edge_index`` may be a ``[2, E]`` tensor, PyG's ``EdgeIndex``, a torch.sparse adjacency
-or a ``SparseMatrix`` (rows = targets). See docs/MIGRATING_FROM_PYG.md. ``SparseConv2d`` and
-``SparseLinear`` (filter_conv family) run pruned convolutions; ``ResidualSparseConv2d`` adds a
+or a ``SparseMatrix`` (rows = targets). See docs/MIGRATING_FROM_PYG.md. ``PrunedConv2d`` and
+``SparseLinear`` (filter_conv family) run pruned convolutions; ``ResidualPrunedConv2d`` adds a
 residual and ReLU in the output write, ``FusedBottleneck`` runs a pruned ResNet bottleneck as
 one op over bands of rows (what ``sparsify`` makes of them where faster).
 """
 
 from sparsejit.families.attention.layers import GATConv, GATv2Conv, TransformerConv
 from sparsejit.families.filter_conv.fused import FusedBottleneck
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d, SparseLinear
+from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d, SparseLinear
 from sparsejit.families.rgms.layers import FastRGCNConv, RGCNConv
 from sparsejit.families.spmm.edge_conv import DynamicEdgeConv, EdgeConv
 from sparsejit.families.spmm.layers import (GCNConv, GINConv, GINEConv, GraphConv, SAGEConv,
@@ -22,5 +22,5 @@ from sparsejit.families.spmm.layers import (GCNConv, GINConv, GINEConv, GraphCon
 
 __all__ = ["gcn_norm", "GCNConv", "SAGEConv", "GraphConv", "GINConv", "GINEConv", "EdgeConv",
            "DynamicEdgeConv", "GATConv", "GATv2Conv", "TransformerConv", "RGCNConv",
-           "FastRGCNConv", "SparseConv2d", "SparseLinear", "ResidualSparseConv2d",
+           "FastRGCNConv", "PrunedConv2d", "SparseLinear", "ResidualPrunedConv2d",
            "FusedBottleneck"]

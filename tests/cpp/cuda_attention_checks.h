@@ -22,10 +22,10 @@ inline double ref_keep(uint64_t seed, double dropout, int64_t p, int64_t h, int6
 }
 
 template <typename I>
-void check_attention(Runner& r, const CudaKernelSpec& s) {
-  const bool backward = s.op == CudaOp::AttentionBackward;
-  const int64_t H = s.heads, D = s.features, DV = s.v_features;
-  const int mode = s.att_mode;
+void check_attention(Runner& r, const CudaAttentionSpec& s) {
+  const bool backward = s.backward;
+  const int64_t H = s.heads, D = s.d, DV = s.dv;
+  const int mode = s.mode;
   auto gs = graphs<I>();
   Csr<I> one;  // a single entry
   one.rows = 1;

@@ -27,7 +27,7 @@ struct FilterConvCase {
   bool residual = false;  // a residual of the output's shape, added before the activation
 };
 
-inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const FilterConvCase& fc,
+inline void check_filter_conv_case(Runner& r, const CudaFilterConvSpec& s, const FilterConvCase& fc,
                                    uint64_t seed) {
   SCOPED_TRACE(s.name() + " on " + fc.name);
   r.reset();
@@ -114,7 +114,7 @@ inline void check_filter_conv_case(Runner& r, const CudaKernelSpec& s, const Fil
   EXPECT_TRUE(out.guards_intact());
 }
 
-inline void check_filter_conv(Runner& r, const CudaKernelSpec& s) {
+inline void check_filter_conv(Runner& r, const CudaFilterConvSpec& s) {
   const FilterConvCase cases[] = {
       {"batch 2, 30% dense, a zero channel", 2, 5, 7, 1, 9, 11, 0.3, true, 2},
       {"groups 2, dense, tiny image", 1, 4, 6, 2, -1, -1, 1.0, false, -1},

@@ -14,8 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda_attention.h"
+#include "codegen/cuda_filter_conv.h"
 #include "codegen/cuda_launch.h"
+#include "codegen/cuda_point_conv.h"
 #include "codegen/cuda_spec.h"
+#include "codegen/cuda_spmm.h"
 #include "kernels/common/types.h"
 #include "tests/cpp/test_util.h"
 
@@ -32,7 +36,7 @@ class Runner {
   virtual void* upload(const void* host, size_t bytes) = 0;
   virtual void download(void* host, const void* device, size_t bytes) = 0;
   // "" on success, else the error.
-  virtual std::string run(const CudaKernelSpec& spec, const std::vector<CudaLaunch>& launches,
+  virtual std::string run(const CudaKernelSpecBase& spec, const std::vector<CudaLaunch>& launches,
                           void* params) = 0;
   virtual void reset() = 0;
 };
@@ -258,7 +262,7 @@ struct SpmmInputs {
 };
 
 template <typename I>
-void spmm_reference(const CudaKernelSpec& s, const Csr<I>& A, SpmmInputs& in,
+void spmm_reference(const CudaSpmmSpec& s, const Csr<I>& A, SpmmInputs& in,
                     std::vector<double>* out, std::vector<long long>* arg) {
   const int64_t H = s.heads, F = s.features, HF = H * F;
   const bool extremum = s.reduce == Reduce::Max || s.reduce == Reduce::Min;
@@ -296,7 +300,7 @@ void spmm_reference(const CudaKernelSpec& s, const Csr<I>& A, SpmmInputs& in,
 }
 
 template <typename I>
-void check_spmm(Runner& r, const CudaKernelSpec& s, int64_t chunk) {
+void check_spmm(Runner& r, const CudaSpmmSpec& s, int64_t chunk) {
   for (auto& [gname, A] : graphs<I>()) {
     SCOPED_TRACE(s.name() + " on " + gname + ", chunk " + std::to_string(chunk));
     r.reset();
@@ -383,7 +387,7 @@ void check_spmm(Runner& r, const CudaKernelSpec& s, int64_t chunk) {
 
 // ---- SDDMM and edge softmax -----------------------------------------------------------------
 template <typename I>
-void check_sddmm(Runner& r, const CudaKernelSpec& s) {
+void check_sddmm(Runner& r, const CudaSddmmSpec& s) {
   for (auto& [gname, A] : graphs<I>()) {
     SCOPED_TRACE(s.name() + " on " + gname);
     r.reset();
@@ -419,8 +423,8 @@ void check_sddmm(Runner& r, const CudaKernelSpec& s) {
 }
 
 template <typename I>
-void check_softmax(Runner& r, const CudaKernelSpec& s) {
-  const bool backward = s.op == CudaOp::EdgeSoftmaxBackward;
+void check_softmax(Runner& r, const CudaEdgeSoftmaxSpec& s) {
+  const bool backward = s.backward;
   for (auto& [gname, A] : graphs<I>()) {
     SCOPED_TRACE(s.name() + " on " + gname);
     r.reset();
@@ -468,56 +472,43 @@ void check_softmax(Runner& r, const CudaKernelSpec& s) {
 }
 
 template <typename I>
-void check_attention(Runner& r, const CudaKernelSpec& s);  // cuda_attention_checks.h
+void check_attention(Runner& r, const CudaAttentionSpec& s);  // cuda_attention_checks.h
 // tests/cpp/cuda_point_conv_checks.h
-inline void check_point_conv(Runner& r, const CudaKernelSpec& s);
+inline void check_point_conv(Runner& r, const CudaKernelSpecBase& s);
 }  // namespace sparsejit::codegen::checks
 
 #include "tests/cpp/cuda_filter_conv_checks.h"
 
 namespace sparsejit::codegen::checks {
 
-// Runs the check matching the spec (SpMM: with a small and a larger chunk).
-inline void check_spec(Runner& r, const CudaKernelSpec& s) {
-  ASSERT_EQ(s.validate(), "") << s.name();
-  const bool i32 = s.index == IndexKind::I32;
-  switch (s.op) {
-    case CudaOp::Spmm:
-      for (int64_t chunk : {int64_t(8), int64_t(64)}) {
-        if (s.strategy == CudaStrategy::RowGroup && chunk != 8) continue;
-        if (i32) {
-          check_spmm<int32_t>(r, s, chunk);
-        } else {
-          check_spmm<int64_t>(r, s, chunk);
-        }
-      }
-      break;
-    case CudaOp::PointConv:
-    case CudaOp::PointConvMap:
-    case CudaOp::PointConvImplicit: check_point_conv(r, s); break;
-    case CudaOp::FilterConv: check_filter_conv(r, s); break;
-    case CudaOp::Sddmm:
-      if (i32) {
-        check_sddmm<int32_t>(r, s);
-      } else {
-        check_sddmm<int64_t>(r, s);
-      }
-      break;
-    case CudaOp::Attention:
-    case CudaOp::AttentionBackward:
-      if (i32) {
-        check_attention<int32_t>(r, s);
-      } else {
-        check_attention<int64_t>(r, s);
-      }
-      break;
-    default:
-      if (i32) {
-        check_softmax<int32_t>(r, s);
-      } else {
-        check_softmax<int64_t>(r, s);
-      }
-      break;
+// Calls f<int32_t>() or f<int64_t>() for the spec's index type.
+template <class F>
+void with_index(IndexKind ix, F&& f) {
+  if (ix == IndexKind::I32) {
+    f(int32_t(0));
+  } else {
+    f(int64_t(0));
+  }
+}
+
+// Runs the check matching the spec's family (SpMM: with a small and a larger chunk).
+inline void check_spec(Runner& r, const CudaKernelSpecBase& base) {
+  ASSERT_EQ(base.validate(), "") << base.name();
+  if (const auto* s = dynamic_cast<const CudaSpmmSpec*>(&base)) {
+    for (int64_t chunk : {int64_t(8), int64_t(64)}) {
+      if (s->strategy == CudaStrategy::RowGroup && chunk != 8) continue;
+      with_index(s->index, [&](auto i) { check_spmm<decltype(i)>(r, *s, chunk); });
+    }
+  } else if (const auto* s = dynamic_cast<const CudaSddmmSpec*>(&base)) {
+    with_index(s->index, [&](auto i) { check_sddmm<decltype(i)>(r, *s); });
+  } else if (const auto* s = dynamic_cast<const CudaEdgeSoftmaxSpec*>(&base)) {
+    with_index(s->index, [&](auto i) { check_softmax<decltype(i)>(r, *s); });
+  } else if (const auto* s = dynamic_cast<const CudaAttentionSpec*>(&base)) {
+    with_index(s->index, [&](auto i) { check_attention<decltype(i)>(r, *s); });
+  } else if (const auto* s = dynamic_cast<const CudaFilterConvSpec*>(&base)) {
+    check_filter_conv(r, *s);
+  } else {
+    check_point_conv(r, base);  // the three point-conv specs
   }
 }
 

@@ -52,8 +52,8 @@ inline std::vector<PairSet> pair_sets() {
 }
 
 template <typename I>
-void check_point_conv_typed(Runner& r, const CudaKernelSpec& s) {
-  const int64_t C = s.features;
+void check_point_conv_typed(Runner& r, const CudaPointConvSpec& s) {
+  const int64_t C = s.channels;
   for (const PairSet& ps : pair_sets()) {
     for (bool with_bias : {false, true}) {
       SCOPED_TRACE(s.name() + " on " + ps.name + (with_bias ? " with bias" : ""));
@@ -140,7 +140,7 @@ inline std::vector<KeySet> key_sets() {
 }
 
 template <typename I>
-void check_point_map_typed(Runner& r, const CudaKernelSpec& s) {
+void check_point_map_typed(Runner& r, const CudaPointMapSpec& s) {
   const std::vector<uint64_t> deltas = {0, 1, ~uint64_t{0}, 16, uint64_t{1} << 40, 4095};
   for (const KeySet& ks : key_sets()) {
     SCOPED_TRACE(s.name() + " on " + ks.name);
@@ -215,8 +215,8 @@ inline std::vector<OffsetMap> offset_maps() {
 
 // The implicit GEMM against a float64 sum over the map, outputs poisoned with guard bands; the
 // neighbour map itself against the pairs.
-inline void check_point_conv_implicit(Runner& r, const CudaKernelSpec& s) {
-  const int64_t CI = s.features, CO = s.v_features;
+inline void check_point_conv_implicit(Runner& r, const CudaPointConvImplicitSpec& s) {
+  const int64_t CI = s.c_in, CO = s.c_out;
   for (const OffsetMap& om : offset_maps()) {
     for (bool with_bias : {false, true}) {
       SCOPED_TRACE(s.name() + " on " + om.name + (with_bias ? " with bias" : ""));
@@ -289,20 +289,16 @@ inline void check_point_conv_implicit(Runner& r, const CudaKernelSpec& s) {
   }
 }
 
-inline void check_point_conv(Runner& r, const CudaKernelSpec& s) {
-  if (s.op == CudaOp::PointConvImplicit) return check_point_conv_implicit(r, s);
-  if (s.op == CudaOp::PointConvMap) {
-    if (s.index == IndexKind::I32) {
-      check_point_map_typed<int32_t>(r, s);
-    } else {
-      check_point_map_typed<int64_t>(r, s);
-    }
-    return;
-  }
-  if (s.index == IndexKind::I32) {
-    check_point_conv_typed<int32_t>(r, s);
+// The check of whichever of the three point-conv specs `base` is.
+inline void check_point_conv(Runner& r, const CudaKernelSpecBase& base) {
+  if (const auto* s = dynamic_cast<const CudaPointConvImplicitSpec*>(&base)) {
+    check_point_conv_implicit(r, *s);
+  } else if (const auto* s = dynamic_cast<const CudaPointMapSpec*>(&base)) {
+    with_index(s->index, [&](auto i) { check_point_map_typed<decltype(i)>(r, *s); });
+  } else if (const auto* s = dynamic_cast<const CudaPointConvSpec*>(&base)) {
+    with_index(s->index, [&](auto i) { check_point_conv_typed<decltype(i)>(r, *s); });
   } else {
-    check_point_conv_typed<int64_t>(r, s);
+    ADD_FAILURE() << base.name() << ": no check for this spec family";
   }
 }
 

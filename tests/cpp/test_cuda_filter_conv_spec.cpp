@@ -8,7 +8,7 @@
 namespace sparsejit::codegen {
 namespace {
 
-CudaKernelSpec conv3x3() {
+CudaFilterConvSpec conv3x3() {
   CudaFilterConvProblem p;
   p.r = p.s = 3;
   p.pad_h = p.pad_w = 1;
@@ -18,7 +18,7 @@ CudaKernelSpec conv3x3() {
 }
 
 TEST(CudaFilterConvSpec, InvalidSpecsAreRefusedWithReasons) {
-  CudaKernelSpec s = conv3x3();
+  CudaFilterConvSpec s = conv3x3();
   ASSERT_EQ(s.validate(), "");
   EXPECT_NE(s.source().find("static constexpr int R = 3, S = 3;"), std::string::npos);
   s.act = Act::Gelu;
@@ -36,7 +36,7 @@ TEST(CudaFilterConvSpec, InvalidSpecsAreRefusedWithReasons) {
 }
 
 TEST(CudaFilterConvSpec, PlannerSizesTheTileToTheLayer) {
-  const CudaKernelSpec big = conv3x3();
+  const CudaFilterConvSpec big = conv3x3();
   EXPECT_EQ(big.block, 256);
   EXPECT_EQ(big.conv.channels_per_block, 8);  // 98 pixel blocks x 64 channels: plenty
   EXPECT_EQ(big.name(), "filter_conv_f32_k3x3_s1x1_p1x1_d1x1_oc8");
@@ -46,7 +46,7 @@ TEST(CudaFilterConvSpec, PlannerSizesTheTileToTheLayer) {
   small.pixels = 7 * 7;  // one image of a late ResNet stage
   small.relu = true;
   small.dtype = CudaScalar::F16;
-  const CudaKernelSpec s = plan_cuda_filter_conv(small);
+  const CudaFilterConvSpec s = plan_cuda_filter_conv(small);
   EXPECT_EQ(s.block, 64);
   EXPECT_EQ(s.conv.channels_per_block, 1);
   EXPECT_EQ(s.act, Act::Relu);
@@ -54,7 +54,7 @@ TEST(CudaFilterConvSpec, PlannerSizesTheTileToTheLayer) {
 }
 
 TEST(CudaFilterConvSpec, LaunchCoversPixelsAndChannels) {
-  const CudaKernelSpec s = conv3x3();
+  const CudaFilterConvSpec s = conv3x3();
   const auto l = plan_filter_conv_launch(s, 1000, 13);
   ASSERT_EQ(l.size(), 1u);
   EXPECT_EQ(l[0].entry, s.name());

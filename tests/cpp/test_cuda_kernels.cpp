@@ -41,10 +41,9 @@ bool env_flag(const char* name) {
 }
 
 // ---- The specs under test ---------------------------------------------------------------------
-CudaKernelSpec spmm_spec(CudaStrategy st, CudaScalar dt, IndexKind ix, Reduce r, int vm, int64_t h,
-                         int64_t f, sparsejit::Act act, int g, int vec, bool det = false) {
-  CudaKernelSpec s;
-  s.op = CudaOp::Spmm;
+CudaSpmmSpec spmm_spec(CudaStrategy st, CudaScalar dt, IndexKind ix, Reduce r, int vm, int64_t h,
+                       int64_t f, sparsejit::Act act, int g, int vec, bool det = false) {
+  CudaSpmmSpec s;
   s.strategy = st;
   s.dtype = dt;
   s.index = ix;
@@ -59,10 +58,9 @@ CudaKernelSpec spmm_spec(CudaStrategy st, CudaScalar dt, IndexKind ix, Reduce r,
   return s;
 }
 
-CudaKernelSpec other_spec(CudaOp op, CudaScalar dt, IndexKind ix, int64_t h, int64_t f = 1,
-                          int g = 1, int split = 1, int vec = 1) {
-  CudaKernelSpec s;
-  s.op = op;
+CudaSddmmSpec sddmm_spec(CudaScalar dt, IndexKind ix, int64_t h, int64_t f, int g, int split,
+                        int vec) {
+  CudaSddmmSpec s;
   s.dtype = dt;
   s.index = ix;
   s.heads = h;
@@ -73,11 +71,19 @@ CudaKernelSpec other_spec(CudaOp op, CudaScalar dt, IndexKind ix, int64_t h, int
   return s;
 }
 
+CudaEdgeSoftmaxSpec softmax_spec(bool backward, CudaScalar dt, IndexKind ix, int64_t h) {
+  CudaEdgeSoftmaxSpec s;
+  s.backward = backward;
+  s.dtype = dt;
+  s.index = ix;
+  s.heads = h;
+  return s;
+}
+
 // Filter conv: a square kernel, stride, padding and dilation, the epilogue and the tile.
-CudaKernelSpec filter_conv_spec(CudaScalar dt, int k, int stride, int pad, int dil,
-                                sparsejit::Act act, int block, int channels) {
-  CudaKernelSpec s;
-  s.op = CudaOp::FilterConv;
+CudaFilterConvSpec filter_conv_spec(CudaScalar dt, int k, int stride, int pad, int dil,
+                                    sparsejit::Act act, int block, int channels) {
+  CudaFilterConvSpec s;
   s.dtype = dt;
   s.conv.r = s.conv.s = k;
   s.conv.stride_h = s.conv.stride_w = stride;
@@ -91,12 +97,15 @@ CudaKernelSpec filter_conv_spec(CudaScalar dt, int k, int stride, int pad, int d
 
 // Every op, strategy, dtype, index type, reduce, value mode, activation, and group sizes,
 // vector widths and shapes from scalar odd widths to multi-tile rows.
-std::vector<CudaKernelSpec> specs_under_test() {
+std::vector<CudaSpecPtr> specs_under_test() {
   using A = sparsejit::Act;
   using S = CudaScalar;
   using St = CudaStrategy;
   const IndexKind i32 = IndexKind::I32, i64 = IndexKind::I64;
-  return {
+  const bool fwd = false, bwd = true;
+  std::vector<CudaSpecPtr> out;
+  auto add = [&](const auto&... specs) { (out.push_back(share_spec(specs)), ...); };
+  add(
       spmm_spec(St::RowGroup, S::F32, i32, Reduce::Sum, 1, 1, 64, A::Relu, 16, 4),
       spmm_spec(St::RowGroup, S::F32, i64, Reduce::Max, 0, 1, 7, A::None, 4, 1),
       spmm_spec(St::RowGroup, S::F16, i32, Reduce::Mean, 2, 4, 16, A::Gelu, 32, 8),
@@ -110,17 +119,17 @@ std::vector<CudaKernelSpec> specs_under_test() {
       spmm_spec(St::NnzSegment, S::F16, i64, Reduce::Mean, 1, 1, 200, A::None, 16, 4),
       spmm_spec(St::NnzAtomic, S::F32, i64, Reduce::Sum, 1, 1, 16, A::None, 4, 4),
       spmm_spec(St::NnzAtomic, S::F64, i32, Reduce::Mean, 2, 2, 8, A::Gelu, 8, 1),
-      other_spec(CudaOp::Sddmm, S::F32, i32, 4, 32, 8, 1, 4),
-      other_spec(CudaOp::Sddmm, S::F16, i64, 2, 257, 4, 4, 1),
-      other_spec(CudaOp::Sddmm, S::BF16, i32, 1, 64, 4, 2, 8),
-      other_spec(CudaOp::Sddmm, S::F64, i64, 8, 6, 2, 1, 2),
-      other_spec(CudaOp::EdgeSoftmax, S::F32, i32, 1),
-      other_spec(CudaOp::EdgeSoftmax, S::BF16, i64, 3),
-      other_spec(CudaOp::EdgeSoftmax, S::F64, i32, 40),
-      other_spec(CudaOp::EdgeSoftmax, S::F16, i64, 8),
-      other_spec(CudaOp::EdgeSoftmaxBackward, S::F32, i64, 3),
-      other_spec(CudaOp::EdgeSoftmaxBackward, S::F64, i32, 1),
-      other_spec(CudaOp::EdgeSoftmaxBackward, S::BF16, i64, 40),
+      sddmm_spec(S::F32, i32, 4, 32, 8, 1, 4),
+      sddmm_spec(S::F16, i64, 2, 257, 4, 4, 1),
+      sddmm_spec(S::BF16, i32, 1, 64, 4, 2, 8),
+      sddmm_spec(S::F64, i64, 8, 6, 2, 1, 2),
+      softmax_spec(fwd, S::F32, i32, 1),
+      softmax_spec(fwd, S::BF16, i64, 3),
+      softmax_spec(fwd, S::F64, i32, 40),
+      softmax_spec(fwd, S::F16, i64, 8),
+      softmax_spec(bwd, S::F32, i64, 3),
+      softmax_spec(bwd, S::F64, i32, 1),
+      softmax_spec(bwd, S::BF16, i64, 40),
       // Fused attention: each score form, forward and backward, bias, widths below and above
       // the group, both index types and dtypes.
       plan_cuda_attention(S::F32, i32, 2, 16, 16, 0, true, false),
@@ -151,15 +160,15 @@ std::vector<CudaKernelSpec> specs_under_test() {
       filter_conv_spec(S::BF16, 7, 2, 3, 1, A::Relu, 256, 4),
       filter_conv_spec(S::F64, 3, 2, 2, 2, A::None, 64, 8),
       filter_conv_spec(S::F32, 5, 3, 0, 1, A::None, 128, 3),
-      [] {  // rectangular: 3x1 kernel, dilation 2 down, stride 2 across, padding down only
-        CudaKernelSpec s = filter_conv_spec(S::F32, 3, 1, 1, 2, A::Relu, 64, 2);
+      [&] {  // rectangular: 3x1 kernel, dilation 2 down, stride 2 across, padding down only
+        CudaFilterConvSpec s = filter_conv_spec(S::F32, 3, 1, 1, 2, A::Relu, 64, 2);
         s.conv.s = 1;
         s.conv.stride_w = 2;
         s.conv.pad_w = 0;
         s.conv.dil_w = 1;
         return s;
-      }(),
-  };
+      }());
+  return out;
 }
 
 // ---- Host emulation -------------------------------------------------------------------------
@@ -176,20 +185,6 @@ bool compiler_available() {
   return std::system((host_compiler() + " --version > /dev/null 2>&1").c_str()) == 0;
 }
 
-const char* params_type(CudaOp op) {
-  switch (op) {
-    case CudaOp::Spmm: return "SpmmParams";
-    case CudaOp::Sddmm: return "SddmmParams";
-    case CudaOp::Attention:
-    case CudaOp::AttentionBackward: return "AttentionParams";
-    case CudaOp::FilterConv: return "FilterConvParams";
-    case CudaOp::PointConv: return "PointConvParams";
-    case CudaOp::PointConvMap: return "PointMapParams";
-    case CudaOp::PointConvImplicit: return "PointConvImplicitParams";
-    default: return "SoftmaxParams";
-  }
-}
-
 using LaunchFn = void (*)(unsigned, unsigned, unsigned, const void*);
 
 struct EmulatedModule {
@@ -198,13 +193,13 @@ struct EmulatedModule {
 };
 
 // The generated source plus one wrapper per entry point, compiled into a shared library.
-EmulatedModule build_emulated(const CudaKernelSpec& spec, const std::string& dir) {
+EmulatedModule build_emulated(const CudaKernelSpecBase& spec, const std::string& dir) {
   EmulatedModule m;
   std::string src = "#include \"tests/cpp/cuda_emulation.h\"\n" + spec.source() + "\n";
   for (const auto& e : spec.entry_points()) {
     src += "extern \"C\" void sj_emulate_" + e +
            "(unsigned gx, unsigned gy, unsigned block, const void* p) {\n  sj_emu::launch(&" + e +
-           ", gx, gy, block, static_cast<const sparsejit::cuda::" + params_type(spec.op) +
+           ", gx, gy, block, static_cast<const sparsejit::cuda::" + spec.params_type() +
            "*>(p));\n}\n";
   }
   const std::string base = dir + "/" + spec.name();
@@ -247,7 +242,7 @@ class EmuRunner : public Runner {
   void download(void* host, const void* device, size_t bytes) override {
     std::memcpy(host, device, bytes);
   }
-  std::string run(const CudaKernelSpec& spec, const std::vector<CudaLaunch>& launches,
+  std::string run(const CudaKernelSpecBase& spec, const std::vector<CudaLaunch>& launches,
                   void* params) override {
     auto it = modules_->find(spec.name());
     if (it == modules_->end()) return spec.name() + " was not built";
@@ -265,13 +260,13 @@ class EmuRunner : public Runner {
 
 // Fewer CPU threads per emulated block keep the emulation fast; every fourth spec keeps the
 // production block size (the only difference is the BLOCK constant of the source).
-std::vector<CudaKernelSpec> emulated_specs() {
-  std::vector<CudaKernelSpec> v =
+std::vector<CudaSpecPtr> emulated_specs() {
+  std::vector<CudaSpecPtr> v =
       env_flag("SPARSEJIT_TEST_EMULATE_ALL") ? enumerate_cuda_variants() : specs_under_test();
   for (size_t i = 0; i < v.size(); ++i) {
-    CudaKernelSpec small = v[i];
-    small.block = 64;
-    if (i % 4 != 0 && small.validate().empty()) v[i] = small;
+    std::unique_ptr<CudaKernelSpecBase> small = v[i]->clone();
+    small->block = 64;
+    if (i % 4 != 0 && small->validate().empty()) v[i] = std::move(small);
   }
   return v;
 }
@@ -280,25 +275,25 @@ TEST(CudaEmulated, EveryKernelMatchesTheReference) {
   if (!compiler_available()) GTEST_SKIP() << "no host C++ compiler (" << host_compiler() << ")";
   char tmpl[] = "/tmp/sparsejit-emu-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  const std::vector<CudaKernelSpec> specs = emulated_specs();
+  const std::vector<CudaSpecPtr> specs = emulated_specs();
   std::vector<EmulatedModule> built(specs.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < specs.size(); i = next++) built[i] = build_emulated(specs[i], dir);
+    for (size_t i = next++; i < specs.size(); i = next++) built[i] = build_emulated(*specs[i], dir);
   };
   std::thread t1(work), t2(work);
   t1.join();
   t2.join();
   std::map<std::string, EmulatedModule> modules;
-  for (size_t i = 0; i < specs.size(); ++i) modules[specs[i].name()] = built[i];
+  for (size_t i = 0; i < specs.size(); ++i) modules[specs[i]->name()] = built[i];
   EmuRunner runner(&modules);
   const bool verbose = env_flag("SPARSEJIT_TEST_VERBOSE");
   for (const auto& s : specs) {
     const auto t0 = std::chrono::steady_clock::now();
-    checks::check_spec(runner, s);
+    checks::check_spec(runner, *s);
     if (verbose)
       std::printf(
-          "  %-62s %6.0f ms\n", s.name().c_str(),
+          "  %-62s %6.0f ms\n", s->name().c_str(),
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   runner.reset();
@@ -325,7 +320,7 @@ class GpuRunner : public Runner {
                                              &err))
       ADD_FAILURE() << err;
   }
-  std::string run(const CudaKernelSpec& spec, const std::vector<CudaLaunch>& launches,
+  std::string run(const CudaKernelSpecBase& spec, const std::vector<CudaLaunch>& launches,
                   void* params) override {
     std::string err;
     if (!CudaKernels::instance().run(spec, 0, nullptr, launches, params, &err)) return err;
@@ -347,14 +342,14 @@ TEST(CudaGpu, EveryKernelMatchesTheReference) {
   if (!CudaKernels::instance().available(&why)) GTEST_SKIP() << why;
   if (CudaDriver::instance().device_count() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_TRUE(CudaDriver::instance().ensure_context(0, &why)) << why;
-  std::vector<CudaKernelSpec> specs = specs_under_test();
+  std::vector<CudaSpecPtr> specs = specs_under_test();
   if (env_flag("SPARSEJIT_TEST_GPU_ALL_VARIANTS")) {
     const auto all = enumerate_cuda_variants();
     specs.insert(specs.end(), all.begin(), all.end());
   }
   GpuRunner runner;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const auto& s : specs) checks::check_spec(runner, s);
+  for (const auto& s : specs) checks::check_spec(runner, *s);
   std::printf("[ gpu      ] %zu specs checked in %.1f s (compile included)\n", specs.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

@@ -18,8 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/cuda_attention.h"
 #include "codegen/cuda_launch.h"
+#include "codegen/cuda_point_conv.h"
 #include "codegen/cuda_spec.h"
+#include "codegen/cuda_spmm.h"
 #include "codegen/nvrtc.h"
 
 namespace sparsejit::codegen {
@@ -30,33 +33,59 @@ bool env_flag(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
+// The schedule axes the greedy cover looks at (defaults where a family has no such axis).
+struct Axes {
+  int64_t heads = 1;
+  int32_t group = 32, split = 1, vec = 1;
+  CudaStrategy strategy = CudaStrategy::RowGroup;
+};
+
+Axes axes_of(const CudaKernelSpecBase& b) {
+  Axes a;
+  if (const auto* s = dynamic_cast<const CudaSpmmSpec*>(&b)) {
+    a = {s->heads, s->group, 1, s->vec, s->strategy};
+  } else if (const auto* s = dynamic_cast<const CudaSddmmSpec*>(&b)) {
+    a = {s->heads, s->group, s->split, s->vec, CudaStrategy::RowGroup};
+  } else if (const auto* s = dynamic_cast<const CudaEdgeSoftmaxSpec*>(&b)) {
+    a.heads = s->heads;
+  } else if (const auto* s = dynamic_cast<const CudaAttentionSpec*>(&b)) {
+    a.heads = s->heads;
+    a.group = s->group;
+  } else if (const auto* s = dynamic_cast<const CudaPointConvSpec*>(&b)) {
+    a.vec = s->vec;
+  }
+  return a;
+}
+
 // Greedy cover: keeps a variant when it brings a (op, feature) pair not seen yet.
-std::vector<CudaKernelSpec> representative(const std::vector<CudaKernelSpec>& all) {
+std::vector<CudaSpecPtr> representative(const std::vector<CudaSpecPtr>& all) {
   std::set<std::string> seen;
-  std::vector<CudaKernelSpec> out;
-  for (const auto& s : all) {
-    const std::string op = std::to_string(static_cast<int>(s.op));
+  std::vector<CudaSpecPtr> out;
+  for (const auto& p : all) {
+    const CudaKernelSpecBase& s = *p;
+    const Axes a = axes_of(s);
+    const std::string op = std::to_string(static_cast<int>(s.op()));
     std::vector<std::string> feats = {
         op + "dt" + cuda_scalar_name(s.dtype),
         op + "ix" + std::to_string(static_cast<int>(s.index)),
-        op + "h" + std::to_string(s.heads),
-        op + "g" + std::to_string(s.group) + "s" + std::to_string(s.split) + "st" +
-            cuda_strategy_name(s.strategy),
-        op + "vec" + std::to_string(s.vec * cuda_scalar_bytes(s.dtype)) + cuda_scalar_name(s.dtype),
+        op + "h" + std::to_string(a.heads),
+        op + "g" + std::to_string(a.group) + "s" + std::to_string(a.split) + "st" +
+            cuda_strategy_name(a.strategy),
+        op + "vec" + std::to_string(a.vec * cuda_scalar_bytes(s.dtype)) + cuda_scalar_name(s.dtype),
     };
-    if (s.op == CudaOp::Spmm) {
-      feats.push_back("r" + std::string(reduce_name(s.reduce)) + cuda_strategy_name(s.strategy));
-      feats.push_back("vm" + std::to_string(s.value_mode));
-      feats.push_back("act" + std::to_string(static_cast<int>(s.act)));
-      feats.push_back(std::string("det") + (s.deterministic ? "1" : "0") +
-                      cuda_strategy_name(s.strategy));
-      feats.push_back("dt" + std::string(cuda_scalar_name(s.dtype)) +
-                      cuda_strategy_name(s.strategy) + reduce_name(s.reduce));
+    if (const auto* m = dynamic_cast<const CudaSpmmSpec*>(&s)) {
+      feats.push_back("r" + std::string(reduce_name(m->reduce)) + cuda_strategy_name(m->strategy));
+      feats.push_back("vm" + std::to_string(m->value_mode));
+      feats.push_back("act" + std::to_string(static_cast<int>(m->act)));
+      feats.push_back(std::string("det") + (m->deterministic ? "1" : "0") +
+                      cuda_strategy_name(m->strategy));
+      feats.push_back("dt" + std::string(cuda_scalar_name(m->dtype)) +
+                      cuda_strategy_name(m->strategy) + reduce_name(m->reduce));
     }
-    if (s.op == CudaOp::FilterConv) feats.push_back(s.name().substr(0, s.name().find("_oc")));
+    if (s.op() == CudaOp::FilterConv) feats.push_back(s.name().substr(0, s.name().find("_oc")));
     bool fresh = false;
     for (const auto& f : feats) fresh |= seen.insert(f).second;
-    if (fresh) out.push_back(s);
+    if (fresh) out.push_back(p);
   }
   return out;
 }
@@ -68,11 +97,12 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   std::set<std::string> names;
   std::set<std::string> entry_names;
   std::map<CudaOp, int> per_op;
-  for (const auto& s : all) {
+  for (const auto& p : all) {
+    const CudaKernelSpecBase& s = *p;
     EXPECT_EQ(s.validate(), "") << s.name();
     EXPECT_TRUE(names.insert(s.name()).second) << "duplicate name " << s.name();
     for (const auto& e : s.entry_points()) EXPECT_TRUE(entry_names.insert(e).second) << e;
-    per_op[s.op]++;
+    per_op[s.op()]++;
     const std::string src = s.source();
     for (const auto& e : s.entry_points())
       EXPECT_NE(src.find("extern \"C\" __global__ void __launch_bounds__(" +
@@ -90,10 +120,13 @@ TEST(CudaSpec, VariantsAreValidAndUniquelyNamed) {
   EXPECT_GT(per_op[CudaOp::Attention], 0);
   EXPECT_GT(per_op[CudaOp::AttentionBackward], 0);
   EXPECT_GT(per_op[CudaOp::FilterConv], 0);
+  EXPECT_GT(per_op[CudaOp::PointConv], 0);
+  EXPECT_GT(per_op[CudaOp::PointConvMap], 0);
+  EXPECT_GT(per_op[CudaOp::PointConvImplicit], 0);
 }
 
 TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
-  CudaKernelSpec s;
+  CudaSpmmSpec s;
   s.features = 64;
   s.vec = 4;
   EXPECT_EQ(s.validate(), "");
@@ -117,8 +150,13 @@ TEST(CudaSpec, InvalidSpecsAreRefusedWithReasons) {
 }
 
 TEST(CudaSpec, LayoutCoversTheRow) {
-  for (const auto& s : enumerate_cuda_variants()) {
-    if (s.op != CudaOp::Spmm) continue;
+  int spmm_specs = 0;
+  for (const auto& p : enumerate_cuda_variants()) {
+    const auto* m = dynamic_cast<const CudaSpmmSpec*>(p.get());
+    EXPECT_EQ(m != nullptr, p->op() == CudaOp::Spmm) << p->name();
+    if (!m) continue;
+    ++spmm_specs;
+    const CudaSpmmSpec& s = *m;
     const SpmmLayout l = spmm_layout(s);
     const int64_t hf = s.heads * s.features;
     EXPECT_EQ(l.gf * l.gn, s.group) << s.name();
@@ -128,6 +166,7 @@ TEST(CudaSpec, LayoutCoversTheRow) {
       EXPECT_EQ(l.gn, 1) << s.name();
     }
   }
+  EXPECT_GT(spmm_specs, 100);
 }
 
 TEST(CudaPlanner, BalancedRowsGetARowGroup) {
@@ -203,7 +242,7 @@ TEST(CudaPlanner, SkewedRowsGetChunks) {
 }
 
 TEST(CudaPlanner, SddmmAndSoftmax) {
-  CudaKernelSpec s = plan_cuda_sddmm(CudaScalar::F32, IndexKind::I32, 4, 64, 16);
+  CudaSddmmSpec s = plan_cuda_sddmm(CudaScalar::F32, IndexKind::I32, 4, 64, 16);
   EXPECT_EQ(s.vec, 4);
   EXPECT_EQ(s.group, 16);
   EXPECT_EQ(s.split, 1);
@@ -215,12 +254,12 @@ TEST(CudaPlanner, SddmmAndSoftmax) {
   s = plan_cuda_sddmm(CudaScalar::F16, IndexKind::I64, 2, 3, 16);
   EXPECT_EQ(s.vec, 1);
   EXPECT_EQ(s.group, 4);
-  EXPECT_EQ(plan_cuda_edge_softmax(CudaScalar::BF16, IndexKind::I64, 8, true).op,
+  EXPECT_EQ(plan_cuda_edge_softmax(CudaScalar::BF16, IndexKind::I64, 8, true).op(),
             CudaOp::EdgeSoftmaxBackward);
 }
 
 TEST(CudaPlanner, Attention) {
-  CudaKernelSpec s = plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 4, 32, 32, 0, false,
+  CudaAttentionSpec s = plan_cuda_attention(CudaScalar::F32, IndexKind::I32, 4, 32, 32, 0, false,
                                          false);
   EXPECT_EQ(s.group, 16);  // two elements per lane
   EXPECT_EQ(s.validate(), "");
@@ -249,17 +288,17 @@ TEST(Nvrtc, EveryVariantCompiles) {
   const std::string arch = arch_env && *arch_env ? arch_env : "sm_90";
   const auto all = enumerate_cuda_variants();
   const bool full = !env_flag("SPARSEJIT_TEST_CUDA_VARIANT_SUBSET");
-  const std::vector<CudaKernelSpec> specs = full ? all : representative(all);
+  const std::vector<CudaSpecPtr> specs = full ? all : representative(all);
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::vector<std::string> failures;
   const auto t0 = std::chrono::steady_clock::now();
   auto worker = [&] {
     for (size_t i = next++; i < specs.size(); i = next++) {
-      const NvrtcOutput o = Nvrtc::instance().compile(specs[i].source(), specs[i].name(), arch);
+      const NvrtcOutput o = Nvrtc::instance().compile(specs[i]->source(), specs[i]->name(), arch);
       if (!o.ok || o.binary.empty()) {
         std::lock_guard<std::mutex> g(mu);
-        failures.push_back(specs[i].name() + ":\n" + o.log);
+        failures.push_back(specs[i]->name() + ":\n" + o.log);
       }
     }
   };

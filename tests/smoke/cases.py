@@ -116,15 +116,15 @@ NN_CASES: Dict[str, Case] = {
     "RGCNConv": _graph_case(lambda: sj.nn.RGCNConv(F_IN, F_OUT, RELATIONS), "edge_type"),
     "FastRGCNConv": _graph_case(lambda: sj.nn.FastRGCNConv(F_IN, F_OUT, RELATIONS),
                                 "edge_type"),
-    "SparseConv2d": Case(lambda: sj.nn.SparseConv2d.from_dense(
+    "PrunedConv2d": Case(lambda: sj.nn.PrunedConv2d.from_dense(
         _pruned(torch.nn.Conv2d(8, 8, 3, padding=1))), _image, ({2: "h", 3: "w"},)),
     "SparseLinear": Case(lambda: sj.nn.SparseLinear(_pruned(torch.nn.Linear(32, 16))), _rows,
                          ({0: "rows"},)),
     "FusedBottleneck": Case(lambda: sj.nn.FusedBottleneck(
-        sj.nn.SparseConv2d.from_dense(_pruned(torch.nn.Conv2d(8, 4, 1)), relu=True),
-        sj.nn.SparseConv2d.from_dense(_pruned(torch.nn.Conv2d(4, 4, 3, padding=1), 1),
+        sj.nn.PrunedConv2d.from_dense(_pruned(torch.nn.Conv2d(8, 4, 1)), relu=True),
+        sj.nn.PrunedConv2d.from_dense(_pruned(torch.nn.Conv2d(4, 4, 3, padding=1), 1),
                                       relu=True),
-        sj.nn.ResidualSparseConv2d(sj.nn.SparseConv2d.from_dense(
+        sj.nn.ResidualPrunedConv2d(sj.nn.PrunedConv2d.from_dense(
             _pruned(torch.nn.Conv2d(4, 8, 1), 2)))), _image, ({2: "h", 3: "w"},)),
 }
 

@@ -153,7 +153,7 @@ def test_filter_sparse_conv(shape):
     with torch.no_grad():
         conv.weight.mul_((torch.rand_like(conv.weight) > 0.8).float())  # 80 % pruned
         conv.weight[0] = 0  # one filter without any weight
-    layer = sj.nn.SparseConv2d.from_dense(conv)
+    layer = sj.nn.PrunedConv2d.from_dense(conv)
     x = torch.randn(shape, generator=torch.Generator().manual_seed(13))
     with torch.no_grad():  # inference only, as the README says: forward checked
         torch.testing.assert_close(layer(x), conv(x), **TOL)

@@ -102,7 +102,7 @@ def test_filter_conv():
     with torch.no_grad():
         conv.weight.mul_((torch.rand_like(conv.weight) > 0.7).float())
     x = torch.randn(1, 8, 12, 12)
-    torch.testing.assert_close(sj.nn.SparseConv2d.from_dense(conv)(x), conv(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(sj.nn.PrunedConv2d.from_dense(conv)(x), conv(x), rtol=1e-4, atol=1e-4)
 
 
 def test_sparsify_a_pruned_block():

@@ -13,6 +13,7 @@
 
 #include "csrc/attention/attention_run.h"
 #include "codegen/cpu_jit.h"
+#include "codegen/cuda_attention.h"
 #include "torch_ext/common.h"
 #include "torch_ext/cuda_common.h"
 #include "torch_ext/cuda_fallback.h"
@@ -278,7 +279,7 @@ sparse_attention_backward_cpu(
 // (a head wider than 1024) run on the CPU through the fallback.
 using namespace cuda_ext;
 
-codegen::CudaKernelSpec cuda_attention_spec(const attention::Shape& s, tx::ScalarType ct,
+codegen::CudaAttentionSpec cuda_attention_spec(const attention::Shape& s, tx::ScalarType ct,
                                             const tx::Tensor& rp, bool bias, bool backward) {
   return codegen::plan_cuda_attention(cuda_scalar(ct), index_kind(rp), s.heads, s.qk_width,
                                       s.v_width, static_cast<int32_t>(s.mode), bias, backward);

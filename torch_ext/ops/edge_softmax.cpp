@@ -2,6 +2,7 @@
 // backward (grad_s = y * (g - sum_row(g * y))). Scores are [nnz] or [nnz, H].
 #include "torch_ext/tensor_api.h"
 
+#include "codegen/cuda_spmm.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
 #include "torch_ext/ops/spmm_checks.h"
@@ -86,7 +87,7 @@ tx::Tensor softmax_common(const tx::Tensor& rowptr, const tx::Tensor& y, const t
   auto out = new_output_like(yc);
   const int64_t rows = rp.numel() - 1;
   if (rows == 0 || yc.numel() == 0 || heads == 0) return out;
-  const CudaKernelSpec spec = codegen::plan_cuda_edge_softmax(
+  const codegen::CudaEdgeSoftmaxSpec spec = codegen::plan_cuda_edge_softmax(
       cuda_scalar(yc.scalar_type()), index_kind(rp), heads, grad != nullptr);
   cuda::SoftmaxParams p{rp.data_ptr(),  yc.data_ptr(), gc.defined() ? gc.data_ptr() : nullptr,
                         out.data_ptr(), rows,          0};

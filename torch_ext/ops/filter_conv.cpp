@@ -413,7 +413,7 @@ tx::Tensor filter_conv_cuda(const tx::Tensor& plan_t, const tx::Tensor& rowptr_t
     prob.relu = relu;
     prob.c_out = g.c_out;
     prob.pixels = pixels;
-    const CudaKernelSpec spec = codegen::plan_cuda_filter_conv(prob);
+    const codegen::CudaFilterConvSpec spec = codegen::plan_cuda_filter_conv(prob);
     const std::string invalid = spec.validate();
     SJ_CHECK_VALUE(invalid.empty(), "sparsejit.filter_conv (CUDA): no kernel for this layer: ",
                       invalid);

@@ -6,6 +6,7 @@
 #include "torch_ext/tensor_api.h"
 
 #include "csrc/spmm/spmm_run.h"
+#include "codegen/cuda_spmm.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
 #include "torch_ext/ops/spmm_checks.h"
@@ -76,7 +77,7 @@ tx::Tensor sddmm_cuda(const tx::Tensor& rowptr, const tx::Tensor& col, const tx:
   auto out = new_output(s.out_sizes, q.options());
   if (nnz == 0 || s.heads == 0) return out;
   if (s.features == 0) return out.zero_();
-  const CudaKernelSpec spec =
+  const codegen::CudaSddmmSpec spec =
       codegen::plan_cuda_sddmm(cuda_scalar(q.scalar_type()), index_kind(rp), s.heads, s.features,
                                aligned_bytes({qc.data_ptr(), kc.data_ptr()}));
   const std::string invalid = spec.validate();

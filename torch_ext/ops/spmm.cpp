@@ -15,6 +15,7 @@
 #include "csrc/spmm/spmm_arg_backward.h"
 #include "csrc/spmm/spmm_plan.h"
 #include "csrc/spmm/spmm_run.h"
+#include "codegen/cuda_spmm.h"
 #include "kernels/cpu/kernels.h"
 #include "torch_ext/common.h"
 #include "torch_ext/ops/spmm_checks.h"

@@ -1,13 +1,15 @@
-"""``sparsejit.accelerate(model)``: an existing PyG / spconv / pruned-CNN model onto
-sparsejit's kernels in one line, in place; ``sparsejit.restore(model)`` undoes it."""
+"""``sparsejit.accelerate(model)``: an existing PyG / spconv / MinkowskiEngine / TorchSparse /
+pruned-CNN model onto sparsejit's kernels in one line, in place; ``sparsejit.restore(model)``
+undoes it."""
 
 from __future__ import annotations
 
 from typing import Dict, Optional, Tuple, Union
 
-from torch import nn
+from torch import fx, nn
 
 from sparsejit.convert import edge_path as ep
+from sparsejit.convert import engines, hetero
 from sparsejit.convert import message_passing as mp
 from sparsejit.convert import pyg, spconv
 from sparsejit.convert.report import Report
@@ -16,7 +18,10 @@ LAST_REPORT: Optional[Report] = None  # the report of the latest accelerate() ca
 
 
 def _type(m) -> str:
-    return f"{type(m).__module__.split('.')[0]}.{type(m).__name__}"
+    root = type(m).__module__.split('.')[0]
+    if root.startswith("Minkowski"):  # ME puts its own modules on sys.path as top-level ones
+        root = "MinkowskiEngine"
+    return f"{root}.{type(m).__name__}"
 
 
 def _sj_type(m) -> str:
@@ -27,7 +32,8 @@ def _is_converted(m: nn.Module) -> bool:
     return pyg.ORIGINAL in m.__dict__
 
 
-def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.Module], bool]:
+def _convert_one(m: nn.Module, path: str, report: Report,
+                 blocked: Dict[str, Optional[str]]) -> Tuple[Optional[nn.Module], bool]:
     """(replacement or None, whether to walk into m's children)."""
     if _is_converted(m):
         report.add(path, _type(m.__dict__[pyg.ORIGINAL]), _sj_type(m), "already accelerated")
@@ -38,6 +44,9 @@ def _convert_one(m: nn.Module, path: str, report: Report) -> Tuple[Optional[nn.M
     if ep.installed(m):
         report.add(path, _type(m), f"{type(m).__name__} + SpMM aggregate", "already accelerated")
         return None, False
+    engine = engines.engine_of(m)
+    if engine is not None:
+        return _convert_engine(m, path, report, engine, blocked), False
     name = pyg.pyg_conv_name(m)
     native_reason = ""
     if name is not None:
@@ -89,12 +98,29 @@ def _convert_spconv(m: nn.Module, path: str, report: Report,
         return None
 
 
+def _convert_engine(m: nn.Module, path: str, report: Report, engine: str,
+                    blocked: Dict[str, Optional[str]]) -> Optional[nn.Module]:
+    why = blocked.get(engine)
+    if why is not None:
+        report.add(path, _type(m), None, f"sparsejit.{engine}: {why} ({engine} modules are "
+                   "converted all together or not at all)")
+        return None
+    try:
+        new = engines.convert(m, engine)
+    except pyg.Unsupported as e:  # the blocker found none: only a new kind of failure
+        report.add(path, _type(m), None, f"sparsejit.{engine}: {e}")
+        return None
+    engines.install(engine)
+    report.add(path, _type(m), f"sparsejit.{engine}.{type(new).__name__}")
+    return new
+
+
 def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module],
-          blocked: Optional[str]) -> nn.Module:
+          blocked: Dict[str, Optional[str]]) -> nn.Module:
     """m, or what replaces it; m's children replaced in place."""
     if id(m) in done:
         return done[id(m)]
-    new, descend = _convert_one(m, path, report)
+    new, descend = _convert_one(m, path, report, blocked)
     if new is None and descend:
         for name, child in list(m._modules.items()):
             if child is None:
@@ -102,7 +128,7 @@ def _walk(m: nn.Module, path: str, report: Report, done: Dict[int, nn.Module],
             replaced = _walk(child, f"{path}.{name}" if path else name, report, done, blocked)
             if replaced is not child:
                 m._modules[name] = replaced
-        new = _convert_spconv(m, path, report, blocked)
+        new = _convert_spconv(m, path, report, blocked.get("spconv"))
     done[id(m)] = m if new is None else new
     return done[id(m)]
 
@@ -141,7 +167,7 @@ def _sparsify(model: nn.Module, example_input, report: Report, verbose: bool,
 
 def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
                sparsify_convs: bool = True, min_sparsity: float = 0.3,
-               return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
+               group_edge_types: bool = True, return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
     """Moves `model` onto sparsejit's kernels in place and returns it (the returned module
     when `model` itself is a converted layer).
 
@@ -157,7 +183,14 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
       layers) keeps its message; its aggregation (sum / mean / max / min, softmax, power
       mean) runs on sparsejit's SpMM, and a ``softmax(alpha, index)`` its message calls on
       ``sj.edge_softmax`` (see :mod:`sparsejit.convert.edge_path`).
-    * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, with the same weights.
+    * spconv.pytorch modules become :mod:`sparsejit.spconv`'s, MinkowskiEngine modules
+      :mod:`sparsejit.minkowski`'s and TorchSparse modules :mod:`sparsejit.torchsparse`'s,
+      with the same weights (see :mod:`sparsejit.convert.engines`).
+    * In a ``to_hetero`` model or a ``HeteroConv`` (aggr="sum"), one layer's SAGEConv /
+      GraphConv calls whose outputs are summed into one node type run as one
+      ``sparsejit.rgms`` call (see
+      :mod:`sparsejit.convert.hetero`; ``group_edge_types=False`` keeps one call per edge
+      type).
     * Conv2d layers with at least `min_sparsity` zeros are offered to
       :func:`sparsejit.sparsify`'s measured decision when `example_input` is given (and
       `sparsify_convs`); without it they are listed in the report.
@@ -171,7 +204,13 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
         raise TypeError(f"sparsejit.accelerate: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
     report = Report()
-    model = _walk(model, "", report, {}, spconv.blocker(model))
+    blocked = dict(engines.engines_in(model), spconv=spconv.blocker(model))
+    model = _walk(model, "", report, {}, blocked)
+    for path, sub in list(model.named_modules()) if group_edge_types else ():
+        if isinstance(sub, fx.GraphModule):  # to_hetero's: edge types into one rgms call
+            hetero.group(sub, path, report)
+        elif hetero.is_heteroconv(sub):
+            hetero.group_heteroconv(sub, path, report)
     if sparsify_convs:
         model = _sparsify(model, example_input, report, verbose, min_sparsity)
     LAST_REPORT = report
@@ -188,6 +227,8 @@ def _restore(m: nn.Module, done: Dict[int, nn.Module]) -> nn.Module:
         orig = m.__dict__[pyg.ORIGINAL]
         if spconv.spconv_kind(orig) is not None:
             out = spconv.original_of(m)
+        elif engines.engine_of(orig) is not None:
+            out = engines.original_of(m)
         elif pyg.pyg_conv_name(orig) is not None:
             out = pyg.original_of(m)
         else:  # a layer sparsify replaced: the dense module as it was
@@ -213,4 +254,7 @@ def restore(model: nn.Module) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"sparsejit.restore: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
+    for sub in list(model.modules()):
+        hetero.ungroup(sub)
+        hetero.ungroup_heteroconv(sub)
     return _restore(model, {})

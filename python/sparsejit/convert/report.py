@@ -16,6 +16,9 @@ class Entry:
     became: Optional[str]
     reason: str = ""
 
+    def add_group(self, path: str, became: Optional[str], reason: str = "") -> None:
+        self.groups.append(Entry(path, "edge types", became, reason))
+
     @property
     def converted(self) -> bool:
         return self.became is not None
@@ -24,12 +27,18 @@ class Entry:
 @dataclass
 class Report:
     """The rows of one :func:`sparsejit.accelerate` call, in model order. ``str(report)``
-    is the table ``verbose=True`` prints."""
+    is the table ``verbose=True`` prints. ``groups`` lists, apart from the modules, the
+    calls that were merged or could not be (a ``to_hetero`` layer's edge types into one
+    RGMS call): ``path`` names the layer and its relations."""
 
     entries: List[Entry] = field(default_factory=list)
+    groups: List[Entry] = field(default_factory=list)
 
     def add(self, path: str, original: str, became: Optional[str], reason: str = "") -> None:
         self.entries.append(Entry(path, original, became, reason))
+
+    def add_group(self, path: str, became: Optional[str], reason: str = "") -> None:
+        self.groups.append(Entry(path, "edge types", became, reason))
 
     @property
     def converted(self) -> List[Entry]:
@@ -57,8 +66,13 @@ class Report:
                  f"{len(self.left)} left as they were"]
         for r in rows:
             lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        if self.groups:
+            lines.append("calls grouped:")
+            width = max(len(g.path) for g in self.groups)
+            lines += [f"  {g.path.ljust(width)}  {g.became or '(not grouped)'}  {g.reason}"
+                      for g in self.groups]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return (f"Report(converted={len(self.converted)}, left={len(self.left)}, "
-                f"entries={self.entries!r})")
+                f"entries={self.entries!r}, groups={self.groups!r})")

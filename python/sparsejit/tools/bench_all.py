@@ -338,7 +338,7 @@ def bench_filter_conv(args, skipped) -> List[dict]:
         w[torch.rand(w.shape, generator=g) < 0.9] = 0  # 90% of the weights pruned
         conv.weight.copy_(w)
     x = torch.randn(batch, c, hw, hw, generator=g).to(args.device)
-    ours = sj.nn.SparseConv2d.from_dense(conv).to(args.device)
+    ours = sj.nn.PrunedConv2d.from_dense(conv).to(args.device)
     conv = conv.to(args.device)
     with torch.no_grad():
         nnz = int((w != 0).sum())  # FLOPs: 2 per stored weight per output pixel

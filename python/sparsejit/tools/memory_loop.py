@@ -120,7 +120,7 @@ def _step_filter_conv(g, a):
     c = a.channels * 4
     w = torch.randn(c, c, 3, 3, generator=g)
     w[torch.rand(w.shape, generator=g) < 0.9] = 0
-    layer = sj.nn.SparseConv2d(w, padding=1)
+    layer = sj.nn.PrunedConv2d(w, padding=1)
     layer(torch.randn(2, c, 28, 28, generator=g)).sum()
 
 

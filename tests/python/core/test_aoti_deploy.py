@@ -152,16 +152,16 @@ def test_sparsified_resnet_block_runs_from_cpp_on_other_sizes(runner, tmp_path):
 def test_fused_bottleneck_runs_from_cpp_on_other_sizes(runner, tmp_path):
     # filter_conv's fused group (a pruned ResNet bottleneck as one op over bands of rows)
     from sparsejit.families.filter_conv.fused import FusedBottleneck
-    from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
+    from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d
 
     g = torch.Generator().manual_seed(0)
 
     def pruned(*shape):
         w = torch.randn(shape, generator=g)
         return w * (torch.rand(shape, generator=g) > 0.8)
-    c1 = SparseConv2d(pruned(8, 16, 1, 1), torch.randn(8, generator=g), relu=True)
-    c2 = SparseConv2d(pruned(8, 8, 3, 3), torch.randn(8, generator=g), padding=1, relu=True)
-    c3 = ResidualSparseConv2d(SparseConv2d(pruned(16, 8, 1, 1), torch.randn(16, generator=g)))
+    c1 = PrunedConv2d(pruned(8, 16, 1, 1), torch.randn(8, generator=g), relu=True)
+    c2 = PrunedConv2d(pruned(8, 8, 3, 3), torch.randn(8, generator=g), padding=1, relu=True)
+    c3 = ResidualPrunedConv2d(PrunedConv2d(pruned(16, 8, 1, 1), torch.randn(16, generator=g)))
     model = FusedBottleneck(c1, c2, c3).eval()
     dims = {0: Dim("batch", min=1, max=64), 2: Dim("h", min=1, max=512),
             3: Dim("w", min=1, max=512)}

@@ -78,7 +78,7 @@ _WORKER = textwrap.dedent(r"""
         with torch.no_grad():
             w = conv.weight
             w[w.abs() < w.abs().flatten().quantile(0.9)] = 0
-        layer = sj.nn.SparseConv2d.from_dense(conv.eval())
+        layer = sj.nn.PrunedConv2d.from_dense(conv.eval())
         with torch.no_grad():
             out[f"filter_conv.{k}"] = layer(torch.randn(3, c_in, 28, 28))
     torch.save(out, sys.argv[1])

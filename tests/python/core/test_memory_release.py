@@ -77,7 +77,7 @@ def test_rgms_plan_dies_with_the_user():
 def test_filter_conv_buffers_die_with_the_layer():
     w = torch.randn(8, 8, 3, 3)
     w[torch.rand(w.shape) < 0.8] = 0
-    layer = sj.nn.SparseConv2d(w, padding=1)
+    layer = sj.nn.PrunedConv2d(w, padding=1)
     layer(torch.randn(1, 8, 10, 10))
     refs = _refs(layer.plan, layer.rowptr, layer.taps, layer.values)
     del layer

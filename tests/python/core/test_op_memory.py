@@ -15,7 +15,7 @@ import torch
 
 import sparsejit as sj
 from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
-from sparsejit.families.filter_conv.layers import SparseConv2d
+from sparsejit.families.filter_conv.layers import PrunedConv2d
 
 
 class _MallInfo2(ctypes.Structure):
@@ -53,7 +53,7 @@ def _ops():
     plan, _ = conv_plan(coords, [6, 6, 6], 1, "subm", 3)
     feats = torch.randn(coords.shape[0], 8, generator=g)
     cw = torch.randn(27, 8, 8, generator=g)
-    fconv = SparseConv2d(torch.randn(8, 4, 3, 3, generator=g) *
+    fconv = PrunedConv2d(torch.randn(8, 4, 3, 3, generator=g) *
                          (torch.rand(8, 4, 3, 3, generator=g) > 0.7), padding=1)
     img = torch.randn(1, 4, 9, 9, generator=g)
     q = torch.randn(50, 2, 4, generator=g)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparsejit.families.filter_conv import SparseConv2d, SparseLinear, sparsify
+from sparsejit.families.filter_conv import PrunedConv2d, SparseLinear, sparsify
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -63,7 +63,7 @@ def test_cuda_filter_conv_matches_dense_reference(geometry, density, dtype, batc
     bias = torch.randn(c_out, generator=gen)
     x = torch.randn(batch, c_in, h, w, generator=gen).to(dtype)
     for relu in (False, True):
-        m = SparseConv2d(weight.float().to(DEV), bias.to(DEV), stride, padding, dilation, groups,
+        m = PrunedConv2d(weight.float().to(DEV), bias.to(DEV), stride, padding, dilation, groups,
                          relu)
         assert m.values.is_cuda and m.rowptr.is_cuda
         got = m(x.to(DEV))
@@ -72,14 +72,14 @@ def test_cuda_filter_conv_matches_dense_reference(geometry, density, dtype, batc
         assert got.shape == ref.shape
         _close(got, ref, dtype, c_in // groups * k * k)
         # The CPU op on the same plan (computed in float32) agrees too.
-        cpu = SparseConv2d(weight.float(), bias, stride, padding, dilation, groups, relu)
+        cpu = PrunedConv2d(weight.float(), bias, stride, padding, dilation, groups, relu)
         _close(got, cpu(x.float()).double(), dtype, c_in // groups * k * k)
 
 
 def test_cuda_filter_conv_without_bias_and_empty_batch():
     gen = torch.Generator().manual_seed(3)
     weight = _pruned(4, 3, 3, 0.5, gen).float()
-    m = SparseConv2d(weight.to(DEV), None, padding=1)
+    m = PrunedConv2d(weight.to(DEV), None, padding=1)
     x = torch.randn(2, 3, 5, 6, generator=gen)
     _close(m(x.to(DEV)), _reference(x, weight.double(), None, 1, 1, 1, 1, False), torch.float32, 27)
     empty = m(torch.empty(0, 3, 5, 6, device=DEV))
@@ -89,7 +89,7 @@ def test_cuda_filter_conv_without_bias_and_empty_batch():
 def test_cuda_filter_conv_channels_last_in_channels_last_out():
     gen = torch.Generator().manual_seed(4)
     weight = _pruned(8, 6, 3, 0.4, gen).float()
-    m = SparseConv2d(weight.to(DEV), None, padding=1)
+    m = PrunedConv2d(weight.to(DEV), None, padding=1)
     x = torch.randn(2, 6, 7, 9, generator=gen)
     got = m(x.to(DEV).contiguous(memory_format=torch.channels_last))
     assert got.is_contiguous(memory_format=torch.channels_last)
@@ -99,7 +99,7 @@ def test_cuda_filter_conv_channels_last_in_channels_last_out():
 def test_cuda_filter_conv_sees_values_updated_in_place():
     gen = torch.Generator().manual_seed(5)
     weight = _pruned(5, 4, 3, 0.6, gen).float()
-    m = SparseConv2d(weight.to(DEV), None, padding=1)
+    m = PrunedConv2d(weight.to(DEV), None, padding=1)
     x = torch.randn(1, 4, 6, 6, generator=gen, device="cpu").to(DEV)
     y1 = m(x)
     m.values.mul_(2)  # a new version: the device copy of the plan is refreshed
@@ -109,7 +109,7 @@ def test_cuda_filter_conv_sees_values_updated_in_place():
 def test_cuda_filter_conv_plan_on_the_host_is_accepted():
     gen = torch.Generator().manual_seed(6)
     weight = _pruned(6, 3, 3, 0.5, gen).float()
-    cpu = SparseConv2d(weight, None, padding=1)
+    cpu = PrunedConv2d(weight, None, padding=1)
     x = torch.randn(2, 3, 5, 5, generator=gen)
     y = torch.ops.sparsejit.filter_conv(cpu.plan, cpu.rowptr, cpu.taps, cpu.values, x.to(DEV),
                                         None, [3, 3], [1, 1], [1, 1], [1, 1], 1, False)
@@ -117,7 +117,7 @@ def test_cuda_filter_conv_plan_on_the_host_is_accepted():
 
 
 def test_cuda_filter_conv_refuses_a_host_input_for_a_device_plan():
-    m = SparseConv2d(torch.randn(4, 3, 3, 3, device=DEV), None, padding=1)
+    m = PrunedConv2d(torch.randn(4, 3, 3, 3, device=DEV), None, padding=1)
     with pytest.raises((ValueError, RuntimeError), match="x must be on the GPU"):
         m(torch.randn(1, 3, 5, 5))
 
@@ -151,7 +151,7 @@ def test_cuda_sparsify_measures_on_the_gpu_and_converts(tmp_path):
     with torch.no_grad():
         ref = m(x)
     out = sparsify(m, x, min_speedup=0.0, cache_dir=tmp_path, progress=False, verbose=False)
-    sparse = [mod for mod in out.modules() if isinstance(mod, SparseConv2d)]
+    sparse = [mod for mod in out.modules() if isinstance(mod, PrunedConv2d)]
     assert len(sparse) == 3
     assert all(s.values.is_cuda for s in sparse)
     from sparsejit.families.filter_conv.tuner import LAST_REPORT
@@ -169,4 +169,4 @@ def test_cuda_sparsify_keeps_dense_layers_that_are_faster(tmp_path):
     m = _pruned_model().to(DEV)
     x = torch.randn(1, 3, 16, 16, device=DEV)
     out = sparsify(m, x, min_speedup=1e9, cache_dir=tmp_path, progress=False, verbose=False)
-    assert not any(isinstance(mod, SparseConv2d) for mod in out.modules())
+    assert not any(isinstance(mod, PrunedConv2d) for mod in out.modules())

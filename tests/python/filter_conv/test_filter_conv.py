@@ -1,4 +1,4 @@
-"""Filter-sparse convolution (sparsejit.families.filter_conv: SparseConv2d, SparseLinear,
+"""Filter-sparse convolution (sparsejit.families.filter_conv: PrunedConv2d, SparseLinear,
 sparsify and the filter_conv ops) against torch.nn.functional.conv2d on fresh random pruned weights."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import sparsejit as sj
-from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear
+from sparsejit.families.filter_conv.layers import PrunedConv2d, SparseLinear
 from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
@@ -72,7 +72,7 @@ def test_every_variant_against_conv2d(geom, batch):
     weight = pruned_weight((c_out, c_in // groups, k, k), "unstructured", seed=sum(geom))
     bias = torch.randn(c_out)
     x = torch.randn(batch, c_in, h, w_)
-    mod = SparseConv2d(weight, bias, stride, padding, dilation, groups)
+    mod = PrunedConv2d(weight, bias, stride, padding, dilation, groups)
     want = reference(x, weight, bias, stride, padding, dilation, groups)
     for name, kid in VARIANTS.items():
         y = run_op(mod, x, kid)
@@ -87,7 +87,7 @@ def test_pruning_patterns(kind, relu):
     weight = pruned_weight((24, 16, 3, 3), kind, seed=len(kind))
     bias = torch.randn(24)
     x = torch.randn(2, 16, 14, 14)
-    mod = SparseConv2d(weight, bias, 1, 1, relu=relu)
+    mod = PrunedConv2d(weight, bias, 1, 1, relu=relu)
     expected_nnz = int((weight != 0).sum())
     assert mod.nnz == expected_nnz
     torch.testing.assert_close(run_op(mod, x, -1).double(),
@@ -96,7 +96,7 @@ def test_pruning_patterns(kind, relu):
 
 def test_threshold_drops_small_entries():
     weight = torch.randn(8, 4, 3, 3)
-    mod = SparseConv2d(weight, threshold=0.5)
+    mod = PrunedConv2d(weight, threshold=0.5)
     kept = weight * (weight.abs() > 0.5)
     assert mod.nnz == int((weight.abs() > 0.5).sum())
     x = torch.randn(1, 4, 6, 6)
@@ -115,7 +115,7 @@ def test_from_dense_with_batchnorm_matches_eval_module():
         bn.weight.normal_()
         bn.bias.normal_()
     ref = nn.Sequential(conv, bn, nn.ReLU()).eval()
-    sparse = SparseConv2d.from_dense(conv, bn, relu=True)
+    sparse = PrunedConv2d.from_dense(conv, bn, relu=True)
     x = torch.randn(3, 8, 15, 15)
     with torch.no_grad():
         torch.testing.assert_close(sparse(x), ref(x), rtol=1e-4, atol=1e-4)
@@ -123,7 +123,7 @@ def test_from_dense_with_batchnorm_matches_eval_module():
 
 def test_channels_last_and_dtypes():
     weight = pruned_weight((12, 8, 3, 3), "unstructured", seed=3)
-    mod = SparseConv2d(weight, torch.randn(12), 1, 1)
+    mod = PrunedConv2d(weight, torch.randn(12), 1, 1)
     x = torch.randn(2, 8, 10, 10)
     want = reference(x, weight, mod.bias, 1, 1, 1, 1)
     y = mod(x.contiguous(memory_format=torch.channels_last))
@@ -138,7 +138,7 @@ def test_channels_last_and_dtypes():
 
 
 def test_empty_batch_and_one_pixel():
-    mod = SparseConv2d(pruned_weight((4, 3, 1, 1), "unstructured", 1))
+    mod = PrunedConv2d(pruned_weight((4, 3, 1, 1), "unstructured", 1))
     assert mod(torch.randn(0, 3, 5, 5)).shape == (0, 4, 5, 5)
     x = torch.randn(2, 3, 1, 1)
     torch.testing.assert_close(mod(x).double(), reference(x, mod_weight(mod), None, 1, 0, 1, 1),
@@ -146,7 +146,7 @@ def test_empty_batch_and_one_pixel():
 
 
 def mod_weight(mod):
-    """The dense weight back from a SparseConv2d's plan arrays."""
+    """The dense weight back from a PrunedConv2d's plan arrays."""
     k = mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
     w = torch.zeros(mod.out_channels * k)
     rows = torch.repeat_interleave(torch.arange(mod.out_channels), mod.rowptr.diff())
@@ -175,17 +175,17 @@ def test_linear_as_1x1():
     (lambda m: m(torch.randn(1, 4, 1, 1)), ValueError, "smaller than the dilated kernel"),
 ])
 def test_bad_input_names_the_argument(bad, err, match):
-    mod = SparseConv2d(torch.randn(6, 4, 3, 3))
+    mod = PrunedConv2d(torch.randn(6, 4, 3, 3))
     with pytest.raises(err, match=match):
         bad(mod)
 
 
 def test_bad_construction_and_raw_op_arguments():
     with pytest.raises(ValueError, match="groups"):
-        SparseConv2d(torch.randn(6, 2, 3, 3), groups=4)
+        PrunedConv2d(torch.randn(6, 2, 3, 3), groups=4)
     with pytest.raises(ValueError, match="weight must be"):
-        SparseConv2d(torch.randn(6, 2, 3))
-    mod = SparseConv2d(torch.randn(6, 4, 3, 3), groups=1)
+        PrunedConv2d(torch.randn(6, 2, 3))
+    mod = PrunedConv2d(torch.randn(6, 4, 3, 3), groups=1)
     x = torch.randn(1, 8, 6, 6)
     with pytest.raises(ValueError, match="groups"):  # 8 channels, weight for 4 per group x 3
         torch.ops.sparsejit.filter_conv(mod.plan, mod.rowptr, mod.taps, mod.values, x, None,
@@ -204,7 +204,7 @@ def test_bad_construction_and_raw_op_arguments():
                                         None, [3, 3], [1, 1], [0, 0], [1, 1], 1, False)
     w2 = torch.randn(6, 4, 3, 3)
     w2[:3] = 0  # another pattern of the same shape
-    other = SparseConv2d(w2)
+    other = PrunedConv2d(w2)
     with pytest.raises(ValueError, match="plan"):  # plan stamped for mod's pattern
         torch.ops.sparsejit.filter_conv(mod.plan, other.rowptr, other.taps, other.values,
                                         x[:, :4], None, [3, 3], [1, 1], [0, 0], [1, 1], 1, False)
@@ -213,7 +213,7 @@ def test_bad_construction_and_raw_op_arguments():
 
 
 def test_in_place_change_of_the_pattern_is_seen():
-    mod = SparseConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 9))
+    mod = PrunedConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 9))
     x = torch.randn(1, 4, 6, 6)
     mod(x)
     with torch.no_grad():
@@ -223,7 +223,7 @@ def test_in_place_change_of_the_pattern_is_seen():
 
 
 def test_opcheck():
-    mod = SparseConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 5), torch.randn(6))
+    mod = PrunedConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 5), torch.randn(6))
     x = torch.randn(2, 4, 7, 7)
     torch.library.opcheck(torch.ops.sparsejit.filter_conv.default,
                           (mod.plan, mod.rowptr, mod.taps, mod.values, x, mod.bias, [3, 3],
@@ -260,7 +260,7 @@ def pruned_cnn(seed=0):
 
 def convert_all(m):
     for name in ("c1", "c2", "c3"):
-        setattr(m, name, SparseConv2d.from_dense(getattr(m, name)))
+        setattr(m, name, PrunedConv2d.from_dense(getattr(m, name)))
     m.fc = SparseLinear(m.fc)
     return m
 
@@ -308,7 +308,7 @@ def test_sparsify_decides_and_caches(tmp_path, monkeypatch, capsys):
     table = capsys.readouterr()
     assert "sparse ms" in table.out and "sparsify [" in table.err
     assert all(r["choice"] == "sparse" for r in fc.LAST_REPORT)  # min_speedup 0: all convert
-    assert isinstance(m.c2, SparseConv2d) and isinstance(m.fc, SparseLinear)
+    assert isinstance(m.c2, PrunedConv2d) and isinstance(m.fc, SparseLinear)
     with torch.no_grad():
         torch.testing.assert_close(m(x), want, rtol=1e-4, atol=1e-4)
 
@@ -326,7 +326,7 @@ def test_sparsify_skips_dense_layers(tmp_path):
     sparsify(m, torch.randn(1, 3, 8, 8), cache_dir=tmp_path, progress=False, verbose=False)
     assert all(type(getattr(m, n)) in (nn.Conv2d, nn.Linear) for n in ("c1", "c2", "c3", "fc"))
     assert sj.sparsify is sparsify
-    assert sj.nn.SparseConv2d is SparseConv2d
+    assert sj.nn.PrunedConv2d is PrunedConv2d
 
 
 def test_random_geometries():
@@ -345,7 +345,7 @@ def test_random_geometries():
         weight[torch.rand(weight.shape, generator=g) < 0.6] = 0
         bias = torch.randn(c_out, generator=g)
         x = torch.randn(ri(1, 3), c_in, h, w_, generator=g)
-        mod = SparseConv2d(weight, bias, stride, pad, dil, groups)
+        mod = PrunedConv2d(weight, bias, stride, pad, dil, groups)
         want = reference(x, weight, bias, stride, pad, dil, groups)
         for name, kid in VARIANTS.items():
             if name.startswith("jit") and case % 4:  # compiles: every 4th case (test_*_jit.py)

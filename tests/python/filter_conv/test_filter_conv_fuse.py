@@ -1,5 +1,5 @@
 """Filter-sparse convolution with a fused residual (``filter_conv(..., residual=)``,
-``ResidualSparseConv2d``) and sparsify's fusion pass (``fuse``, on with ``fold_bn``): the
+``ResidualPrunedConv2d``) and sparsify's fusion pass (``fuse``, on with ``fold_bn``): the
 residual add + ReLU of a ResNet block in the sparse kernel's output write, and a dense stem
 convolution + max pool on channels_last (``ConvPool``). Fresh random pruned weights, outputs
 poisoned, against float64 references and bitwise against the unfused ops."""
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparsejit.families.filter_conv.fold import ChannelsLastPool, ConvPool, ConvReLU
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
+from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d
 from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
@@ -41,7 +41,7 @@ def test_residual_matches_reference_and_unfused_bitwise(geom, batch):
     c_in, c_out, h, w, k, stride, padding, dilation, groups = geom
     wt = pruned_weight((c_out, c_in // groups, k, k), "unstructured", 11 + batch)
     bias = torch.randn(c_out)
-    mod = SparseConv2d(wt, bias, stride, padding, dilation, groups)
+    mod = PrunedConv2d(wt, bias, stride, padding, dilation, groups)
     x = torch.randn(batch, c_in, h, w)
     y0 = reference(x, wt, bias, stride, padding, dilation, groups)
     res = torch.randn(y0.shape)
@@ -58,7 +58,7 @@ def test_residual_matches_reference_and_unfused_bitwise(geom, batch):
 
 def test_residual_layouts_dtypes_and_empty():
     wt = pruned_weight((6, 4, 3, 3), "skewed", 3)
-    mod = SparseConv2d(wt, torch.randn(6), padding=1)
+    mod = PrunedConv2d(wt, torch.randn(6), padding=1)
     x = torch.randn(2, 4, 7, 5)
     res = torch.randn(2, 6, 7, 5)
     want = (reference(x, wt, mod.bias, 1, 1, 1, 1) + res.double()).relu()
@@ -79,12 +79,12 @@ def test_residual_layouts_dtypes_and_empty():
     # empty batch; one pixel; an all-zero weight adds bias + residual only
     assert conv_op(mod, x[:0], True, res[:0]).shape == (0, 6, 7, 5)
     w1 = pruned_weight((3, 2, 1, 1), "unstructured", 4)
-    one = SparseConv2d(w1)
+    one = PrunedConv2d(w1)
     x1, r1 = torch.randn(1, 2, 1, 1), torch.randn(1, 3, 1, 1)
     torch.testing.assert_close(conv_op(one, x1, False, r1).double(),
                                reference(x1, w1, None, 1, 0, 1, 1) + r1.double(),
                                rtol=1e-5, atol=1e-5)
-    zero = SparseConv2d(torch.zeros(4, 2, 3, 3), torch.randn(4), padding=1)
+    zero = PrunedConv2d(torch.zeros(4, 2, 3, 3), torch.randn(4), padding=1)
     xz, rz = torch.randn(1, 2, 5, 5), torch.randn(1, 4, 5, 5)
     torch.testing.assert_close(conv_op(zero, xz, True, rz),
                                (zero.bias.view(1, 4, 1, 1) + rz).relu())
@@ -96,7 +96,7 @@ def test_residual_layouts_dtypes_and_empty():
     (lambda y: y.int(), TypeError, "residual must be float"),
 ])
 def test_bad_residual_names_the_argument(bad, err, match):
-    mod = SparseConv2d(torch.randn(6, 4, 3, 3))
+    mod = PrunedConv2d(torch.randn(6, 4, 3, 3))
     x = torch.randn(2, 4, 8, 8)
     y = mod(x)
     with pytest.raises(err, match=match):
@@ -106,14 +106,14 @@ def test_bad_residual_names_the_argument(bad, err, match):
 
 
 def test_residual_on_another_device_is_refused():
-    mod = SparseConv2d(torch.randn(6, 4, 3, 3))
+    mod = PrunedConv2d(torch.randn(6, 4, 3, 3))
     x = torch.randn(1, 4, 8, 8)
     with pytest.raises(ValueError, match="residual"):
         conv_op(mod, x, True, torch.empty(1, 6, 6, 6, device="meta"))
 
 
 def test_opcheck_with_residual():
-    mod = SparseConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 5), torch.randn(6))
+    mod = PrunedConv2d(pruned_weight((6, 4, 3, 3), "unstructured", 5), torch.randn(6))
     x = torch.randn(2, 4, 7, 7)
     res = torch.randn(2, 6, 4, 4)
     torch.library.opcheck(torch.ops.sparsejit.filter_conv.default,
@@ -122,15 +122,15 @@ def test_opcheck_with_residual():
 
 
 def test_residual_module_falls_back_on_broadcasting_add():
-    conv = SparseConv2d(pruned_weight((6, 4, 1, 1), "unstructured", 8), torch.randn(6))
-    mod = ResidualSparseConv2d(conv)
+    conv = PrunedConv2d(pruned_weight((6, 4, 1, 1), "unstructured", 8), torch.randn(6))
+    mod = ResidualPrunedConv2d(conv)
     x = torch.randn(2, 4, 5, 5)
     for res in (torch.randn(1, 6, 1, 1), torch.randn(6, 1, 1), torch.randn(2, 6, 5, 5).double()):
         torch.testing.assert_close(mod(x, res), torch.relu(conv(x) + res))
     full = torch.randn(2, 6, 5, 5)
     assert torch.equal(mod(x, full), torch.relu(conv(x) + full))
     with pytest.raises(ValueError, match="without its own ReLU"):
-        ResidualSparseConv2d(SparseConv2d(torch.randn(6, 4, 1, 1), relu=True))
+        ResidualPrunedConv2d(PrunedConv2d(torch.randn(6, 4, 1, 1), relu=True))
 
 
 def _adds(gm):
@@ -147,7 +147,7 @@ def test_sparsify_fuses_residual_and_relu(tmp_path):
     plain = sparsify(m, x, fuse=False, **kw)
     fused = sparsify(m, x, **kw)  # fuse defaults to fold_bn
     assert len(_adds(plain)) == 2 and not _adds(fused)
-    res = [mod for mod in fused.modules() if isinstance(mod, ResidualSparseConv2d)]
+    res = [mod for mod in fused.modules() if isinstance(mod, ResidualPrunedConv2d)]
     assert len(res) == 2 and all(r.relu and not r.conv.relu for r in res)
     from sparsejit.families.filter_conv.tuner import LAST_REPORT, format_report
     assert sum(r.get("fused") == "+ residual, ReLU" for r in LAST_REPORT) == 2
@@ -158,7 +158,7 @@ def test_sparsify_fuses_residual_and_relu(tmp_path):
     # a dense conv3 (unreachable margin) keeps the add
     dense = sparsify(m, x, **{**kw, "min_speedup": 1e9})
     assert len(_adds(dense)) == 2
-    assert not any(isinstance(mod, ResidualSparseConv2d) for mod in dense.modules())
+    assert not any(isinstance(mod, ResidualPrunedConv2d) for mod in dense.modules())
 
 
 def test_fused_model_compiles_and_exports(tmp_path):
@@ -253,7 +253,7 @@ def test_no_fusion_without_tracing_or_when_off(tmp_path):
     x = torch.randn(1, 16, 8, 8)
     out = sparsify(m, x, min_speedup=0.0, cache_dir=tmp_path, progress=False, verbose=False,
                    repeat=1)  # fold_bn off: the model is converted in place, no graph
-    assert out is m and not any(isinstance(mod, ResidualSparseConv2d) for mod in m.modules())
+    assert out is m and not any(isinstance(mod, ResidualPrunedConv2d) for mod in m.modules())
     c = out[0].conv1
     with pytest.raises(ValueError, match="residual must have the output's shape"):
         F.relu(torch.ops.sparsejit.filter_conv(  # residual of the wrong rank, op level
@@ -283,7 +283,7 @@ def test_sparsify_runs_other_max_pools_on_channels_last(tmp_path):
     out = sparsify(m, x, min_speedup=0.0, **kw)
     from sparsejit.families.filter_conv.tuner import LAST_REPORT
     assert isinstance(out.pool, ChannelsLastPool) and out.pool.pool is m.pool
-    assert isinstance(out.conv1, SparseConv2d)
+    assert isinstance(out.conv1, PrunedConv2d)
     row = [r for r in LAST_REPORT if r["name"] == "pool"]
     assert len(row) == 1 and row[0]["fused"] == "pool on channels_last"
     assert row[0]["input_shape"] == [2, 12, 11, 9] and not row[0]["cached"]
@@ -422,7 +422,7 @@ def test_bfloat16_native_equals_float32_rounded(geom, batch):
     ReLU, NaN / infinity / subnormal inputs included."""
     c_in, c_out, h, w, k, stride, padding, dilation, groups = geom
     wt = pruned_weight((c_out, c_in // groups, k, k), "unstructured", 21 + batch)
-    mod = SparseConv2d(wt, torch.randn(c_out), stride, padding, dilation, groups)
+    mod = PrunedConv2d(wt, torch.randn(c_out), stride, padding, dilation, groups)
     xb = _bf16_edges((batch, c_in, h, w), 5 + batch)
     y0 = conv_op(mod, xb.float(), False, None)
     rb = _bf16_edges(y0.shape, 7 + batch)
@@ -438,7 +438,7 @@ def test_bfloat16_native_equals_float32_rounded(geom, batch):
 
 def test_bfloat16_layouts_mixed_residual_and_empty():
     wt = pruned_weight((6, 4, 3, 3), "skewed", 5)
-    mod = SparseConv2d(wt, torch.randn(6), padding=1)
+    mod = PrunedConv2d(wt, torch.randn(6), padding=1)
     xb = torch.randn(2, 4, 7, 5).bfloat16()
     res = torch.randn(2, 6, 7, 5)
     want = conv_op(mod, xb.float(), True, res.bfloat16().float()).bfloat16()
@@ -454,6 +454,6 @@ def test_bfloat16_layouts_mixed_residual_and_empty():
     assert same_bf16(mixed, conv_op(mod, xb.float(), True, res).bfloat16())
     # empty batch, one pixel
     assert conv_op(mod, xb[:0], True, res[:0].bfloat16()).shape == (0, 6, 7, 5)
-    one = SparseConv2d(pruned_weight((3, 2, 1, 1), "unstructured", 4))
+    one = PrunedConv2d(pruned_weight((3, 2, 1, 1), "unstructured", 4))
     x1 = torch.randn(1, 2, 1, 1).bfloat16()
     assert same_bf16(conv_op(one, x1, False, None), conv_op(one, x1.float(), False, None).bfloat16())

@@ -12,7 +12,7 @@ from torch import nn
 import sparsejit as sj
 from sparsejit import _core
 from sparsejit.families.filter_conv.fold import ConvReLU, fold_batchnorm
-from sparsejit.families.filter_conv.layers import SparseConv2d
+from sparsejit.families.filter_conv.layers import PrunedConv2d
 from sparsejit.families.filter_conv.tuner import sparsify
 from sparsejit.families.filter_conv.ops import VARIANTS
 
@@ -36,7 +36,7 @@ def test_jit_variants_match_reference_and_generic_bitwise(geom):
     for batch in (1, 3):
         x = torch.randn(batch, c_in, h, w_)
         for relu in (False, True):
-            mod = SparseConv2d(weight, bias, stride, padding, dilation, groups, relu=relu)
+            mod = PrunedConv2d(weight, bias, stride, padding, dilation, groups, relu=relu)
             want = reference(x, weight, bias, stride, padding, dilation, groups, relu)
             generic = run_op(mod, x, VARIANTS["generic"])  # the same tile, precompiled loop
             for name in ("jit", "jit_baked", "auto"):
@@ -64,7 +64,7 @@ def test_jit_lane_width_is_bit_identical(geom, monkeypatch):
         outs = {}
         for wide in ("0", "1"):
             monkeypatch.setenv("SPARSEJIT_FILTER_CONV_WIDE", wide)
-            mod = SparseConv2d(weight.clone(), bias, stride, padding, dilation, groups)
+            mod = PrunedConv2d(weight.clone(), bias, stride, padding, dilation, groups)
             outs[wide] = run_op(mod, x, VARIANTS["jit"])
             outs["generic" + wide] = run_op(mod, x, VARIANTS["generic"])
         assert torch.equal(outs["0"], outs["generic0"]) and torch.equal(outs["1"], outs["0"])
@@ -78,12 +78,12 @@ def test_jit_on_skewed_empty_and_zero_patterns():
     x = torch.randn(2, 16, 9, 9)
     for kind in ("skewed", "zero_filters", "all_zero", "dense"):
         weight = pruned_weight((12, 16, 3, 3), kind, seed=7)
-        mod = SparseConv2d(weight, torch.randn(12), 1, 1, relu=True)
+        mod = PrunedConv2d(weight, torch.randn(12), 1, 1, relu=True)
         want = reference(x, weight, mod.bias, 1, 1, 1, 1, True)
         for name in ("jit", "jit_baked"):
             torch.testing.assert_close(run_op(mod, x, VARIANTS[name]).double(), want,
                                        rtol=1e-4, atol=1e-4, msg=f"{kind} {name}")
-    mod = SparseConv2d(pruned_weight((4, 3, 1, 1), "unstructured", 2), kernel="jit_baked")
+    mod = PrunedConv2d(pruned_weight((4, 3, 1, 1), "unstructured", 2), kernel="jit_baked")
     assert mod(torch.randn(0, 3, 5, 5)).shape == (0, 4, 5, 5)
     x = torch.randn(2, 3, 1, 1)  # one pixel
     torch.testing.assert_close(mod(x), run_op(mod, x, VARIANTS["generic"]), rtol=0, atol=0)
@@ -96,7 +96,7 @@ def test_jit_off_and_compile_failure_fall_back(monkeypatch, capfd):
     monkeypatch.setenv("SPARSEJIT_JIT", "0")
     _core.jit_refresh_env()
     try:
-        mod = SparseConv2d(weight, None, 1, 1)
+        mod = PrunedConv2d(weight, None, 1, 1)
         torch.testing.assert_close(mod(x, variant=VARIANTS["jit_baked"]).double(), want,
                                    rtol=1e-4, atol=1e-4)
     finally:
@@ -106,7 +106,7 @@ def test_jit_off_and_compile_failure_fall_back(monkeypatch, capfd):
     # baked spec is not already loaded).
     monkeypatch.setenv("SPARSEJIT_CXX", "false")
     weight2 = pruned_weight((8, 5, 3, 3), "unstructured", seed=int(torch.randint(10**6, (1,))))
-    mod2 = SparseConv2d(weight2, None, 1, 1)
+    mod2 = PrunedConv2d(weight2, None, 1, 1)
     y = mod2(x, variant=VARIANTS["jit_baked"])
     torch.testing.assert_close(y.double(), reference(x, weight2, None, 1, 1, 1, 1),
                                rtol=1e-4, atol=1e-4)
@@ -118,7 +118,7 @@ def test_jit_off_and_compile_failure_fall_back(monkeypatch, capfd):
 
 def test_set_kernel_and_plan_word():
     weight = pruned_weight((6, 4, 3, 3), "unstructured", seed=5)
-    mod = SparseConv2d(weight, torch.randn(6), 2, 1).set_kernel("jit")
+    mod = PrunedConv2d(weight, torch.randn(6), 2, 1).set_kernel("jit")
     assert int(mod.plan[3]) == VARIANTS["jit"] and mod.kernel == "jit"
     x = torch.randn(2, 4, 7, 7)
     torch.testing.assert_close(mod(x).double(), reference(x, weight, mod.bias, 2, 1, 1, 1),
@@ -132,7 +132,7 @@ def test_set_kernel_and_plan_word():
 
 def test_channels_last_in_channels_last_out():
     weight = pruned_weight((12, 8, 3, 3), "unstructured", seed=9)
-    mod = SparseConv2d(weight, torch.randn(12), 2, 1)
+    mod = PrunedConv2d(weight, torch.randn(12), 2, 1)
     x = torch.randn(2, 8, 10, 10).contiguous(memory_format=torch.channels_last)
     y = mod(x)
     assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
@@ -200,7 +200,7 @@ def test_sparsify_fold_bn_traced(tmp_path):
                    verbose=False, repeat=1)
     assert isinstance(out, torch.fx.GraphModule)
     assert not any(isinstance(mod, nn.BatchNorm2d) for mod in out.modules())
-    sparse = [mod for mod in out.modules() if isinstance(mod, SparseConv2d)]
+    sparse = [mod for mod in out.modules() if isinstance(mod, PrunedConv2d)]
     assert len(sparse) == 6 and sum(mod.relu for mod in sparse) == 4  # conv1, conv2 per block
     with torch.no_grad():
         torch.testing.assert_close(out(x), want, rtol=1e-4, atol=1e-4)
@@ -215,8 +215,8 @@ def test_sparsify_fold_bn_sequential_fallback(tmp_path):
     out = sparsify(m, x, min_speedup=0.0, fold_bn=True, cache_dir=tmp_path, progress=False,
                    verbose=False, repeat=1)
     assert out is m
-    assert [type(c).__name__ for c in m.body] == ["SparseConv2d", "Identity", "Identity",
-                                                  "SparseConv2d", "Identity"]
+    assert [type(c).__name__ for c in m.body] == ["PrunedConv2d", "Identity", "Identity",
+                                                  "PrunedConv2d", "Identity"]
     assert m.body[0].relu and not m.body[3].relu
     with torch.no_grad():
         torch.testing.assert_close(m(x), want, rtol=1e-4, atol=1e-4)

@@ -12,7 +12,7 @@ from torch import nn
 
 import sparsejit as sj
 import sparsejit.families.filter_conv.tuner as fc
-from sparsejit.families.filter_conv.layers import SparseConv2d, SparseLinear
+from sparsejit.families.filter_conv.layers import PrunedConv2d, SparseLinear
 
 from test_filter_conv import pruned_cnn
 
@@ -38,7 +38,7 @@ def test_tune_then_explain_then_sparsify_from_the_store(tmp_path, monkeypatch):
     assert [r["name"] for r in res["layers"]] == ["c1", "c2", "c3", "fc"]
     assert all(r["choice"] == "sparse" and not r["cached"] for r in res["layers"])
     assert isinstance(m.c2, nn.Conv2d) and isinstance(m.fc, nn.Linear)  # left as it was
-    assert isinstance(res["model"].c2, SparseConv2d) and isinstance(res["model"].fc, SparseLinear)
+    assert isinstance(res["model"].c2, PrunedConv2d) and isinstance(res["model"].fc, SparseLinear)
     stored = fc._store(tmp_path).load(fc._TABLE)
     assert len(stored) == 4 and all("dense_ms" in e and "kernel_ms" in e for e in stored.values())
 
@@ -47,7 +47,7 @@ def test_tune_then_explain_then_sparsify_from_the_store(tmp_path, monkeypatch):
     assert all(r["cached"] and r["choice"] == "sparse" for r in after["layers"])
     assert "not measured" not in after["text"]
     got = sj.sparsify(m, x, cache_dir=tmp_path, min_speedup=0.0, progress=False, verbose=False)
-    assert got is m and isinstance(m.c1, SparseConv2d) and isinstance(m.fc, SparseLinear)
+    assert got is m and isinstance(m.c1, PrunedConv2d) and isinstance(m.fc, SparseLinear)
     with torch.no_grad():
         torch.testing.assert_close(m(x), want, rtol=1e-4, atol=1e-4)
 

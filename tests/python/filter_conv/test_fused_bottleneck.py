@@ -13,7 +13,7 @@ from torch import nn
 
 from sparsejit.families.filter_conv.fused import (FusedBottleneck, bottleneck_candidates,
                                                   bottleneck_problem, fuse_bottlenecks)
-from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
+from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d
 from sparsejit.families.filter_conv.tuner import sparsify
 
 from test_filter_conv_jit import Bottleneck, randomize_bn
@@ -209,8 +209,8 @@ def test_bad_arguments_name_the_problem(what, match):
 
 def sparse_block(c=16, m=8, seed=0, sparsity=0.8):
     ws, bs = block(c, m, m, seed=seed, sparsity=sparsity)
-    return (SparseConv2d(ws[0], bs[0], relu=True), SparseConv2d(ws[1], bs[1], padding=1, relu=True),
-            ResidualSparseConv2d(SparseConv2d(ws[2], bs[2]))), ws, bs
+    return (PrunedConv2d(ws[0], bs[0], relu=True), PrunedConv2d(ws[1], bs[1], padding=1, relu=True),
+            ResidualPrunedConv2d(PrunedConv2d(ws[2], bs[2]))), ws, bs
 
 
 def test_module_matches_chain_and_falls_back_where_the_op_does_not_apply():
@@ -228,16 +228,16 @@ def test_module_matches_chain_and_falls_back_where_the_op_does_not_apply():
 def test_module_rejects_what_it_cannot_fuse():
     (c1, c2, c3), ws, bs = sparse_block()
     assert bottleneck_problem(c1, c2, c3) is None
-    strided = SparseConv2d(ws[1], bs[1], stride=2, padding=1, relu=True)
-    no_relu = SparseConv2d(ws[0], bs[0])
+    strided = PrunedConv2d(ws[1], bs[1], stride=2, padding=1, relu=True)
+    no_relu = PrunedConv2d(ws[0], bs[0])
     with pytest.raises(ValueError, match="a strided block needs its projection shortcut"):
         FusedBottleneck(c1, strided, c3)
-    even = SparseConv2d(torch.randn(8, 8, 2, 2), None, padding=1, relu=True)
+    even = PrunedConv2d(torch.randn(8, 8, 2, 2), None, padding=1, relu=True)
     with pytest.raises(ValueError, match="conv2 must be an odd convolution"):
         FusedBottleneck(c1, even, c3)
     with pytest.raises(ValueError, match="ReLU"):
         FusedBottleneck(no_relu, c2, c3)
-    with pytest.raises(ValueError, match="must be SparseConv2d"):
+    with pytest.raises(ValueError, match="must be PrunedConv2d"):
         FusedBottleneck(c1, c2, c2)
     with pytest.raises(ValueError, match="band must be >= 0"):
         FusedBottleneck(c1, c2, c3, band=-1)
@@ -305,7 +305,7 @@ def test_fx_pass_fuses_the_identity_blocks_only(tmp_path):
     gm.recompile()
     assert seen == ["a bottleneck", "b bottleneck"]
     assert isinstance(gm.get_submodule("b.conv3"), FusedBottleneck)
-    assert not hasattr(gm.b, "conv1") and isinstance(gm.a.conv1, SparseConv2d)
+    assert not hasattr(gm.b, "conv1") and isinstance(gm.a.conv1, PrunedConv2d)
     assert torch.equal(gm(x), sparse(x))
     torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
 
@@ -344,7 +344,7 @@ def test_sparsify_fuses_measured_blocks_caches_and_explains(tmp_path):
     # (min_speedup 1e-3 keeps every layer sparse, as above, but not a block 1e6x slower)
     slower = sparsify(copy.deepcopy(model), x, min_speedup=1e-3, **opts)
     assert not any(isinstance(m, FusedBottleneck) for m in slower.modules())
-    assert any(isinstance(m, SparseConv2d) for m in slower.modules())
+    assert any(isinstance(m, PrunedConv2d) for m in slower.modules())
     assert torch.equal(slower(x), plain(x))
     for k in keys:
         del table[k]
@@ -484,7 +484,7 @@ def test_sparsify_fuses_a_projection_block_compiles_and_exports(stride, shape, t
     plain = sparsify(copy.deepcopy(model), x, min_speedup=0.0, fuse_groups=False, **opts)
     fused = sparsify(copy.deepcopy(model), x, min_speedup=0.0, **opts)
     blocks = [m for m in fused.modules() if isinstance(m, FusedBottleneck)]
-    assert len(blocks) == 2 and isinstance(blocks[0].shortcut, SparseConv2d)
+    assert len(blocks) == 2 and isinstance(blocks[0].shortcut, PrunedConv2d)
     assert blocks[0].conv2.stride == (stride, stride) and blocks[1].shortcut is None
     assert torch.equal(fused(x), plain(x))
     torch.testing.assert_close(fused(x), model(x), atol=1e-4, rtol=1e-4)

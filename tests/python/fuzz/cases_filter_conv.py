@@ -281,9 +281,9 @@ def filter_plan_bad_args(r: Rand) -> Case:
 
 
 def filter_modules(r: Rand) -> Case:
-    """sparsejit.families.filter_conv.SparseConv2d: from a pruned nn.Conv2d (forward against it in
+    """sparsejit.families.filter_conv.PrunedConv2d: from a pruned nn.Conv2d (forward against it in
     float64), or built / called with bad arguments."""
-    from sparsejit.families.filter_conv.layers import SparseConv2d
+    from sparsejit.families.filter_conv.layers import PrunedConv2d
 
     L = _layer(r)
     c_out, cin_g = L["w"].shape[0], L["w"].shape[1]
@@ -298,7 +298,7 @@ def filter_modules(r: Rand) -> Case:
                      "kernel", "weight"])
     x = L["x"]
     if what == "valid":
-        sc = SparseConv2d.from_dense(conv)
+        sc = PrunedConv2d.from_dense(conv)
         variant = r.choice(PRECOMPILED)
         ref = torch.nn.functional.conv2d(x.double(), conv.weight.double(), None if conv.bias
                                          is None else conv.bias.double(), L["stride"],
@@ -306,31 +306,31 @@ def filter_modules(r: Rand) -> Case:
         mag = torch.nn.functional.conv2d(x.double().abs(), conv.weight.double().abs(), None,
                                          L["stride"], L["padding"], L["dilation"], L["groups"])
         return Case("valid", lambda: sc(x, variant=variant),
-                    lambda y: close(y, ref, mag + 1, torch.float32), "SparseConv2d.from_dense",
+                    lambda y: close(y, ref, mag + 1, torch.float32), "PrunedConv2d.from_dense",
                     dict(w=tuple(L["w"].shape), x=tuple(x.shape), variant=variant))
     names = (what,)
     if what == "x_channels":
-        sc = SparseConv2d.from_dense(conv)
+        sc = PrunedConv2d.from_dense(conv)
         xb = r.data((1, x.shape[1] + 1) + tuple(x.shape[2:]), torch.float32)
         call, names = (lambda: sc(xb)), ("x", "channels")
     elif what == "stride":
         st = r.choice([0, -1, 2**40])
-        call = lambda: SparseConv2d(L["w"], stride=st, groups=L["groups"])(x)  # noqa: E731
+        call = lambda: PrunedConv2d(L["w"], stride=st, groups=L["groups"])(x)  # noqa: E731
     elif what == "groups":
         g = r.choice([0, -1, c_out + 1])
-        call = lambda: SparseConv2d(L["w"], groups=g)(x)  # noqa: E731
+        call = lambda: PrunedConv2d(L["w"], groups=g)(x)  # noqa: E731
     elif what == "padding_mode":
         bad = torch.nn.Conv2d(conv.in_channels, c_out, L["kernel"], padding=1,
                               padding_mode=r.choice(["reflect", "circular", "replicate"]),
                               groups=L["groups"])
-        call = lambda: SparseConv2d.from_dense(bad)  # noqa: E731
+        call = lambda: PrunedConv2d.from_dense(bad)  # noqa: E731
     elif what == "kernel":
         kernel = r.choice(["fast", "", "vec16"])
-        call = lambda: SparseConv2d(L["w"], kernel=kernel)  # noqa: E731
+        call = lambda: PrunedConv2d(L["w"], kernel=kernel)  # noqa: E731
     else:
         bad_w = r.choice([L["w"][0], L["w"].to(torch.int64), L["w"].to(torch.complex64)])
-        call = lambda: SparseConv2d(bad_w)(x)  # noqa: E731
-    return Case("invalid", call, None, f"SparseConv2d with a bad {what}", dict(what=what),
+        call = lambda: PrunedConv2d(bad_w)(x)  # noqa: E731
+    return Case("invalid", call, None, f"PrunedConv2d with a bad {what}", dict(what=what),
                 names=names)
 
 

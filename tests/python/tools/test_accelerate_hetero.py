@@ -1,7 +1,8 @@
 """accelerate on heterogeneous PyG models: to_hetero of SAGE / GraphConv / GAT models (lazy
 sizes, known after the first forward pass) and HeteroConv. Every per-edge-type conv becomes
-its sparsejit layer (one per edge type; the types are not grouped into one RGMS call);
-outputs and the gradients of every input and parameter equal PyG's in float64; restore."""
+its sparsejit layer; in to_hetero models, a layer's SAGEConv / GraphConv (sum, mean) edge
+types summed into one node type run as one RGMS call (convert/hetero.py); outputs and the
+gradients of every input and parameter equal PyG's in float64; restore."""
 
 import copy
 
@@ -93,4 +94,136 @@ def test_hetero_conv():
     _, rep = sj.accelerate(conv, return_report=True)
     assert [e.became for e in rep.entries] == ["sparsejit.SAGEConv", "sparsejit.GATConv",
                                                "sparsejit.GCNConv"], rep
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+
+
+def equal_width_data(seed=0, authors=30, empty_type=False):
+    """Both node types 10 wide (so every layer's relations into 'paper' group), skewed."""
+    g = torch.Generator().manual_seed(seed)
+    x = {"author": torch.randn(authors, 10, generator=g, dtype=torch.float64),
+         "paper": torch.randn(50, 10, generator=g, dtype=torch.float64)}
+    writes = torch.stack([torch.randint(0, authors, (150,), generator=g),
+                          torch.randint(0, 50, (150,), generator=g)])
+    writes[1, :60] = 7  # skewed
+    cites = torch.randint(0, 50, (2, 0 if empty_type else 200), generator=g)
+    return x, {TYPES[1][0]: writes, TYPES[1][1]: writes.flip(0), TYPES[1][2]: cites}
+
+
+class Net3(torch.nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.c1, self.c2 = make(), make()
+
+    def forward(self, x, edge_index):
+        return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+
+GROUPABLE = {"sage": lambda: pnn.SAGEConv((-1, -1), 16),
+             "graphconv_add": lambda: pnn.GraphConv((-1, -1), 16, aggr="add"),
+             "graphconv_mean": lambda: pnn.GraphConv((-1, -1), 16, aggr="mean")}
+
+
+@pytest.mark.parametrize("data", ["equal", "one_author", "empty_type", "unequal"])
+@pytest.mark.parametrize("kind", sorted(GROUPABLE))
+def test_to_hetero_edge_types_grouped(kind, data):
+    torch.manual_seed(0)
+    x, ei = (hetero_data() if data == "unequal" else
+             equal_width_data(authors=1 if data == "one_author" else 30,
+                              empty_type=data == "empty_type"))
+    model = pnn.to_hetero(Net3(GROUPABLE[kind]), TYPES, aggr="sum").double()
+    with torch.no_grad():
+        model(x, ei)
+    ref = copy.deepcopy(model)
+    before = model.state_dict(keep_vars=True)
+    _, rep = sj.accelerate(model, return_report=True)
+    assert len(rep.converted) == 6 and not rep.left, rep
+    # 'paper' gets writes + cites in each layer; in the unequal data, layer 1's sources are
+    # 8 and 12 wide: not grouped, and the report says why.
+    want = [("c1", data != "unequal"), ("c2", True)]
+    assert [(g.path.split("[")[0], g.converted) for g in rep.groups] == want, rep
+    assert all("author__writes__paper + paper__cites__paper" in g.path for g in rep.groups)
+    if data == "unequal":
+        assert "widths [8, 12]" in rep.groups[0].reason, rep
+    groups = [n for n, _ in model.named_children() if n.startswith("_sparsejit_hetero_group")]
+    assert len(groups) == sum(g.converted for g in rep.groups)
+    assert "c2.author__writes__paper" not in model.code and "c2.paper__cites__paper" not in \
+        model.code
+    after = model.state_dict(keep_vars=True)
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    _assert_same(_run(model, x, ei), _run(ref, x, ei))
+    # Idempotent: a second call neither converts nor groups again.
+    _, rep2 = sj.accelerate(model, return_report=True)
+    assert not rep2.groups and all(e.reason == "already accelerated" for e in rep2.entries)
+    sj.restore(model)
+    assert "_sparsejit_hetero_group" not in model.code and not any(
+        n.startswith("_sparsejit_hetero_group") for n, _ in model.named_children())
+    _assert_same(_run(model, x, ei), _run(ref, x, ei))
+
+
+def test_to_hetero_mixed_kinds_not_grouped():
+    """GAT's softmax is per relation, GraphConv max does not add up: left per edge type."""
+    x, ei = equal_width_data()
+    for make, why in ((lambda: pnn.GATConv((-1, -1), 8, add_self_loops=False), "GATConv"),
+                      (lambda: pnn.GraphConv((-1, -1), 8, aggr="max"), "aggr='max'")):
+        model = pnn.to_hetero(Net3(make), TYPES, aggr="sum").double()
+        with torch.no_grad():
+            model(x, ei)
+        ref = copy.deepcopy(model)
+        _, rep = sj.accelerate(model, return_report=True)
+        assert len(rep.groups) == 2 and not any(g.converted for g in rep.groups), rep
+        assert all(why in g.reason for g in rep.groups), rep
+        assert "_sparsejit_hetero_group" not in model.code
+        _assert_same(_run(model, x, ei), _run(ref, x, ei))
+
+
+@pytest.mark.slow
+def test_to_hetero_grouped_compiles_and_exports():
+    x, ei = equal_width_data()
+    model = pnn.to_hetero(Net3(GROUPABLE["sage"]), TYPES, aggr="sum").double()
+    with torch.no_grad():
+        model(x, ei)
+    ref = copy.deepcopy(model)
+    _, rep = sj.accelerate(model, return_report=True)
+    assert all(g.converted for g in rep.groups) and len(rep.groups) == 2, rep
+    want = ref(x, ei)
+    for run in (torch.compile(model, fullgraph=True), torch.export.export(model, (x, ei)).module()):
+        got = run(x, ei)
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], **TOL)
+
+
+@pytest.mark.parametrize("kind", sorted(GROUPABLE))
+def test_hetero_conv_edge_types_grouped(kind):
+    torch.manual_seed(0)
+    x, ei = equal_width_data(seed=3)
+    make = {"sage": lambda: pnn.SAGEConv(10, 16),
+            "graphconv_add": lambda: pnn.GraphConv(10, 16, aggr="add"),
+            "graphconv_mean": lambda: pnn.GraphConv(10, 16, aggr="mean")}[kind]
+    conv = pnn.HeteroConv({t: make() for t in TYPES[1]}, aggr="sum").double()
+    ref = copy.deepcopy(conv)
+    before = conv.state_dict(keep_vars=True)
+    _, rep = sj.accelerate(conv, return_report=True)
+    assert len(rep.converted) == 3, rep
+    assert [(g.path, g.converted) for g in rep.groups] == [
+        ("(model)[author__writes__paper + paper__cites__paper]", True)], rep
+    after = conv.state_dict(keep_vars=True)
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+    # A node type missing from the call: that group's edge types are skipped, as PyG does.
+    x_only_paper = {"paper": x["paper"]}
+    ei_cites = {TYPES[1][2]: ei[TYPES[1][2]]}
+    _assert_same(_run(conv, x_only_paper, ei_cites), _run(ref, x_only_paper, ei_cites))
+    sj.restore(conv)
+    assert "forward" not in conv.__dict__
+    _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+
+
+def test_hetero_conv_mean_not_grouped():
+    x, ei = equal_width_data()
+    conv = pnn.HeteroConv({t: pnn.SAGEConv(10, 16) for t in TYPES[1]}, aggr="mean").double()
+    ref = copy.deepcopy(conv)
+    _, rep = sj.accelerate(conv, return_report=True)
+    assert [g.converted for g in rep.groups] == [False] and "aggr='mean'" in \
+        rep.groups[0].reason, rep
     _assert_same(_run(conv, x, ei), _run(ref, x, ei))

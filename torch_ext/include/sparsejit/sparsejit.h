@@ -129,7 +129,7 @@ at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
 // y = relu?(conv2d(x, W) + bias [+ residual]) without touching the zeros (a residual of y's
 // shape, e.g. a ResNet block's identity, is added before the ReLU). CPU, inference only; x float32
 // (other float dtypes computed in float32), NCHW or channels_last; y NCHW.
-struct SparseConv2d {
+struct PrunedConv2d {
   at::Tensor plan, rowptr, taps, values;  // from the filter_conv_plan op
   std::optional<at::Tensor> bias;         // [C_out] or none
   std::vector<int64_t> kernel_size{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
@@ -137,7 +137,7 @@ struct SparseConv2d {
   bool relu = false;
 
   // Fold a following BatchNorm into weight and bias first (scale = gamma / sqrt(var + eps)).
-  static SparseConv2d from_dense(const at::Tensor& weight, std::optional<at::Tensor> bias,
+  static PrunedConv2d from_dense(const at::Tensor& weight, std::optional<at::Tensor> bias,
                                  std::vector<int64_t> stride = {1, 1},
                                  std::vector<int64_t> padding = {0, 0},
                                  std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1,
@@ -387,17 +387,17 @@ inline at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, con
   return h.call(x, ptr, w);
 }
 
-inline SparseConv2d SparseConv2d::from_dense(const at::Tensor& weight,
+inline PrunedConv2d PrunedConv2d::from_dense(const at::Tensor& weight,
                                              std::optional<at::Tensor> bias,
                                       std::vector<int64_t> stride, std::vector<int64_t> padding,
                                       std::vector<int64_t> dilation, int64_t groups, bool relu,
                                       double threshold) {
-  TORCH_CHECK_VALUE(weight.dim() == 4, "sparsejit::SparseConv2d: weight must be 4-D [C_out, "
+  TORCH_CHECK_VALUE(weight.dim() == 4, "sparsejit::PrunedConv2d: weight must be 4-D [C_out, "
                     "C_in/groups, R, S]; got shape ", weight.sizes());
   static auto plan_op = detail::op("sparsejit::filter_conv_plan")
                             .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
                                 const at::Tensor&, double, int64_t)>();
-  SparseConv2d m;
+  PrunedConv2d m;
   std::tie(m.plan, m.rowptr, m.taps, m.values) = plan_op.call(weight.cpu(), threshold, 0);
   m.bias = std::move(bias);
   m.kernel_size = {weight.size(2), weight.size(3)};
@@ -409,7 +409,7 @@ inline SparseConv2d SparseConv2d::from_dense(const at::Tensor& weight,
   return m;
 }
 
-inline at::Tensor SparseConv2d::forward(const at::Tensor& x,
+inline at::Tensor PrunedConv2d::forward(const at::Tensor& x,
                                         const std::optional<at::Tensor>& residual) const {
   static auto conv_op =
       detail::op("sparsejit::filter_conv")

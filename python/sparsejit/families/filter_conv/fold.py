@@ -26,9 +26,9 @@ from torch import nn
 def fold_bn(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm2d):
     """Weight and bias of a conv followed by bn (running statistics, as in eval mode)."""
     if bn.running_mean is None or bn.running_var is None:
-        raise ValueError("sparsejit.SparseConv2d.from_dense: bn must track running statistics")
+        raise ValueError("sparsejit.PrunedConv2d.from_dense: bn must track running statistics")
     if bn.num_features != weight.shape[0]:
-        raise ValueError(f"sparsejit.SparseConv2d.from_dense: bn has {bn.num_features} "
+        raise ValueError(f"sparsejit.PrunedConv2d.from_dense: bn has {bn.num_features} "
                          f"features but the convolution has {weight.shape[0]} output channels")
     inv = torch.rsqrt(bn.running_var.double() + bn.eps)
     gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(inv)
@@ -42,7 +42,7 @@ def fold_bn(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm
 
 class ConvReLU(nn.Module):
     """A dense Conv2d followed by ReLU: the unit sparsify measures (and converts to
-    ``SparseConv2d(..., relu=True)``) where fold_bn fused a ReLU."""
+    ``PrunedConv2d(..., relu=True)``) where fold_bn fused a ReLU."""
 
     def __init__(self, conv: nn.Conv2d):
         super().__init__()
@@ -250,7 +250,7 @@ def apply_conv_pool(gm: torch.fx.GraphModule, conv_node: torch.fx.Node,
 def fuse_residual(gm: torch.fx.GraphModule, wrap) -> List[str]:
     """relu(conv(x) + r) -> fused(x, residual=r) for every conv module for which `wrap(module)`
     returns a fused module (taking ``(x, residual=...)``, ReLU after the residual:
-    layers.ResidualSparseConv2d), the conv called once, its result used only by the add, the
+    layers.ResidualPrunedConv2d), the conv called once, its result used only by the add, the
     add's only use a ReLU. Returns the names of the fused convolutions."""
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")

@@ -4,9 +4,9 @@ so its intermediate activations stay in the core's cache instead of going to mem
 between the layer calls.
 
 ``FusedBottleneck(conv1, conv2, conv3, shortcut=None)`` takes the layers sparsify made of a
-block (``conv1``, ``conv2``: SparseConv2d with ReLU, conv2 at stride 1 or more; ``conv3``: a
-ResidualSparseConv2d; the residual is the block's input, or ``shortcut(x)``, a 1x1
-SparseConv2d projection at conv2's stride without ReLU) and computes
+block (``conv1``, ``conv2``: PrunedConv2d with ReLU, conv2 at stride 1 or more; ``conv3``: a
+ResidualPrunedConv2d; the residual is the block's input, or ``shortcut(x)``, a 1x1
+PrunedConv2d projection at conv2's stride without ReLU) and computes
 ``conv3(conv2(conv1(x)), residual=x or shortcut(x))``. sparsify's fusion
 pass (``fuse_bottlenecks``) finds such chains in the traced model, times the fused module
 against the chain on the shape the example input gave, and keeps the faster.
@@ -57,10 +57,10 @@ def _is_1x1(c, stride: int = 1) -> bool:
 
 def bottleneck_problem(conv1, conv2, conv3, shortcut=None) -> Optional[str]:
     """Why the layers cannot run as one fused bottleneck (None when they can)."""
-    from sparsejit.families.filter_conv.layers import ResidualSparseConv2d, SparseConv2d
-    if not (isinstance(conv1, SparseConv2d) and isinstance(conv2, SparseConv2d) and
-            isinstance(conv3, ResidualSparseConv2d)):
-        return "conv1 and conv2 must be SparseConv2d and conv3 a ResidualSparseConv2d"
+    from sparsejit.families.filter_conv.layers import ResidualPrunedConv2d, PrunedConv2d
+    if not (isinstance(conv1, PrunedConv2d) and isinstance(conv2, PrunedConv2d) and
+            isinstance(conv3, ResidualPrunedConv2d)):
+        return "conv1 and conv2 must be PrunedConv2d and conv3 a ResidualPrunedConv2d"
     c3 = conv3.conv
     if not (_is_1x1(conv1) and _is_1x1(c3)):
         return "conv1 and conv3 must be 1x1, stride 1, unpadded, ungrouped"
@@ -79,8 +79,8 @@ def bottleneck_problem(conv1, conv2, conv3, shortcut=None) -> Optional[str]:
     if shortcut is None and c3.out_channels != conv1.in_channels:
         return "conv3's channels do not match an identity residual"
     if shortcut is not None:
-        if not isinstance(shortcut, SparseConv2d) or not _is_1x1(shortcut, t) or shortcut.relu:
-            return "the shortcut must be a 1x1 SparseConv2d at conv2's stride, without ReLU"
+        if not isinstance(shortcut, PrunedConv2d) or not _is_1x1(shortcut, t) or shortcut.relu:
+            return "the shortcut must be a 1x1 PrunedConv2d at conv2's stride, without ReLU"
         if shortcut.in_channels != conv1.in_channels or \
                 shortcut.out_channels != c3.out_channels:
             return "the shortcut's channels do not match the block's"

@@ -1,7 +1,7 @@
 """Pruned Conv2d / Linear inference with filter-sparse kernels: the modules ``sparsify``
 (sparsejit.families.filter_conv.tuner) puts where the sparse kernel measures faster.
 
-``SparseConv2d.from_dense(conv, bn=None, threshold=0.0, relu=False)`` keeps the nonzeros of
+``PrunedConv2d.from_dense(conv, bn=None, threshold=0.0, relu=False)`` keeps the nonzeros of
 ``conv.weight`` (BatchNorm folded in first), and runs ``sparsejit::filter_conv``. Inference only:
 the modules hold buffers, not parameters, and no gradient flows to the weight or the input.
 """
@@ -24,7 +24,7 @@ def _pair(v) -> Tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
-class SparseConv2d(nn.Module):
+class PrunedConv2d(nn.Module):
     """A Conv2d whose weight's zeros are skipped: the weight compressed per output channel
     (``sparsejit::filter_conv_plan``), bias and an optional ReLU fused into the output write.
     Accepts NCHW or channels_last input of any float dtype (computed in float32; bfloat16
@@ -38,13 +38,13 @@ class SparseConv2d(nn.Module):
                  threshold: float = 0.0, kernel: str = "auto"):
         super().__init__()
         if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
-            raise ValueError("sparsejit.SparseConv2d: weight must be a 4-D tensor [C_out, "
+            raise ValueError("sparsejit.PrunedConv2d: weight must be a 4-D tensor [C_out, "
                              "C_in/groups, R, S]")
         if kernel not in VARIANTS:
-            raise ValueError(f"sparsejit.SparseConv2d: kernel must be one of {list(VARIANTS)}; "
+            raise ValueError(f"sparsejit.PrunedConv2d: kernel must be one of {list(VARIANTS)}; "
                              f"got {kernel!r}")
         if groups < 1 or weight.shape[0] % groups:
-            raise ValueError(f"sparsejit.SparseConv2d: groups ({groups}) must divide "
+            raise ValueError(f"sparsejit.PrunedConv2d: groups ({groups}) must divide "
                              f"out_channels ({weight.shape[0]})")
         w = weight.detach().cpu()
         plan, rowptr, taps, values = torch.ops.sparsejit.filter_conv_plan(
@@ -68,14 +68,14 @@ class SparseConv2d(nn.Module):
     @classmethod
     def from_dense(cls, conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d] = None,
                    threshold: float = 0.0, relu: bool = False,
-                   kernel: str = "auto") -> "SparseConv2d":
+                   kernel: str = "auto") -> "PrunedConv2d":
         """The sparse twin of `conv` (followed by `bn`, folded in, and ReLU when `relu`);
         entries with magnitude <= `threshold` are dropped as well as zeros."""
         if not isinstance(conv, nn.Conv2d):
-            raise TypeError(f"sparsejit.SparseConv2d.from_dense: conv must be an nn.Conv2d; "
+            raise TypeError(f"sparsejit.PrunedConv2d.from_dense: conv must be an nn.Conv2d; "
                             f"got {type(conv).__name__}")
         if conv.padding_mode != "zeros":
-            raise ValueError("sparsejit.SparseConv2d.from_dense: only padding_mode='zeros' is "
+            raise ValueError("sparsejit.PrunedConv2d.from_dense: only padding_mode='zeros' is "
                              f"supported; got {conv.padding_mode!r}")
         padding = conv.padding
         if isinstance(padding, str):
@@ -84,7 +84,7 @@ class SparseConv2d(nn.Module):
             else:  # 'same' (stride 1): symmetric only
                 tot = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
                 if any(t % 2 for t in tot):
-                    raise ValueError("sparsejit.SparseConv2d.from_dense: padding='same' needs "
+                    raise ValueError("sparsejit.PrunedConv2d.from_dense: padding='same' needs "
                                      "asymmetric padding for this kernel; not supported")
                 padding = tuple(t // 2 for t in tot)
         weight, bias = conv.weight.detach(), conv.bias
@@ -103,11 +103,11 @@ class SparseConv2d(nn.Module):
             self.kernel_size[0] * self.kernel_size[1]
         return 1.0 - self.nnz / max(total, 1)
 
-    def set_kernel(self, kernel: str) -> "SparseConv2d":
+    def set_kernel(self, kernel: str) -> "PrunedConv2d":
         """Makes `kernel` (a name in ops.filter_conv.VARIANTS) the plan's variant (the plan's
         kernel word; saved with the state dict). sparsify sets the measured winner."""
         if kernel not in VARIANTS:
-            raise ValueError(f"sparsejit.SparseConv2d: kernel must be one of {list(VARIANTS)}; "
+            raise ValueError(f"sparsejit.PrunedConv2d: kernel must be one of {list(VARIANTS)}; "
                              f"got {kernel!r}")
         self.plan[3] = VARIANTS[kernel]  # plan_header.h: kWordKernel
         self.kernel = kernel
@@ -135,17 +135,17 @@ class SparseConv2d(nn.Module):
                 f"groups={self.groups}, relu={self.relu}, sparsity={self.sparsity:.3f}")
 
 
-class ResidualSparseConv2d(nn.Module):
+class ResidualPrunedConv2d(nn.Module):
     """``relu(conv(x) + residual)`` (ReLU optional) with the add and the ReLU in the sparse
     kernel's output write: no separate pass over the output, no extra tensor. What
     ``sparsify(..., fold_bn=True)`` makes of a ResNet block's last convolution, its residual
     add and ReLU. A residual that is not of the output's shape, dtype and device (a
     broadcasting add) takes the unfused path, with the same result."""
 
-    def __init__(self, conv: "SparseConv2d", relu: bool = True):
+    def __init__(self, conv: "PrunedConv2d", relu: bool = True):
         super().__init__()
-        if not isinstance(conv, SparseConv2d) or conv.relu:
-            raise ValueError("sparsejit.ResidualSparseConv2d: conv must be a SparseConv2d "
+        if not isinstance(conv, PrunedConv2d) or conv.relu:
+            raise ValueError("sparsejit.ResidualPrunedConv2d: conv must be a PrunedConv2d "
                              "without its own ReLU (the ReLU follows the residual)")
         self.conv, self.relu = conv, bool(relu)
 
@@ -173,7 +173,7 @@ class SparseLinear(nn.Module):
     def __init__(self, linear: nn.Linear, threshold: float = 0.0):
         super().__init__()
         w = linear.weight.detach()
-        self.conv = SparseConv2d(w.view(w.shape[0], w.shape[1], 1, 1), linear.bias,
+        self.conv = PrunedConv2d(w.view(w.shape[0], w.shape[1], 1, 1), linear.bias,
                                  threshold=threshold)
         self.in_features, self.out_features = int(w.shape[1]), int(w.shape[0])
 
@@ -193,4 +193,4 @@ class SparseLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
 
-__all__ = ["SparseConv2d", "SparseLinear", "ResidualSparseConv2d"]
+__all__ = ["PrunedConv2d", "SparseLinear", "ResidualPrunedConv2d"]

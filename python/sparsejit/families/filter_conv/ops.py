@@ -1,5 +1,5 @@
 """Filter-sparse convolution ops (pruned Conv2d inference): fakes for torch.compile /
-torch.export. The user-facing modules are sparsejit.families.filter_conv.layers (SparseConv2d)
+torch.export. The user-facing modules are sparsejit.families.filter_conv.layers (PrunedConv2d)
 and .tuner (sparsify).
 
 ``filter_conv_plan(weight, threshold, variant) -> (plan, rowptr, taps, values)`` compresses a

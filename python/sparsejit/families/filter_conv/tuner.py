@@ -29,7 +29,7 @@ from sparsejit.families.filter_conv import fused as _fused
 from sparsejit.families.filter_conv.fold import (ChannelsLastPool, ConvPool, ConvReLU,
                                                  fold_batchnorm, functional_pools_as_modules,
                                                  set_module)
-from sparsejit.families.filter_conv.layers import (ResidualSparseConv2d, SparseConv2d,
+from sparsejit.families.filter_conv.layers import (ResidualPrunedConv2d, PrunedConv2d,
                                                    SparseLinear)
 from sparsejit.families.filter_conv.ops import JIT_VARIANTS, VARIANTS
 from sparsejit.runtime import tuners
@@ -125,7 +125,7 @@ BAKED_MAX_NNZ = 0
 LAST_JIT_WARMUP_S = 0.0  # wall seconds the last sparsify spent compiling JIT kernels
 
 
-def _jit_candidates(sparse: "SparseConv2d", jit: bool, baked_max_nnz: int) -> Tuple[str, ...]:
+def _jit_candidates(sparse: "PrunedConv2d", jit: bool, baked_max_nnz: int) -> Tuple[str, ...]:
     if not jit or not _core.jit_enabled() or sparse.values.device.type != "cpu":
         return ()
     return JIT_VARIANTS if sparse.nnz <= baked_max_nnz else ("jit",)
@@ -156,7 +156,7 @@ def _conv_of(mod: nn.Module) -> nn.Module:
 
 
 def _residual_unit(mod: nn.Module) -> Optional[nn.Module]:
-    return ResidualSparseConv2d(mod) if isinstance(mod, SparseConv2d) and not mod.relu else None
+    return ResidualPrunedConv2d(mod) if isinstance(mod, PrunedConv2d) and not mod.relu else None
 
 
 def _fuse_graph(gm: torch.fx.GraphModule, shapes, table: Dict[str, dict], rows: List[dict],
@@ -319,7 +319,7 @@ def sparsify(model: nn.Module, example_input, min_speedup: float = 1.05,
     `fuse` (default: `fold_bn`; it needs the model traced by fold_bn's torch.fx pass) then
     rewrites the traced graph: a residual add followed by a ReLU whose other operand is a
     sparse convolution's output runs in that convolution's output write
-    (``ResidualSparseConv2d``), and a dense convolution (ReLU fused or not) followed by a
+    (``ResidualPrunedConv2d``), and a dense convolution (ReLU fused or not) followed by a
     ``MaxPool2d`` (the CNN stem) runs on channels_last with the ReLU after the pool
     (``ConvPool``) where that measures faster by `min_speedup` (a row "conv + pool" in the
     table: its two times are NCHW and channels_last; cached like the layers); any other
@@ -388,7 +388,7 @@ def _sparsify(model, example_input, min_speedup, threshold, min_sparsity, repeat
         conv = _conv_of(mod)
         if isinstance(conv, nn.Conv2d):
             ok = conv.padding_mode == "zeros" and len(shape) == 4
-            sparse = SparseConv2d.from_dense(conv, threshold=threshold,
+            sparse = PrunedConv2d.from_dense(conv, threshold=threshold,
                                              relu=mod is not conv) if ok else None
         else:
             sparse = SparseLinear(mod, threshold=threshold)
@@ -402,19 +402,19 @@ def _sparsify(model, example_input, min_speedup, threshold, min_sparsity, repeat
     # Compile the JIT kernels of the layers to be measured, all at once.
     work = [(s, shapes[n][0], shapes[n][1], _jit_candidates(s, jit, baked_max))
             for n, _, s, _, k in layers if k is not None and k not in table
-            and isinstance(s, SparseConv2d)]
+            and isinstance(s, PrunedConv2d)]
     LAST_JIT_WARMUP_S = 0.0 if dry else _warm_jit(work)
     for i, (name, mod, sparse, row, key) in enumerate(layers):
         shape, dtype = shapes[name]
         if key is not None:
             hit = table.get(key)
             if hit is None and not dry:
-                conv = sparse if isinstance(sparse, SparseConv2d) else sparse.conv
+                conv = sparse if isinstance(sparse, PrunedConv2d) else sparse.conv
                 kinds = (_jit_candidates(conv, jit, baked_max)
-                         if isinstance(sparse, SparseConv2d) else ())
+                         if isinstance(sparse, PrunedConv2d) else ())
                 device = _conv_of(mod).weight.device
                 on_gpu = device.type == "cuda"
-                if isinstance(sparse, SparseConv2d) and not on_gpu:
+                if isinstance(sparse, PrunedConv2d) and not on_gpu:
                     sparse.set_kernel("generic")  # the precompiled loop, against the JIT's
                 res = measure(mod, sparse, shape, dtype, repeat, clock, variants=kinds,
                               **({"device": device} if on_gpu else {}))
@@ -434,7 +434,7 @@ def _sparsify(model, example_input, min_speedup, threshold, min_sparsity, repeat
                            kernel=hit.get("kernel", "auto"))
             if hit is not None and hit["dense_ms"] >= hit["sparse_ms"] * min_speedup:
                 row["choice"] = "sparse"
-                if isinstance(sparse, SparseConv2d) and row["kernel"] in VARIANTS:
+                if isinstance(sparse, PrunedConv2d) and row["kernel"] in VARIANTS:
                     sparse.set_kernel(row["kernel"])
                 set_module(model, name, sparse)
         rows.append(row)
