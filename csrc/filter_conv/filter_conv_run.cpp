@@ -9,6 +9,7 @@
 
 #include "codegen/cpu_filter_conv_spec.h"
 #include "codegen/cpu_jit.h"
+#include "csrc/plan/plan_header.h"
 #include "kernels/cpu/common/prefetch.h"
 
 #include <algorithm>
@@ -103,6 +104,16 @@ void compress(const float* w, int64_t rows, int64_t cols, float threshold, int64
     }
     rowptr[i + 1] = n;
   }
+}
+
+void write_plan(int64_t* words, int64_t variant, const int64_t* rowptr, const int64_t* taps,
+                int64_t c_out, int64_t cin_g, int64_t r, int64_t s) {
+  const auto stamp = plan::stamp_structure<int64_t>(rowptr, taps, c_out, cin_g * r * s);
+  plan::write_header(words, OpKind::FilterConv, variant, 0, 0, stamp);
+  words[plan::kHeaderWords + 0] = c_out;
+  words[plan::kHeaderWords + 1] = cin_g;
+  words[plan::kHeaderWords + 2] = r;
+  words[plan::kHeaderWords + 3] = s;
 }
 
 std::string check_pattern(const Pattern& p, int64_t nnz) {

@@ -56,6 +56,12 @@ int64_t count_kept(const float* w, int64_t rows, int64_t cols, float threshold);
 // Fills rowptr [rows + 1], taps [nnz], values [nnz] (nnz from count_kept).
 void compress(const float* w, int64_t rows, int64_t cols, float threshold, int64_t* rowptr,
               int64_t* taps, float* values);
+// The plan tensor: the common header (OpKind::FilterConv, kernel word = the tile variant, the
+// pattern's structure stamp over rowptr / taps) then kPlanGeomWords words: C_out, C_in/groups,
+// R, S. write_plan fills all plan::kHeaderWords + kPlanGeomWords of `words`.
+constexpr int64_t kPlanGeomWords = 4;
+void write_plan(int64_t* words, int64_t variant, const int64_t* rowptr, const int64_t* taps,
+                int64_t c_out, int64_t cin_g, int64_t r, int64_t s);
 // O(rows + nnz) check of plan arrays handed back to the forward op; empty when valid.
 std::string check_pattern(const Pattern& p, int64_t nnz);
 

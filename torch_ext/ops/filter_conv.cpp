@@ -44,7 +44,7 @@ namespace sparsejit {
 namespace {
 
 
-constexpr int64_t kGeomWords = 4;  // after the header: C_out, C_in/groups, R, S
+constexpr int64_t kGeomWords = filter_conv::kPlanGeomWords;  // C_out, C_in/groups, R, S
 
 void check_kernel_id(int64_t kernel, const char* op) {
   SJ_CHECK_VALUE(kernel >= 0 && kernel < filter_conv::kNumVariants, "sparsejit.", op,
@@ -74,14 +74,8 @@ std::tuple<tx::Tensor, tx::Tensor, tx::Tensor, tx::Tensor> filter_conv_plan_cpu(
   filter_conv::compress(ptr<float>(w), rows, cols, thr, ptr<int64_t>(rowptr), ptr<int64_t>(taps),
                    ptr<float>(values));
   auto plan = tx::empty({plan::kHeaderWords + kGeomWords}, opt);
-  int64_t* words = ptr<int64_t>(plan);
-  const auto stamp =
-      plan::stamp_structure<int64_t>(ptr<int64_t>(rowptr), ptr<int64_t>(taps), rows, cols);
-  plan::write_header(words, OpKind::FilterConv, kernel, 0, 0, stamp);
-  words[plan::kHeaderWords + 0] = rows;
-  words[plan::kHeaderWords + 1] = w.size(1);
-  words[plan::kHeaderWords + 2] = w.size(2);
-  words[plan::kHeaderWords + 3] = w.size(3);
+  filter_conv::write_plan(ptr<int64_t>(plan), kernel, ptr<int64_t>(rowptr), ptr<int64_t>(taps),
+                          rows, w.size(1), w.size(2), w.size(3));
   return {plan, rowptr, taps, values};
 }
 
@@ -119,7 +113,7 @@ void check_index(const tx::Tensor& t, const char* name) {
 // channels_last and not NCHW-contiguous, with more than one channel, row and column: where a
 // size is 1 the two layouts differ only in strides that Inductor may choose differently from
 // the example it traced (SparseLinear's [1, C, M, 1] views), so those stay NCHW. The fake
-// (python/sparsejit/ops/filter_conv.py) applies the same rule.
+// (python/sparsejit/families/filter_conv/ops.py) applies the same rule.
 bool channels_last_input(const tx::Tensor& x) {
   return x.dim() == 4 && x.size(1) > 1 && x.size(2) > 1 && x.size(3) > 1 && !x.is_contiguous() &&
          x.is_contiguous(tx::MemoryFormat::ChannelsLast);

@@ -376,32 +376,25 @@ def test_planted_autograd_and_store_violations_are_found(tmp_path):
 # multiplicative constants such functions are made of).
 
 TORCH_EXT = PKG.parents[1] / "torch_ext"
-# Adapters that still stamp plans themselves, each with what should replace it. The list only
-# shrinks: an entry whose file no longer writes a header fails the test too.
-_STAMPS_STILL_IN_ADAPTER = {
-    # filter_conv's compressed-weight plan (csrc/filter_conv is another session's work)
-    "ops/filter_conv.cpp": "a filter_conv::write_plan_head in csrc/filter_conv",
-}
 _HASH_CONSTANTS = ("9e3779b97f4a7c15", "bf58476d1ce4e5b9", "94d049bb133111eb",
                    "1099511628211", "100000001b3", "cbf29ce484222325", "14695981039346656037")
 _HASH_FUNCTION = r"\b[A-Za-z_]\w*\s+(\w*(?:mix|hash|fnv)\w*)\s*\([^;]*\)\s*(?:const\s*)?\{"
 
 
 def adapter_violations(root: Path) -> List[str]:
-    """Under `root` (torch_ext): (1) plan::write_header called outside the allowed list;
-    (2) a hash defined: a function named *mix* / *hash* / *fnv*, or a hash constant."""
+    """Under `root` (torch_ext): (1) plan::write_header called (every family's plan is
+    assembled and stamped in csrc/<family>/); (2) a hash defined: a function named *mix* /
+    *hash* / *fnv*, or a hash constant."""
     import re
-    bad, stamping = [], set()
+    bad = []
     for p in sorted(q for q in root.rglob("*") if q.suffix in (".h", ".cpp", ".inc", ".cu")):
         rel = p.relative_to(root).as_posix()
         text = p.read_text()
         code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)   # comments are not code
         for m in re.finditer(r"\bwrite_header\s*\(", code):
-            stamping.add(rel)
-            if rel not in _STAMPS_STILL_IN_ADAPTER:
-                line = code.count("\n", 0, m.start()) + 1
-                bad.append(f"torch_ext/{rel}:{line}: writes a plan header (assemble and stamp "
-                           "plans in csrc/<family>/)")
+            line = code.count("\n", 0, m.start()) + 1
+            bad.append(f"torch_ext/{rel}:{line}: writes a plan header (assemble and stamp "
+                       "plans in csrc/<family>/)")
         for m in re.finditer(_HASH_FUNCTION, code):
             line = code.count("\n", 0, m.start()) + 1
             bad.append(f"torch_ext/{rel}:{line}: defines {m.group(1)}() (use csrc/core's "
@@ -410,10 +403,6 @@ def adapter_violations(root: Path) -> List[str]:
             if c in code.lower():
                 bad.append(f"torch_ext/{rel}: a hash constant 0x{c}... (use csrc/core's "
                            "hash_words / fingerprint)")
-    for rel, what in _STAMPS_STILL_IN_ADAPTER.items():
-        if (root / rel).exists() and rel not in stamping:
-            bad.append(f"torch_ext/{rel} no longer writes a plan header: drop it from "
-                       f"_STAMPS_STILL_IN_ADAPTER ({what})")
     return sorted(bad)
 
 
@@ -431,11 +420,11 @@ def test_planted_adapter_stamp_and_hash_are_found(tmp_path):
         "inline uint64_t sites_hash(const int64_t* k, int64_t n) { return 0; }\n"
         "void build(int64_t* w) {\n  plan::write_header(w, OpKind::PointConv, 0, 0, 0, s);\n}\n"
         "int64_t h = point_conv::sites_fingerprint(keys, n);  // a call: fine\n")
-    (tmp_path / "ops" / "filter_conv.cpp").write_text("void f() {}\n")  # allowed, yet clean
+    (tmp_path / "ops" / "clean.cpp").write_text("void f() {}\n")
     bad = adapter_violations(tmp_path)
     found = "\n".join(bad)
     assert "ops/toy.cpp:8: writes a plan header" in found, found
     assert "defines mix()" in found and "defines sites_hash()" in found, found
     assert "hash constant 0x9e3779b97f4a7c15" in found, found
-    assert "ops/filter_conv.cpp no longer writes a plan header" in found, found
-    assert len(bad) == 5, bad
+    assert "clean.cpp" not in found, found
+    assert len(bad) == 4, bad
