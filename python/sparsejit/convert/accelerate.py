@@ -167,7 +167,8 @@ def _sparsify(model: nn.Module, example_input, report: Report, verbose: bool,
 
 def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
                sparsify_convs: bool = True, min_sparsity: float = 0.3,
-               group_edge_types: bool = True, return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
+               group_edge_types: Union[bool, str] = True,
+               return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, Report]]:
     """Moves `model` onto sparsejit's kernels in place and returns it (the returned module
     when `model` itself is a converted layer).
 
@@ -189,8 +190,8 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     * In a ``to_hetero`` model or a ``HeteroConv`` (aggr="sum"), one layer's SAGEConv /
       GraphConv calls whose outputs are summed into one node type run as one
       ``sparsejit.rgms`` call (see
-      :mod:`sparsejit.convert.hetero`; ``group_edge_types=False`` keeps one call per edge
-      type).
+      :mod:`sparsejit.convert.hetero`, with the measurements): ``group_edge_types="inference"``
+      only for passes that record no gradient; ``False`` keeps one call per edge type.
     * Conv2d layers with at least `min_sparsity` zeros are offered to
       :func:`sparsejit.sparsify`'s measured decision when `example_input` is given (and
       `sparsify_convs`); without it they are listed in the report.
@@ -206,11 +207,15 @@ def accelerate(model: nn.Module, *, verbose: bool = False, example_input=None,
     report = Report()
     blocked = dict(engines.engines_in(model), spconv=spconv.blocker(model))
     model = _walk(model, "", report, {}, blocked)
+    if group_edge_types not in (True, False, "inference"):
+        raise ValueError(f"sparsejit.accelerate: group_edge_types must be True, False or "
+                         f"'inference'; got {group_edge_types!r}")
+    when = "always" if group_edge_types is True else "inference"
     for path, sub in list(model.named_modules()) if group_edge_types else ():
         if isinstance(sub, fx.GraphModule):  # to_hetero's: edge types into one rgms call
-            hetero.group(sub, path, report)
+            hetero.group(sub, path, report, when)
         elif hetero.is_heteroconv(sub):
-            hetero.group_heteroconv(sub, path, report)
+            hetero.group_heteroconv(sub, path, report, when)
     if sparsify_convs:
         model = _sparsify(model, example_input, report, verbose, min_sparsity)
     LAST_REPORT = report

@@ -227,3 +227,28 @@ def test_hetero_conv_mean_not_grouped():
     assert [g.converted for g in rep.groups] == [False] and "aggr='mean'" in \
         rep.groups[0].reason, rep
     _assert_same(_run(conv, x, ei), _run(ref, x, ei))
+
+
+def test_group_edge_types_inference_only(monkeypatch):
+    """group_edge_types='inference': the rgms call serves passes that record no gradient; a
+    training pass runs each relation's layer. Both equal PyG."""
+    from sparsejit.families.rgms import ops as rgms_ops
+    calls = []
+    real = rgms_ops.rgms
+    monkeypatch.setattr(rgms_ops, "rgms", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, ei = equal_width_data(seed=5)
+    model = pnn.to_hetero(Net3(GROUPABLE["sage"]), TYPES, aggr="sum").double()
+    with torch.no_grad():
+        model(x, ei)
+    ref = copy.deepcopy(model)
+    _, rep = sj.accelerate(model, group_edge_types="inference", return_report=True)
+    assert all(g.converted and "(inference)" in g.reason for g in rep.groups), rep
+    _assert_same(_run(model, x, ei), _run(ref, x, ei))
+    assert not calls  # training: the layers
+    with torch.no_grad():
+        got, want = model(x, ei), ref(x, ei)
+    assert len(calls) == 2  # inference: one rgms per grouped layer
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], **TOL)
+    with pytest.raises(ValueError, match="group_edge_types"):
+        sj.accelerate(copy.deepcopy(ref), group_edge_types="sometimes")
