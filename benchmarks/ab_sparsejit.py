@@ -39,6 +39,11 @@ GRAPHS = ["cora", "pubmed", "facebook", "blogcatalog",
           "powerlaw:n=200000,avg=12,alpha=2.1,seed=1", "rmat:scale=18,ef=10,seed=2"]
 
 
+
+def _pruned_conv2d(sj):
+    """The pruned Conv2d layer under either name (SparseConv2d before 0.x's rename)."""
+    return getattr(sj.nn, "PrunedConv2d", None) or getattr(sj.nn, "SparseConv2d")
+
 def _median_ms(fn, warmup=3, repeat=7):
     for _ in range(warmup):
         fn()
@@ -205,7 +210,7 @@ def run_filter_conv(records, repeat: int) -> None:
         conv = torch.nn.Conv2d(c, c, 3, padding=1)
         with torch.no_grad():  # 80% of the weights pruned at random
             conv.weight.mul_((torch.rand_like(conv.weight) > 0.8).float())
-        layer = sj.nn.PrunedConv2d.from_dense(conv)
+        layer = _pruned_conv2d(sj).from_dense(conv)
         x = torch.randn(1, c, hw, hw)
         with torch.no_grad():
             t = _median_ms(lambda: layer(x), repeat=repeat)
@@ -216,7 +221,7 @@ def run_filter_conv(records, repeat: int) -> None:
         conv = torch.nn.Conv2d(c_in, c_out, k, padding=k // 2)
         with torch.no_grad():
             conv.weight.mul_((torch.rand_like(conv.weight) > 0.9).float())
-        layer = sj.nn.PrunedConv2d.from_dense(conv, relu=True)
+        layer = _pruned_conv2d(sj).from_dense(conv, relu=True)
         x = torch.randn(8, c_in, hw, hw)
         with torch.no_grad():
             t = _median_ms(lambda: layer(x), repeat=repeat)
