@@ -52,7 +52,7 @@ int main() {
     auto check = [](const char* what, const at::Tensor& y, const at::Tensor& ref) {
       const double err = (y - ref).abs().max().item<double>();
       std::cout << what << " max abs error vs gather/softmax/scatter: " << err << "\n";
-      return err < 1e-4;
+      return err < 1e-3;  // as the RGMS and conv checks below (float32 sums and exps)
     };
     at::Tensor q = torch::randn({num_nodes, heads, d}), k = torch::randn({num_nodes, heads, d});
     at::Tensor v = torch::randn({num_nodes, heads, dv}), bias = torch::randn({a.nnz(), heads});

@@ -36,6 +36,7 @@
 #include <mutex>
 
 #include "codegen/cuda_point_conv.h"
+#include "torch_ext/composite/point_conv_cuda.h"
 #include "torch_ext/cuda_common.h"
 #endif
 

@@ -164,12 +164,12 @@ _COMPOSING = re.compile(r"\bcall_boxed\s*<|findSchemaOrThrow|\btx::mm(_out)?\s*\
 
 
 def composing_adapters(root: Path) -> list[str]:
-    """Lines of torch_ext/ops/*.{cpp,h} that compose ops instead of adapting one."""
+    """Lines of torch_ext/ops/*.{cpp,h,inc} that compose ops instead of adapting one."""
     found = []
     base = root / "torch_ext" / "ops"
     if not base.is_dir():
         return found
-    for path in sorted({p for pat in ("*.cpp", "*.h") for p in base.glob(pat)}):
+    for path in sorted({p for pat in ("*.cpp", "*.h", "*.inc") for p in base.glob(pat)}):
         for k, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("//", 1)[0]
             if _COMPOSING.search(code):
@@ -181,6 +181,14 @@ def test_adapters_only_adapt():
     bad = composing_adapters(ROOT)
     assert not bad, ("torch_ext/ops/ composes ops (move it to torch_ext/composite/):\n" +
                      "\n".join(bad))
+
+
+def test_detects_a_composite_in_an_included_cuda_part(tmp_path):
+    """The CUDA halves of adapters (torch_ext/ops/*_cuda.inc) are held to the rule too."""
+    d = tmp_path / "torch_ext" / "ops"
+    d.mkdir(parents=True)
+    (d / "toy_cuda.inc").write_text("tx::Tensor f() {\n  return tx::mm(a, b);\n}\n")
+    assert composing_adapters(tmp_path) == ["torch_ext/ops/toy_cuda.inc:2: return tx::mm(a, b);"]
 
 
 def test_detects_a_planted_composite_in_an_adapter(tmp_path):
