@@ -133,12 +133,12 @@ def main() -> None:
              lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
         products_ab(name, lambda: sj.rgms(T, xb, wb, reduce="mean"), max(args.repeat // 2, 3))
     if "point_conv" in fam:
-        from sparsejit.families.point_conv.ops import conv_plan
+        from sparsejit.families.point_conv.ops import point_conv_plan
         coords, shape, cloud = _cloud()
-        plan, _ = conv_plan(coords, shape, 1, "subm", 3)
+        plan, _ = point_conv_plan(coords, shape, 1, "subm", 3)
         n = coords.shape[0]
-        conv = torch.ops.sparsejit.sparse_conv
-        back = torch.ops.sparsejit.sparse_conv_backward
+        conv = torch.ops.sparsejit.point_conv
+        back = torch.ops.sparsejit.point_conv_backward
         for c in (16, 32, 64):  # the widths the cost model runs output-stationary
             x, w = torch.randn(n, c, generator=gen), torch.randn(27, c, c, generator=gen) / c
             gy = torch.randn(n, c, generator=gen)

@@ -58,7 +58,7 @@ from point_engines import (MinkUNet14A, SpconvLike, canonical_weights, engines, 
 from pointcloud_scenes import case_by_name, case_names  # noqa: E402
 import sparsejit as sj  # noqa: E402
 from sparsejit.info import cpu_line  # noqa: E402
-from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv  # noqa: E402
+from sparsejit.families.point_conv.ops import point_conv_plan, plan_info, point_conv  # noqa: E402
 from sparsejit.runtime.timing import Progress  # noqa: E402
 from sparsejit.tools.roofline import gemm_peak_gflops  # noqa: E402
 
@@ -186,7 +186,7 @@ def check_layers(engs, kind, c, coords, ws, g_seed=1):
 def gemm_rates(coords, shape, c, reps):
     """sparsejit's submanifold conv with the map cached: useful GFLOP/s (gathers included) of
     the forward and forward + backward, and torch.mm's on the same product shape."""
-    plan, _ = conv_plan(coords, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(coords, shape, 1, "subm", 3)
     pairs = plan_info(plan)["pairs"]
     n = coords.shape[0]
     x = torch.randn(n, c)
@@ -194,9 +194,9 @@ def gemm_rates(coords, shape, c, reps):
 
     def fb():
         xx = x.clone().requires_grad_()
-        sparse_conv(xx, w, None, plan, n).sum().backward()
+        point_conv(xx, w, None, plan, n).sum().backward()
     a, b = torch.randn(pairs, c), torch.randn(c, c)
-    t = interleaved({"fwd": lambda: sparse_conv(x, w.detach(), None, plan, n), "fwd_bwd": fb,
+    t = interleaved({"fwd": lambda: point_conv(x, w.detach(), None, plan, n), "fwd_bwd": fb,
                      "mm": lambda: a @ b}, reps)
     flop = 2 * pairs * c * c
     return {"pairs": pairs, "fwd_cached_ms": t["fwd"], "fwd_bwd_cached_ms": t["fwd_bwd"],

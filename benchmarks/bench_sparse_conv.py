@@ -16,7 +16,7 @@ the ScanNet scene0000_00 and the Open3D living-room fragment from $SPARSEJIT_DAT
 ../shared/data; cases whose files are absent are skipped; "--scenes room" adds a generated
 indoor scene that needs no data). Per case and channel count (16, 32, 64), medians over --reps
 runs of:
-  - kernel-map build: submanifold 3x3x3 and stride-2 3x3x3 (sparsejit conv_plan vs spconv
+  - kernel-map build: submanifold 3x3x3 and stride-2 3x3x3 (sparsejit point_conv_plan vs spconv
     get_indice_pairs; Open3D's fixed-radius neighbour search for the submanifold case);
   - SubMConv3d forward and forward+backward, each including the first map build (a fresh
     SparseConvTensor per run), and the forward with the map cached (both dataflows);
@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 # OpenMP workers that spin while waiting starve the working threads when the machine is
-# oversubscribed (2 shared cores, several helpers compiling): measured here, conv_plan went
+# oversubscribed (2 shared cores, several helpers compiling): measured here, point_conv_plan went
 # from 3 ms (passive) to 150 ms (spinning). libgomp reads this once, when torch loads it, so
 # it is set before the import; --omp-wait-policy is recorded in the results. It applies to
 # both libraries (torch's and sparsejit's OpenMP regions run on the same libgomp).
@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sparsejit.spconv as sjsp  # noqa: E402
 from pointcloud_scenes import case_by_name, case_names  # noqa: E402
-from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv  # noqa: E402
+from sparsejit.families.point_conv.ops import point_conv_plan, plan_info, point_conv  # noqa: E402
 
 try:
     import spconv.pytorch as spconv
@@ -185,9 +185,9 @@ def peak_memory(case, libs, c, threads):
 # ---- timings --------------------------------------------------------------------------------
 
 def kmap_times(idx, shape, reps, res):
-    res["kmap_subm_ms_sparsejit"] = median_ms(lambda: conv_plan(idx, shape, 1, "subm", 3), reps)
+    res["kmap_subm_ms_sparsejit"] = median_ms(lambda: point_conv_plan(idx, shape, 1, "subm", 3), reps)
     res["kmap_stride2_ms_sparsejit"] = median_ms(
-        lambda: conv_plan(idx, shape, 1, "spconv", 3, 2, 1), reps)
+        lambda: point_conv_plan(idx, shape, 1, "spconv", 3, 2, 1), reps)
     if spconv is not None:
         res["kmap_subm_ms_spconv"] = median_ms(lambda: spops.get_indice_pairs(
             idx, 1, shape, ConvAlgo.Native, [3] * 3, [1] * 3, [1] * 3, [1] * 3, [0] * 3, True),
@@ -212,7 +212,7 @@ def bench_case(name, idx, shape, channels, reps, threads):
     n = idx.shape[0]
     res = {"case": name, "voxels": n, "spatial_shape": shape}
     kmap_times(idx, shape, reps, res)
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     pairs = plan_info(plan)["pairs"]
     res["pairs_subm"] = pairs
     for c in channels:
@@ -224,7 +224,7 @@ def bench_case(name, idx, shape, channels, reps, threads):
         w = ours._kernel_weight().detach().contiguous()
         for df in ("gather_gemm_scatter", "output_stationary", "auto"):
             r[f"fwd_cached_ms_sparsejit_{df}"] = median_ms(
-                lambda: sparse_conv(feats, w, None, plan, n, dataflow=df), reps)
+                lambda: point_conv(feats, w, None, plan, n, dataflow=df), reps)
         best = min(r[f"fwd_cached_ms_sparsejit_{d}"]
                    for d in ("gather_gemm_scatter", "output_stationary"))
         r["gflops_cached_fwd_sparsejit_auto"] = 2 * pairs * c * c / r[
@@ -308,7 +308,7 @@ def main():
     ap.add_argument("--memory-child", nargs=3, metavar=("CASE", "LIB", "C"), help=argparse.SUPPRESS)
     ap.add_argument("--omp-wait-policy", default="passive",
                     help="passive, active or default (environment untouched); see the top")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sparse_conv.json"))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "point_conv.json"))
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child[0], args.memory_child[1], int(args.memory_child[2]),

@@ -138,11 +138,11 @@ class SpconvLike(Engine):
 
     def kmap(self, coords, kind, k):
         if self.name == "sparsejit":
-            from sparsejit.families.point_conv.ops import conv_plan
+            from sparsejit.families.point_conv.ops import point_conv_plan
             if kind == "subm":
-                conv_plan(coords, self.shape, 1, "subm", k)
+                point_conv_plan(coords, self.shape, 1, "subm", k)
             else:
-                conv_plan(coords, self.shape, 1, "spconv", k, k, 0)
+                point_conv_plan(coords, self.shape, 1, "spconv", k, k, 0)
             return
         import spconv.pytorch.ops as spops
         from spconv.core import ConvAlgo

@@ -142,7 +142,7 @@ inline void check_transpose_args(const std::optional<tx::Tensor>& t_rowptr,
 
 // ---- Device-generic builders (ATen ops only: what CUDA tensors run) ------------------------
 // SPARSEJIT_STRUCTURE_ATEN=1: the CPU ops run these builders too (csr.cpp's structure ops,
-// conv_plan, rgms_plan), which is how tests compare them with the counting sorts and merges.
+// point_conv_plan, rgms_plan), which is how tests compare them with the counting sorts and merges.
 inline bool structure_aten_forced() {
   const char* v = std::getenv("SPARSEJIT_STRUCTURE_ATEN");
   return v != nullptr && *v != '\0' && std::string(v) != "0";

@@ -116,7 +116,7 @@ int main() {
     at::Tensor w = torch::randn({27, c_in, c_out});
     auto map = sparsejit::ConvMap::build(coords, {side, side, side}, 1, "subm", {3, 3, 3},
                                          {1, 1, 1}, {1, 1, 1}, {1, 1, 1});
-    at::Tensor y = sparsejit::sparse_conv(feats, w, std::nullopt, map);
+    at::Tensor y = sparsejit::point_conv(feats, w, std::nullopt, map);
     at::Tensor dense = torch::zeros({1, c_in, side, side, side});
     at::Tensor l = coords.to(torch::kLong);
     dense.index_put_({0, torch::indexing::Slice(), l.select(1, 1), l.select(1, 2), l.select(1, 3)},
@@ -127,7 +127,7 @@ int main() {
     ref = ref.index({0, torch::indexing::Slice(), l.select(1, 1), l.select(1, 2), l.select(1, 3)})
               .t();
     const double err = (y - ref).abs().max().item<double>();
-    std::cout << "sparse_conv (subm 3x3x3) max abs error vs conv3d: " << err << "\n";
+    std::cout << "point_conv (subm 3x3x3) max abs error vs conv3d: " << err << "\n";
     if (!(err < 1e-3)) return 1;
   }
 

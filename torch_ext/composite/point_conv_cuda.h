@@ -181,7 +181,7 @@ inline tx::Tensor search_keys_on_gpu(const tx::Tensor& keys, const tx::Tensor& d
   if (!cuda_ext::CudaKernels::instance().run(spec, keys.get_device(), cuda_ext::current_stream(),
                                              {codegen::plan_point_map_launch(spec, k, n)}, &p,
                                              &err))
-    cuda_ext::raise_cuda_error("conv_plan", err);
+    cuda_ext::raise_cuda_error("point_conv_plan", err);
   return found;
 }
 

@@ -1,5 +1,5 @@
 // The submanifold kernel map built with tensor ops on the coordinates' own device (the CUDA
-// conv_plan: torch_ext/ops/point_conv_cuda.inc), word for word the plan the CPU core builds
+// point_conv_plan: torch_ext/ops/point_conv_cuda.inc), word for word the plan the CPU core builds
 // (csrc/point_conv/kernel_map.cpp, plan layout csrc/point_conv/plan_layout.h):
 //   keys    the coordinates packed into the CPU's 64-bit keys (same KeyLayout), sorted
 //           (stable, so equal keys would keep row order; duplicates are refused);

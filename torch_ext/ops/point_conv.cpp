@@ -1,16 +1,16 @@
 // Point-cloud sparse convolution (issue 10).
 //
-// conv_plan(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
+// point_conv_plan(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
 //           out_coords?) -> (plan, out_coords)
 //   Validates the coordinates once (csrc/point_conv/coords.h: errors name row, column and value),
 //   finds the kernel map by merging sorted keys and assembles and stamps the plan tensor
 //   (csrc/point_conv/plan_build.h; layout below). kind: "subm" (outputs = inputs), "spconv"
 //   (spconv's strided output sites), "coarse" (unique(floor(c / stride))), "transposed"
 //   (spconv's SparseConvTranspose sites), "generalized" (outputs = out_coords).
-// sparse_conv(features, weight [K, C_in, C_out], bias?, plan, num_out, swap, dataflow)
+// point_conv(features, weight [K, C_in, C_out], bias?, plan, num_out, swap, dataflow)
 //   -> [num_out, C_out]: the point-conv core (csrc/point_conv) over the plan's pairs; swap = read the map
 //   backwards (spconv's inverse convolution: outputs are the plan's input sites).
-// sparse_conv_backward(features, weight, grad_out, plan, swap, dataflow, need_features,
+// point_conv_backward(features, weight, grad_out, plan, swap, dataflow, need_features,
 //   need_weight) -> (d_features, d_weight): d_features through the swapped map with W^T,
 //   d_weight per offset (dataflow bits 2-3: its path, point_conv::WgradPath).
 //
@@ -41,11 +41,11 @@
 #endif
 
 SJ_LIBRARY_FRAGMENT(m) {
-  m.def("conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
+  m.def("point_conv_plan(Tensor coords, int[] spatial_shape, int batch_size, str kind, int[] kernel, "
         "int[] stride, int[] padding, int[] dilation, Tensor? out_coords) -> (Tensor, Tensor)");
-  m.def("sparse_conv(Tensor features, Tensor weight, Tensor? bias, Tensor plan, SymInt num_out, "
+  m.def("point_conv(Tensor features, Tensor weight, Tensor? bias, Tensor plan, SymInt num_out, "
         "bool swap, int dataflow, bool relu=False) -> Tensor");
-  m.def("sparse_conv_backward(Tensor features, Tensor weight, Tensor grad_out, Tensor plan, "
+  m.def("point_conv_backward(Tensor features, Tensor weight, Tensor grad_out, Tensor plan, "
         "bool swap, int dataflow, bool need_features, bool need_weight) -> (Tensor, Tensor)");
 }
 
@@ -71,11 +71,11 @@ constexpr int64_t kMaxReach = int64_t{1} << 30;         // the coordinate sets' 
 
 point_conv::CoordSet coord_set(const tx::Tensor& coords_in, const char* name,
                          const std::vector<int64_t>& shape, int64_t batch_size, int64_t margin) {
-  const char* op = "conv_plan";
+  const char* op = "point_conv_plan";
   SJ_CHECK_TYPE(!tx::isFloatingType(coords_in.scalar_type()) &&
                        !tx::isComplexType(coords_in.scalar_type()) &&
                        coords_in.scalar_type() != tx::kBool,
-                   "sparsejit.conv_plan: ", name, " must hold integers; got ",
+                   "sparsejit.point_conv_plan: ", name, " must hold integers; got ",
                    coords_in.scalar_type());
   SPARSEJIT_CHECK(op, coords_in.dim() == 2, name,
                   " must be [N, 1 + D] (batch index first); "
@@ -109,7 +109,7 @@ point_conv::CoordSet coord_set(const tx::Tensor& coords_in, const char* name,
   return {};
 }
 
-// conv_plan's arguments, checked once for both devices: the map kind, the geometry and the
+// point_conv_plan's arguments, checked once for both devices: the map kind, the geometry and the
 // key margin every coordinate set of the call is packed with.
 struct PlanGeometry {
   Kind kind;
@@ -122,7 +122,7 @@ PlanGeometry check_plan_args(const tx::Tensor& coords, tx::IntArrayRef spatial_s
                              int64_t batch_size, tx::Str kind_name,
                              tx::IntArrayRef kernel, tx::IntArrayRef stride,
                              tx::IntArrayRef padding, tx::IntArrayRef dilation) {
-  const char* op = "conv_plan";
+  const char* op = "point_conv_plan";
   const std::string kn(kind_name);
   Kind kind;
   if (kn == "subm") kind = kSubm;
@@ -196,7 +196,7 @@ std::tuple<tx::Tensor, tx::Tensor> conv_plan_cpu(
     tx::Str kind_name, tx::IntArrayRef kernel, tx::IntArrayRef stride,
     tx::IntArrayRef padding, tx::IntArrayRef dilation,
     const std::optional<tx::Tensor>& out_coords) {
-  const char* op = "conv_plan";
+  const char* op = "point_conv_plan";
   const PlanGeometry geo = check_plan_args(coords, spatial_shape, batch_size, kind_name, kernel,
                                            stride, padding, dilation);
   const Kind kind = geo.kind;
@@ -280,9 +280,9 @@ PlanView check_plan(const char* op, const tx::Tensor& plan_t) {
 
 PlanSizes check_plan_header(const char* op, const tx::Tensor& plan_t, const int64_t* w) {
   SJ_CHECK_TYPE(plan_t.scalar_type() == tx::kLong, "sparsejit.", op,
-                   ": plan must be an int64 tensor from conv_plan; got ", plan_t.scalar_type());
+                   ": plan must be an int64 tensor from point_conv_plan; got ", plan_t.scalar_type());
   SPARSEJIT_CHECK(op, plan_t.dim() == 1 && plan_t.numel() >= kFixedWords && plan_t.is_contiguous(),
-                  "plan must be a contiguous 1-D tensor from conv_plan; got shape ",
+                  "plan must be a contiguous 1-D tensor from point_conv_plan; got shape ",
                   plan_t.sizes());
   if (w == nullptr) return {};
   SPARSEJIT_CHECK(
@@ -405,7 +405,7 @@ point_conv::PointConvArgs<float> bf16_args(const tx::Tensor& x, const tx::Tensor
 tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
                            const std::optional<tx::Tensor>& bias_in, const tx::Tensor& plan_t,
                            int64_t num_out, bool swap, int64_t dataflow, bool relu) {
-  const char* op = "sparse_conv";
+  const char* op = "point_conv";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
   SPARSEJIT_CHECK(op, num_out == p.num_out, "num_out = ", num_out, " but the plan has ", p.num_out,
@@ -422,7 +422,7 @@ tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
     check_same_device(*bias_in, x_in, "bias", "features");
     bias = bias_in->to(ct).contiguous();
   }
-  // Bits 2-5 may carry the backward's choices (set by sparse_conv's Python wrapper from
+  // Bits 2-5 may carry the backward's choices (set by point_conv's Python wrapper from
   // sj.tune's store, read by its autograd formula): the forward runs bits 0-1.
   check_packed_dataflow(op, dataflow, 3);
   const auto d = parse_dataflow(op, dataflow & 3);
@@ -437,7 +437,7 @@ tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
   }
   const auto x = x_in.to(ct).contiguous();
   auto y = new_output({num_out, w.size(2)}, x.options());
-  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.point_conv", [&] {
     point_conv::PointConvArgs<scalar_t> a;
     a.x = ptr<scalar_t>(x);
     a.c_in = x.size(1);
@@ -454,7 +454,7 @@ tx::Tensor sparse_conv_cpu(const tx::Tensor& x_in, const tx::Tensor& w_in,
 std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
     const tx::Tensor& x_in, const tx::Tensor& w_in, const tx::Tensor& dy_in,
     const tx::Tensor& plan_t, bool swap, int64_t dataflow, bool need_x, bool need_w) {
-  const char* op = "sparse_conv_backward";
+  const char* op = "point_conv_backward";
   const point_conv::Pairs p = checked_pairs(op, plan_t, swap);
   check_conv_args(op, x_in, w_in, p);
   check_float(dy_in, "grad_out");
@@ -494,7 +494,7 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
   auto dx = fp_x ? new_output({x_in.size(0), x_in.size(1)}, w.options())
                  : tx::empty({0}, w.options());
   auto dw = fp_w ? tx::empty_like(w) : tx::empty({0}, w.options());
-  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.sparse_conv_backward", [&] {
+  SJ_DISPATCH_FLOATING_TYPES(ct, "sparsejit.point_conv_backward", [&] {
     if (fp_x) {
       point_conv::PointConvArgs<scalar_t> a;
       a.x = ptr<scalar_t>(dy);
@@ -516,9 +516,9 @@ std::tuple<tx::Tensor, tx::Tensor> sparse_conv_backward_cpu(
 }  // namespace
 
 SJ_LIBRARY_IMPL(CPU, m) {
-  m.impl("conv_plan", SJ_KERNEL(&conv_plan_cpu));
-  m.impl("sparse_conv", SJ_KERNEL(&sparse_conv_cpu));
-  m.impl("sparse_conv_backward", SJ_KERNEL(&sparse_conv_backward_cpu));
+  m.impl("point_conv_plan", SJ_KERNEL(&conv_plan_cpu));
+  m.impl("point_conv", SJ_KERNEL(&sparse_conv_cpu));
+  m.impl("point_conv_backward", SJ_KERNEL(&sparse_conv_backward_cpu));
 }
 
 #ifdef SPARSEJIT_WITH_CUDA
@@ -526,9 +526,9 @@ SJ_LIBRARY_IMPL(CPU, m) {
 #include "torch_ext/ops/point_conv_cuda.inc"
 
 SJ_LIBRARY_IMPL(CUDA, m) {
-  m.impl("conv_plan", SJ_KERNEL(&conv_plan_cuda));
-  m.impl("sparse_conv", SJ_KERNEL(&sparse_conv_cuda));
-  m.impl("sparse_conv_backward", SJ_KERNEL(&sparse_conv_backward_cuda));
+  m.impl("point_conv_plan", SJ_KERNEL(&conv_plan_cuda));
+  m.impl("point_conv", SJ_KERNEL(&sparse_conv_cuda));
+  m.impl("point_conv_backward", SJ_KERNEL(&sparse_conv_backward_cuda));
 }
 #endif
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from sparsejit.families.point_conv.lattice import even_lower
-from sparsejit.families.point_conv.ops import plan_pairs, sparse_conv
+from sparsejit.families.point_conv.ops import plan_pairs, point_conv
 from sparsejit.minkowski.tensor import CoordinateMapKey, SparseTensor, _int_list
 
 
@@ -145,7 +145,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
                 out_key = in_key if all(s == 1 for s in self.stride) else \
                     mgr.stride_key(in_key, self.stride, *geometry)
             plan = mgr.plan(in_key, out_key, *geometry)
-            y = sparse_conv(input.F, kernel, bias, plan, mgr.size(out_key),
+            y = point_conv(input.F, kernel, bias, plan, mgr.size(out_key),
                             dataflow=self.dataflow)
         else:
             if out_key is None:
@@ -153,7 +153,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
                     mgr.transposed_key(in_key, self.stride, *geometry)
             # The map of the strided convolution from the finer key, read backwards.
             plan = mgr.plan(out_key, in_key, *geometry)
-            y = sparse_conv(input.F, kernel, bias, plan, mgr.size(out_key), swap=True,
+            y = point_conv(input.F, kernel, bias, plan, mgr.size(out_key), swap=True,
                             dataflow=self.dataflow)
         return SparseTensor(y, coordinate_map_key=out_key, coordinate_manager=mgr)
 

@@ -309,15 +309,15 @@ def bench_point_conv(args, skipped) -> List[dict]:
 def _point_conv_dataflows(args, skipped, coords, shape, pts, pairs, g) -> List[dict]:
     """The convolution alone (map built once) through the output-stationary implicit GEMM
     against the cuBLAS gather-GEMM-scatter, at the widths the networks use."""
-    from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
-    plan, _ = conv_plan(coords, shape, 1, "subm", 3)
+    from sparsejit.families.point_conv.ops import point_conv_plan, point_conv
+    plan, _ = point_conv_plan(coords, shape, 1, "subm", 3)
     rows = []
     for c in (16, 32, 64, 128):
         x = _randn(pts, c, generator=g, device=args.device, train=args.train)
         w = _randn(27, c, c, generator=g, device=args.device, train=args.train, scale=0.1)
 
         def run(dataflow, x=x, w=w):
-            return sparse_conv(x, w, None, plan, pts, dataflow=dataflow)
+            return point_conv(x, w, None, plan, pts, dataflow=dataflow)
 
         with torch.set_grad_enabled(args.train):
             rows += _case("point_conv", "subm3d conv, output-stationary",

@@ -11,7 +11,7 @@ import torch
 
 import sparsejit as sj
 from sparsejit.families.dense import ops as dense_ops
-from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, point_conv
 from sparsejit.runtime import autograd as ag
 
 from conftest import random_sites
@@ -83,15 +83,15 @@ def test_rgms_eager_path_matches_registered_formula(n, e, root, reduce):
 def test_sparse_conv_eager_path_matches_registered_formula(relu, n):
     shape = [6, 6, 6]
     idx = random_sites(n, shape, batch_size=1, seed=n)
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     g = torch.Generator().manual_seed(n)
     m = idx.shape[0]
     feats = torch.randn(m, 4, generator=g, dtype=torch.float64)
     w = torch.randn(27, 4, 3, generator=g, dtype=torch.float64)
     bias = torch.randn(3, generator=g, dtype=torch.float64)
     _same_as_registered(
-        lambda f, w, b: sparse_conv(f, w, b, plan, m, relu=relu),
-        lambda f, w, b: RAW.sparse_conv(f, w, b, plan, m, False, 0, relu), (feats, w, bias))
+        lambda f, w, b: point_conv(f, w, b, plan, m, relu=relu),
+        lambda f, w, b: RAW.point_conv(f, w, b, plan, m, False, 0, relu), (feats, w, bias))
 
 
 @pytest.mark.parametrize("sizes", [[0, 0], [3, 0, 5], [17, 1, 30]])

@@ -129,14 +129,14 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
     copies W^T out once and multiplies untransposed. Against the pairs in float64, for a
     submanifold map (unique out rows per offset) and a strided one (several pairs per out row
     in one offset), with the forward and weight gradient alongside."""
-    from sparsejit.families.point_conv.ops import conv_plan, plan_pairs
+    from sparsejit.families.point_conv.ops import point_conv_plan, plan_pairs
 
     ukernel(on, 2)
     coords = random_sites(3000, (24, 24, 24), batch_size=2, seed=c_in + c_out)
     if kind == "subm":
-        plan, out = conv_plan(coords, [24] * 3, 2, "subm", 3)
+        plan, out = point_conv_plan(coords, [24] * 3, 2, "subm", 3)
     else:
-        plan, out = conv_plan(coords, [24] * 3, 2, "spconv", 3, 2, 1)
+        plan, out = point_conv_plan(coords, [24] * 3, 2, "spconv", 3, 2, 1)
     n_in, n_out = coords.shape[0], out.shape[0]
     g = torch.Generator().manual_seed(7)
     x = torch.randn(n_in, c_in, generator=g)
@@ -144,7 +144,7 @@ def test_point_conv_feature_gradient_against_float64(ukernel, on, kind, c_in, c_
     gy = torch.randn(n_out, c_out, generator=g)
     gather_gemm_scatter = 1
     poison_heap((n_in, c_in))
-    dx, dw = torch.ops.sparsejit.sparse_conv_backward(x, w, gy, plan, False,
+    dx, dw = torch.ops.sparsejit.point_conv_backward(x, w, gy, plan, False,
                                                       gather_gemm_scatter, True, True)
     want_dx = torch.zeros(n_in, c_in, dtype=torch.float64)
     want_dw = torch.zeros(27, c_in, c_out, dtype=torch.float64)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import sparsejit as sj
-from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, point_conv
 from sparsejit.families.filter_conv.layers import PrunedConv2d
 
 
@@ -50,7 +50,7 @@ def _ops():
     coords = torch.cat([torch.zeros(40, 1, dtype=torch.int32),
                         torch.randint(0, 6, (40, 3), generator=g, dtype=torch.int32)], 1)
     coords = torch.unique(coords, dim=0)
-    plan, _ = conv_plan(coords, [6, 6, 6], 1, "subm", 3)
+    plan, _ = point_conv_plan(coords, [6, 6, 6], 1, "subm", 3)
     feats = torch.randn(coords.shape[0], 8, generator=g)
     cw = torch.randn(27, 8, 8, generator=g)
     fconv = PrunedConv2d(torch.randn(8, 4, 3, 3, generator=g) *
@@ -72,7 +72,7 @@ def _ops():
         "sddmm + backward": with_grad(lambda a, b: sj.sddmm(A, a, b), x, x),
         "edge_softmax + backward": with_grad(lambda s: sj.edge_softmax(A, s), scores),
         "sparse_attention + backward": with_grad(lambda a: sj.sparse_attention(A, a, a, a), q),
-        "sparse_conv + backward": with_grad(lambda f, k: sparse_conv(f, k, None, plan,
+        "point_conv + backward": with_grad(lambda f, k: point_conv(f, k, None, plan,
                                                                      coords.shape[0]),
                                             feats, cw),
         "filter_conv": lambda: fconv(img),
@@ -80,7 +80,7 @@ def _ops():
         "spmm raw op": lambda: torch.ops.sparsejit.spmm(A.indptr, A.indices, None, x, "max",
                                                         50, activation="relu"),
         "rgms (str reduce)": lambda: sj.rgms(T, x, w, reduce="mean"),
-        "conv_plan (str kind)": lambda: conv_plan(coords, [6, 6, 6], 1, "subm", 3),
+        "point_conv_plan (str kind)": lambda: point_conv_plan(coords, [6, 6, 6], 1, "subm", 3),
         "sddmm (no str)": lambda: sj.sddmm(A, x, x),
     }
 

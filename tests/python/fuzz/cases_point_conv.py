@@ -1,10 +1,10 @@
-"""Fuzz case kinds for point-cloud sparse convolution: the raw ops ``conv_plan``,
-``sparse_conv`` and ``sparse_conv_backward`` with valid random geometries (checked against a
+"""Fuzz case kinds for point-cloud sparse convolution: the raw ops ``point_conv_plan``,
+``point_conv`` and ``point_conv_backward`` with valid random geometries (checked against a
 float64 reference whose kernel map comes from the geometry formulas, not from the plan), bad
 coordinates and geometry arguments, every plan array corrupted, bad operands, NaN / Inf
 features, meta tensors. (The Python entry points: cases_point_conv_api.py.)
 
-sparse_conv is called by keyword (``conv_call``): a trailing argument added to its schema
+point_conv is called by keyword (``conv_call``): a trailing argument added to its schema
 later (a fused activation) takes its default, or False for a bool without one."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _geometry(r: Rand, kind=None, dims=None):
 
 
 def _plan(coords, g, out_coords=None):
-    return torch.ops.sparsejit.conv_plan(coords, g["shape"], g["batch"], g["kind"], g["kernel"],
+    return torch.ops.sparsejit.point_conv_plan(coords, g["shape"], g["batch"], g["kind"], g["kernel"],
                                          g["stride"], g["padding"], g["dilation"], out_coords)
 
 
@@ -62,7 +62,7 @@ def _problem(r: Rand, g, n=None):
 
 
 def conv_valid(r: Rand) -> Case:
-    """conv_plan then sparse_conv on a random cloud: every kind, 1-4 axes, empty clouds,
+    """point_conv_plan then point_conv on a random cloud: every kind, 1-4 axes, empty clouds,
     C = 0, every dtype, non-contiguous features, swap (inverse conv), forced dataflows."""
     g = _geometry(r)
     big = r.coin(0.25)  # enough pairs for the parallel tiles and output-row blocks
@@ -86,7 +86,7 @@ def conv_valid(r: Rand) -> Case:
 
     def call():
         plan, oc = _plan(coords, g, out_coords)
-        y = conv_call("sparse_conv", features=x, weight=w, bias=bias, plan=plan,
+        y = conv_call("point_conv", features=x, weight=w, bias=bias, plan=plan,
                       num_out=n_in if swap else oc.shape[0], swap=swap, dataflow=dataflow,
                       relu=relu)
         return oc, y
@@ -104,13 +104,13 @@ def conv_valid(r: Rand) -> Case:
         return close(y, torch.relu(ref) if relu else ref, conv_ref(x, w, bias, p, n, True),
                      dtype)
 
-    return Case("valid", call, check, "valid conv_plan + sparse_conv",
+    return Case("valid", call, check, "valid point_conv_plan + point_conv",
                 dict(g, n=n_in, c=(c_in, c_out), dtype=str(dtype), swap=swap, big=big,
                      dataflow=dataflow, relu=relu, view=view), f16=dtype == torch.float16)
 
 
 def conv_backward_valid(r: Rand) -> Case:
-    """sparse_conv_backward (float64) against autograd of the float64 reference."""
+    """point_conv_backward (float64) against autograd of the float64 reference."""
     g = _geometry(r)
     coords, out_coords = _problem(r, g)
     plan, oc = _plan(coords, g, out_coords)
@@ -146,13 +146,13 @@ def conv_backward_valid(r: Rand) -> Case:
         return None
 
     return Case("valid", lambda: conv_call(
-        "sparse_conv_backward", features=x.detach(), weight=w.detach(), grad_out=dy, plan=plan,
+        "point_conv_backward", features=x.detach(), weight=w.detach(), grad_out=dy, plan=plan,
         swap=swap, dataflow=dataflow, need_features=need_x, need_weight=need_w), check,
-        "valid sparse_conv_backward", dict(g, n=coords.shape[0], need=(need_x, need_w),
+        "valid point_conv_backward", dict(g, n=coords.shape[0], need=(need_x, need_w),
                                            swap=swap))
 
 
-# ---- conv_plan with bad arguments -----------------------------------------------------------
+# ---- point_conv_plan with bad arguments -----------------------------------------------------------
 
 HUGE = (2**31, 2**40, 2**62, 2**63 - 1)
 
@@ -214,10 +214,10 @@ def conv_plan_bad_args(r: Rand) -> Case:
         names = ("batch",)
         if a["batch_size"] > 0:  # ids are int32: a batch_size past them changes nothing
             base = _plan(coords, g, out_coords)
-            return Case("either", lambda: torch.ops.sparsejit.conv_plan(**a),
+            return Case("either", lambda: torch.ops.sparsejit.point_conv_plan(**a),
                         lambda res: None if torch.equal(res[1], base[1]) and
                         same_pairs(res[0], base[0]) else "another kernel map",
-                        f"conv_plan with batch_size {a['batch_size']}",
+                        f"point_conv_plan with batch_size {a['batch_size']}",
                         dict(what=what, kind=a["kind"]), names=names)
     elif what == "kind":
         a["kind"] = r.choice(["", "SUBM", "conv", "inverse"])
@@ -229,10 +229,10 @@ def conv_plan_bad_args(r: Rand) -> Case:
         a["spatial_shape"] = [r.choice([2**16, 2**20, 2**30]) for _ in range(g["dims"])]
         a["batch_size"] = r.choice([g["batch"], 2**20])
         geo = {n: a[n] for n in ("kernel", "stride", "padding", "dilation")}
-        return Case("either", lambda: torch.ops.sparsejit.conv_plan(**a),
+        return Case("either", lambda: torch.ops.sparsejit.point_conv_plan(**a),
                     lambda res: check_map(res, coords, a["kind"], a["spatial_shape"], geo,
                                           out_coords),
-                    "conv_plan on a large grid", dict(what=what, kind=a["kind"],
+                    "point_conv_plan on a large grid", dict(what=what, kind=a["kind"],
                                                       shape=a["spatial_shape"]),
                     names=("spatial_shape",))
     elif what == "large_valid":  # large but representable: the reference's kernel map
@@ -243,10 +243,10 @@ def conv_plan_bad_args(r: Rand) -> Case:
             a["kind"] = "coarse"
         names = (which, "packing range", "dilated kernel")
         geo = {n: a[n] for n in ("kernel", "stride", "padding", "dilation")}
-        return Case("either", lambda: torch.ops.sparsejit.conv_plan(**a),
+        return Case("either", lambda: torch.ops.sparsejit.point_conv_plan(**a),
                     lambda res: check_map(res, coords, a["kind"], a["spatial_shape"], geo,
                                            out_coords),
-                    f"conv_plan with {which} {a[which][d]}", dict(what=which, kind=a["kind"],
+                    f"point_conv_plan with {which} {a[which][d]}", dict(what=which, kind=a["kind"],
                                                                   value=a[which][d]),
                     names=names)
     elif what == "axes_count":
@@ -277,12 +277,12 @@ def conv_plan_bad_args(r: Rand) -> Case:
     elif what == "coords_meta":
         a["coords"] = c.to("meta")
         names = ("coords", "meta", "device", "cpu")
-    return Case("invalid", lambda: torch.ops.sparsejit.conv_plan(**a), None,
-                f"conv_plan with a bad {what}", dict(what=what, kind=a["kind"], dims=g["dims"]),
+    return Case("invalid", lambda: torch.ops.sparsejit.point_conv_plan(**a), None,
+                f"point_conv_plan with a bad {what}", dict(what=what, kind=a["kind"], dims=g["dims"]),
                 names=names)
 
 
-# ---- sparse_conv with a corrupted plan or bad operands --------------------------------------
+# ---- point_conv with a corrupted plan or bad operands --------------------------------------
 
 def _subm_problem(r: Rand, dtype=torch.float32):
     g = _geometry(r, kind=r.choice(["subm", "subm", "spconv", "generalized"]))
@@ -324,9 +324,9 @@ def conv_corrupt_plan(r: Rand) -> Case:
         big = torch.zeros(2 * plan.numel(), dtype=plan.dtype)
         big[::2] = plan
         p = big[::2]
-        ref = conv_call("sparse_conv", features=x, weight=w, bias=None, plan=plan,
+        ref = conv_call("point_conv", features=x, weight=w, bias=None, plan=plan,
                         num_out=n_out, swap=False, dataflow=0)
-        return Case("either", lambda: conv_call("sparse_conv", features=x, weight=w, bias=None,
+        return Case("either", lambda: conv_call("point_conv", features=x, weight=w, bias=None,
                                                 plan=p, num_out=n_out, swap=False, dataflow=0),
                     lambda y: None if torch.equal(y, ref) else "another result",
                     "a non-contiguous copy of the plan", dict(what=what), names=("plan",))
@@ -368,11 +368,11 @@ def conv_corrupt_plan(r: Rand) -> Case:
     dy = r.data((n_in if swap else n_out, w.shape[2]), torch.float32)
     xs = r.data((n_out, x.shape[1]), torch.float32) if swap else x
     if backward:
-        call = lambda: conv_call("sparse_conv_backward", features=xs, weight=w,  # noqa: E731
+        call = lambda: conv_call("point_conv_backward", features=xs, weight=w,  # noqa: E731
                                  grad_out=dy, plan=p, swap=swap, dataflow=dataflow,
                                  need_features=True, need_weight=True)
     else:
-        call = lambda: conv_call("sparse_conv", features=x, weight=w, bias=None,  # noqa: E731
+        call = lambda: conv_call("point_conv", features=x, weight=w, bias=None,  # noqa: E731
                                  plan=p, num_out=n_out, swap=False, dataflow=dataflow)
     return Case("invalid", call, None, f"corrupted conv plan: {detail}",
                 dict(what=detail, kind=g["kind"], k=k, m=m, backward=backward),
@@ -400,7 +400,7 @@ def conv_identity_tampered(r: Rand) -> Case:
         p[WORD_PARAM] = -1
         ref_pairs = [(i, o, k) for i, o, k in pairs]
         ref_pairs = [(i, [tuple(s) for s in oc.tolist()].index(o), k) for i, o, k in ref_pairs]
-        return Case("valid", lambda: conv_call("sparse_conv", features=x, weight=w, bias=None,
+        return Case("valid", lambda: conv_call("point_conv", features=x, weight=w, bias=None,
                                                plan=p, num_out=n, swap=False, dataflow=0),
                     lambda y: close(y, conv_ref(x, w, None, ref_pairs, n),
                                     conv_ref(x, w, None, ref_pairs, n, True), torch.float64),
@@ -408,7 +408,7 @@ def conv_identity_tampered(r: Rand) -> Case:
     j = r.randint(0, n - 1)
     arr = r.choice(["in_idx", "out_idx"])
     p = set_plan_entry(plan, arr, start + j, (j + r.randint(1, n - 1)) % n)
-    return Case("invalid", lambda: conv_call("sparse_conv", features=x, weight=w, bias=None,
+    return Case("invalid", lambda: conv_call("point_conv", features=x, weight=w, bias=None,
                                              plan=p, num_out=n, swap=False, dataflow=0), None,
                 f"{arr}[{start + j}] of the identity group changed", dict(n=n, arr=arr),
                 names=("plan",))
@@ -419,7 +419,7 @@ def conv_bad_operands(r: Rand) -> Case:
     n_in, n_out = x.shape[0], oc.shape[0]
     k, c_in, c_out = w.shape
     kw = dict(features=x, weight=w, bias=None, plan=plan, num_out=n_out, swap=False, dataflow=0)
-    op = "sparse_conv"
+    op = "point_conv"
     what = r.choice(["features_rows", "features_dtype", "features_rank", "weight_k",
                      "weight_cin", "weight_dtype", "weight_rank", "bias_shape", "bias_dtype",
                      "num_out", "dataflow", "swap_rows", "grad_out_shape", "grad_out_dtype",
@@ -452,7 +452,7 @@ def conv_bad_operands(r: Rand) -> Case:
         kw["dataflow"] = r.choice([-1, 3, 7, 15, 1 << 6, 2**40])
         names = ("dataflow",)
         if what == "backward_dataflow":
-            op = "sparse_conv_backward"
+            op = "point_conv_backward"
             kw.update(grad_out=r.data((n_out, c_out), torch.float32), need_features=True,
                       need_weight=True, dataflow=r.choice([-1, 3, 12, 1 << 4, 2**40]))
     elif what == "swap_rows":  # swap: the features are the plan's output sites
@@ -461,7 +461,7 @@ def conv_bad_operands(r: Rand) -> Case:
         kw.update(swap=True, num_out=n_in)
         names = ("features",)
     elif what.startswith("grad_out"):
-        op = "sparse_conv_backward"
+        op = "point_conv_backward"
         dy = r.data((n_out, c_out), torch.float32)
         if what == "grad_out_shape":
             dy = r.choice([r.data((n_out + 1, c_out), torch.float32),
@@ -470,7 +470,7 @@ def conv_bad_operands(r: Rand) -> Case:
             dy = dy.to(r.choice([torch.int64, torch.bool, torch.complex64]))
         kw.update(grad_out=dy, need_features=True, need_weight=r.coin())
         names = ("grad_out",)
-    if op == "sparse_conv_backward":
+    if op == "point_conv_backward":
         kw.pop("bias")
         kw.pop("num_out")
     return Case("invalid", lambda: conv_call(op, **kw), None, f"{op} with a bad {what}",
@@ -499,28 +499,28 @@ def conv_nonfinite_and_meta(r: Rand) -> Case:
         rows = {tuple(s): i for i, s in enumerate(oc.tolist())}
         p = [(i, rows[o], k) for i, o, k in pairs]
         xs, ws = kw["features"], kw["weight"]
-        return Case("valid", lambda: conv_call("sparse_conv", **kw),
+        return Case("valid", lambda: conv_call("point_conv", **kw),
                     lambda y: close_nan(y, conv_ref(xs, ws, None, p, n_out),
                                         conv_ref(xs, ws, None, p, n_out, True), torch.float64),
                     f"non-finite {which}", dict(which=which, kind=g["kind"]))
-    op = "sparse_conv"
+    op = "point_conv"
     if which == "bias":
         kw["bias"] = r.data((w.shape[2],), torch.float64)
     if which == "grad_out":
-        op = "sparse_conv_backward"
+        op = "point_conv_backward"
         kw.pop("bias")
         kw.pop("num_out")
         kw.update(grad_out=r.data((n_out, w.shape[2]), torch.float64), need_features=True,
                   need_weight=True)
     kw[which] = kw[which].to("meta")
-    shape = (n_out, w.shape[2]) if op == "sparse_conv" else tuple(x.shape)
+    shape = (n_out, w.shape[2]) if op == "point_conv" else tuple(x.shape)
     return Case("either", lambda: conv_call(op, **kw), expect_meta(shape),
                 f"{op} with {which} on meta", dict(which=which, op=op),
                 names=(which, "device", "meta"))
 
 
 def conv_plan_device_generic(r: Rand) -> Case:
-    """conv_plan through the device-generic builders the CUDA op runs
+    """point_conv_plan through the device-generic builders the CUDA op runs
     (SPARSEJIT_STRUCTURE_ATEN=1): on a valid random cloud the plan and output sites must equal
     the core's word for word; with the bad arguments of conv_plan_bad_args, an exception that
     names the argument, never a crash."""
@@ -537,7 +537,7 @@ def conv_plan_device_generic(r: Rand) -> Case:
         return None if same else "the device-generic builder's plan differs from the core's"
     return Case("valid", under_env("SPARSEJIT_STRUCTURE_ATEN", "1",
                                    lambda: _plan(coords, g, out_coords)), check,
-                "conv_plan through the device-generic builders",
+                "point_conv_plan through the device-generic builders",
                 dict(kind=g["kind"], dims=g["dims"], n=int(coords.shape[0])))
 
 

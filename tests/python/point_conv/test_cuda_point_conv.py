@@ -10,7 +10,7 @@ import torch
 
 import sparsejit.spconv as spconv
 from sparsejit.families.point_conv.plan import _FIXED
-from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, point_conv
 from conftest import random_sites as _random_sites
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -59,8 +59,8 @@ SITES = {"random": lambda: random_sites(300, [12, 12, 12]),
 def test_plan_matches_cpu(sites, geometry):
     kind, k, s, p = geometry
     coords = SITES[sites]()
-    plan, oc = conv_plan(coords, [12, 12, 12], 2, kind, k, s, p)
-    dplan, doc = conv_plan(coords.to(DEV), [12, 12, 12], 2, kind, k, s, p)
+    plan, oc = point_conv_plan(coords, [12, 12, 12], 2, kind, k, s, p)
+    dplan, doc = point_conv_plan(coords.to(DEV), [12, 12, 12], 2, kind, k, s, p)
     assert dplan.device.type == "cuda" and doc.device.type == "cuda"
     assert torch.equal(dplan.cpu(), plan)
     assert torch.equal(doc.cpu(), oc)
@@ -73,7 +73,7 @@ def test_plan_matches_cpu(sites, geometry):
 def test_forward_and_backward_match_cpu(dtype, sites, geometry, dataflow):
     kind, k, s, p = geometry
     coords = SITES[sites]()
-    plan, oc = conv_plan(coords, [12, 12, 12], 2, kind, k, s, p)
+    plan, oc = point_conv_plan(coords, [12, 12, 12], 2, kind, k, s, p)
     kv = k ** 3
     g = torch.Generator().manual_seed(1)
     for c_in, c_out, swap, relu, with_bias in [(4, 8, False, False, True), (3, 5, True, True, False),
@@ -84,11 +84,11 @@ def test_forward_and_backward_match_cpu(dtype, sites, geometry, dataflow):
         b = torch.randn(c_out, generator=g).to(dtype) if with_bias else None
         xd, wd = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
         bd = b.to(DEV).requires_grad_() if with_bias else None
-        y = sparse_conv(xd, wd, bd, plan.to(DEV), n_out, swap=swap, relu=relu,
+        y = point_conv(xd, wd, bd, plan.to(DEV), n_out, swap=swap, relu=relu,
                         dataflow=dataflow)
         xc, wc = _cpu(x).requires_grad_(), _cpu(w).requires_grad_()
         bc = _cpu(b).requires_grad_() if with_bias else None
-        ref = sparse_conv(xc, wc, bc, plan, n_out, swap=swap, relu=relu)
+        ref = point_conv(xc, wc, bc, plan, n_out, swap=swap, relu=relu)
         assert y.device.type == "cuda" and y.dtype == dtype and y.shape == ref.shape
         _close(y, ref, dtype, scale=c_in)
         gy = torch.randn(y.shape, generator=g).to(dtype)
@@ -103,11 +103,11 @@ def test_forward_and_backward_match_cpu(dtype, sites, geometry, dataflow):
 @pytest.mark.parametrize("dataflow", ["gather_gemm_scatter", "output_stationary"])
 def test_deterministic_bits(dataflow):
     coords = random_sites(2000, [16, 16, 16], seed=3)
-    plan, _ = conv_plan(coords.to(DEV), [16, 16, 16], 2, "subm", 3)
+    plan, _ = point_conv_plan(coords.to(DEV), [16, 16, 16], 2, "subm", 3)
     x = torch.randn(coords.shape[0], 32, device=DEV)
     w = torch.randn(27, 32, 32, device=DEV)
-    a = sparse_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow)
-    assert torch.equal(a, sparse_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow))
+    a = point_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow)
+    assert torch.equal(a, point_conv(x, w, None, plan, coords.shape[0], dataflow=dataflow))
 
 
 @pytest.mark.parametrize("c_in,c_out", [(64, 64), (128, 96), (200, 3), (1, 256)])
@@ -115,14 +115,14 @@ def test_output_stationary_matches_gather_gemm_scatter_on_wide_layers(c_in, c_ou
     """The implicit GEMM's channel tiles (16/32/64 per block, partial tiles) on wide and odd
     widths, forward and feature gradient, against the cuBLAS dataflow on the same device."""
     coords = random_sites(3000, [20, 20, 20], seed=6)
-    plan, _ = conv_plan(coords.to(DEV), [20, 20, 20], 2, "subm", 3)
+    plan, _ = point_conv_plan(coords.to(DEV), [20, 20, 20], 2, "subm", 3)
     n = coords.shape[0]
     x = torch.randn(n, c_in, device=DEV, dtype=torch.float64)
     w = torch.randn(27, c_in, c_out, device=DEV, dtype=torch.float64) / 27
     outs = []
     for dataflow in ("gather_gemm_scatter", "output_stationary"):
         xd = x.clone().requires_grad_()
-        y = sparse_conv(xd, w, None, plan, n, dataflow=dataflow)
+        y = point_conv(xd, w, None, plan, n, dataflow=dataflow)
         y.backward(torch.ones_like(y))
         outs.append((y.detach(), xd.grad))
     torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-10, atol=1e-10)
@@ -131,28 +131,28 @@ def test_output_stationary_matches_gather_gemm_scatter_on_wide_layers(c_in, c_ou
 
 def test_float64_gradcheck():
     coords = random_sites(30, [5, 5, 5], seed=4)
-    plan, _ = conv_plan(coords.to(DEV), [5, 5, 5], 2, "subm", 3)
+    plan, _ = point_conv_plan(coords.to(DEV), [5, 5, 5], 2, "subm", 3)
     x = torch.randn(30, 2, device=DEV, dtype=torch.float64, requires_grad=True)
     w = torch.randn(27, 2, 3, device=DEV, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, device=DEV, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, b, plan, 30), (x, w, b))
+    torch.autograd.gradcheck(lambda x, w, b: point_conv(x, w, b, plan, 30), (x, w, b))
 
 
 def test_bad_plans_are_named():
     coords = random_sites(50, [8, 8, 8], seed=5)
-    plan, _ = conv_plan(coords.to(DEV), [8, 8, 8], 1, "subm", 3)
+    plan, _ = point_conv_plan(coords.to(DEV), [8, 8, 8], 1, "subm", 3)
     x = torch.randn(50, 4, device=DEV)
     w = torch.randn(27, 4, 4, device=DEV)
     with pytest.raises(ValueError, match="kernel offsets"):
-        sparse_conv(x, torch.randn(8, 4, 4, device=DEV), None, plan, 50)
+        point_conv(x, torch.randn(8, 4, 4, device=DEV), None, plan, 50)
     with pytest.raises(ValueError, match="num_out"):
-        sparse_conv(x, w, None, plan, 49)
+        point_conv(x, w, None, plan, 49)
     bad = plan.clone()
     bad[_FIXED + 27 + 1] = 1 << 40  # in_idx[0] = 0, in_idx[1] = 256: past the 50 sites
     with pytest.raises(ValueError, match="corrupted plan"):
-        sparse_conv(x, w, None, bad, 50)
+        point_conv(x, w, None, bad, 50)
     with pytest.raises(ValueError, match="plan is on"):
-        sparse_conv(x, w, None, plan.cpu(), 50)
+        point_conv(x, w, None, plan.cpu(), 50)
 
 
 def test_spconv_modules_on_cuda():
@@ -192,17 +192,17 @@ def test_submanifold_map_on_gpu_matches_cpu(shape, kernel, dilation):
     for n in (0, 1, 60, 400):
         coords = random_sites(n, shape, seed=n)
         coords = coords[torch.randperm(coords.shape[0])]
-        plan, oc = conv_plan(coords, shape, 2, "subm", kernel, 1, 0, dilation)
-        dplan, doc = conv_plan(coords.to(DEV), shape, 2, "subm", kernel, 1, 0, dilation)
+        plan, oc = point_conv_plan(coords, shape, 2, "subm", kernel, 1, 0, dilation)
+        dplan, doc = point_conv_plan(coords.to(DEV), shape, 2, "subm", kernel, 1, 0, dilation)
         assert torch.equal(dplan.cpu(), plan) and torch.equal(doc.cpu(), oc)
 
 
 def test_bad_coordinates_on_gpu_get_the_cpu_errors():
     dup = torch.tensor([[0, 1, 1, 1], [0, 2, 2, 2], [0, 1, 1, 1]], dtype=torch.int32, device=DEV)
     with pytest.raises(ValueError, match="rows 0 and 2 are the same site"):
-        conv_plan(dup, [4, 4, 4], 1, "subm", 3)
+        point_conv_plan(dup, [4, 4, 4], 1, "subm", 3)
     outside = torch.tensor([[0, 1, 1, 4]], dtype=torch.int32, device=DEV)
     with pytest.raises(ValueError, match="coords"):
-        conv_plan(outside, [4, 4, 4], 1, "subm", 3)
+        point_conv_plan(outside, [4, 4, 4], 1, "subm", 3)
     with pytest.raises(TypeError, match="integers"):
-        conv_plan(torch.zeros(2, 4, device=DEV), [4, 4, 4], 1, "subm", 3)
+        point_conv_plan(torch.zeros(2, 4, device=DEV), [4, 4, 4], 1, "subm", 3)

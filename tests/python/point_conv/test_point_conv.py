@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import sparsejit as sj
 import sparsejit.spconv as spconv
 from conftest import random_sites
-from sparsejit.families.point_conv.ops import conv_plan, plan_info, plan_pairs, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, plan_info, plan_pairs, point_conv
 
 DATAFLOWS = ["gather_gemm_scatter", "output_stationary", "auto"]
 
@@ -160,9 +160,9 @@ def test_bfloat16_and_float16(dataflow):
 def test_channel_specializations_agree(channels):
     """The output-stationary kernel is compiled per C_out (16/32/64/128, generic)."""
     x = make_input(3, n=300, side=10, c=channels, dtype=torch.float64)
-    plan, _ = conv_plan(x.indices, x.spatial_shape, 2, "subm", 3)
+    plan, _ = point_conv_plan(x.indices, x.spatial_shape, 2, "subm", 3)
     w = torch.randn(27, channels, channels, dtype=torch.float64)
-    ys = [sparse_conv(x.features, w, None, plan, x.indices.shape[0], dataflow=d)
+    ys = [point_conv(x.features, w, None, plan, x.indices.shape[0], dataflow=d)
           for d in DATAFLOWS]
     _, i, o = plan_pairs(plan)
     k = torch.repeat_interleave(torch.arange(27), plan_pairs(plan)[0].diff())
@@ -172,7 +172,7 @@ def test_channel_specializations_agree(channels):
     # backward: the weight gradient (register-blocked per width) and the features gradient
     dy = torch.randn_like(ref)
     for d in (1, 2):
-        dx, dw = torch.ops.sparsejit.sparse_conv_backward(x.features, w, dy, plan, False, d,
+        dx, dw = torch.ops.sparsejit.point_conv_backward(x.features, w, dy, plan, False, d,
                                                           True, True)
         ref_dw = torch.zeros_like(w).index_put_((k,), torch.einsum("mc,md->mcd", x.features[i],
                                                                    dy[o]), accumulate=True)
@@ -186,7 +186,7 @@ def test_channel_specializations_agree(channels):
 
 def test_plan_contents_and_identity_centre():
     x = make_input(3, n=80, side=7)
-    plan, out = conv_plan(x.indices, x.spatial_shape, 2, "subm", 3)
+    plan, out = point_conv_plan(x.indices, x.spatial_shape, 2, "subm", 3)
     info = plan_info(plan)
     assert info["kernel_volume"] == 27 and info["identity_offset"] == 13
     assert info["num_in"] == info["num_out"] == 80 and torch.equal(out, x.indices)
@@ -207,7 +207,7 @@ def test_plan_survives_save_and_to_and_cache_is_shared():
     torch.save(x.indice_dict["s"].plan, buf)
     buf.seek(0)
     plan = torch.load(buf)
-    z = sparse_conv(x.features, layer._kernel_weight(), layer.bias, plan.to("cpu"),
+    z = point_conv(x.features, layer._kernel_weight(), layer.bias, plan.to("cpu"),
                     x.indices.shape[0])
     torch.testing.assert_close(z, y.features)
     # a second layer with the same geometry and no key reuses the cached map
@@ -262,7 +262,7 @@ def test_bad_inputs_name_the_problem():
 
     def plan(coords, **kw):
         args = {**ok, **kw}
-        return conv_plan(coords, args["spatial_shape"], args["batch_size"], args["kind"],
+        return point_conv_plan(coords, args["spatial_shape"], args["batch_size"], args["kind"],
                          args["kernel_size"])
 
     with pytest.raises(TypeError, match="coords must hold integers"):
@@ -286,30 +286,30 @@ def test_bad_inputs_name_the_problem():
     x = spconv.SparseConvTensor(torch.randn(2, 4), idx, [8, 8, 8], 1)
     with pytest.raises(ValueError, match="in_channels"):
         spconv.SubMConv3d(5, 4, 3)(x)
-    p, _ = conv_plan(idx, [8, 8, 8], 1, "subm", 3)
+    p, _ = point_conv_plan(idx, [8, 8, 8], 1, "subm", 3)
     w = torch.randn(27, 4, 6)
     with pytest.raises(ValueError, match="C_in"):
-        sparse_conv(torch.randn(2, 5), torch.randn(27, 5 + 1, 6), None, p, 2)
+        point_conv(torch.randn(2, 5), torch.randn(27, 5 + 1, 6), None, p, 2)
     with pytest.raises(ValueError, match="rows"):
-        sparse_conv(torch.randn(3, 4), w, None, p, 2)
+        point_conv(torch.randn(3, 4), w, None, p, 2)
     with pytest.raises(ValueError, match="kernel offsets"):
-        sparse_conv(torch.randn(2, 4), torch.randn(8, 4, 6), None, p, 2)
+        point_conv(torch.randn(2, 4), torch.randn(8, 4, 6), None, p, 2)
     with pytest.raises(ValueError, match="num_out"):
-        sparse_conv(torch.randn(2, 4), w, None, p, 3)
+        point_conv(torch.randn(2, 4), w, None, p, 3)
     with pytest.raises(ValueError, match="bias"):
-        sparse_conv(torch.randn(2, 4), w, torch.randn(5), p, 2)
+        point_conv(torch.randn(2, 4), w, torch.randn(5), p, 2)
     with pytest.raises(ValueError, match="dataflow"):
-        sparse_conv(torch.randn(2, 4), w, None, p, 2, dataflow="fast")
+        point_conv(torch.randn(2, 4), w, None, p, 2, dataflow="fast")
     bad = p.clone()
     bad[-3] = 10**9  # a pair-group / row-pair word: out of range, not a crash
     with pytest.raises(ValueError, match="corrupted plan"):
-        sparse_conv(torch.randn(2, 4), w, None, bad, 2)
+        point_conv(torch.randn(2, 4), w, None, bad, 2)
     bad = p.clone()
     bad[2] = 3  # op family
     with pytest.raises(ValueError, match="rgms"):
-        sparse_conv(torch.randn(2, 4), w, None, bad, 2)
+        point_conv(torch.randn(2, 4), w, None, bad, 2)
     with pytest.raises(ValueError, match="corrupted|inconsistent"):
-        sparse_conv(torch.randn(2, 4), w, None, p[:-1].clone(), 2)
+        point_conv(torch.randn(2, 4), w, None, p[:-1].clone(), 2)
     with pytest.raises(TypeError, match="integers"):
         sj.SparseTensor(idx.double(), torch.randn(2, 4))
     with pytest.raises(ValueError, match=r"coords\[1, 0\] = 1"):
@@ -328,7 +328,7 @@ def test_bad_inputs_name_the_problem():
 def test_packing_range_error_names_bits():
     idx = torch.tensor([[0, 0, 0, 0]], dtype=torch.int32)
     with pytest.raises(ValueError, match="bits"):
-        conv_plan(idx, [2**30, 2**30, 2**30], 2**10, "subm", 3)
+        point_conv_plan(idx, [2**30, 2**30, 2**30], 2**10, "subm", 3)
 
 
 # ---- autograd, opcheck, compile ------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_packing_range_error_names_bits():
 @pytest.mark.parametrize("kind", ["subm", "spconv", "inverse"])
 def test_gradcheck(dataflow, kind):
     x = make_input(3, n=25, side=5, c=3, dtype=torch.float64, seed=3)
-    plan, out = conv_plan(x.indices, x.spatial_shape, 2, "subm" if kind == "subm" else "spconv",
+    plan, out = point_conv_plan(x.indices, x.spatial_shape, 2, "subm" if kind == "subm" else "spconv",
                           3, 1 if kind == "subm" else 2, 1)
     swap = kind == "inverse"
     n_in, n_out = (out.shape[0], x.indices.shape[0]) if swap else (x.indices.shape[0], out.shape[0])
@@ -345,26 +345,26 @@ def test_gradcheck(dataflow, kind):
     w = torch.randn(27, 3, 2, dtype=torch.float64, requires_grad=True)
     b = torch.randn(2, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda f, w, b: sparse_conv(f, w, b, plan, n_out, swap, dataflow), (f, w, b))
+        lambda f, w, b: point_conv(f, w, b, plan, n_out, swap, dataflow), (f, w, b))
 
 
 def test_opcheck():
     x = make_input(3, n=30, side=5, c=3, seed=4)
     ops = torch.ops.sparsejit
     for kind, stride in (("subm", 1), ("spconv", 2), ("transposed", 2), ("coarse", 2)):
-        torch.library.opcheck(ops.conv_plan, (x.indices, x.spatial_shape, 2, kind, [3] * 3,
+        torch.library.opcheck(ops.point_conv_plan, (x.indices, x.spatial_shape, 2, kind, [3] * 3,
                                               [stride] * 3, [1] * 3, [1] * 3, None),
                               test_utils=("test_schema", "test_faketensor"))
-    plan, out = conv_plan(x.indices, x.spatial_shape, 2, "spconv", 3, 2, 1)
+    plan, out = point_conv_plan(x.indices, x.spatial_shape, 2, "spconv", 3, 2, 1)
     w = torch.randn(27, 3, 4, requires_grad=True)
     b = torch.randn(4, requires_grad=True)
     f = x.features.clone().requires_grad_()
     for d in (1, 2):
-        torch.library.opcheck(ops.sparse_conv, (f, w, b, plan, out.shape[0], False, d))
-        torch.library.opcheck(ops.sparse_conv, (torch.randn(out.shape[0], 4), w.detach()
+        torch.library.opcheck(ops.point_conv, (f, w, b, plan, out.shape[0], False, d))
+        torch.library.opcheck(ops.point_conv, (torch.randn(out.shape[0], 4), w.detach()
                                                 .transpose(1, 2).contiguous().requires_grad_(),
                                                 None, plan, 30, True, d))
-        torch.library.opcheck(ops.sparse_conv_backward,
+        torch.library.opcheck(ops.point_conv_backward,
                               (f.detach(), w.detach(), torch.randn(out.shape[0], 4), plan, False,
                                d, True, True))
 

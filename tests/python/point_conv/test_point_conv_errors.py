@@ -10,9 +10,9 @@ import sparsejit as sj
 from sparsejit.families.point_conv.ops import plan_pairs
 from conftest import raises_type_error  # noqa: E402
 
-PLAN = torch.ops.sparsejit.conv_plan
-CONV = torch.ops.sparsejit.sparse_conv
-CONV_BWD = torch.ops.sparsejit.sparse_conv_backward
+PLAN = torch.ops.sparsejit.point_conv_plan
+CONV = torch.ops.sparsejit.point_conv
+CONV_BWD = torch.ops.sparsejit.point_conv_backward
 COORDS = torch.tensor([[0, 1, 1, 1], [0, 2, 2, 2], [0, 3, 1, 2]], dtype=torch.int32)
 
 

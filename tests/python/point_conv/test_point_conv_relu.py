@@ -1,4 +1,4 @@
-"""The point-cloud convolution's fused ReLU (sparse_conv(..., relu=True)) and SparseSequential's
+"""The point-cloud convolution's fused ReLU (point_conv(..., relu=True)) and SparseSequential's
 fusion of ``conv, ReLU`` / ``conv, BatchNorm1d (eval), ReLU``: against the unfused ops, every
 dataflow, forward and gradients, outputs poisoned."""
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import sparsejit.spconv as spconv
-from sparsejit.families.point_conv.ops import conv_plan, plan_info, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, plan_info, point_conv
 
 
 def sites(n, side, seed):
@@ -24,7 +24,7 @@ def sites(n, side, seed):
 @pytest.mark.parametrize("n", [0, 1, 400])
 def test_fused_relu_matches_relu_of_conv(dataflow, kind, c_out, dtype, n, poison_empty):
     coords = sites(n, 9, seed=n + c_out)
-    plan, _ = conv_plan(coords, [9, 9, 9], 2, kind, 3, 2 if kind == "spconv" else 1)
+    plan, _ = point_conv_plan(coords, [9, 9, 9], 2, kind, 3, 2 if kind == "spconv" else 1)
     n_out = plan_info(plan)["num_out"]
     g = torch.Generator().manual_seed(1)
     x = torch.randn(coords.shape[0], 5, generator=g, dtype=dtype)
@@ -35,9 +35,9 @@ def test_fused_relu_matches_relu_of_conv(dataflow, kind, c_out, dtype, n, poison
     def run(fused):
         xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
         if fused:
-            y = sparse_conv(xs, ws, bs, plan, n_out, dataflow=dataflow, relu=True)
+            y = point_conv(xs, ws, bs, plan, n_out, dataflow=dataflow, relu=True)
         else:
-            y = torch.relu(sparse_conv(xs, ws, bs, plan, n_out, dataflow=dataflow))
+            y = torch.relu(point_conv(xs, ws, bs, plan, n_out, dataflow=dataflow))
         y.backward(gy)
         return y.detach(), xs.grad, ws.grad, bs.grad
 
@@ -49,16 +49,16 @@ def test_fused_relu_matches_relu_of_conv(dataflow, kind, c_out, dtype, n, poison
 
 def test_fused_relu_opcheck_and_gradcheck():
     coords = sites(60, 5, seed=3)
-    plan, _ = conv_plan(coords, [5, 5, 5], 2, "subm", 3)
+    plan, _ = point_conv_plan(coords, [5, 5, 5], 2, "subm", 3)
     n_out = plan_info(plan)["num_out"]
     g = torch.Generator().manual_seed(2)
     x = torch.randn(coords.shape[0], 3, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(27, 3, 4, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(torch.ops.sparsejit.sparse_conv.default,
+    torch.library.opcheck(torch.ops.sparsejit.point_conv.default,
                           (x, w, b, plan, n_out, False, 0, True))
     assert torch.autograd.gradcheck(
-        lambda x, w, b: sparse_conv(x, w, b, plan, n_out, relu=True), (x, w, b))
+        lambda x, w, b: point_conv(x, w, b, plan, n_out, relu=True), (x, w, b))
 
 
 def make_block(bn_mode):
@@ -79,13 +79,13 @@ def test_sparse_sequential_fuses_conv_relu(bn_mode, poison_empty, monkeypatch):
     from sparsejit.spconv import conv as conv_mod
 
     calls = []
-    real = conv_mod.sparse_conv
+    real = conv_mod.point_conv
 
     def spy(*args, **kwargs):
         calls.append(kwargs.get("relu", False))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(conv_mod, "sparse_conv", spy)
+    monkeypatch.setattr(conv_mod, "point_conv", spy)
     torch.manual_seed(0)
     block = make_block(bn_mode)
     if bn_mode is not None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sparsejit import _core
-from sparsejit.families.point_conv.ops import conv_plan, plan_info, plan_pairs, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, plan_info, plan_pairs, point_conv
 
 
 def sites(n, side, seed):
@@ -33,7 +33,7 @@ def test_conv_gather_gemm_scatter_row_kernels(c_in, c_out, kind, threads, poison
     from conftest import generic_only
 
     coords = sites(3000, 20, seed=c_in + c_out)
-    plan, out_coords = conv_plan(coords, [20, 20, 20], 1, kind, 3, 2 if kind == "spconv" else 1)
+    plan, out_coords = point_conv_plan(coords, [20, 20, 20], 1, kind, 3, 2 if kind == "spconv" else 1)
     n_out = plan_info(plan)["num_out"]
     g = torch.Generator().manual_seed(5)
     x = torch.randn(coords.shape[0], c_in, generator=g)
@@ -43,7 +43,7 @@ def test_conv_gather_gemm_scatter_row_kernels(c_in, c_out, kind, threads, poison
     def run():
         xg = x.clone().requires_grad_()
         wg = w.clone().requires_grad_()
-        y = sparse_conv(xg, wg, None, plan, n_out, dataflow="gather_gemm_scatter")
+        y = point_conv(xg, wg, None, plan, n_out, dataflow="gather_gemm_scatter")
         y.backward(gy)
         return y.detach(), xg.grad, wg.grad
 
@@ -76,7 +76,7 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
     if not _core.jit_enabled():
         pytest.skip("SPARSEJIT_JIT=0")
     coords = sites(6000, 24, seed=c_in * c_out)
-    plan, _ = conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
+    plan, _ = point_conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
     info = plan_info(plan)
     n_out = info["num_out"]
     g = torch.Generator().manual_seed(7)
@@ -87,7 +87,7 @@ def test_conv_output_stationary_jit(c_in, c_out, kind, dtype, poison_empty):
 
     def run(relu):
         xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-        y = sparse_conv(xg, wg, b, plan, n_out, dataflow="output_stationary", relu=relu)
+        y = point_conv(xg, wg, b, plan, n_out, dataflow="output_stationary", relu=relu)
         y.backward(gy)
         return y.detach(), xg.grad
 
@@ -129,7 +129,7 @@ def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
     if not _core.jit_enabled():
         pytest.skip("SPARSEJIT_JIT=0")
     coords = sites(6000, 24, seed=c_in + 3 * c_out)
-    plan, _ = conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
+    plan, _ = point_conv_plan(coords, [24, 24, 24], 1, kind, 3, 2 if kind == "spconv" else 1)
     info = plan_info(plan)
     n_out = info["num_out"]
     g = torch.Generator().manual_seed(9)
@@ -143,7 +143,7 @@ def test_conv_output_stationary_bf16(c_in, c_out, kind, relu, poison_empty):
     def run(dtype):
         xg = x.to(dtype, copy=True).requires_grad_()
         wg = w.to(dtype, copy=True).requires_grad_()
-        y = sparse_conv(xg, wg, b.to(dtype), plan, n_out, dataflow="output_stationary",
+        y = point_conv(xg, wg, b.to(dtype), plan, n_out, dataflow="output_stationary",
                         relu=relu)
         y.backward(gy.to(dtype))
         return y.detach(), xg.grad, wg.grad

@@ -1,5 +1,5 @@
 """The device-generic kernel-map builders (torch_ext/composite/point_conv_tensor_map.h), which the
-CUDA ``conv_plan`` runs, on CPU tensors: ``SPARSEJIT_STRUCTURE_ATEN=1`` routes the CPU op
+CUDA ``point_conv_plan`` runs, on CPU tensors: ``SPARSEJIT_STRUCTURE_ATEN=1`` routes the CPU op
 through them, and every plan and output-coordinate tensor must equal the CPU core's word for
 word (header, fingerprint, pairs and their order, row indexes), for submanifold, strided
 (spconv), coarse, transposed and generalized (caller's output sites) maps over 1 to 4 axes, odd kernels, dilation, padding, mixed
@@ -11,7 +11,7 @@ import torch
 
 from conftest import random_sites
 
-conv_plan = torch.ops.sparsejit.conv_plan
+point_conv_plan = torch.ops.sparsejit.point_conv_plan
 ENV = "SPARSEJIT_STRUCTURE_ATEN"
 
 
@@ -70,7 +70,7 @@ def test_tensor_maps_equal_the_core(monkeypatch, sites, geometry, dtype):
     shape, kind, kernel, stride, padding, dilation = geometry
     coords = SITES[sites](shape).to(dtype)
     batch_size = 3
-    got, want = _both(monkeypatch, lambda: conv_plan(coords, shape, batch_size, kind, kernel,
+    got, want = _both(monkeypatch, lambda: point_conv_plan(coords, shape, batch_size, kind, kernel,
                                                      stride, padding, dilation, None))
     assert got[0].dtype == want[0].dtype == torch.int64
     assert torch.equal(got[0], want[0]), f"plans differ at {(got[0] != want[0]).nonzero()[:5].tolist()}" \
@@ -106,7 +106,7 @@ def test_generalized_tensor_maps_equal_the_core(monkeypatch, sites, outs, geomet
            "beyond": lambda: random_sites(70, out_shape, batch_size=3, seed=8)}[outs]()
     if outs == "beyond":
         out = out.long()  # both index dtypes
-    got, want = _both(monkeypatch, lambda: conv_plan(coords, shape, 3, "generalized", kernel,
+    got, want = _both(monkeypatch, lambda: point_conv_plan(coords, shape, 3, "generalized", kernel,
                                                      stride, padding, dilation, out))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     if out.numel():  # a new tensor, as the core returns, not the caller's
@@ -122,7 +122,7 @@ def test_generalized_tensor_maps_leave_bad_output_sites_to_the_core(monkeypatch,
     coords = random_sites(30, [12, 12, 12], batch_size=2, seed=1)
     monkeypatch.setenv(ENV, "1")
     with pytest.raises(ValueError, match=match):
-        conv_plan(coords, [12, 12, 12], 2, "generalized", [3] * 3, [1] * 3, [1] * 3, [1] * 3, bad)
+        point_conv_plan(coords, [12, 12, 12], 2, "generalized", [3] * 3, [1] * 3, [1] * 3, [1] * 3, bad)
 
 
 def test_tensor_maps_on_a_scan_sized_input(monkeypatch):
@@ -131,7 +131,7 @@ def test_tensor_maps_on_a_scan_sized_input(monkeypatch):
     coords = random_sites(20000, shape, batch_size=2, seed=9)
     for kind, k, s, p in [("subm", 3, 1, 0), ("spconv", 3, 2, 1), ("transposed", 3, 2, 1),
                           ("coarse", 2, 2, 0)]:
-        got, want = _both(monkeypatch, lambda: conv_plan(coords, shape, 2, kind, [k] * 3, [s] * 3,
+        got, want = _both(monkeypatch, lambda: point_conv_plan(coords, shape, 2, kind, [k] * 3, [s] * 3,
                                                          [p] * 3, [1] * 3, None))
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), kind
 
@@ -147,4 +147,4 @@ def test_tensor_maps_leave_invalid_input_to_the_core(monkeypatch, kind, bad, mat
         ([3] * 3, [2] * 3, [1] * 3) if kind != "coarse" else ([2] * 3, [2] * 3, [0] * 3)
     monkeypatch.setenv(ENV, "1")
     with pytest.raises(ValueError, match=match):
-        conv_plan(bad.int(), [12, 12, 12], 2, kind, kernel, stride, padding, [1] * 3, None)
+        point_conv_plan(bad.int(), [12, 12, 12], 2, kind, kernel, stride, padding, [1] * 3, None)

@@ -1,5 +1,5 @@
 """sj.tune for point-cloud sparse convolution (python/sparsejit/families/point_conv/tuner.py):
-both dataflows measured on the real kernel map, the winner stored on disk and consulted by sparse_conv and
+both dataflows measured on the real kernel map, the winner stored on disk and consulted by point_conv and
 the spconv modules (forward and the backward's feature gradient)."""
 
 import json
@@ -10,7 +10,7 @@ import torch
 import sparsejit as sj
 import sparsejit.spconv as spconv
 from sparsejit.families.point_conv import tuner as conv_tuning
-from sparsejit.families.point_conv.ops import conv_plan, sparse_conv
+from sparsejit.families.point_conv.ops import point_conv_plan, point_conv
 
 
 def sites(n=400, side=12, seed=0):
@@ -32,12 +32,12 @@ def cache(tmp_path, monkeypatch):
 
 
 class CallLog:
-    """Wraps torch.ops.sparsejit.sparse_conv{,_backward} to record the dataflow each call got."""
+    """Wraps torch.ops.sparsejit.point_conv{,_backward} to record the dataflow each call got."""
 
     def __init__(self, monkeypatch):
         self.fwd, self.bwd, self.wgrad = [], [], []
         ns = torch.ops.sparsejit
-        real_f, real_b = ns.sparse_conv, ns.sparse_conv_backward
+        real_f, real_b = ns.point_conv, ns.point_conv_backward
 
         def f(*a):
             self.fwd.append(a[6] & 3)  # bits 2-3 carry the backward's choice
@@ -48,23 +48,23 @@ class CallLog:
             self.wgrad.append(a[5] >> 2)
             return real_b(*a)
 
-        f.default = f  # sparse_conv calls the overload (runtime.autograd.call_op)
-        monkeypatch.setattr(ns, "sparse_conv", f)
-        monkeypatch.setattr(ns, "sparse_conv_backward", b)
+        f.default = f  # point_conv calls the overload (runtime.autograd.call_op)
+        monkeypatch.setattr(ns, "point_conv", f)
+        monkeypatch.setattr(ns, "point_conv_backward", b)
 
 
 def test_nothing_tuned_means_cost_model(cache, monkeypatch):
     idx, shape = sites()
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     assert conv_tuning.tuned_dataflow(plan, 8, 8, torch.float32, False) == 0
     log = CallLog(monkeypatch)
-    sparse_conv(torch.randn(len(idx), 8), torch.randn(27, 8, 8), None, plan, len(idx))
+    point_conv(torch.randn(len(idx), 8), torch.randn(27, 8, 8), None, plan, len(idx))
     assert log.fwd == [0]
 
 
 def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
     idx, shape = sites(seed=1)
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     res = sj.tune(plan, F=8, F_out=16, repeat=1, progress=True)
     assert "sparsejit.tune conv" in capsys.readouterr().err      # the progress bar
     assert set(res["times_ms"]) == {f"{p}/{d}" for p in ("forward", "backward")
@@ -83,12 +83,12 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
         ids[res["best"]["forward"]], ids[res["best"]["backward"]], wids[res["best"]["wgrad"]])
     # "A new process": memory dropped, the store read from disk by a rebuilt (equal) plan.
     conv_tuning.clear_schedule_cache()
-    plan2, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan2, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     assert conv_tuning.plan_fingerprint(plan2) == res["fingerprint"]
     log = CallLog(monkeypatch)
     x = torch.randn(len(idx), 8, requires_grad=True)
     w = torch.randn(27, 8, 16, requires_grad=True)
-    y = sparse_conv(x, w, None, plan2, len(idx))
+    y = point_conv(x, w, None, plan2, len(idx))
     y.sum().backward()
     assert log.fwd == [entry["forward"]] and log.bwd == [entry["backward"]]
     assert log.wgrad == [entry["wgrad"]]
@@ -96,16 +96,16 @@ def test_tune_plan_stores_and_is_consulted(cache, monkeypatch, capsys):
     assert conv_tuning.tuned_dataflow(plan2, 8, 8, torch.float32, False) == 0
     assert conv_tuning.tuned_dataflow(plan2, 8, 16, torch.float64, False) == 0
     assert conv_tuning.tuned_dataflow(plan2, 8, 16, torch.float32, True) == 0
-    sparse_conv(x, w, None, plan2, len(idx), dataflow="gather_gemm_scatter")
+    point_conv(x, w, None, plan2, len(idx), dataflow="gather_gemm_scatter")
     assert log.fwd[-1] == 1
     # The result does not depend on the choice.
-    ref = sparse_conv(x.double(), w.double(), None, plan2, len(idx), dataflow=1)
+    ref = point_conv(x.double(), w.double(), None, plan2, len(idx), dataflow=1)
     torch.testing.assert_close(y.double(), ref, atol=1e-4, rtol=1e-4)
 
 
 def test_corrupt_or_foreign_store_is_ignored(cache):
     idx, shape = sites(seed=2)
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     fp = conv_tuning.plan_fingerprint(plan)
     (cache / "tuned").mkdir()
     path = cache / "tuned" / f"point_conv-{fp}.json"
@@ -152,7 +152,7 @@ def test_tune_model_covers_every_layer_and_keeps_results(cache, monkeypatch):
 
 def test_tune_bad_arguments(cache):
     idx, shape = sites(seed=4)
-    plan, _ = conv_plan(idx, shape, 1, "subm", 3)
+    plan, _ = point_conv_plan(idx, shape, 1, "subm", 3)
     with pytest.raises(ValueError, match="channel"):
         sj.tune(plan, F=0)
     with pytest.raises(TypeError, match="dtype"):
@@ -161,17 +161,17 @@ def test_tune_bad_arguments(cache):
     dy = torch.randn(len(idx), 4)
     for bad in (3, 7, 12 << 2, 64, -1):  # the ops themselves name the argument
         with pytest.raises(ValueError, match="dataflow"):
-            torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, bad)
+            torch.ops.sparsejit.point_conv(x, w, None, plan, len(idx), False, bad)
     for bad in (3, 12, 16, -1):
         with pytest.raises(ValueError, match="dataflow"):
-            torch.ops.sparsejit.sparse_conv_backward(x, w, dy, plan, False, bad, True, True)
+            torch.ops.sparsejit.point_conv_backward(x, w, dy, plan, False, bad, True, True)
     torch.testing.assert_close(  # bits 2-5 (the backward's choices) do not change the forward
-        torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, 1 | 8 | 32),
-        torch.ops.sparsejit.sparse_conv(x, w, None, plan, len(idx), False, 2))
+        torch.ops.sparsejit.point_conv(x, w, None, plan, len(idx), False, 1 | 8 | 32),
+        torch.ops.sparsejit.point_conv(x, w, None, plan, len(idx), False, 2))
     for wpath in (4, 8):  # both weight-gradient paths agree with a float64 reference
-        got = torch.ops.sparsejit.sparse_conv_backward(x, w, dy, plan, False, wpath, True,
+        got = torch.ops.sparsejit.point_conv_backward(x, w, dy, plan, False, wpath, True,
                                                        True)
-        ref = torch.ops.sparsejit.sparse_conv_backward(x.double(), w.double(), dy.double(),
+        ref = torch.ops.sparsejit.point_conv_backward(x.double(), w.double(), dy.double(),
                                                        plan, False, 1, True, True)
         for g, r in zip(got, ref):
             torch.testing.assert_close(g.double(), r, atol=1e-4, rtol=1e-4)

@@ -102,7 +102,7 @@ at::Tensor segment_matmul(const at::Tensor& x, const at::Tensor& ptr, const at::
 
 // ---- point-cloud sparse convolution ---------------------------------------------------------
 
-// A kernel map as a plan tensor plus the output sites (the conv_plan op). coords [N, 1 + D]
+// A kernel map as a plan tensor plus the output sites (the point_conv_plan op). coords [N, 1 + D]
 // integers, batch index first; kind "subm", "spconv", "coarse" or "transposed" (see
 // docs/SPARSE_CONV.md); errors name the bad row, column and value.
 struct ConvMap {
@@ -120,7 +120,7 @@ struct ConvMap {
 // [K, C_in, C_out] (spconv's [C_out, *kernel, C_in] permuted). inverse: the map read backwards
 // (spconv's SparseInverseConv: outputs are the map's input sites). dataflow: 0 auto,
 // 1 gather-GEMM-scatter, 2 output-stationary. relu: y = max(y, 0), fused into the pass.
-at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
+at::Tensor point_conv(const at::Tensor& features, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, const ConvMap& map,
                        bool inverse = false, int64_t dataflow = 0, bool relu = false);
 
@@ -429,7 +429,7 @@ inline ConvMap ConvMap::build(const at::Tensor& coords, const std::vector<int64_
                        const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                        const std::vector<int64_t>& padding,
                        const std::vector<int64_t>& dilation) {
-  static auto h = detail::op("sparsejit::conv_plan")
+  static auto h = detail::op("sparsejit::point_conv_plan")
                       .typed<std::tuple<at::Tensor, at::Tensor>(
                           const at::Tensor&, at::IntArrayRef, int64_t, c10::string_view,
                           at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
@@ -443,10 +443,10 @@ inline ConvMap ConvMap::build(const at::Tensor& coords, const std::vector<int64_
 inline int64_t ConvMap::num_in() const { return plan[8].item<int64_t>(); }
 inline int64_t ConvMap::num_out() const { return plan[6].item<int64_t>(); }
 
-inline at::Tensor sparse_conv(const at::Tensor& features, const at::Tensor& weight,
+inline at::Tensor point_conv(const at::Tensor& features, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, const ConvMap& map, bool inverse,
                        int64_t dataflow, bool relu) {
-  static auto h = detail::op("sparsejit::sparse_conv")
+  static auto h = detail::op("sparsejit::point_conv")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                         const std::optional<at::Tensor>&, const at::Tensor&,
                                         c10::SymInt, bool, int64_t, bool)>();

@@ -9,12 +9,12 @@ pairs input ``c`` with output ``o`` by kernel offset ``e`` (``0 <= e < kernel``)
 
 with ``lower = -(k - 1) // 2`` for odd and ``0`` for even kernels in both engines. Both number
 the offsets with the first spatial axis fastest (``k = e_x + K_x * (e_y + K_y * e_z)``);
-sparsejit's maps number them with axis 0 slowest, so the axes are handed to ``conv_plan`` in
+sparsejit's maps number them with axis 0 slowest, so the axes are handed to ``point_conv_plan`` in
 reverse order (``reverse_axes=True``) and the engine's weight ``[K, C_in, C_out]`` is used
 as it is, without a permutation. The world coordinates are shifted onto sparsejit's
 non-negative grid (``g = (c - origin) / ts`` with ``origin`` a multiple of the output
 stride, so that ``floor`` commutes with the shift) and the plan is built by the family's
-``conv_plan``: ``subm`` when the output sites are the input sites, ``coarse`` for new
+``point_conv_plan``: ``subm`` when the output sites are the input sites, ``coarse`` for new
 strided sites (``floor(c / (ts * s)) * ts * s``), ``generalized`` for given output sites.
 """
 
@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from sparsejit.families.point_conv.ops import conv_plan
+from sparsejit.families.point_conv.ops import point_conv_plan
 
 
 def even_lower(kernel_size: Sequence[int]) -> List[int]:
@@ -121,17 +121,17 @@ def lattice_plan(in_coords: torch.Tensor, in_stride: Sequence[int],
     grid_in = torch.cat([c_in[:, :1], g_in], 1).int()
     centred = all(lw == -(k // 2) and k % 2 == 1 for lw, k in zip(low, kernel))
     if same_sites and all(s == 1 for s in stride) and centred:
-        plan, _ = conv_plan(grid_in, ext, batch_size, "subm", kernel, stride, padding, dil)
+        plan, _ = point_conv_plan(grid_in, ext, batch_size, "subm", kernel, stride, padding, dil)
         return plan, in_coords if in_coords.dtype == torch.int32 else in_coords.int()
     if same_sites:  # the same sites with an even or off-centre kernel
         c_out, g_out = c_in, g_in
     if c_out is not None:
         grid_out = torch.cat([c_out[:, :1], g_out], 1).int()
-        plan, _ = conv_plan(grid_in, ext, batch_size, "generalized", kernel, stride, padding,
+        plan, _ = point_conv_plan(grid_in, ext, batch_size, "generalized", kernel, stride, padding,
                             dil, out_coords=grid_out)
         sites = in_coords if same_sites else out_coords
         return plan, sites if sites.dtype == torch.int32 else sites.int()
-    plan, grid_out = conv_plan(grid_in, ext, batch_size, "coarse", kernel, stride, padding, dil)
+    plan, grid_out = point_conv_plan(grid_in, ext, batch_size, "coarse", kernel, stride, padding, dil)
     g = grid_out[:, 1:].long()
     if reverse_axes:
         g = g.flip(1)

@@ -1,7 +1,7 @@
 """Point-cloud sparse convolution ops: kernel-map plans and the gather-GEMM-scatter conv.
 
-    plan, out_coords = conv_plan(coords, spatial_shape, batch_size, "subm", kernel, ...)
-    y = sparse_conv(features, weight, bias, plan, num_out)   # weight [K, C_in, C_out]
+    plan, out_coords = point_conv_plan(coords, spatial_shape, batch_size, "subm", kernel, ...)
+    y = point_conv(features, weight, bias, plan, num_out)   # weight [K, C_in, C_out]
 
 A plan is an int64 tensor (the common plan header, then the kernel map: pairs grouped by
 kernel offset, indexed by output and by input row); it crosses ``.to()``, ``torch.save`` and
@@ -29,7 +29,7 @@ def _dataflow_id(dataflow: Union[str, int]) -> int:
     if isinstance(dataflow, int) and dataflow in DATAFLOWS.values():
         return dataflow
     if dataflow not in DATAFLOWS:
-        raise ValueError(f"sparsejit.sparse_conv: dataflow must be one of {list(DATAFLOWS)}; "
+        raise ValueError(f"sparsejit.point_conv: dataflow must be one of {list(DATAFLOWS)}; "
                          f"got {dataflow!r}")
     return DATAFLOWS[dataflow]
 
@@ -45,22 +45,22 @@ def _ints(v, dims: int, name: str) -> list:
 
 
 @restores_type_errors
-def conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: int,
+def point_conv_plan(coords: torch.Tensor, spatial_shape: Sequence[int], batch_size: int,
               kind: str, kernel_size, stride=1, padding=0, dilation=1,
               out_coords: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Kernel map of one convolution geometry as ``(plan, out_coords)``; `coords` is
     ``[N, 1 + D]`` integers, batch index first. See the module docstring for `kind`."""
     if not isinstance(coords, torch.Tensor):
-        raise TypeError(f"sparsejit.conv_plan: coords must be a tensor; got {type(coords).__name__}")
+        raise TypeError(f"sparsejit.point_conv_plan: coords must be a tensor; got {type(coords).__name__}")
     dims = len(spatial_shape)
-    return torch.ops.sparsejit.conv_plan(
+    return torch.ops.sparsejit.point_conv_plan(
         coords, [int(s) for s in spatial_shape], int(batch_size), kind,
         _ints(kernel_size, dims, "kernel_size"), _ints(stride, dims, "stride"),
         _ints(padding, dims, "padding"), _ints(dilation, dims, "dilation"), out_coords)
 
 
 @restores_type_errors
-def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+def point_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 plan: torch.Tensor, num_out: int, swap: bool = False,
                 dataflow: Union[str, int] = "auto", relu: bool = False) -> torch.Tensor:
     """``y[o] = bias + sum_{(i, o, k) in plan} features[i] @ weight[k]`` with `weight`
@@ -68,7 +68,7 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     ``max(y, 0)``, applied as each output row is finished (no pre-activation tensor; the
     backward masks the gradient with the output)."""
     if not isinstance(features, torch.Tensor) or features.dtype not in FLOAT_DTYPES:
-        raise TypeError("sparsejit.sparse_conv: features must be a floating tensor")
+        raise TypeError("sparsejit.point_conv: features must be a floating tensor")
     d = _dataflow_id(dataflow)
     if schedules.recorders and not torch.compiler.is_compiling():
         for record in schedules.recorders:
@@ -81,7 +81,7 @@ def sparse_conv(features: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         fwd, bwd, wgrad = _tuned_dataflows(plan, weight.shape[1], weight.shape[2],
                                            features.dtype, bool(swap))
         d = fwd | (bwd << 2) | (wgrad << 4)
-    return call_op(ops.sparse_conv.default, _sparse_conv_setup, _sparse_conv_backward,
+    return call_op(ops.point_conv.default, _sparse_conv_setup, _sparse_conv_backward,
                    (features, weight, bias, plan, num_out, bool(swap), d, bool(relu)),
                    (features, weight, bias))
 
@@ -94,13 +94,13 @@ def _tuned_dataflows(plan, c_in, c_out, dtype, swap) -> Tuple[int, int, int]:
 
 # ---- fakes --------------------------------------------------------------------------------
 
-@torch.library.register_fake("sparsejit::conv_plan")
+@torch.library.register_fake("sparsejit::point_conv_plan")
 def _conv_plan_fake(coords, spatial_shape, batch_size, kind, kernel, stride, padding, dilation,
                     out_coords):
     if kind not in KINDS:
-        raise ValueError(f"sparsejit.conv_plan: kind must be one of {KINDS}; got {kind!r}")
+        raise ValueError(f"sparsejit.point_conv_plan: kind must be one of {KINDS}; got {kind!r}")
     if coords.dim() != 2 or coords.shape[1] != len(spatial_shape) + 1:
-        raise ValueError(f"sparsejit.conv_plan: coords must be [N, {len(spatial_shape) + 1}]; "
+        raise ValueError(f"sparsejit.point_conv_plan: coords must be [N, {len(spatial_shape) + 1}]; "
                          f"got {tuple(coords.shape)}")
     ctx = torch.library.get_ctx()
     plan = coords.new_empty(ctx.new_dynamic_size(), dtype=torch.long)
@@ -128,16 +128,16 @@ def _check_fake(op, x, w, plan, **more):
         raise TypeError(f"sparsejit.{op}: weight dtype must match features dtype")
 
 
-@torch.library.register_fake("sparsejit::sparse_conv")
+@torch.library.register_fake("sparsejit::point_conv")
 def _sparse_conv_fake(features, weight, bias, plan, num_out, swap, dataflow, relu=False):
-    _check_fake("sparse_conv", features, weight, plan, bias=bias)
+    _check_fake("point_conv", features, weight, plan, bias=bias)
     return features.new_empty(num_out, weight.shape[2])
 
 
-@torch.library.register_fake("sparsejit::sparse_conv_backward")
+@torch.library.register_fake("sparsejit::point_conv_backward")
 def _sparse_conv_backward_fake(features, weight, grad_out, plan, swap, dataflow, need_features,
                                need_weight):
-    _check_fake("sparse_conv_backward", features, weight, plan, grad_out=grad_out)
+    _check_fake("point_conv_backward", features, weight, plan, grad_out=grad_out)
     dx = features.new_empty(features.shape) if need_features else features.new_empty(0)
     dw = weight.new_empty(weight.shape) if need_weight else features.new_empty(0)
     return dx, dw
@@ -162,15 +162,15 @@ def _sparse_conv_backward(ctx, grad):
     grad = grad.contiguous()
     dx = dw = None
     if need[0] or need[1]:
-        # The feature gradient's own tuned dataflow (bits 2-3, see sparse_conv), else the
+        # The feature gradient's own tuned dataflow (bits 2-3, see point_conv), else the
         # forward's; the weight-gradient path (bits 4-5) goes to the op's bits 2-3.
         d = ((ctx.dataflow >> 2) & 3) or (ctx.dataflow & 3)
         d |= ((ctx.dataflow >> 4) & 3) << 2
-        dx, dw = torch.ops.sparsejit.sparse_conv_backward(
+        dx, dw = torch.ops.sparsejit.point_conv_backward(
             features, weight, grad, plan, ctx.swap, d, bool(need[0]), bool(need[1]))
     db = grad.sum(0) if ctx.has_bias and need[2] else None
     return (dx if need[0] else None, dw if need[1] else None, db, None, None, None, None, None)
 
 
-torch.library.register_autograd("sparsejit::sparse_conv", _sparse_conv_backward,
+torch.library.register_autograd("sparsejit::point_conv", _sparse_conv_backward,
                                 setup_context=_sparse_conv_setup)

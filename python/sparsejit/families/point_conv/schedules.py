@@ -1,5 +1,5 @@
 """Stored dataflow choices for point-cloud sparse convolution: what ``sj.tune`` measured, read by
-``sparse_conv`` when its dataflow is "auto". Below the ops: imports no op and no tuner.
+``point_conv`` when its dataflow is "auto". Below the ops: imports no op and no tuner.
 
 Keyed by the kernel map's fingerprint (its header, K and pairs per offset: O(K)), C_in, C_out,
 dtype, direction (swap), CPU model and thread count. With nothing tuned the per-call lookup
@@ -32,7 +32,7 @@ _FP = WeakIdKeyDictionary()  # plan tensor -> fingerprint, by identity
 # lookup (WeakIdKeyDictionary.get costs ~10 us, this ~1 us); entries leave with their plan.
 _HITS: Dict[int, tuple] = {}
 _TUNED_IN_PROCESS = [False]
-# Called with (features, weight, plan, swap) by every eager sparse_conv call while a tuner
+# Called with (features, weight, plan, swap) by every eager point_conv call while a tuner
 # records a model's layers (tuner.recording()).
 recorders: List[Callable] = []
 

@@ -1,14 +1,14 @@
 """Measured dataflows for point-cloud sparse convolution (``sj.tune(model, x)`` or
 ``sj.tune(plan, F=C_in, F_out=C_out)``).
 
-The two dataflows of ``sparse_conv`` (gather-GEMM-scatter and output-stationary, see
+The two dataflows of ``point_conv`` (gather-GEMM-scatter and output-stationary, see
 docs/SPARSE_CONV.md) compute the same sums; which is faster depends on the kernel map (pairs
 per offset, pairs per output row), the channel counts and the machine. ``tune`` runs both on
 the real kernel map with random features, for the forward and for the backward's feature
 gradient (the same core over the swapped map, C_out -> C_in), and both weight-gradient paths
 (register rank-1 updates, gathered tiles through the dense GEMM), keeps the faster of each for
 this process and on disk, keyed by the kernel map's fingerprint, C_in, C_out, dtype, direction
-(swap), CPU model and thread count. ``sparse_conv`` (and so every ``sparsejit.spconv`` layer)
+(swap), CPU model and thread count. ``point_conv`` (and so every ``sparsejit.spconv`` layer)
 consults that store when its dataflow is "auto"; with nothing tuned the lookup costs one set
 membership test.
 """
@@ -36,7 +36,7 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
     "fingerprint": ...}``."""
     if not is_conv_plan(plan):
         raise TypeError("sparsejit.tune: expected a conv plan from "
-                        "sparsejit.families.point_conv.conv_plan")
+                        "sparsejit.families.point_conv.point_conv_plan")
     if dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         raise TypeError(f"sparsejit.tune: dtype must be a floating type; got {dtype}")
     f_out = F if F_out is None else F_out
@@ -59,12 +59,12 @@ def tune_conv_plan(plan: torch.Tensor, F: int = 16, F_out: Optional[int] = None,
     for part, choices in parts.items():
         for d, name in choices.items():
             if part == "forward":
-                fn = lambda: ops.sparse_conv(x, w, None, plan, n_out, swap, d)  # noqa: E731
+                fn = lambda: ops.point_conv(x, w, None, plan, n_out, swap, d)  # noqa: E731
             elif part == "backward":
-                fn = lambda: ops.sparse_conv_backward(  # noqa: E731
+                fn = lambda: ops.point_conv_backward(  # noqa: E731
                     x, w, dy, plan, swap, d, True, False)[0]
             else:  # the weight gradient's path goes in the backward's bits 2-3
-                fn = lambda: ops.sparse_conv_backward(  # noqa: E731
+                fn = lambda: ops.point_conv_backward(  # noqa: E731
                     x, w, dy, plan, swap, d << 2, False, True)[1]
             out = fn()
             if part in refs:  # both dataflows compute the same function
@@ -100,7 +100,7 @@ def tune_conv_model(model: torch.nn.Module, example, dtype: Optional[torch.dtype
         key = (plan_fingerprint(plan), weight.shape[1], weight.shape[2], features.dtype, swap)
         seen.setdefault(key, (plan, current[-1] if current else "?"))
 
-    recorders.append(record)  # sparse_conv calls every recorder (schedules.recorders)
+    recorders.append(record)  # point_conv calls every recorder (schedules.recorders)
     try:
         with torch.no_grad():
             model(example)

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from sparsejit.families.point_conv.lattice import lattice_plan, unique_rows
-from sparsejit.families.point_conv.ops import sparse_conv
+from sparsejit.families.point_conv.ops import point_conv
 from sparsejit.torchsparse.tensor import SparseTensor, make_ntuple
 
 # sphash packs (x, y, z, batch) into one int64: 19 bits per axis (offset 2^18), 6 for the batch.
@@ -113,7 +113,7 @@ def conv3d(input: SparseTensor, weight: torch.Tensor, kernel_size, bias=None, st
                         out_coords)
             input.kmaps[key] = kmap
         plan, out_coords = kmap
-        y = sparse_conv(feats, w, bias, plan, out_coords.shape[0])
+        y = point_conv(feats, w, bias, plan, out_coords.shape[0])
         output = input._derive(y, out_coords, tuple(a * b for a, b in zip(input.stride, stride)))
     else:
         fine = tuple(a // b for a, b in zip(input.stride, stride))
@@ -125,7 +125,7 @@ def conv3d(input: SparseTensor, weight: torch.Tensor, kernel_size, bias=None, st
                            "convolution reads backwards)")
         plan, _ = input.kmaps[key]
         out_coords = input.cmaps[fine]
-        y = sparse_conv(feats, w, bias, plan, out_coords.shape[0], swap=True)
+        y = point_conv(feats, w, bias, plan, out_coords.shape[0], swap=True)
         output = input._derive(y, out_coords, fine)
     output.cmaps.setdefault(output.stride, output.coords)
     return output

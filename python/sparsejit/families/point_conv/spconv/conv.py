@@ -13,7 +13,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from sparsejit.families.point_conv.ops import sparse_conv
+from sparsejit.families.point_conv.ops import point_conv
 from sparsejit.families.point_conv.spconv.core import IndiceData, SparseConvTensor
 
 
@@ -140,7 +140,7 @@ class SparseConvolution(SparseModule):
             if data.ksize != self.kernel_size:
                 raise ValueError(f"SparseInverseConv: kernel_size {self.kernel_size} differs "
                                  f"from the inverted conv's {data.ksize}")
-            y = sparse_conv(x.features, weight, bias, data.plan, data.indices.shape[0],
+            y = point_conv(x.features, weight, bias, data.plan, data.indices.shape[0],
                             swap=True, dataflow=self.dataflow, relu=relu)
             out = SparseConvTensor(y, data.indices, data.spatial_shape, x.batch_size,
                                    x.grid, x.voxel_num, x.indice_dict, x.benchmark)
@@ -162,7 +162,7 @@ class SparseConvolution(SparseModule):
                 x.indice_dict[self.indice_key] = IndiceData(
                     out_indices, x.indices, plan, list(x.spatial_shape), out_shape, self.subm,
                     *[list(g) for g in geometry])
-        y = sparse_conv(x.features, weight, bias, plan, out_indices.shape[0],
+        y = point_conv(x.features, weight, bias, plan, out_indices.shape[0],
                         dataflow=self.dataflow, relu=relu)
         if self.subm:
             out = x.replace_feature(y)

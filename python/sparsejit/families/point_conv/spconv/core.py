@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sparsejit.families.point_conv.ops import conv_plan
+from sparsejit.families.point_conv.ops import point_conv_plan
 from sparsejit.runtime.autograd import composite
 
 
@@ -156,7 +156,7 @@ class SparseConvTensor:
         key = (kind, tuple(ksize), tuple(stride), tuple(padding), tuple(dilation), str(dev))
         hit = self._plan_cache.plans.get(key) if out_indices is None else None
         if hit is None:
-            hit = conv_plan(self.indices.to(dev), self.spatial_shape, self.batch_size, kind,
+            hit = point_conv_plan(self.indices.to(dev), self.spatial_shape, self.batch_size, kind,
                             ksize, stride, padding, dilation,
                             None if out_indices is None else out_indices.to(dev))
             if out_indices is None:
