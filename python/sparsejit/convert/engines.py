@@ -222,8 +222,9 @@ def _redirect_me_constructor(sjm) -> None:
     cls.__new__ = new
 
 
-def _install_functions(engine: str) -> None:
-    """Points the engine's tensor functions at a type dispatcher (once; idempotent)."""
+def install(engine: str) -> None:
+    """What converting a model of `engine` sets up once (idempotent): the engine's tensor
+    functions point at a type dispatcher that sends sparsejit's tensors to sparsejit."""
     if engine == "minkowski":
         import sparsejit.minkowski as sjm
 
@@ -359,12 +360,6 @@ def convert(m: nn.Module, engine: str) -> nn.Module:
         new.register_forward_pre_hook(_ts_pre_hook)
     new.__dict__[ORIGINAL] = m
     return new
-
-
-def install(engine: str) -> None:
-    """What converting a model of `engine` sets up once: the engine's functions dispatch
-    sparsejit's tensors to sparsejit."""
-    _install_functions(engine)
 
 
 def original_of(new: nn.Module) -> nn.Module:

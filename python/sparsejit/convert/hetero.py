@@ -33,6 +33,7 @@ aggregation). ``group_edge_types=True`` (accelerate's default) groups every pass
 
 from __future__ import annotations
 
+import copy
 import operator
 import sys
 from typing import List, Optional, Tuple
@@ -200,7 +201,6 @@ def group(gm: nn.Module, path: str, report, when: str = "always") -> None:
     """Groups the summed per-edge-type layer calls of GraphModule `gm` in place."""
     if not isinstance(gm, torch.fx.GraphModule) or _SAVED in gm.__dict__:
         return
-    import copy
     saved = copy.deepcopy(gm.graph)
     graph, names = gm.graph, []
     for node in list(graph.nodes):
@@ -255,10 +255,6 @@ def ungroup(gm: nn.Module) -> None:
         delattr(gm, name)
     gm.graph = graph
     gm.recompile()
-
-
-def grouped(gm: nn.Module) -> bool:
-    return _SAVED in gm.__dict__
 
 
 # ---- HeteroConv ----------------------------------------------------------------------------------
