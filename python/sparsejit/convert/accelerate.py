@@ -8,6 +8,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from torch import fx, nn
 
+from sparsejit.convert import attention_message as am
 from sparsejit.convert import edge_path as ep
 from sparsejit.convert import engines, hetero
 from sparsejit.convert import message_passing as mp
@@ -41,6 +42,9 @@ def _convert_one(m: nn.Module, path: str, report: Report,
     if mp.installed(m):
         report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate", "already accelerated")
         return None, False
+    if am.installed(m):
+        report.add(path, _type(m), f"{type(m).__name__} + fused attention", "already accelerated")
+        return None, False
     if ep.installed(m):
         report.add(path, _type(m), f"{type(m).__name__} + SpMM aggregate", "already accelerated")
         return None, False
@@ -68,6 +72,13 @@ def _convert_one(m: nn.Module, path: str, report: Report,
             report.add(path, _type(m), f"{type(m).__name__} + SpMM propagate",
                        native_reason + f"message {how}, reduce {form.reduce}")
         except mp.Unsupported as e:
+            try:
+                form = am.install(m)
+                report.add(path, _type(m), f"{type(m).__name__} + fused attention",
+                           native_reason + f"attention in message: {form.describe()}")
+                return None, False
+            except am.Unsupported as e1:
+                e = f"{e}; attention: {e1}"
             try:
                 what = ep.install(m)
                 report.add(path, _type(m), f"{type(m).__name__} + SpMM aggregate",
@@ -240,6 +251,8 @@ def _restore(m: nn.Module, done: Dict[int, nn.Module]) -> nn.Module:
             out = orig
     if mp.installed(out):
         mp.uninstall(out)
+    if am.installed(out):
+        am.uninstall(out)
     if ep.installed(out):
         ep.uninstall(out)
     done[id(m)] = out

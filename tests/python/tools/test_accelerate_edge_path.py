@@ -25,7 +25,9 @@ N, C = 40, 8
 
 
 class UserAttention(MessagePassing):
-    """A user's attention layer (not a PyG built-in): GAT-like scores, PyG's softmax."""
+    """A user's attention layer (not a PyG built-in): PyG's softmax over scores that mix both
+    endpoints inside a tanh, so they cannot be split per node (attention layers whose scores
+    can be run fused: test_accelerate_attention.py)."""
 
     def __init__(self, cin, cout, heads=1):
         super().__init__(aggr="add", node_dim=0)
@@ -39,7 +41,7 @@ class UserAttention(MessagePassing):
         return out.reshape(out.shape[0], -1)
 
     def message(self, x_i, x_j, index, ptr, size_i):
-        a = F.leaky_relu((torch.cat([x_i, x_j], -1) * self.att).sum(-1), 0.2)
+        a = F.leaky_relu((torch.tanh(torch.cat([x_i, x_j], -1)) * self.att).sum(-1), 0.2)
         a = softmax(a if self.heads > 1 else a.squeeze(-1), index, ptr, size_i)
         return x_j * (a if self.heads > 1 else a.unsqueeze(-1)).unsqueeze(-1)
 
@@ -80,7 +82,6 @@ LAYERS = {  # name: (factory, takes edge_attr, aggregation the report names)
     "gen_max": (lambda: pnn.GENConv(C, C, aggr="max"), False, "max"),
     "gen_mean": (lambda: pnn.GENConv(C, C, aggr="mean"), False, "mean"),
     "feast": (lambda: pnn.FeaStConv(C, 6, heads=2), False, "mean"),
-    "agnn": (lambda: pnn.AGNNConv(requires_grad=True), False, "edge_softmax in message"),
     "user_attention": (lambda: UserAttention(C, 5), False, "edge_softmax in message"),
     "user_attention_heads": (lambda: UserAttention(C, 3, heads=2), False,
                              "edge_softmax in message"),
