@@ -66,7 +66,7 @@ from torch_geometric.utils import softmax
 GRAPHS = ["powerlaw:n=100000,avg=10,alpha=2.1,seed=1", "uniform:n=100000,avg=10,seed=2",
           "cora", "pubmed", "facebook"]
 QUICK = ["uniform:n=3000,avg=8,seed=0"]
-MODELS = ("native", "generic", "genconv", "attention", "edgeconv", "hetero")
+MODELS = ("native", "generic", "genconv", "attention", "attention_v2", "edgeconv", "hetero")
 
 
 class NativeModel(torch.nn.Module):
@@ -119,10 +119,18 @@ class UserAttention(MessagePassing):
         return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
 
 
+class UserAttentionV2(UserAttention):
+    """The same with GATv2's score (att . LeakyReLU(x_i + x_j))."""
+
+    def message(self, x_i, x_j, index, ptr, size_i):
+        a = (torch.nn.functional.leaky_relu(x_i + x_j, 0.2) * self.att[..., :self.out]).sum(-1)
+        return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
+
+
 class AttentionModel(torch.nn.Module):
-    def __init__(self, f: int):
+    def __init__(self, f: int, layer=UserAttention):
         super().__init__()
-        self.a1, self.a2 = UserAttention(f), UserAttention(f)
+        self.a1, self.a2 = layer(f), layer(f)
 
     def forward(self, x, ei):
         return self.a2(self.a1(x, ei).relu(), ei)
@@ -348,7 +356,8 @@ def bench_graph(spec, f, repeats, compile_pyg, cached, models=("native", "generi
         rows += _bench_native(g, f, x, ei, repeats)
     if "generic" in models:
         rows += _bench_generic(g, f, x, ei, repeats, compile_pyg, cached)
-    for name, make in (("genconv", GenModel), ("attention", AttentionModel)):
+    for name, make in (("genconv", GenModel), ("attention", AttentionModel),
+                       ("attention_v2", lambda f: AttentionModel(f, UserAttentionV2))):
         if name in models:
             torch.manual_seed(0)
             ref = make(f)

@@ -11,7 +11,9 @@ the graph must have this shape, up to head-dimension reshapes:
 * the score ``s`` is either **additive**, ``leaky_relu(t, slope)`` (or ``t``) where ``t`` is a
   sum of terms each computed from target-gathered (``*_i``) or source-gathered arguments only,
   or ``(cat([A_i, B_j], -1) * P).sum(-1)`` with ``P`` a parameter (GAT's form, written as one
-  concatenation) -> :func:`sparsejit.gat_attention`; or a **dot product**
+  concatenation) -> :func:`sparsejit.gat_attention`; **GATv2's** ``(leaky_relu(X_i + Y_j)
+  * P).sum(-1)`` -> :func:`sparsejit.gatv2_attention` (no ``[E, H, C]`` tensor either); or
+  a **dot product**
   ``c * (Q_i * K_j).sum(-1)`` (``c`` a number, a parameter, or a division by a number;
   AGNN's and transformer-style scores) -> :func:`sparsejit.sparse_attention`.
 
@@ -83,7 +85,7 @@ class _Piece:
 
 @dataclass
 class AttentionForm:
-    kind: str                       # "additive" or "dot"
+    kind: str                       # "additive", "v2" or "dot"
     side_i: fx.GraphModule          # target side: outputs by name
     side_j: fx.GraphModule          # source side
     consts: fx.GraphModule          # parameters and constants the score uses
@@ -91,15 +93,17 @@ class AttentionForm:
     args_j: Tuple[str, ...]
     value: str                      # output name of V in side_j
     pieces: List[_Piece] = field(default_factory=list)   # additive
-    slope: float = 1.0                                     # additive
-    query: str = ""                 # dot: output of side_i
-    key: str = ""                   # dot: output of side_j
+    slope: float = 1.0                                     # additive, v2
+    query: str = ""                 # dot, v2: output of side_i
+    key: str = ""                   # dot, v2: output of side_j
     coeff: List[Tuple[str, object]] = field(default_factory=list)  # dot: ("mul"|"div", x)
     update_args: Tuple[str, ...] = ()
     verified: bool = False
     failed: str = ""
 
     def describe(self) -> str:
+        if self.kind == "v2":
+            return f"GATv2 scores, leaky_relu({self.slope:g}) -> sj.gatv2_attention"
         if self.kind == "dot":
             return "dot-product scores -> sj.sparse_attention"
         return "additive scores" + (f", leaky_relu({self.slope:g})" if self.slope != 1.0
@@ -282,8 +286,11 @@ def _match(graph: fx.Graph, root: nn.Module) -> dict:
         score = _strip_shape(score.args[0])
         if not isinstance(slope, (int, float)):
             raise Unsupported("leaky_relu's slope is not a number")
-    dot = _match_dot(score, cls)
-    if dot is not None:
+    v2 = _match_v2(score, cls) if slope == 1.0 else None
+    dot = _match_dot(score, cls) if v2 is None else None
+    if v2 is not None:
+        found.update(kind="v2", **v2)
+    elif dot is not None:
         if slope != 1.0:
             raise Unsupported("an activation on a dot-product score")
         found.update(kind="dot", **dot)
@@ -295,6 +302,26 @@ def _match(graph: fx.Graph, root: nn.Module) -> dict:
     if bad:
         raise Unsupported(f"{bad[0].format_node()} may not run per node")
     return found
+
+
+def _match_v2(score: fx.Node, cls) -> Optional[dict]:
+    """GATv2's ``(leaky_relu(X_i + Y_j, slope) * P).sum(-1)`` (P a parameter)."""
+    inner = _last_dim_sum(score)
+    if inner is None or not _is_mul(inner) or len(inner.args) != 2:
+        return None
+    x, y = inner.args
+    act, w = (x, y) if cls.get(y) == "c" else (y, x)
+    if cls.get(w) != "c" or not isinstance(act, fx.Node) or act.op != "call_function" or \
+            act.target is not F.leaky_relu:
+        return None
+    slope = act.args[1] if len(act.args) > 1 else act.kwargs.get("negative_slope", 0.01)
+    s = act.args[0]
+    if not isinstance(slope, (int, float)) or not _is_add(s) or len(s.args) != 2:
+        return None
+    sides = {cls.get(a): a for a in s.args}
+    if set(sides) != {"i", "j"}:
+        return None
+    return dict(query=sides["i"], key=sides["j"], att=w, slope=float(slope))
 
 
 def _match_dot(score: fx.Node, cls) -> Optional[dict]:
@@ -404,7 +431,11 @@ def probe(m: nn.Module) -> AttentionForm:
     side = {"i": {}, "j": {"value": found["value"]}}
     consts: Dict[str, fx.Node] = {}
     pieces = []
-    if found["kind"] == "dot":
+    if found["kind"] == "v2":
+        side["i"]["query"] = found["query"]
+        side["j"]["key"] = found["key"]
+        consts["att"] = found["att"]
+    elif found["kind"] == "dot":
         side["i"]["query"] = found["query"]
         side["j"]["key"] = found["key"]
         coeff = []
@@ -481,7 +512,8 @@ def _heads(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _fused(self, form: AttentionForm, edge_index, size, kwargs) -> Optional[torch.Tensor]:
-    from sparsejit.families.attention.ops import gat_attention, sparse_attention
+    from sparsejit.families.attention.ops import (gat_attention, gatv2_attention,
+                                                   sparse_attention)
     from sparsejit.families.spmm import graph as G
     sides = _sides(form, kwargs, self.node_dim)
     if sides is None:
@@ -509,7 +541,13 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs) -> Optional[torc
     edges = G.edges_of(edge_index, (n_src, n_dst))
     A = G.structure(edges)[0]
     heads = V.shape[1] if V.dim() == 3 else 1
-    if form.kind == "dot":
+    if form.kind == "v2":
+        q, k = vi["query"], vj["key"]
+        if q.shape[1:] != k.shape[1:] or q.dim() not in (2, 3):
+            return None
+        att = cs["att"].reshape(q.shape[1] if q.dim() == 3 else 1, q.shape[-1])
+        out = gatv2_attention(A, q, k, att, V, negative_slope=form.slope)
+    elif form.kind == "dot":
         q, k = vi["query"], vj["key"]
         for op, c in form.coeff:
             c = cs[c] if isinstance(c, str) else c

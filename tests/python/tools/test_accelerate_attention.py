@@ -1,7 +1,7 @@
 """accelerate recognises attention inside a PyG layer's message (convert/attention_message.py):
-GAT-style additive scores (one concatenation, or one term per side), dot-product scores
+GAT-style additive scores (one concatenation, or one term per side), GATv2's, dot-product scores
 (scaled, or by a parameter as AGNN does), one-sided scores, several heads, bipartite inputs;
-each runs as one fused sj.gat_attention / sj.sparse_attention call. Outputs, input and
+each runs as one fused sj.gat_attention / gatv2_attention / sparse_attention call. Outputs, input and
 parameter gradients equal PyG's in float64 on random, skewed, one-node and empty graphs; the
 first call's check against the per-edge path catches a wrong form; refusals keep the per-edge
 path with a reason; restore; compile and export."""
@@ -106,6 +106,27 @@ class SourceScore(MessagePassing):
         return x_j * softmax((x_j * self.att).sum(-1), index, ptr, size_i).view(-1, 1)
 
 
+class V2Attention(MessagePassing):
+    """GATv2's score: att . leaky_relu(x_i + x_j), targets and sources transformed apart."""
+
+    def __init__(self, cin, cout, heads=2):
+        super().__init__(aggr="add", node_dim=0)
+        self.heads, self.cout = heads, cout
+        self.lin_l = torch.nn.Linear(cin, heads * cout)
+        self.lin_r = torch.nn.Linear(cin, heads * cout)
+        self.att = torch.nn.Parameter(torch.randn(1, heads, cout))
+
+    def forward(self, x, edge_index):
+        H, D = self.heads, self.cout
+        out = self.propagate(edge_index, x=(self.lin_l(x).view(-1, H, D),
+                                            self.lin_r(x).view(-1, H, D)))
+        return out.reshape(out.shape[0], -1)
+
+    def message(self, x_i, x_j, index, ptr, size_i):
+        a = (F.leaky_relu(x_i + x_j, 0.2) * self.att).sum(-1)
+        return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
+
+
 class DroppedAttention(CatAttention):
     """Dropout on the attention weights: left on the per-edge path."""
 
@@ -164,6 +185,7 @@ LAYERS = {  # name: (factory, what the report names)
     "source_score": (lambda: SourceScore(C), "sj.gat_attention"),
     "dot_heads": (lambda: DotAttention(C, 4), "sj.sparse_attention"),
     "agnn": (lambda: pnn.AGNNConv(requires_grad=True), "sj.sparse_attention"),
+    "v2_heads": (lambda: V2Attention(C, 3), "sj.gatv2_attention"),
 }
 
 
@@ -318,7 +340,7 @@ def test_inside_a_model_and_restore():
 
 
 @pytest.mark.slow  # torch.compile: seconds a case
-@pytest.mark.parametrize("name", ["cat_heads", "dot_heads", "agnn"])
+@pytest.mark.parametrize("name", ["cat_heads", "dot_heads", "agnn", "v2_heads"])
 def test_compile_fullgraph(name, monkeypatch):
     make, _ = LAYERS[name]
     torch.manual_seed(0)
