@@ -22,6 +22,28 @@ def ref(x, w, b):
     return y if b is None else y + b.double()
 
 
+def test_min_rows_follow_the_measured_crossover(monkeypatch):
+    """Where the dense layer starts: from the smallest rung it was no slower at, and at every
+    larger one; measured once per process; SPARSEJIT_LINEAR keeps the fixed minimum."""
+    pick = dense_ops._min_rows_from
+    assert pick({2048: 0.9, 4096: 0.9, 8192: 0.8, 16384: 0.8}) == dense_ops._LINEAR_MIN_ROWS
+    assert pick({2048: 1.2, 4096: 1.1, 8192: 0.99, 16384: 0.9}) == 8192
+    assert pick({2048: 0.9, 4096: 1.1, 8192: 0.99, 16384: 0.9}) == 8192  # not below a loss
+    assert pick({2048: 0.9, 4096: 0.9, 8192: 0.9, 16384: 1.05}) == 32768
+    monkeypatch.delenv("SPARSEJIT_LINEAR", raising=False)
+    monkeypatch.setattr(dense_ops, "_linear_choice", {})
+    rows = dense_ops._linear_min_rows()
+    assert rows in (dense_ops._LINEAR_MIN_ROWS, *dense_ops._LADDER, 32768)
+    assert set(dense_ops._linear_choice["ratios"]) == set(dense_ops._LADDER)
+    assert dense_ops._linear_min_rows() == rows  # kept for the process
+    with torch.inference_mode():  # measurable inside inference mode too
+        monkeypatch.setattr(dense_ops, "_linear_choice", {})
+        assert dense_ops._linear_min_rows() in (dense_ops._LINEAR_MIN_ROWS,
+                                                *dense_ops._LADDER, 32768)
+    monkeypatch.setenv("SPARSEJIT_LINEAR", "1")
+    assert dense_ops._linear_min_rows() == dense_ops._LINEAR_MIN_ROWS
+
+
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1500])
 @pytest.mark.parametrize("f_in,f_out", [(0, 3), (1, 1), (7, 33), (128, 64)])
 @pytest.mark.parametrize("bias", [False, True])

@@ -139,10 +139,13 @@ torch.library.register_autograd("sparsejit::linear", _linear_backward,
 
 # ---- linear: the dense GEMM layer or torch's, whichever this CPU runs faster ---------------
 
-# Rows below which the two GEMMs measured alike (AMD EPYC with AVX-512: [2708, 128] x [128,
-# 128] 1.58 vs 1.60 ms forward + backward) and a call's fixed cost decides.
+# Rows below which the dense layer is never taken: a call's fixed cost decides there (AMD EPYC
+# with AVX-512: [2708, 128] x [128, 128] 1.58 vs 1.60 ms forward + backward). Above it the
+# crossover is measured (:func:`_linear_min_rows`): on the Xeon with AMX torch's GEMM took
+# 0.80-0.89x the dense layer's time forward + backward up to 4096 rows (F = 64).
 _LINEAR_MIN_ROWS = 1024
-_linear_choice: Dict[str, bool] = {}
+_LADDER = (2048, 4096, 8192, 16384)  # the rows at which the crossover is measured
+_linear_choice: Dict[str, object] = {}
 
 
 def _linear_faster() -> bool:
@@ -175,10 +178,56 @@ def _linear_faster() -> bool:
     return _linear_choice["probe"]
 
 
+def _min_rows_from(ratios: Dict[int, float]) -> int:
+    """The least rows from which the dense layer is taken, given its time over torch's at each
+    rung of the ladder: the smallest rung from which it was no slower at every larger rung
+    (32768, the first probe's size, when even the largest rung was slower; _LINEAR_MIN_ROWS
+    when every rung was faster)."""
+    rows = 32768
+    for rung in sorted(ratios, reverse=True):
+        if ratios[rung] > 1.0:
+            break
+        rows = rung
+    return _LINEAR_MIN_ROWS if rows == min(ratios, default=rows) else rows
+
+
+def _linear_min_rows() -> int:
+    """Rows from which :func:`linear` takes the dense layer on this machine: measured once
+    per process (~0.1 s) where the first probe found that layer faster, forward + backward
+    of a [rows, 64] x [64, 64] Linear at each rung of _LADDER, 7 calls of each interleaved;
+    _LINEAR_MIN_ROWS when SPARSEJIT_LINEAR decides."""
+    if os.environ.get("SPARSEJIT_LINEAR", "") in ("0", "1"):
+        return _LINEAR_MIN_ROWS
+    if "min_rows" in _linear_choice:
+        return _linear_choice["min_rows"]
+    gen = torch.Generator().manual_seed(0)
+    ratios = {}
+    with torch.inference_mode(False), torch.enable_grad():
+        w = torch.randn(64, 64, generator=gen, requires_grad=True)
+        b = torch.randn(64, generator=gen, requires_grad=True)
+        for rung in _LADDER:
+            x = torch.randn(rung, 64, generator=gen, requires_grad=True)
+            g = torch.randn(rung, 64, generator=gen)
+
+            def ours():
+                call_op(ops.linear.default, _linear_setup, _linear_backward, (x, w, b),
+                        (x, w, b)).backward(g)
+
+            def theirs():
+                torch.nn.functional.linear(x, w, b).backward(g)
+
+            t_ours, t_theirs = paired_median_ms([ours, theirs], 7)
+            ratios[rung] = t_ours / t_theirs
+    _linear_choice["ratios"] = ratios
+    _linear_choice["min_rows"] = _min_rows_from(ratios)
+    return _linear_choice["min_rows"]
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor,
            bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``torch.nn.functional.linear(x, weight, bias)``, on sparsejit's dense GEMM layer where
-    that is faster: float32 CPU inputs of at least 1024 rows, when a one-time measurement
+    that is faster: float32 CPU inputs of at least as many rows as this machine needs for it
+    (1024 to 32768, measured once: :func:`_linear_min_rows`), when a one-time measurement
     found it faster than torch's GEMM on this machine (see :func:`_linear_faster`); else
     ``F.linear``, and always ``F.linear`` under ``torch.compile`` / ``torch.export`` (no guard
     on the number of rows). The same values up to the GEMMs' order of summation;
@@ -270,9 +319,11 @@ def relu_linear(h: torch.Tensor, weight: torch.Tensor,
 def _takes_dense_layer(x, weight, bias) -> bool:
     """Whether :func:`linear` (and :func:`linear_add_`) take sparsejit's GEMM layer: eager
     mode, float32 CPU tensors of the op's ranks (x and weight 2-D), at least
-    _LINEAR_MIN_ROWS rows, and the faster GEMM on this machine (:func:`_linear_faster`)."""
+    _LINEAR_MIN_ROWS rows and the faster GEMM on this machine (:func:`_linear_faster`), from
+    the rows where it measured faster (:func:`_linear_min_rows`)."""
     def cpu_f32(t):
         return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.float32
     return not torch.compiler.is_compiling() and cpu_f32(x) and cpu_f32(weight) and \
         x.dim() == 2 and weight.dim() == 2 and (bias is None or cpu_f32(bias)) and \
-        x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster()
+        x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster() and \
+        x.shape[0] >= _linear_min_rows()
