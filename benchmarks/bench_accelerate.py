@@ -168,14 +168,60 @@ def knn_graph(pos: torch.Tensor, k: int) -> torch.Tensor:
     return torch.stack([nb.reshape(-1), dst])
 
 
+SPLIT = [0]  # --split: profiled steps per side (0: none)
+_GRAPH_OPS = {"scatter_add_", "scatter_add", "scatter_reduce_", "scatter_reduce", "index_select",
+              "gather", "index_add_", "index_add", "segment_reduce", "_segment_reduce_backward",
+              "index", "index_put_", "_index_put_impl_", "sort", "argsort", "bincount",
+              "scatter_", "scatter", "unique_consecutive", "_unique2", "repeat_interleave"}
+_DENSE_OPS = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "matmul", "linear", "_addmm_activation"}
+
+
+def split_ms(fn, steps: int) -> dict:
+    """Per-step milliseconds of `fn`'s operators by kind, from the profiler's self times:
+    ``graph`` (gathers, scatters, sorts and sparsejit's graph ops), ``dense`` (matrix
+    products: torch's and sparsejit.linear / segment_matmul) and ``rest`` (elementwise,
+    normalisation, the optimizer, autograd and Python overhead between operators)."""
+    fn()
+    with torch.profiler.profile() as prof:
+        for _ in range(steps):
+            fn()
+    out = dict(graph_ms=0.0, dense_ms=0.0, rest_ms=0.0)
+    for ev in prof.key_averages():
+        ns, _, op = ev.key.partition("::")
+        if ns == "sparsejit" and op.startswith(("linear", "segment_matmul", "dense")) or \
+                ns == "aten" and op in _DENSE_OPS:
+            kind = "dense_ms"
+        elif ns == "sparsejit" or ns == "aten" and op in _GRAPH_OPS:
+            kind = "graph_ms"
+        else:
+            kind = "rest_ms"
+        out[kind] += ev.self_cpu_time_total / 1e3 / steps
+    return out
+
+
+def _with_split(row: dict, ref_fn, acc_fn) -> dict:
+    """Adds the split of both sides, and the bound it sets: PyG's step over its step without
+    its graph operators (the speed-up if those cost nothing and the rest stayed as it is)."""
+    if SPLIT[0]:
+        a, b = split_ms(ref_fn, SPLIT[0]), split_ms(acc_fn, SPLIT[0])
+        bound = sum(a.values()) / max(a["dense_ms"] + a["rest_ms"], 1e-9)
+        row.update(split_pyg=a, split_accelerated=b, bound_without_pyg_graph_ops=bound)
+        print("      split per step (graph / dense / rest ms): pyg " +
+              " / ".join(f"{v:.2f}" for v in a.values()) + ", accelerated " +
+              " / ".join(f"{v:.2f}" for v in b.values()) +
+              f"; PyG without its graph ops: x{bound:.2f} at most", flush=True)
+    return row
+
+
 def _pair(name, spec_name, n, e, f, ref, acc, x, ei, repeats, label):
     err = _check_equal(ref, acc, x, ei, name)
     t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
                                     clock=CLOCK[0])
     print(f"{spec_name:>44} {label:<8} pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
           f"x{t_pyg / t_sj:5.2f}", flush=True)
-    return dict(graph=spec_name, nodes=n, edges=e, F=f, model=name, pyg_ms=t_pyg,
-                accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err)
+    return _with_split(dict(graph=spec_name, nodes=n, edges=e, F=f, model=name, pyg_ms=t_pyg,
+                            accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err),
+                       _step(ref, x, ei), _step(acc, x, ei))
 
 
 def bench_dgcnn(points: int, repeats: int, k: int = 20):
@@ -275,6 +321,11 @@ def bench_minibatch(specs: dict, steps: int, f: int = 64, classes: int = 16):
                   f"x{med[0] / med[1]:5.2f}"
                   f"  (sorting op {med[2]:8.2f} ms; structure {prep_ms:.2f} ms = "
                   f"{100 * prep_ms / med[1]:.0f}% of the step)", flush=True)
+
+            def cycling(model, opt):
+                it = iter(range(10 ** 9))
+                return lambda: train_step(model, opt, *data[2 + next(it) % (len(data) - 2)])
+            _with_split(rows[-1], cycling(ref, opts[0]), cycling(acc, opts[1]))
     return rows
 
 
@@ -375,10 +426,12 @@ def _bench_native(g, f, x, ei, repeats):
     err = _check_equal(ref, acc, x, ei, "native")
     t_pyg, t_sj = paired_median_ms([_step(ref, x, ei), _step(acc, x, ei)], repeats,
                                     clock=CLOCK[0])
-    rows.append(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f, model="native",
-                     pyg_ms=t_pyg, accelerated_ms=t_sj, speedup=t_pyg / t_sj, max_rel_err=err))
     print(f"{g.name:>44} native   pyg {t_pyg:9.2f} ms  accelerated {t_sj:9.2f} ms  "
           f"x{t_pyg / t_sj:5.2f}", flush=True)
+    rows.append(_with_split(dict(graph=g.name, nodes=g.num_nodes, edges=g.num_edges, F=f,
+                                 model="native", pyg_ms=t_pyg, accelerated_ms=t_sj,
+                                 speedup=t_pyg / t_sj, max_rel_err=err),
+                            _step(ref, x, ei), _step(acc, x, ei)))
     return rows
 
 
@@ -438,10 +491,14 @@ def main(argv=None) -> int:
                     help="points of the scan for edgeconv (default 4096; --quick 1024)")
     ap.add_argument("--hetero-nodes", type=int, default=None,
                     help="papers of the hetero graph (default 100000; --quick 2000)")
+    ap.add_argument("--split", type=int, default=0, metavar="STEPS",
+                    help="also profile STEPS steps of each side: time in graph operators, "
+                    "matrix products and the rest, and the speed-up bound that sets")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "accelerate.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     CLOCK[0] = args.clock
+    SPLIT[0] = args.split
     graphs = args.graphs or (QUICK if args.quick else GRAPHS)
     f = args.features or (32 if args.quick else 64)
     repeats = args.repeats or (3 if args.quick else 9)

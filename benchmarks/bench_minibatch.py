@@ -16,6 +16,7 @@ repeated on the same subgraph (an upper bound: the repeat also finds its data in
 
     python3 benchmarks/bench_minibatch.py                       # SAGE and GCN, fanout 15,10
     python3 benchmarks/bench_minibatch.py --layers sage --steps 10 --graph rmat:scale=18,ef=8
+    python3 benchmarks/bench_minibatch.py --accelerate  # PyG's model, sj.accelerate'd
 
 Writes benchmarks/results/minibatch.json and prints a markdown table (CPU named).
 """
@@ -23,6 +24,7 @@ Writes benchmarks/results/minibatch.json and prints a markdown table (CPU named)
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -142,6 +144,9 @@ def main() -> None:
     ap.add_argument("--layers", default="sage,gcn")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--accelerate", action="store_true",
+                    help="sparsejit's side is the PyG model converted by sj.accelerate (the "
+                    "same parameters) instead of sj.nn's layers")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" /
                                          "minibatch.json"))
     args = ap.parse_args()
@@ -169,6 +174,8 @@ def main() -> None:
         m_sj = make_model(kind, sj.nn, args.features, args.hidden, args.classes)
         torch.manual_seed(1)
         m_pyg = make_model(kind, pyg_nn, args.features, args.hidden, args.classes)
+        if args.accelerate:
+            m_sj = sj.accelerate(copy.deepcopy(m_pyg))
         o_sj = torch.optim.Adam(m_sj.parameters(), lr=1e-3)
         o_pyg = torch.optim.Adam(m_pyg.parameters(), lr=1e-3)
         for x, ei, y in data[:2]:  # warm-up: JIT compiles, allocator
@@ -192,7 +199,9 @@ def main() -> None:
 
     from sparsejit.info import cpu_line  # here: the sampler also imports on older builds
     cpu = cpu_line()
-    print(f"\nCPU: {cpu}, {args.threads} threads; graph {args.graph}; batch {args.batch}, "
+    side = "sj.accelerate(PyG model)" if args.accelerate else "sj.nn layers"
+    print(f"\nCPU: {cpu}, {args.threads} threads; sparsejit: {side}; graph {args.graph}; "
+          f"batch {args.batch}, "
           f"fanout {args.fanout}, F={args.features}, hidden {args.hidden}; subgraphs "
           f"{statistics.median(s[0] for s in sizes):.0f} nodes / "
           f"{statistics.median(s[1] for s in sizes):.0f} edges; medians of {args.steps} steps\n")

@@ -36,6 +36,24 @@ def test_bench_accelerate_quick(tmp_path):
     assert rows[-1]["nodes"] == 450 and rows[-1]["edges"] == 9000
 
 
+@pytest.mark.slow
+def test_bench_accelerate_split(tmp_path):
+    """--split profiles both sides: graph operators, matrix products, the rest."""
+    out = tmp_path / "acc.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_accelerate.py"),
+                        "--quick", "--no-compile", "--repeats", "1", "--graphs",
+                        "uniform:n=400,avg=4,seed=0", "--models", "native", "--split", "2",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    for side in ("split_pyg", "split_accelerated"):
+        assert set(row[side]) == {"graph_ms", "dense_ms", "rest_ms"}
+        assert all(v >= 0 for v in row[side].values()) and row[side]["dense_ms"] > 0
+    assert row["split_pyg"]["graph_ms"] > 0  # PyG's gathers and scatters
+    assert row["bound_without_pyg_graph_ops"] >= 1.0
+
+
 @pytest.mark.slow  # (8-23 s: runs in make test-slow)
 def test_bench_accelerate_minibatch_quick(tmp_path):
     out = tmp_path / "mb.json"

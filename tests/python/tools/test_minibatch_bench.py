@@ -58,6 +58,20 @@ def test_benchmark_runs_end_to_end(tmp_path):
     assert "| sage |" in r.stdout and "CPU:" in r.stdout
 
 
+def test_benchmark_runs_the_accelerated_pyg_model(tmp_path):
+    out = tmp_path / "mb.json"
+    r = subprocess.run([sys.executable, str(BENCH / "bench_minibatch.py"), "--graph",
+                        "powerlaw:n=4000,avg=10,alpha=2.1,seed=0", "--batch", "64", "--steps",
+                        "2", "--features", "16", "--hidden", "16", "--layers", "sage",
+                        "--accelerate", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["args"]["accelerate"] and [row["layer"] for row in rep["rows"]] == ["sage"]
+    assert rep["rows"][0]["sparsejit_ms"] > 0
+    assert "sj.accelerate(PyG model)" in r.stdout
+
+
 def test_structure_build_bench_runs_end_to_end():
     r = subprocess.run([sys.executable, str(BENCH / "bench_structure_build.py"), "--graph",
                         "powerlaw:n=3000,avg=12,alpha=2.1,seed=5", "--batch", "64",
