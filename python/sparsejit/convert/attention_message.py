@@ -28,9 +28,12 @@ form cannot take (a sparse adjacency, ``ptr``, hooks, explain, node_dim other th
 the per-edge path, with a warning for the mismatch. Under ``torch.compile`` a layer that has
 not had its eager check yet runs the per-edge path.
 
-Not recognised (left on the per-edge path, reported): dropout on the attention weights
-(sparsejit draws its own mask, so the check against PyG could not be made), edge features in
-the score, a message that branches on ``self.training``, aggregations other than ``add``.
+Dropout on the weights (``F.dropout(softmax(...), p, self.training)``) becomes the fused
+call's dropout in training: sparsejit draws its own mask, so a training step's result equals
+PyG's in distribution, not bit for bit (the first call's check runs both without dropout).
+Not recognised (left on the per-edge path, reported): edge features in the score, dropout
+anywhere else, a message that otherwise branches on ``self.training``, aggregations other
+than ``add``.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class AttentionForm:
     key: str = ""                   # dot, v2: output of side_j
     coeff: List[Tuple[str, object]] = field(default_factory=list)  # dot: ("mul"|"div", x)
     update_args: Tuple[str, ...] = ()
+    dropout: float = 0.0            # on the weights, in training (sparsejit's own mask)
     verified: bool = False
     failed: str = ""
 
@@ -146,12 +150,34 @@ def _trace(m: nn.Module, params: List[str]) -> Tuple[nn.Module, fx.Graph]:
             except Exception as e:  # noqa: BLE001 - anything fx cannot trace
                 raise Unsupported(f"torch.fx cannot trace its message ({type(e).__name__}: "
                                   f"{str(e).splitlines()[0][:120] if str(e) else ''})")
-            codes.append(fx.GraphModule(root, graph).code)
+            codes.append(_code_without_dropout_mode(root, graph))
     finally:
         m.training = was
     if codes[0] != codes[1]:
-        raise Unsupported("its message depends on self.training (dropout?)")
+        raise Unsupported("its message depends on self.training other than by dropout")
     return root, graph
+
+
+def _dropout_parts(n: fx.Node) -> Optional[Tuple[object, object]]:
+    """(p, training) of a ``F.dropout(x, p, training)`` node, else None."""
+    if n.op != "call_function" or n.target is not F.dropout:
+        return None
+    args = dict(zip(("input", "p", "training", "inplace"), n.args))
+    args.update(n.kwargs)
+    return args.get("p", 0.5), args.get("training", True)
+
+
+def _code_without_dropout_mode(root: nn.Module, graph: fx.Graph) -> str:
+    """The graph's code with every ``F.dropout``'s training flag left out (the one part of a
+    message that may follow ``self.training``; :func:`_match` allows it on the weights)."""
+    g = fx.Graph()
+    env: Dict[fx.Node, fx.Node] = {}
+    for n in graph.nodes:
+        env[n] = g.node_copy(n, lambda a: env[a])
+        if _dropout_parts(n) is not None:
+            env[n].args = env[n].args[:2]
+            env[n].kwargs = {k: v for k, v in env[n].kwargs.items() if k != "training"}
+    return fx.GraphModule(root, g).code
 
 
 def _classes(graph: fx.Graph) -> Dict[fx.Node, str]:
@@ -267,8 +293,15 @@ def _match(graph: fx.Graph, root: nn.Module) -> dict:
     if cls.get(value) != "j" or not isinstance(weights, fx.Node):
         raise Unsupported("the weighted value is not computed from source rows alone")
     sm = _strip_shape(weights)
+    drop = _dropout_parts(sm)
+    found: dict = dict(value=value, dropout=0.0)
+    if drop is not None:
+        if not isinstance(drop[0], (int, float)) or not 0.0 <= drop[0] < 1.0:
+            raise Unsupported(f"dropout p={drop[0]!r} on the weights is not a number in [0, 1)")
+        found["dropout"] = float(drop[0])
+        sm = _strip_shape(sm.args[0])
     if not _is_softmax(sm):
-        raise Unsupported("the weights are not softmax(score, index, ...) (dropout on them?)")
+        raise Unsupported("the weights are not softmax(score, index, ...)")
     sm_args = dict(zip(("src", "index", "ptr", "num_nodes", "dim"), sm.args))
     sm_args.update(sm.kwargs)
     idx = sm_args.get("index")
@@ -278,7 +311,6 @@ def _match(graph: fx.Graph, root: nn.Module) -> dict:
             or sm_args.get("dim", 0) != 0:
         raise Unsupported("its softmax is not over the message's index")
     score = _strip_shape(sm_args["src"])
-    found: dict = dict(value=value)
     slope = 1.0
     if score.op == "call_function" and score.target is F.leaky_relu:
         slope = score.args[1] if len(score.args) > 1 else score.kwargs.get("negative_slope",
@@ -463,7 +495,8 @@ def probe(m: nn.Module) -> AttentionForm:
     form = AttentionForm(found["kind"], gi, gj, gc, args_i, args_j, "value", pieces,
                          found.get("slope", 1.0), "query", "key",
                          coeff if found["kind"] == "dot" else [],
-                         update_args if cls.update is not MP.update else ())
+                         update_args if cls.update is not MP.update else (),
+                         found["dropout"])
     return form
 
 
@@ -511,7 +544,8 @@ def _heads(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.reshape(n, -1)
 
 
-def _fused(self, form: AttentionForm, edge_index, size, kwargs) -> Optional[torch.Tensor]:
+def _fused(self, form: AttentionForm, edge_index, size, kwargs,
+           dropout: float) -> Optional[torch.Tensor]:
     from sparsejit.families.attention.ops import (gat_attention, gatv2_attention,
                                                    sparse_attention)
     from sparsejit.families.spmm import graph as G
@@ -546,13 +580,13 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs) -> Optional[torc
         if q.shape[1:] != k.shape[1:] or q.dim() not in (2, 3):
             return None
         att = cs["att"].reshape(q.shape[1] if q.dim() == 3 else 1, q.shape[-1])
-        out = gatv2_attention(A, q, k, att, V, negative_slope=form.slope)
+        out = gatv2_attention(A, q, k, att, V, negative_slope=form.slope, dropout=dropout)
     elif form.kind == "dot":
         q, k = vi["query"], vj["key"]
         for op, c in form.coeff:
             c = cs[c] if isinstance(c, str) else c
             q = q * c if op == "mul" else q / c
-        out = sparse_attention(A, q, k, V, scale=1.0)
+        out = sparse_attention(A, q, k, V, scale=1.0, dropout=dropout)
     else:
         a = {"i": None, "j": None}
         offsets: Dict[int, int] = {}
@@ -572,7 +606,7 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs) -> Optional[torc
             if {a_dst.shape[1], a_src.shape[1]} - {1, heads}:
                 return None
             a_dst, a_src = a_dst.expand(n_dst, heads), a_src.expand(n_src, heads)
-        out = gat_attention(A, a_dst, a_src, V, negative_slope=form.slope)
+        out = gat_attention(A, a_dst, a_src, V, negative_slope=form.slope, dropout=dropout)
     out = out.reshape((n_dst,) + tuple(V.shape[1:]))
     if form.update_args:
         out = self.update(out, **{a: kwargs.get(a) for a in form.update_args})
@@ -594,31 +628,42 @@ def propagate(self, edge_index, size=None, **kwargs):
             any(getattr(self, h, None) for h in _HOOKS) or \
             (compiling and (not form.verified or not isinstance(edge_index.shape[1], int))):
         return _per_edge(self, edge_index, size, kwargs)
+    dropout = form.dropout if self.training else 0.0
     if form.verified:
-        out = _fused(self, form, edge_index, size, kwargs)
+        out = _fused(self, form, edge_index, size, kwargs, dropout)
         return _per_edge(self, edge_index, size, kwargs) if out is None else out
+    return _check(self, form, edge_index, size, kwargs, dropout)
+
+
+def _check(self, form: AttentionForm, edge_index, size, kwargs, dropout: float):
+    """The first call the fused form can take: its result without dropout against the
+    per-edge path's (the layer's message without dropout: in eval mode), then this call's."""
     try:
-        out = _fused(self, form, edge_index, size, kwargs)
+        out = _fused(self, form, edge_index, size, kwargs, 0.0)
         why = "the call's inputs do not fit the fused form" if out is None else ""
     except Exception as e:  # noqa: BLE001 - the form did not fit; the per-edge path will
         out, why = None, f"{type(e).__name__}: {e}"
-    with torch.no_grad():
-        want = _per_edge(self, edge_index, size, kwargs)
-    if out is not None:
-        if out.shape != want.shape or out.dtype != want.dtype:
-            why = f"shape {tuple(out.shape)} / {out.dtype}, per-edge {tuple(want.shape)}"
-        else:
-            err = float((out.detach() - want).abs().max()) if out.numel() else 0.0
-            scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
-            if not math.isfinite(err) or err > _tolerance(out.dtype) * scale:
-                why = f"max difference {err:.3g} (scale {scale:.3g})"
-    if why and out is not None:
+    if out is None:  # this call does not fit; the next may
+        return _per_edge(self, edge_index, size, kwargs)
+    was = self.training
+    try:
+        self.training = False  # the message's own dropout off, like the fused call's here
+        with torch.no_grad():
+            want = _per_edge(self, edge_index, size, kwargs)
+    finally:
+        self.training = was
+    if out.shape != want.shape or out.dtype != want.dtype:
+        why = f"shape {tuple(out.shape)} / {out.dtype}, per-edge {tuple(want.shape)}"
+    else:
+        err = float((out.detach() - want).abs().max()) if out.numel() else 0.0
+        scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
+        if not math.isfinite(err) or err > _tolerance(out.dtype) * scale:
+            why = f"max difference {err:.3g} (scale {scale:.3g})"
+    if why:
         form.failed = why
         warnings.warn(f"sparsejit.accelerate: {type(self).__name__}'s attention did not match "
                       f"its per-edge messages ({why}); it keeps the per-edge path",
-                      stacklevel=2)
-        return _per_edge(self, edge_index, size, kwargs)
-    if out is None:  # this call does not fit; the next may
+                      stacklevel=3)
         return _per_edge(self, edge_index, size, kwargs)
     form.verified = True
-    return out
+    return out if dropout == 0.0 else _fused(self, form, edge_index, size, kwargs, dropout)

@@ -128,12 +128,21 @@ class V2Attention(MessagePassing):
 
 
 class DroppedAttention(CatAttention):
-    """Dropout on the attention weights: left on the per-edge path."""
+    """Dropout on the attention weights: the fused call's dropout in training."""
 
     def message(self, x_i, x_j, index, ptr, size_i):
         a = F.leaky_relu((torch.cat([x_i, x_j], -1) * self.att).sum(-1), 0.2)
-        a = F.dropout(softmax(a, index, ptr, size_i), 0.5, self.training)
+        a = F.dropout(softmax(a, index, ptr, size_i), p=0.5, training=self.training)
         return x_j * a.unsqueeze(-1)
+
+
+class DroppedFeatures(CatAttention):
+    """Dropout on the gathered features (per edge in PyG): left on the per-edge path."""
+
+    def message(self, x_i, x_j, index, ptr, size_i):
+        a = F.leaky_relu((torch.cat([x_i, x_j], -1) * self.att).sum(-1), 0.2)
+        v = F.dropout(x_j, 0.5, self.training)
+        return v * softmax(a, index, ptr, size_i).unsqueeze(-1)
 
 
 class MixedAttention(CatAttention):
@@ -269,7 +278,7 @@ def test_float32_larger_graph_runs_the_fused_op(monkeypatch):
 
 
 @pytest.mark.parametrize("make, why", [
-    (lambda: DroppedAttention(C, 4), "self.training"),
+    (lambda: DroppedFeatures(C, 4), "may not run per node"),
     (lambda: MixedAttention(C, 4), "neither one side's"),
     (lambda: RowMixing(C, 4), "may not run per node"),
     (lambda: EdgeFeatureAttention(C, 4), "per-edge inputs"),
@@ -282,10 +291,33 @@ def test_refused_forms_stay_per_edge_with_reason(make, why):
     assert not am.installed(layer)
     (entry,) = rep.entries
     assert why in entry.reason, entry.reason
-    if ep.installed(layer) and not isinstance(layer, DroppedAttention):
+    if ep.installed(layer) and not isinstance(layer, DroppedFeatures):
         n, ei = GRAPHS["random"]
         x = torch.randn(n, C, dtype=torch.float64)
         _same(_run(layer, x, ei), _run(ref, x, ei))
+
+
+def test_dropout_on_the_weights_is_the_fused_dropout(monkeypatch):
+    from sparsejit.families.attention import ops
+    seen = []
+    gat = ops.gat_attention
+    monkeypatch.setattr(ops, "gat_attention",
+                        lambda *a, **k: seen.append(k.get("dropout")) or gat(*a, **k))
+    torch.manual_seed(0)
+    ref = DroppedAttention(C, 4, heads=2).double()
+    layer = sj.accelerate(copy.deepcopy(ref))
+    n, ei = GRAPHS["random"]
+    x = torch.randn(n, C, dtype=torch.float64)
+    _, rep = sj.accelerate(layer, return_report=True)
+    assert am.installed(layer)
+    got = _run(layer, x, ei)  # training: checked without dropout, then run with it
+    assert layer.__dict__[am.FORM].verified and seen == [0.0, 0.5]
+    assert torch.isfinite(got[0]).all() and all(torch.isfinite(g).all() for g in got[2].values())
+    ref.eval(), layer.eval()
+    nodrop = _run(ref, x, ei)
+    assert not torch.allclose(got[0], nodrop[0])  # weights were dropped
+    _same(_run(layer, x, ei), nodrop)  # eval: no dropout, equal to PyG
+    assert seen[-1] == 0.0
 
 
 def test_a_wrong_form_is_caught_by_the_first_call():
