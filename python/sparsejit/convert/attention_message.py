@@ -11,7 +11,9 @@ the graph must have this shape, up to head-dimension reshapes:
 * the score ``s`` is either **additive**, ``leaky_relu(t, slope)`` (or ``t``) where ``t`` is a
   sum of terms each computed from target-gathered (``*_i``) or source-gathered arguments only,
   or ``(cat([A_i, B_j], -1) * P).sum(-1)`` with ``P`` a parameter (GAT's form, written as one
-  concatenation) -> :func:`sparsejit.gat_attention`; **GATv2's** ``(leaky_relu(X_i + Y_j)
+  concatenation); terms (or concatenated parts) computed from the message's per-edge inputs
+  alone (``edge_attr``) are computed per edge, as in PyG, and passed as the fused call's
+  edge logits -> :func:`sparsejit.gat_attention`; **GATv2's** ``(leaky_relu(X_i + Y_j)
   * P).sum(-1)`` -> :func:`sparsejit.gatv2_attention` (no ``[E, H, C]`` tensor either); or
   a **dot product**
   ``c * (Q_i * K_j).sum(-1)`` (``c`` a number, a parameter, or a division by a number;
@@ -31,8 +33,8 @@ not had its eager check yet runs the per-edge path.
 Dropout on the weights (``F.dropout(softmax(...), p, self.training)``) becomes the fused
 call's dropout in training: sparsejit draws its own mask, so a training step's result equals
 PyG's in distribution, not bit for bit (the first call's check runs both without dropout).
-Not recognised (left on the per-edge path, reported): edge features in the score, dropout
-anywhere else, a message that otherwise branches on ``self.training``, aggregations other
+Not recognised (left on the per-edge path, reported): edge inputs mixed with node features
+in a score term, dropout anywhere else, a message that otherwise branches on ``self.training``, aggregations other
 than ``add``.
 """
 
@@ -79,7 +81,7 @@ class _Piece:
     """One term of an additive score: ``value`` summed over its last dimension against the
     slice ``[lo, lo + width)`` of parameter ``weight`` (``weight`` None: the value itself)."""
 
-    side: str                      # "i" (targets) or "j" (sources)
+    side: str                      # "i" (targets), "j" (sources) or "e" (per-edge inputs)
     node: str                      # output name in that side's module
     weight: Optional[str] = None   # output name in the constants' module
     order: int = 0                 # position in its concatenation (for the slice offset)
@@ -102,6 +104,8 @@ class AttentionForm:
     coeff: List[Tuple[str, object]] = field(default_factory=list)  # dot: ("mul"|"div", x)
     update_args: Tuple[str, ...] = ()
     dropout: float = 0.0            # on the weights, in training (sparsejit's own mask)
+    side_e: Optional[fx.GraphModule] = None  # additive: score terms of the per-edge inputs
+    args_e: Tuple[str, ...] = ()
     verified: bool = False
     failed: str = ""
 
@@ -182,12 +186,14 @@ def _code_without_dropout_mode(root: nn.Module, graph: fx.Graph) -> str:
 
 def _classes(graph: fx.Graph) -> Dict[fx.Node, str]:
     """Each node's dependence: "c" (constants, parameters), "i" / "j" (one side's gathered
-    arguments), "m" (index, ptr, sizes), "e" (per edge: both sides, or a softmax)."""
+    arguments only), "x" (the message's other, per-edge inputs only), "m" (index, ptr,
+    sizes), "e" (per edge: more than one of those, or a softmax)."""
     cls: Dict[fx.Node, str] = {}
     for n in graph.nodes:
         if n.op == "placeholder":
-            name = n.target
-            cls[n] = "m" if name in _META else name[-1] if name.endswith(("_i", "_j")) \
+            name = str(n.target)
+            base = name.rstrip("0123456789").rstrip("_") if name[-1:].isdigit() else name
+            cls[n] = "m" if base in _META else name[-1] if name.endswith(("_i", "_j")) \
                 else "x"
         elif n.op == "get_attr":
             cls[n] = "c"
@@ -195,16 +201,13 @@ def _classes(graph: fx.Graph) -> Dict[fx.Node, str]:
             continue
         else:
             deps = {cls[a] for a in n.all_input_nodes}
-            if n.op == "call_function" and _is_softmax(n):
+            sides = deps & {"i", "j", "x"}
+            if n.op == "call_function" and _is_softmax(n) or "e" in deps or len(sides) > 1:
                 cls[n] = "e"
-            elif "x" in deps:
-                cls[n] = "x"
-            elif "e" in deps or {"i", "j"} <= deps:
-                cls[n] = "e"
-            elif "i" in deps or "j" in deps:
-                cls[n] = "m" if "m" in deps else ("i" if "i" in deps else "j")
+            elif "m" in deps:
+                cls[n] = "m"
             else:
-                cls[n] = "m" if "m" in deps else "c"
+                cls[n] = next(iter(sides)) if sides else "c"
     return cls
 
 
@@ -395,8 +398,8 @@ def _match_additive(score: fx.Node, cls) -> List[tuple]:
         if _is_add(n) and len(n.args) == 2 and all(isinstance(a, fx.Node) for a in n.args):
             todo.extend(n.args)
             continue
-        if cls.get(n) in ("i", "j"):
-            terms.append((cls[n], n, None, 0, -1))
+        if cls.get(n) in ("i", "j", "x"):
+            terms.append(("e" if cls[n] == "x" else cls[n], n, None, 0, -1))
             continue
         inner = _last_dim_sum(n)
         if inner is not None and _is_mul(inner) and len(inner.args) == 2:
@@ -404,12 +407,13 @@ def _match_additive(score: fx.Node, cls) -> List[tuple]:
             cat, w = (x, y) if cls.get(y) == "c" else (y, x)
             if cls.get(w) == "c" and isinstance(cat, fx.Node) and cat.op == "call_function" \
                     and cat.target is torch.cat and _dim_arg(cat, 1, 0) == -1 and \
-                    all(cls.get(p) in ("i", "j") for p in cat.args[0]):
+                    all(cls.get(p) in ("i", "j", "x") for p in cat.args[0]):
                 group = id(cat)
-                terms.extend((cls[p], p, w, k, group) for k, p in enumerate(cat.args[0]))
+                terms.extend(("e" if cls[p] == "x" else cls[p], p, w, k, group)
+                             for k, p in enumerate(cat.args[0]))
                 continue
         raise Unsupported(f"score term {n.format_node() if isinstance(n, fx.Node) else n} "
-                          "is neither one side's nor (cat(..) * P).sum(-1)")
+                          "is neither one side's (or the edge inputs') nor (cat(..) * P).sum(-1)")
     return terms
 
 
@@ -451,16 +455,13 @@ def probe(m: nn.Module) -> AttentionForm:
     if m.flow != "source_to_target":
         raise Unsupported(f"flow={m.flow!r}")
     params = _message_params(m)
-    other = [p for p in params if p not in _META and not p.endswith(("_i", "_j"))]
-    if other:
-        raise Unsupported(f"its message takes {other} (per-edge inputs)")
     insp = m.inspector
     update_args = tuple(insp.get_param_names("update"))
     if any(a in _META or a.endswith(("_i", "_j")) for a in update_args):
         raise Unsupported(f"update() takes {update_args}")
     root, graph = _trace(m, params)
     found = _match(graph, root)
-    side = {"i": {}, "j": {"value": found["value"]}}
+    side = {"i": {}, "j": {"value": found["value"]}, "e": {}}
     consts: Dict[str, fx.Node] = {}
     pieces = []
     if found["kind"] == "v2":
@@ -489,6 +490,7 @@ def probe(m: nn.Module) -> AttentionForm:
                                                                             len(groups))))
     gi, args_i = _extract(root, graph, side["i"])
     gj, args_j = _extract(root, graph, side["j"])
+    ge, args_e = _extract(root, graph, side["e"])
     gc, args_c = _extract(root, graph, consts)
     if args_c:
         raise Unsupported("the score's constants read message arguments")
@@ -496,7 +498,7 @@ def probe(m: nn.Module) -> AttentionForm:
                          found.get("slope", 1.0), "query", "key",
                          coeff if found["kind"] == "dot" else [],
                          update_args if cls.update is not MP.update else (),
-                         found["dropout"])
+                         found["dropout"], ge, args_e)
     return form
 
 
@@ -540,8 +542,11 @@ def _sides(form: AttentionForm, kwargs, node_dim: int) -> Optional[Tuple[dict, d
     return got
 
 
-def _heads(t: torch.Tensor, n: int) -> torch.Tensor:
-    return t.reshape(n, -1)
+def _heads(t: torch.Tensor, n: int) -> Optional[torch.Tensor]:
+    """A score term as ``[n, heads]`` (None when its rows are not the n nodes / edges)."""
+    if t.dim() == 0 or t.shape[0] != n:
+        return None
+    return t.unsqueeze(1) if t.dim() == 1 else t.flatten(1)
 
 
 def _fused(self, form: AttentionForm, edge_index, size, kwargs,
@@ -572,8 +577,13 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs,
     V = vj["value"]
     if V.shape[0] != n_src:
         return None
+    E = edge_index.shape[1]
+    in_e = {a: kwargs.get(a) for a in form.args_e}
+    if any(not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] != E
+           for t in in_e.values()):
+        return None
     edges = G.edges_of(edge_index, (n_src, n_dst))
-    A = G.structure(edges)[0]
+    A, perm = G.structure(edges)[:2]
     heads = V.shape[1] if V.dim() == 3 else 1
     if form.kind == "v2":
         q, k = vi["query"], vj["key"]
@@ -588,17 +598,20 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs,
             q = q * c if op == "mul" else q / c
         out = sparse_attention(A, q, k, V, scale=1.0, dropout=dropout)
     else:
-        a = {"i": None, "j": None}
+        a = {"i": None, "j": None, "e": None}
+        ve = form.side_e(**in_e) if form.args_e else {}
         offsets: Dict[int, int] = {}
         for p in sorted(form.pieces, key=lambda p: (p.group, p.order)):
-            t = (vi if p.side == "i" else vj)[p.node]
-            n = n_dst if p.side == "i" else n_src
+            t = {"i": vi, "j": vj, "e": ve}[p.side][p.node]
+            n = {"i": n_dst, "j": n_src, "e": E}[p.side]
             if p.weight is not None:
                 lo = offsets.get(p.group, 0)
                 w = t.shape[-1]
                 offsets[p.group] = lo + w
                 t = (t * cs[p.weight].narrow(-1, lo, w)).sum(-1)
             t = _heads(t, n)
+            if t is None:
+                return None
             a[p.side] = t if a[p.side] is None else a[p.side] + t
         a_dst = a["i"] if a["i"] is not None else V.new_zeros(n_dst, 1)
         a_src = a["j"] if a["j"] is not None else V.new_zeros(n_src, 1)
@@ -606,7 +619,13 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs,
             if {a_dst.shape[1], a_src.shape[1]} - {1, heads}:
                 return None
             a_dst, a_src = a_dst.expand(n_dst, heads), a_src.expand(n_src, heads)
-        out = gat_attention(A, a_dst, a_src, V, negative_slope=form.slope, dropout=dropout)
+        logits = None
+        if a["e"] is not None:
+            if a["e"].shape[1] not in (1, heads):
+                return None
+            logits = G.in_csr_order(a["e"].expand(E, heads), perm)
+        out = gat_attention(A, a_dst, a_src, V, negative_slope=form.slope,
+                            edge_logits=logits, dropout=dropout)
     out = out.reshape((n_dst,) + tuple(V.shape[1:]))
     if form.update_args:
         out = self.update(out, **{a: kwargs.get(a) for a in form.update_args})

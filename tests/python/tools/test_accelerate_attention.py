@@ -1,6 +1,7 @@
 """accelerate recognises attention inside a PyG layer's message (convert/attention_message.py):
 GAT-style additive scores (one concatenation, or one term per side), GATv2's, dot-product scores
-(scaled, or by a parameter as AGNN does), one-sided scores, several heads, bipartite inputs;
+(scaled, or by a parameter as AGNN does), one-sided scores, edge-feature terms, several heads,
+bipartite inputs;
 each runs as one fused sj.gat_attention / gatv2_attention / sparse_attention call. Outputs, input and
 parameter gradients equal PyG's in float64 on random, skewed, one-node and empty graphs; the
 first call's check against the per-edge path catches a wrong form; refusals keep the per-edge
@@ -162,7 +163,7 @@ class RowMixing(CatAttention):
 
 
 class EdgeFeatureAttention(CatAttention):
-    """Edge features in the score: not a function of the endpoints alone."""
+    """An edge-feature term in the score (sj.gat_attention's edge_logits)."""
 
     def forward(self, x, edge_index):
         h = self.lin(x).view(-1, self.heads, self.cout)
@@ -171,6 +172,36 @@ class EdgeFeatureAttention(CatAttention):
 
     def message(self, x_i, x_j, edge_attr, index, ptr, size_i):
         a = (torch.cat([x_i, x_j], -1) * self.att).sum(-1) + edge_attr
+        return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
+
+
+class EdgeLinearAttention(MessagePassing):
+    """GAT with edge features in one concatenation: cat([x_i, x_j, lin_e(e)]) * att."""
+
+    def __init__(self, cin, cout, heads=2, edge_dim=3):
+        super().__init__(aggr="add", node_dim=0)
+        self.heads, self.cout, self.edge_dim = heads, cout, edge_dim
+        self.lin = torch.nn.Linear(cin, heads * cout)
+        self.lin_e = torch.nn.Linear(edge_dim, heads * cout, bias=False)
+        self.att = torch.nn.Parameter(torch.randn(1, heads, 3 * cout))
+
+    def forward(self, x, edge_index):
+        h = self.lin(x).view(-1, self.heads, self.cout)
+        e = torch.cos(torch.arange(edge_index.shape[1] * self.edge_dim, dtype=x.dtype)).view(
+            -1, self.edge_dim)
+        return self.propagate(edge_index, x=h, edge_attr=e).reshape(x.shape[0], -1)
+
+    def message(self, x_i, x_j, edge_attr, index, ptr, size_i):
+        e = self.lin_e(edge_attr).view(-1, self.heads, self.cout)
+        a = F.leaky_relu((torch.cat([x_i, x_j, e], -1) * self.att).sum(-1), 0.2)
+        return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
+
+
+class EdgeTimesNode(EdgeFeatureAttention):
+    """A score term of an edge input times a node feature: not split per node."""
+
+    def message(self, x_i, x_j, edge_attr, index, ptr, size_i):
+        a = (x_j * self.att[..., :self.cout]).sum(-1) + (x_i * edge_attr.unsqueeze(-1)).sum(-1)
         return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
 
 
@@ -195,6 +226,8 @@ LAYERS = {  # name: (factory, what the report names)
     "dot_heads": (lambda: DotAttention(C, 4), "sj.sparse_attention"),
     "agnn": (lambda: pnn.AGNNConv(requires_grad=True), "sj.sparse_attention"),
     "v2_heads": (lambda: V2Attention(C, 3), "sj.gatv2_attention"),
+    "edge_term": (lambda: EdgeFeatureAttention(C, 4, heads=2), "sj.gat_attention"),
+    "edge_concat": (lambda: EdgeLinearAttention(C, 4), "sj.gat_attention"),
 }
 
 
@@ -281,7 +314,7 @@ def test_float32_larger_graph_runs_the_fused_op(monkeypatch):
     (lambda: DroppedFeatures(C, 4), "may not run per node"),
     (lambda: MixedAttention(C, 4), "neither one side's"),
     (lambda: RowMixing(C, 4), "may not run per node"),
-    (lambda: EdgeFeatureAttention(C, 4), "per-edge inputs"),
+    (lambda: EdgeTimesNode(C, 4), "neither one side's"),
 ])
 def test_refused_forms_stay_per_edge_with_reason(make, why):
     torch.manual_seed(0)
