@@ -31,6 +31,7 @@ void dispatch_types(const tx::Tensor& values, const tx::Tensor& rowptr, F&& f) {
     case ScalarKind::F32: with_index(float{}); return;
     case ScalarKind::F64: with_index(double{}); return;
     case ScalarKind::BF16: with_index(bf16{}); return;
+    case ScalarKind::F16: break;  // the callers convert half to float first
   }
   SJ_CHECK_TYPE(false, "sparsejit.edge_softmax: unsupported dtype ", values.scalar_type());
 }
