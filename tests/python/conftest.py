@@ -58,6 +58,20 @@ def random_graph(n_rows, n_cols, avg_deg, power_law=False, seed=0, empty_frac=0.
     return sj.SparseMatrix.from_csr(indptr, indices, shape=(n_rows, n_cols))
 
 
+def edge_index_cases(n):
+    """Edge lists for message-passing layers: {name: (num_nodes, edge_index)}: random (the
+    last 4 nodes without in-edges), skewed (180 of 260 edges into one node), one node with a
+    self-loop, and no edges."""
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(0, n, (260,), generator=g)
+    dst = torch.randint(0, n - 4, (260,), generator=g)
+    skew = dst.clone()
+    skew[:180] = 1
+    return {"random": (n, torch.stack([src, dst])), "skewed": (n, torch.stack([src, skew])),
+            "one_node": (1, torch.tensor([[0], [0]])),
+            "no_edges": (n, torch.zeros(2, 0, dtype=torch.long))}
+
+
 def dense_reference_spmm(A, X, reduce):
     """float64 reference of spmm, row by row over the stored entries."""
     rows = A.shape[0]

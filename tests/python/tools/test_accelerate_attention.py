@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import sparsejit as sj
+from conftest import edge_index_cases
 from sparsejit.convert import attention_message as am
 from sparsejit.convert import edge_path as ep
 
@@ -205,18 +206,7 @@ class EdgeTimesNode(EdgeFeatureAttention):
         return x_j * softmax(a, index, ptr, size_i).unsqueeze(-1)
 
 
-def _graphs():
-    g = torch.Generator().manual_seed(5)
-    src = torch.randint(0, N, (260,), generator=g)
-    dst = torch.randint(0, N - 4, (260,), generator=g)  # the last 4 nodes: no in-edges
-    skew = dst.clone()
-    skew[:180] = 1
-    return {"random": (N, torch.stack([src, dst])), "skewed": (N, torch.stack([src, skew])),
-            "one_node": (1, torch.tensor([[0], [0]])),
-            "no_edges": (N, torch.zeros(2, 0, dtype=torch.long))}
-
-
-GRAPHS = _graphs()
+GRAPHS = edge_index_cases(N)
 
 LAYERS = {  # name: (factory, what the report names)
     "cat_one_head": (lambda: CatAttention(C, 5), "sj.gat_attention"),

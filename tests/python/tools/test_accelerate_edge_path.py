@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import sparsejit as sj
-from conftest import same_outputs_and_input_grads
+from conftest import edge_index_cases, same_outputs_and_input_grads
 from sparsejit.convert import edge_path as ep
 
 pyg = pytest.importorskip("torch_geometric")
@@ -46,18 +46,7 @@ class UserAttention(MessagePassing):
         return x_j * (a if self.heads > 1 else a.unsqueeze(-1)).unsqueeze(-1)
 
 
-def _graphs():
-    g = torch.Generator().manual_seed(5)
-    src = torch.randint(0, N, (260,), generator=g)
-    dst = torch.randint(0, N - 4, (260,), generator=g)  # the last 4 nodes: no in-edges
-    skew = dst.clone()
-    skew[:180] = 1
-    return {"random": (N, torch.stack([src, dst])), "skewed": (N, torch.stack([src, skew])),
-            "one_node": (1, torch.tensor([[0], [0]])),
-            "no_edges": (N, torch.zeros(2, 0, dtype=torch.long))}
-
-
-GRAPHS = _graphs()
+GRAPHS = edge_index_cases(N)
 
 LAYERS = {  # name: (factory, takes edge_attr, aggregation the report names)
     "gen_softmax": (lambda: pnn.GENConv(C, C), True, "softmax"),
