@@ -29,19 +29,27 @@ def test_min_rows_follow_the_measured_crossover(monkeypatch):
     assert pick({2048: 0.9, 4096: 0.9, 8192: 0.8, 16384: 0.8}) == dense_ops._LINEAR_MIN_ROWS
     assert pick({2048: 1.2, 4096: 1.1, 8192: 0.99, 16384: 0.9}) == 8192
     assert pick({2048: 0.9, 4096: 1.1, 8192: 0.99, 16384: 0.9}) == 8192  # not below a loss
-    assert pick({2048: 0.9, 4096: 0.9, 8192: 0.9, 16384: 1.05}) == 32768
+    assert pick({2048: 0.9, 4096: 0.9, 8192: 0.9, 16384: 1.05}) == dense_ops._LADDER_TOP
     monkeypatch.delenv("SPARSEJIT_LINEAR", raising=False)
     monkeypatch.setattr(dense_ops, "_linear_choice", {})
     rows = dense_ops._linear_min_rows()
-    assert rows in (dense_ops._LINEAR_MIN_ROWS, *dense_ops._LADDER, 32768)
+    assert rows in (dense_ops._LINEAR_MIN_ROWS, *dense_ops._LADDER, dense_ops._LADDER_TOP)
     assert set(dense_ops._linear_choice["ratios"]) == set(dense_ops._LADDER)
     assert dense_ops._linear_min_rows() == rows  # kept for the process
     with torch.inference_mode():  # measurable inside inference mode too
         monkeypatch.setattr(dense_ops, "_linear_choice", {})
         assert dense_ops._linear_min_rows() in (dense_ops._LINEAR_MIN_ROWS,
-                                                *dense_ops._LADDER, 32768)
+                                                *dense_ops._LADDER, dense_ops._LADDER_TOP)
     monkeypatch.setenv("SPARSEJIT_LINEAR", "1")
     assert dense_ops._linear_min_rows() == dense_ops._LINEAR_MIN_ROWS
+    # inputs of _LADDER_TOP rows or more never ask for it (its GEMMs cost BLAS buffers)
+    monkeypatch.delenv("SPARSEJIT_LINEAR")
+    monkeypatch.setattr(dense_ops, "_linear_choice", {"probe": True})
+    big = torch.randn(dense_ops._LADDER_TOP, 4)
+    assert dense_ops._takes_dense_layer(big, torch.randn(3, 4), None)
+    assert "min_rows" not in dense_ops._linear_choice
+    dense_ops._takes_dense_layer(big[:2000], torch.randn(3, 4), None)
+    assert "min_rows" in dense_ops._linear_choice
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1500])

@@ -145,6 +145,7 @@ torch.library.register_autograd("sparsejit::linear", _linear_backward,
 # 0.80-0.89x the dense layer's time forward + backward up to 4096 rows (F = 64).
 _LINEAR_MIN_ROWS = 1024
 _LADDER = (2048, 4096, 8192, 16384)  # the rows at which the crossover is measured
+_LADDER_TOP = 32768  # the first probe's rows: from here on no crossover is measured
 _linear_choice: Dict[str, object] = {}
 
 
@@ -183,7 +184,7 @@ def _min_rows_from(ratios: Dict[int, float]) -> int:
     rung of the ladder: the smallest rung from which it was no slower at every larger rung
     (32768, the first probe's size, when even the largest rung was slower; _LINEAR_MIN_ROWS
     when every rung was faster)."""
-    rows = 32768
+    rows = _LADDER_TOP
     for rung in sorted(ratios, reverse=True):
         if ratios[rung] > 1.0:
             break
@@ -193,9 +194,11 @@ def _min_rows_from(ratios: Dict[int, float]) -> int:
 
 def _linear_min_rows() -> int:
     """Rows from which :func:`linear` takes the dense layer on this machine: measured once
-    per process (~0.1 s) where the first probe found that layer faster, forward + backward
-    of a [rows, 64] x [64, 64] Linear at each rung of _LADDER, 7 calls of each interleaved;
-    _LINEAR_MIN_ROWS when SPARSEJIT_LINEAR decides."""
+    per process (~0.1 s; asked only for inputs below _LADDER_TOP rows, and where the first
+    probe found that layer faster), forward + backward of a [rows, 64] x [64, 64] Linear at
+    each rung of _LADDER, 7 calls of each interleaved; _LINEAR_MIN_ROWS when SPARSEJIT_LINEAR
+    decides. (The measurement's own GEMMs make torch's BLAS allocate its buffers, ~40 MiB,
+    which a process with only larger inputs never needs: hence only below _LADDER_TOP.)"""
     if os.environ.get("SPARSEJIT_LINEAR", "") in ("0", "1"):
         return _LINEAR_MIN_ROWS
     if "min_rows" in _linear_choice:
@@ -326,4 +329,4 @@ def _takes_dense_layer(x, weight, bias) -> bool:
     return not torch.compiler.is_compiling() and cpu_f32(x) and cpu_f32(weight) and \
         x.dim() == 2 and weight.dim() == 2 and (bias is None or cpu_f32(bias)) and \
         x.shape[0] >= _LINEAR_MIN_ROWS and _linear_faster() and \
-        x.shape[0] >= _linear_min_rows()
+        (x.shape[0] >= _LADDER_TOP or x.shape[0] >= _linear_min_rows())
