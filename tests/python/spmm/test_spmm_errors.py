@@ -47,6 +47,12 @@ def test_edge_index_errors():
         sj.SparseMatrix.from_edge_index(torch.tensor([[0, 7], [1, 0]]), num_nodes=5)
     with pytest.raises(ValueError, match="values has 3 entries but edge_index has 2 edges"):
         sj.SparseMatrix.from_edge_index(torch.tensor([[0, 1], [1, 0]]), values=torch.ones(3))
+    for bad in ((2, 2), 2.5, True, "2"):
+        with pytest.raises(TypeError, match="num_nodes must be an int"):
+            sj.SparseMatrix.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=bad)
+    A = sj.SparseMatrix.from_edge_index(torch.tensor([[0, 1], [1, 0]]),
+                                        num_nodes=torch.tensor(3))  # anything with __index__
+    assert A.shape == (3, 3) and isinstance(A.shape[0], int)
 
 
 def test_values_shape_checked():

@@ -8,6 +8,8 @@ shares the structure.
 
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
@@ -118,6 +120,12 @@ class SparseMatrix:
         num_edges = edge_index.shape[1]
         if num_nodes is None:
             num_nodes = max(int(edge_index.max()) + 1, 0) if num_edges else 0
+        elif isinstance(num_nodes, bool) or not isinstance(num_nodes, torch.SymInt) and \
+                not hasattr(num_nodes, "__index__"):
+            raise TypeError(f"num_nodes must be an int (the matrix is num_nodes x num_nodes); "
+                            f"got {type(num_nodes).__name__} {num_nodes!r}")
+        elif not isinstance(num_nodes, torch.SymInt):
+            num_nodes = operator.index(num_nodes)
         if values is not None and values.shape[0] != num_edges:
             raise ValueError(
                 f"values has {values.shape[0]} entries but edge_index has {num_edges} edges"
