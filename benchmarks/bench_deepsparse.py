@@ -1,7 +1,7 @@
 """Pruned ResNet-50 (or VGG-16) inference against DeepSparse (Neural Magic's sparse CPU engine), side by
 side in one process: the model of bench_resnet50_sparse.py (v1.5, magnitude-pruned per layer,
 BatchNorm folded), `sj.sparsify`-ed for sparsejit and exported to ONNX for DeepSparse, the
-same input, calls alternated, medians.
+same input, calls alternated (each round starting one model further), medians.
 
 DeepSparse is a benchmark peer only, never a dependency of sparsejit. It needs its own virtual
 environment (deepsparse 1.8.0 has a cp311 wheel; 1.9.0 is an empty stub; onnx 1.14.1):
@@ -116,8 +116,11 @@ def main() -> None:
                 for fn in fns.values():
                     fn()
                 times = {k: [] for k in fns}
+                names = list(fns)
                 for r in range(args.repeat):
-                    order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
+                    # each round starts one further along: every model follows every other
+                    # as often (the one after the dense model pays for the memory it freed)
+                    order = names[r % len(names):] + names[:r % len(names)]
                     for k in order:
                         t0 = time.perf_counter()
                         fns[k]()

@@ -306,6 +306,41 @@ def test_sparsify_runs_other_max_pools_on_channels_last(tmp_path):
 
 
 
+def test_channels_last_pools_are_checked_in_the_whole_model():
+    """The pass's channels_last pools stay only where the whole model runs faster with them
+    (timed once, then cached per model and input); reverted otherwise, rows saying so."""
+    from sparsejit.families.filter_conv.tuner import _pools_in_the_model
+    torch.manual_seed(0)
+    m = SparseThenPool()
+    x = torch.randn(2, 4, 11, 9)
+    with torch.no_grad():
+        want = m(x)
+    plain = m.pool
+    m.pool = ChannelsLastPool(plain)
+
+    def rows():
+        return [dict(name="pool", input_shape=[2, 12, 11, 9], choice="dense", kernel=None,
+                     fused="pool on channels_last", cached=False)]
+    table = {}
+    first = rows()
+    assert _pools_in_the_model(m, x, table, first, 0.0, 1, "wall")  # measured, stored
+    (key,) = table
+    assert key.startswith("clpool-model|") and isinstance(m.pool, ChannelsLastPool)
+    assert first[-1]["fused"] == "pools on channels_last" and not first[-1]["cached"]
+    assert first[-1]["dense_ms"] > 0 and first[-1]["sparse_ms"] > 0
+    table[key] = dict(dense_ms=1.0, sparse_ms=2.0)  # the model twice as slow with them
+    second = rows()
+    assert not _pools_in_the_model(m, x, table, second, 1.0, 1, "wall")  # from the cache
+    assert m.pool is plain and second[-1]["cached"] and not second[-1].get("fused")
+    assert second[0]["fused"] is None and "slower in the model" in second[0]["choice"]
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), want)
+    m.pool = ChannelsLastPool(plain)  # dry and not stored: left as the pass chose
+    third = rows()
+    assert not _pools_in_the_model(m, x, {}, third, 1.0, 1, "wall", dry=True)
+    assert isinstance(m.pool, ChannelsLastPool) and third[-1]["choice"] == "not measured"
+
+
 class FunctionalPools(nn.Module):
     """Max pools written as functions: constant arguments in every form, one with indices
     and one whose kernel comes from the input's shape (both stay functions)."""
