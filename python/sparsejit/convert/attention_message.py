@@ -53,12 +53,11 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from sparsejit.convert import edge_path as ep
+from sparsejit.convert import message_passing as mp
 
 FORM = "_sparsejit_attention"  # instance attribute: the recognised AttentionForm
-_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
-          "_message_forward_pre_hooks", "_message_forward_hooks",
-          "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks")
-_META = {"index", "ptr", "size_i", "edge_index_i", "edge_index_j", "size_j", "dim_size"}
+_HOOKS = mp._HOOKS  # PyG hooks: a layer with any keeps PyG's own calls
+_META = mp.SPECIAL  # message arguments that are neither node features nor per-edge inputs
 
 # row-local operations a hoisted (one-side) expression may use
 _ELEMENTWISE_FN = {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg,
@@ -558,16 +557,12 @@ def _fused(self, form: AttentionForm, edge_index, size, kwargs,
     if sides is None:
         return None
     in_i, in_j = sides
-    some_j = next(iter(in_j.values()))
-    n_src = some_j.shape[0] if size is None or size[0] is None else size[0]
-    if size is not None and size[1] is not None:
-        n_dst = size[1]
-    elif in_i:
-        n_dst = next(iter(in_i.values())).shape[0]
-    else:
+    x_dst = next(iter(in_i.values()), None)
+    if x_dst is None:  # no target-side argument: a pair's second tensor counts the targets
         data = kwargs.get(form.args_j[0][:-2])
-        n_dst = data[1].shape[0] if isinstance(data, (tuple, list)) and \
-            isinstance(data[1], torch.Tensor) else n_src
+        x_dst = data[1] if isinstance(data, (tuple, list)) and \
+            isinstance(data[1], torch.Tensor) else None
+    n_src, n_dst = mp.node_counts(next(iter(in_j.values())), x_dst, size)
     if any(t.shape[0] != n_dst for t in in_i.values()) or \
             any(t.shape[0] != n_src for t in in_j.values()):
         return None

@@ -231,18 +231,21 @@ def propagate(self, edge_index, size=None, **kwargs):
                            kwargs)
 
 
+def node_counts(x_src: torch.Tensor, x_dst: Optional[torch.Tensor], size) -> Tuple[int, int]:
+    """(sources, targets) of a propagate call as PyG counts them: `size`'s entries where
+    given, else the rows of the source features and of the target-side tensor (`x_dst`, or
+    the sources again when there is none)."""
+    n_src = x_src.shape[0] if size is None or size[0] is None else size[0]
+    if size is not None and size[1] is not None:
+        return n_src, size[1]
+    return n_src, x_dst.shape[0] if x_dst is not None else n_src
+
+
 def _spmm_propagate(self, form, edge_index, size, x_src, dst_given, y, w, alpha, beta, kwargs):
     from sparsejit.families.spmm import graph as G
     from sparsejit.families.spmm.spmm import spmm
-    n_src = x_src.shape[0] if size is None or size[0] is None else size[0]
-    if size is not None and size[1] is not None:
-        n_dst = size[1]
-    elif isinstance(dst_given, torch.Tensor):
-        n_dst = dst_given.shape[0]
-    elif y is not None:
-        n_dst = y.shape[0]
-    else:
-        n_dst = n_src
+    n_src, n_dst = node_counts(x_src, dst_given if isinstance(dst_given, torch.Tensor) else y,
+                               size)
     edges = G.edges_of(edge_index, (n_src, n_dst))
     A, perm, row, _ = G.structure(edges)
     wv = None if w is None else G.in_csr_order(w.reshape(-1), perm)
